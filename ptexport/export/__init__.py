@@ -1,0 +1,1 @@
+"""Export: schema, ids, SQLite and PostgreSQL writers."""

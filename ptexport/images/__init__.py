@@ -1,0 +1,1 @@
+"""Code images: ELF files, kcore/kallsyms, raw binaries, symbols, build-id cache."""

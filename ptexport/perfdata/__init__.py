@@ -1,0 +1,1 @@
+"""perf.data reader: file mode, pipe mode, directory forms, records and feature sections."""

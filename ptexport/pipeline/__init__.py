@@ -1,0 +1,1 @@
+"""Pipeline: PT segments and the multiprocessing decoder."""

@@ -1,0 +1,1 @@
+"""Intel PT packets: the packet decoder, ptdump-style printing, timing."""

@@ -1,0 +1,1 @@
+"""Sample synthesis: perf's --itrace sample kinds and flag bits."""

@@ -1,0 +1,1 @@
+"""Sideband model: machines, threads, comms, memory maps and per-CPU timelines over time."""

@@ -1,0 +1,33 @@
+"""Shared fixtures: paths to the shared test corpus, perf availability."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("PTEXPORT_SHARED", REPO.parent / "shared"))
+TESTDATA = SHARED / "testdata"
+QUIPPER = TESTDATA / "perf-quipper" / "perf.data.intel_pt-4.14"
+LIBIPT = TESTDATA / "libipt"
+
+HAVE_PERF = shutil.which("perf") is not None
+
+needs_perf = pytest.mark.skipif(not HAVE_PERF, reason="perf (Debian linux-perf) is not installed")
+
+
+@pytest.fixture(scope="session")
+def quipper() -> Path:
+    if not QUIPPER.exists():
+        pytest.skip(f"shared test data not found at {QUIPPER}")
+    return QUIPPER
+
+
+@pytest.fixture(scope="session")
+def libipt_dir() -> Path:
+    if not LIBIPT.exists():
+        pytest.skip(f"shared libipt corpus not found at {LIBIPT}")
+    return LIBIPT
