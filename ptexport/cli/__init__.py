@@ -25,7 +25,7 @@ from ptexport.errors import PtExportError
 
 # Module names under ptexport.cli, in --help order.
 SUBCOMMANDS: tuple[str, ...] = (
-
+    "dump",
 )
 
 # The subcommand used when the first argument is not a subcommand word.

@@ -1,0 +1,16 @@
+"""Package discovery that pyproject.toml alone cannot express.
+
+The viewer lives in ``viewer/`` at the top of the repository (it reads the
+database only and imports no decoder module) and installs as the package
+``ptexport_viewer``; everything else is the ``ptexport`` package.
+"""
+
+from setuptools import find_packages, setup
+
+core = find_packages(include=["ptexport", "ptexport.*"])
+viewer = ["ptexport_viewer"] + [f"ptexport_viewer.{p}" for p in find_packages(where="viewer")]
+
+setup(
+    packages=core + viewer,
+    package_dir={"ptexport_viewer": "viewer"},
+)
