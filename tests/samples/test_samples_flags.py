@@ -1,0 +1,104 @@
+"""perf's flag bits and names: perf 6.1 strings, checked by rule and against perf itself."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from ptexport.samples.flags import (
+    PERF_BRANCH_TYPES,
+    IpFlag,
+    branch_type_name,
+    branch_type_rows,
+    format_flags,
+    format_flags_array,
+    format_flags_field,
+)
+from tests.conftest import needs_perf
+
+B, C, R, O = IpFlag.BRANCH, IpFlag.CALL, IpFlag.RETURN, IpFlag.CONDITIONAL
+S, Y, I, A = IpFlag.SYSCALLRET, IpFlag.ASYNC, IpFlag.INTERRUPT, IpFlag.TX_ABORT
+TB, TE, X = IpFlag.TRACE_BEGIN, IpFlag.TRACE_END, IpFlag.IN_TX
+
+
+def test_bit_values_are_perf_abi():
+    assert [int(f) for f in IpFlag] == [1 << i for i in range(15)]
+    assert int(IpFlag.VMEXIT) == 4096 and int(IpFlag.INTR_TOGGLE) == 16384
+
+
+@pytest.mark.parametrize(
+    "flags,text",
+    [
+        (B | C, "call".ljust(15) + "".rjust(6)),
+        (B | R, "return".ljust(15) + "".rjust(6)),
+        (B | O, "jcc".ljust(15) + "".rjust(6)),
+        (B, "jmp".ljust(15) + "".rjust(6)),
+        (B | C | I, "int".ljust(15) + "".rjust(6)),
+        (B | R | I, "iret".ljust(15) + "".rjust(6)),
+        (B | C | S, "syscall".ljust(15) + "".rjust(6)),
+        (B | R | S, "sysret".ljust(15) + "".rjust(6)),
+        (B | C | Y | I, "hw int".ljust(15) + "".rjust(6)),
+        (B | A, "tx abrt".ljust(15) + "".rjust(6)),
+        (B | TB, "tr strt".ljust(15) + "".rjust(6)),
+        (B | TE, "tr end".ljust(15) + "".rjust(6)),
+        (B | C | IpFlag.VMENTRY, "vmentry".ljust(15) + "".rjust(6)),
+        (B | C | IpFlag.VMEXIT, "vmexit".ljust(15) + "".rjust(6)),
+        (B | Y | TE, "tr end  " + "async".ljust(7) + "".rjust(6)),
+        (B | C | TB, "tr strt " + "call".ljust(7) + "".rjust(6)),
+        (B | O | X, "jcc".ljust(15) + "(x)".rjust(6)),
+        (B | O | X | IpFlag.INTR_DISABLE | IpFlag.INTR_TOGGLE, "jcc".ljust(15) + "(xDt)".rjust(6)),
+        (B | R | TE | IpFlag.INTR_DISABLE, "tr end  " + "return".ljust(7) + "(D)".rjust(6)),
+        (B | C | Y | IpFlag.VMEXIT, "bcyh"),  # 4131: perf has no name for it
+        (0, ""),
+        (B | (1 << 20), "b?"),
+    ],
+)
+def test_format_flags_perf_strings(flags, text):
+    assert format_flags(int(flags)) == text
+
+
+def test_field_padding_like_perf_script():
+    assert format_flags_field(B | Y | TE) == "  tr end  async" + " " * 9
+    assert format_flags_field(0) == " " * 24
+
+
+def test_format_flags_array_maps_each_value():
+    vals = np.array([3, 5, 3, 4131], dtype=np.uint32)
+    assert format_flags_array(vals) == [format_flags(3), format_flags(5), format_flags(3), "bcyh"]
+    assert format_flags_array(np.array([], dtype=np.int64)) == []
+
+
+def test_branch_types_keep_perf_rows_and_name_every_other_value():
+    assert PERF_BRANCH_TYPES[0] == (0, "no branch")
+    assert dict(PERF_BRANCH_TYPES)[int(B | C | Y | I)] == "hardware interrupt"
+    assert len(PERF_BRANCH_TYPES) == 14
+    assert branch_type_name(4131) == "vm exit"
+    assert branch_type_name(int(B | C | IpFlag.VMENTRY)) == "vm entry"
+    assert branch_type_name(int(B | C | TB)) == "trace begin call"
+    assert branch_type_name(int(B | Y | TE)) == "trace end asynchronous branch"
+    assert branch_type_name(int(B | O | X)) == "conditional jump (in transaction)"
+    rows = branch_type_rows([4131, 3, 1027])
+    assert rows[:14] == list(PERF_BRANCH_TYPES)
+    assert rows[14:] == [(1027, "call (in transaction)"), (4131, "vm exit")]
+    names = [n for _, n in branch_type_rows(range(1 << 15))]
+    assert len(set(names)) == len(names)  # every value has its own name
+
+
+@needs_perf
+def test_matches_perf_script_on_real_trace(quipper):
+    out = subprocess.run(
+        ["perf", "script", "--itrace=be", "-F", "time,cpu,pid,tid,ip,addr,flags", "-i", str(quipper)],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    lines = [ln for ln in out.splitlines() if "=>" in ln]
+    # The flags field follows "time: "; the ip comes after it; perf derives it from the
+    # numeric values the decoder set: trace begin, hw interrupt, async trace end.
+    fields = {ln.split(":", 1)[1][1:25] for ln in lines}
+    expected = {
+        format_flags_field(B | TB),
+        format_flags_field(B | C | Y | I),
+        format_flags_field(B | Y | TE),
+    }
+    assert fields == expected
