@@ -1,0 +1,449 @@
+"""The sideband model: what ran where, under which name, with which memory maps, over time.
+
+Built once by :class:`ptexport.sideband.builder.SidebandBuilder` from the
+records of a perf.data file, then read-only.  Every time-dependent question is
+answered by bisection over sorted arrays, never by scanning records:
+
+* ``Sideband.thread_on_cpu(cpu, time)`` - who ran on a CPU (perf's "current
+  tid", from SWITCH / SWITCH_CPU_WIDE / ITRACE_START);
+* ``Machine.map_at(pid, addr, time)`` - which mapping covers an address;
+* ``Machine.thread(tid, time)`` - the thread (a tid can be reused after exit);
+* ``Thread.comm_at(time)`` / ``Thread.exec_comm(time)`` - its name.
+
+Times are perf times (ns, the records' sample time); records without a time
+count as time 0, i.e. "from the start" (perf's synthesized records).  The
+:class:`~ptexport.sideband.timeconv.TimeConversion` turns TSC values of the
+trace into perf time.  Machines are keyed by pid: -1 is the host, a guest is
+its hypervisor process's pid (0 when unknown: perf's default guest).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+
+from ptexport.sideband.timeconv import TimeConversion
+
+HOST_PID = -1
+DEFAULT_GUEST_PID = 0
+#: "valid until the end of the trace"
+END_OF_TIME = 1 << 64
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """One name period of a thread: from ``start`` until the thread's next comm."""
+
+    comm: str
+    start: int
+    exec: bool
+
+
+class Thread:
+    """One thread's life: tid, its process (pid), parent, start/end and names over time.
+
+    ``uid`` is unique in the trace (a tid reused after exit is another Thread).
+    """
+
+    __slots__ = ("uid", "machine_pid", "pid", "tid", "ppid", "ptid", "start", "end", "start_known", "comms")
+
+    def __init__(self, uid: int, machine_pid: int, pid: int, tid: int, start: int, start_known: bool) -> None:
+        self.uid = uid
+        self.machine_pid = machine_pid
+        self.pid = pid
+        self.tid = tid
+        self.ppid: int | None = None
+        self.ptid: int | None = None
+        self.start = start
+        self.end: int | None = None  # EXIT time
+        self.start_known = start_known  # True when a FORK record gave the start
+        self.comms: tuple[Comm, ...] | list[Comm] = []
+
+    @property
+    def is_main(self) -> bool:
+        return self.pid == self.tid
+
+    def comm_at(self, time: int) -> Comm | None:
+        """perf's thread__comm_by_time: the latest comm started at or before ``time``, else the first."""
+        comms = self.comms
+        if not comms:
+            return None
+        i = bisect_right([c.start for c in comms], time) - 1
+        return comms[max(i, 0)]
+
+    def comm_name(self, time: int | None = None) -> str:
+        """The name perf shows: the comm at ``time`` (latest when None), else ``:tid``."""
+        if not self.comms:
+            return f":{self.tid}"
+        c = self.comms[-1] if time is None else self.comm_at(time)
+        assert c is not None
+        return c.comm
+
+    def exec_comm(self, time: int | None = None) -> Comm | None:
+        """perf's thread__exec_comm as seen at ``time``: the latest exec comm, else the first comm."""
+        comms = [c for c in self.comms if time is None or c.start <= time] or list(self.comms[:1])
+        for c in reversed(comms):
+            if c.exec:
+                return c
+        return comms[0] if comms else None
+
+    def alive_at(self, time: int) -> bool:
+        return self.start <= time and (self.end is None or time <= self.end)
+
+    def as_dict(self) -> dict:
+        return {
+            "uid": self.uid,
+            "machine_pid": self.machine_pid,
+            "pid": self.pid,
+            "tid": self.tid,
+            "ppid": self.ppid,
+            "ptid": self.ptid,
+            "start": self.start if self.start_known else None,
+            "end": self.end,
+            "comms": [{"comm": c.comm, "start": c.start, "exec": c.exec} for c in self.comms],
+        }
+
+    def __repr__(self) -> str:
+        return f"Thread(uid={self.uid}, machine={self.machine_pid}, pid={self.pid}, tid={self.tid}, comm={self.comm_name()!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class MapEntry:
+    """One mapping of a file (or anon/special region) into an address space, valid for a time range.
+
+    ``[start, end)`` are addresses, ``pgoff`` the file offset of ``start``.
+    ``valid_from``/``valid_to`` bound the time in which this exact range was
+    mapped: a later overlapping mmap cuts it (the surviving pieces become new
+    entries from that time, as perf's maps__fixup_overlappings does), exec
+    ends it.  ``mapped_at`` is the time of the MMAP record it came from.
+    """
+
+    start: int
+    end: int
+    pgoff: int
+    filename: str
+    build_id: bytes | None
+    prot: int
+    flags: int
+    pid: int
+    valid_from: int
+    valid_to: int = END_OF_TIME
+    mapped_at: int = 0
+    maj: int = 0
+    min: int = 0
+    ino: int = 0
+    ino_generation: int = 0
+    cpumode: int = 0
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    def contains(self, addr: int) -> bool:
+        return self.start <= addr < self.end
+
+    def file_offset(self, addr: int) -> int:
+        """Offset in ``filename`` of the byte at ``addr`` (perf's map__map_ip for file maps)."""
+        return addr - self.start + self.pgoff
+
+    def as_dict(self) -> dict:
+        return {
+            "start": self.start,
+            "end": self.end,
+            "pgoff": self.pgoff,
+            "filename": self.filename,
+            "build_id": self.build_id.hex() if self.build_id else None,
+            "prot": self.prot,
+            "flags": self.flags,
+            "valid_from": self.valid_from,
+            "valid_to": None if self.valid_to == END_OF_TIME else self.valid_to,
+        }
+
+
+class MapIndex:
+    """All mappings one address space ever had, indexed for (address, time) lookups.
+
+    The address axis is cut at every map boundary into elementary intervals;
+    each interval keeps the time-ordered, non-overlapping list of entries that
+    covered it.  A lookup is two bisections.
+    """
+
+    __slots__ = ("entries", "_bounds", "_cells")
+
+    def __init__(self, entries: list[MapEntry]) -> None:
+        self.entries: tuple[MapEntry, ...] = tuple(
+            sorted((e for e in entries if e.valid_from < e.valid_to and e.start < e.end), key=lambda e: (e.start, e.valid_from))
+        )
+        bounds = sorted({e.start for e in self.entries} | {e.end for e in self.entries})
+        self._bounds = bounds
+        cells: list[list[MapEntry]] = [[] for _ in range(max(len(bounds) - 1, 0))]
+        pos = {b: i for i, b in enumerate(bounds)}
+        for e in self.entries:
+            for i in range(pos[e.start], pos[e.end]):
+                cells[i].append(e)
+        self._cells: list[tuple[list[int], list[MapEntry]]] = []
+        for cell in cells:
+            cell.sort(key=lambda e: e.valid_from)
+            self._cells.append(([e.valid_from for e in cell], cell))
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def at(self, addr: int, time: int) -> MapEntry | None:
+        i = bisect_right(self._bounds, addr) - 1
+        if i < 0 or i >= len(self._cells):
+            return None
+        froms, cell = self._cells[i]
+        j = bisect_right(froms, time) - 1
+        if j < 0:
+            return None
+        e = cell[j]
+        return e if time < e.valid_to else None
+
+    def live_at(self, time: int) -> list[MapEntry]:
+        """The address space at ``time``, sorted by address."""
+        return [e for e in self.entries if e.valid_from <= time < e.valid_to]
+
+
+class CpuTimeline:
+    """Who runs on one CPU (or guest VCPU) over time: sorted switch points.
+
+    ``kinds`` per point: ``IN``, ``OUT``, ``OUT_PREEMPT`` (a CPU-wide switch-out,
+    whose pid/tid is the *next* thread) or ``ITRACE_START``.  The current thread
+    after a point is its (pid, tid), following perf's intel_pt rules.
+    """
+
+    IN, OUT, OUT_PREEMPT, ITRACE_START = 0, 1, 2, 3
+    KIND_NAMES = ("in", "out", "out_preempt", "itrace_start")
+
+    __slots__ = ("cpu", "times", "pids", "tids", "kinds")
+
+    def __init__(self, cpu: int, points: list[tuple[int, int, int, int]]) -> None:
+        self.cpu = cpu
+        pts = sorted(points, key=lambda p: p[0])  # stable: file order within one time
+        self.times = np.array([p[0] for p in pts], dtype=np.uint64)
+        self.pids = np.array([p[1] for p in pts], dtype=np.int64)
+        self.tids = np.array([p[2] for p in pts], dtype=np.int64)
+        self.kinds = np.array([p[3] for p in pts], dtype=np.uint8)
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def index_at(self, time: int) -> int:
+        """Index of the last point at or before ``time`` (-1 if none)."""
+        return int(np.searchsorted(self.times, np.uint64(time), side="right")) - 1
+
+    def at(self, time: int) -> tuple[int, int] | None:
+        i = self.index_at(time)
+        if i < 0:
+            return None
+        return int(self.pids[i]), int(self.tids[i])
+
+    def at_array(self, times: np.ndarray) -> np.ndarray:
+        """Vectorised: the tid running at each time (-1 before the first point)."""
+        idx = np.searchsorted(self.times, np.asarray(times, dtype=np.uint64), side="right") - 1
+        out = np.full(idx.shape, -1, dtype=np.int64)
+        ok = idx >= 0
+        out[ok] = self.tids[idx[ok]]
+        return out
+
+    def intervals(self) -> Iterator[tuple[int, int | None, int, int]]:
+        """(start, end or None, pid, tid) runs, merging points that do not change the thread."""
+        n = len(self.times)
+        i = 0
+        while i < n:
+            j = i + 1
+            while j < n and self.tids[j] == self.tids[i] and self.pids[j] == self.pids[i]:
+                j += 1
+            yield int(self.times[i]), (int(self.times[j]) if j < n else None), int(self.pids[i]), int(self.tids[i])
+            i = j
+
+
+@dataclass(frozen=True, slots=True)
+class AuxEvent:
+    """A PERF_RECORD_AUX: the kernel wrote ``[aux_offset, aux_offset+aux_size)`` of a CPU's/thread's AUX area."""
+
+    time: int
+    cpu: int
+    tid: int
+    aux_offset: int
+    aux_size: int
+    flags: int
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.flags & 0x01)
+
+    @property
+    def lost_data(self) -> bool:
+        # perf intel_pt reports "Lost trace data" for truncated AUX areas (collisions too).
+        return bool(self.flags & 0x09)
+
+
+@dataclass(frozen=True, slots=True)
+class AuxtraceBuffer:
+    """A PERF_RECORD_AUXTRACE: one chunk of trace data in the file, for a CPU or (per-thread mode) a thread."""
+
+    record_offset: int
+    data_offset: int | None
+    size: int
+    aux_offset: int
+    reference: int
+    idx: int
+    tid: int
+    cpu: int  # -1 in per-thread mode
+
+    @property
+    def stream(self) -> tuple[str, int]:
+        return ("cpu", self.cpu) if self.cpu >= 0 else ("thread", self.tid)
+
+
+class Machine:
+    """One machine: the host (pid -1) or a guest (its hypervisor's pid), with its threads and maps."""
+
+    __slots__ = ("pid", "_threads", "_thread_starts", "_maps", "kernel_maps", "cpus", "vcpu_threads")
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._threads: dict[int, list[Thread]] = {}
+        self._thread_starts: dict[int, list[int]] = {}
+        self._maps: dict[int, MapIndex] = {}
+        self.kernel_maps = MapIndex([])
+        self.cpus: dict[int, CpuTimeline] = {}  # host: CPU number; guest: VCPU number
+        self.vcpu_threads: dict[int, int] = {}  # guest VCPU -> host tid, when known
+
+    @property
+    def is_host(self) -> bool:
+        return self.pid == HOST_PID
+
+    # -- threads ----------------------------------------------------------------------
+
+    def threads(self) -> Iterator[Thread]:
+        for tid in sorted(self._threads):
+            yield from self._threads[tid]
+
+    def thread(self, tid: int, time: int | None = None) -> Thread | None:
+        """The thread with ``tid`` at ``time`` (tids are reused); the latest one when time is None."""
+        lst = self._threads.get(tid)
+        if not lst:
+            return None
+        if time is None:
+            return lst[-1]
+        i = bisect_right(self._thread_starts[tid], time) - 1
+        return lst[max(i, 0)]
+
+    def process(self, pid: int, time: int | None = None) -> Thread | None:
+        """The main thread of process ``pid`` (perf's 'process' = its thread with tid == pid)."""
+        return self.thread(pid, time)
+
+    def processes(self) -> Iterator[Thread]:
+        return (t for t in self.threads() if t.is_main)
+
+    def num_threads(self) -> int:
+        return sum(len(v) for v in self._threads.values())
+
+    # -- maps -------------------------------------------------------------------------
+
+    def maps(self, pid: int) -> MapIndex:
+        return self._maps.get(pid) or MapIndex([])
+
+    def map_pids(self) -> list[int]:
+        return sorted(self._maps)
+
+    def map_at(self, pid: int, addr: int, time: int, *, kernel: bool | None = None) -> MapEntry | None:
+        """The mapping covering ``addr`` in process ``pid`` at ``time``.
+
+        ``kernel=None`` looks in the process's maps, then the machine's kernel
+        maps; True/False restricts to one (perf chooses by the sample cpumode).
+        """
+        if kernel is not True:
+            idx = self._maps.get(pid)
+            if idx is not None:
+                e = idx.at(addr, time)
+                if e is not None:
+                    return e
+            if kernel is False:
+                return None
+        return self.kernel_maps.at(addr, time)
+
+    def thread_on_cpu(self, cpu: int, time: int) -> Thread | None:
+        tl = self.cpus.get(cpu)
+        hit = tl.at(time) if tl is not None else None
+        if hit is None or hit[1] < 0:
+            return None
+        return self.thread(hit[1], time)
+
+    def __repr__(self) -> str:
+        return f"Machine(pid={self.pid}, threads={self.num_threads()}, processes_with_maps={len(self._maps)})"
+
+
+@dataclass
+class LostEvent:
+    time: int
+    cpu: int
+    kind: str  # "LOST" (sideband records) or "LOST_SAMPLES"
+    count: int
+
+
+@dataclass
+class Sideband:
+    """Everything the records say besides samples and trace data; read-only after build."""
+
+    machines: dict[int, Machine]
+    time_conv: TimeConversion | None = None
+    aux_events: dict[int, list[AuxEvent]] = field(default_factory=dict)  # by cpu (-1: per-thread)
+    auxtrace: list[AuxtraceBuffer] = field(default_factory=list)  # file order
+    lost: list[LostEvent] = field(default_factory=list)
+    per_cpu_mmaps: bool | None = None
+    id_index: dict[int, tuple[int, int]] = field(default_factory=dict)  # sample id -> (machine_pid, vcpu)
+    first_time: int | None = None
+    last_time: int | None = None
+
+    @property
+    def host(self) -> Machine:
+        return self.machines[HOST_PID]
+
+    def machine(self, pid: int = HOST_PID) -> Machine | None:
+        return self.machines.get(pid)
+
+    def guests(self) -> list[Machine]:
+        return [m for pid, m in sorted(self.machines.items()) if pid != HOST_PID]
+
+    # -- shortcuts on the host (or a given machine) -------------------------------------
+
+    def thread(self, tid: int, time: int | None = None, machine: int = HOST_PID) -> Thread | None:
+        m = self.machines.get(machine)
+        return m.thread(tid, time) if m else None
+
+    def map_at(self, pid: int, addr: int, time: int, machine: int = HOST_PID, *, kernel: bool | None = None) -> MapEntry | None:
+        m = self.machines.get(machine)
+        return m.map_at(pid, addr, time, kernel=kernel) if m else None
+
+    def tid_on_cpu(self, cpu: int, time: int, machine: int = HOST_PID) -> tuple[int, int] | None:
+        """(pid, tid) perf considers current on ``cpu`` at perf time ``time``, or None."""
+        m = self.machines.get(machine)
+        tl = m.cpus.get(cpu) if m else None
+        return tl.at(time) if tl is not None else None
+
+    def thread_on_cpu(self, cpu: int, time: int, machine: int = HOST_PID) -> Thread | None:
+        m = self.machines.get(machine)
+        return m.thread_on_cpu(cpu, time) if m else None
+
+    def thread_on_cpu_tsc(self, cpu: int, tsc: int, machine: int = HOST_PID) -> Thread | None:
+        """Like :meth:`thread_on_cpu` for a TSC value of the trace."""
+        if self.time_conv is None:
+            raise ValueError("no TIME_CONV/AUXTRACE_INFO clock in this recording: TSC cannot be converted")
+        return self.thread_on_cpu(cpu, self.time_conv.tsc_to_perf_time(tsc), machine)
+
+    def cpus(self) -> list[int]:
+        return sorted(self.host.cpus)
+
+    def aux_streams(self) -> dict[tuple[str, int], list[AuxtraceBuffer]]:
+        """AUXTRACE buffers grouped by stream (("cpu", n) or ("thread", tid)), in file order."""
+        out: dict[tuple[str, int], list[AuxtraceBuffer]] = {}
+        for b in self.auxtrace:
+            out.setdefault(b.stream, []).append(b)
+        return out

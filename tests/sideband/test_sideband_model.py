@@ -1,0 +1,190 @@
+"""The sideband model on hand-made records: threads, comms, maps and CPU timelines over time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sideband_records as R
+from ptexport.sideband import END_OF_TIME, HOST_PID, CpuTimeline, SidebandBuilder, build_sideband
+
+
+def test_fork_exec_exit_and_comms_over_time():
+    recs = [
+        R.comm(100, 100, "bash", 0),
+        R.mmap2(100, 100, 0x400000, 0x1000, "/bin/bash", 0),
+        R.fork(200, 200, 100, 100, 1000),
+        R.comm(200, 200, "ls", 2000, exec_=True),
+        R.mmap2(200, 200, 0x500000, 0x2000, "/bin/ls", 2100),
+        R.fork(200, 201, 200, 200, 2500),          # a second thread of ls
+        R.comm(200, 201, "worker", 2600),
+        R.exit_(200, 200, 3000),
+    ]
+    sb = build_sideband(recs)
+    host = sb.host
+    bash, ls, worker = host.thread(100), host.thread(200), host.thread(201)
+    assert (ls.pid, ls.tid, ls.ppid, ls.start, ls.end, ls.start_known) == (200, 200, 100, 1000, 3000, True)
+    assert ls.is_main and not worker.is_main and worker.pid == 200
+    # the child inherits the parent's comm at fork time, then exec renames it
+    assert [(c.comm, c.start, c.exec) for c in ls.comms] == [("bash", 1000, False), ("ls", 2000, True)]
+    assert ls.comm_at(1500).comm == "bash" and ls.comm_at(2000).comm == "ls"
+    assert ls.comm_at(5).comm == "bash"  # before the first comm: perf answers with the oldest
+    assert ls.exec_comm().comm == "ls" and ls.exec_comm(1500).comm == "bash"
+    assert worker.comm_name(2550) == "ls" and worker.comm_name() == "worker"
+    assert bash.comm_name() == "bash" and bash.start_known is False
+    assert [t.tid for t in host.processes()] == [100, 200]
+    # maps: fork copies bash's, exec clears them, the new mmap appears later
+    assert sb.map_at(200, 0x400010, 1500).filename == "/bin/bash"
+    assert sb.map_at(200, 0x400010, 2000) is None
+    assert sb.map_at(200, 0x500010, 2099) is None
+    m = sb.map_at(200, 0x501000, 2100)
+    assert (m.filename, m.start, m.end, m.file_offset(0x501234)) == ("/bin/ls", 0x500000, 0x502000, 0x1234)
+    assert sb.map_at(100, 0x400010, 10**9).filename == "/bin/bash"  # bash's own maps untouched
+    # threads share the process's maps
+    assert sb.map_at(worker.pid, 0x500000, 2700).filename == "/bin/ls"
+
+
+def test_exec_keeps_maps_when_asked_like_perf():
+    recs = [R.mmap2(7, 7, 0x1000, 0x1000, "/old", 0), R.comm(7, 7, "new", 10, exec_=True)]
+    assert build_sideband(recs, exec_clears_maps=False).map_at(7, 0x1000, 20).filename == "/old"
+    assert build_sideband(recs).map_at(7, 0x1000, 20) is None
+
+
+def test_overlapping_mmap_cuts_old_map_into_pieces():
+    recs = [
+        R.mmap2(5, 5, 0x10000, 0x10000, "/lib/a.so", 10, pgoff=0x2000),
+        R.mmap2(5, 5, 0x14000, 0x4000, "/lib/b.so", 20),
+    ]
+    sb = build_sideband(recs)
+    assert sb.map_at(5, 0x15000, 15).filename == "/lib/a.so"
+    assert sb.map_at(5, 0x15000, 20).filename == "/lib/b.so"
+    left, right = sb.map_at(5, 0x13000, 25), sb.map_at(5, 0x19000, 25)
+    assert (left.filename, left.start, left.end, left.pgoff, left.valid_from) == ("/lib/a.so", 0x10000, 0x14000, 0x2000, 20)
+    assert (right.start, right.end, right.pgoff, right.mapped_at) == (0x18000, 0x20000, 0x2000 + 0x8000, 10)
+    assert right.file_offset(0x18000) == 0xA000  # same file byte as before the cut
+    assert sb.map_at(5, 0x20000, 25) is None and sb.map_at(5, 0xFFFF, 25) is None
+    live = sb.host.maps(5).live_at(25)
+    assert [(e.start, e.filename) for e in live] == [(0x10000, "/lib/a.so"), (0x14000, "/lib/b.so"), (0x18000, "/lib/a.so")]
+    assert sb.map_at(5, 0x15000, 5) is None  # before anything was mapped
+
+
+def test_records_out_of_time_order_are_replayed_in_order():
+    # per-CPU buffers are flushed in rounds: a later record can come first in the file
+    recs = [R.mmap2(5, 5, 0x1000, 0x1000, "/new", 20), R.mmap2(5, 5, 0x1000, 0x1000, "/old", 10)]
+    sb = build_sideband(recs)
+    assert sb.map_at(5, 0x1000, 15).filename == "/old"
+    assert sb.map_at(5, 0x1000, 25).filename == "/new"
+
+
+def test_kernel_maps_and_build_ids():
+    recs = [
+        R.mmap(-1, 0, 0xFFFFFFFF81000000, 0x1000000, "[kernel.kallsyms]_text", 0, pgoff=0xFFFFFFFF81000000, misc=R.KERNEL),
+        R.mmap2(9, 9, 0x1000, 0x1000, "/usr/bin/x", 0, build_id=bytes.fromhex("aabbcc") + bytes(17)),
+    ]
+    sb = build_sideband(recs)
+    k = sb.map_at(9, 0xFFFFFFFF81234567, 100)
+    assert k.filename == "[kernel.kallsyms]_text" and k.prot == 5 and k.valid_to == END_OF_TIME
+    assert sb.map_at(9, 0xFFFFFFFF81234567, 100, kernel=False) is None
+    assert sb.map_at(9, 0x1000, 100, kernel=True) is None
+    assert sb.map_at(9, 0x1000, 0).build_id.hex().startswith("aabbcc")
+
+
+def test_cpu_timeline_follows_intel_pt_rules():
+    recs = [
+        R.itrace_start(3, 100, 10, 11),
+        R.switch_cpu_wide(3, 200, 10, 11, out=True, next_prev_pid=20, next_prev_tid=21, preempt=True),
+        R.switch_cpu_wide(3, 210, 20, 21, out=False, next_prev_pid=10, next_prev_tid=11),
+        R.switch_cpu_wide(3, 300, 20, 21, out=True, next_prev_pid=0, next_prev_tid=0),
+        R.switch(1, 150, 30, 31, out=False),
+        R.switch(1, 400, 30, 31, out=True),  # per-thread switch-out: ignored, as intel_pt does
+        R.comm(20, 21, "b", 0),
+    ]
+    sb = build_sideband(recs)
+    assert sb.tid_on_cpu(3, 99) is None
+    assert sb.tid_on_cpu(3, 100) == (10, 11)
+    assert sb.tid_on_cpu(3, 199) == (10, 11)
+    assert sb.tid_on_cpu(3, 200) == (20, 21)
+    assert sb.tid_on_cpu(3, 10**12) == (0, 0)
+    assert sb.thread_on_cpu(3, 250).comm_name() == "b"
+    assert sb.tid_on_cpu(1, 500) == (30, 31)
+    tl = sb.host.cpus[3]
+    assert tl.kinds.tolist() == [CpuTimeline.ITRACE_START, CpuTimeline.OUT_PREEMPT, CpuTimeline.IN, CpuTimeline.OUT]
+    assert list(tl.intervals()) == [(100, 200, 10, 11), (200, 300, 20, 21), (300, None, 0, 0)]
+    assert tl.at_array(np.array([50, 100, 205, 301])).tolist() == [-1, 11, 21, 0]
+    assert sb.cpus() == [1, 3]
+
+
+def test_tsc_queries_use_the_clock():
+    from ptexport.sideband import TimeConversion
+
+    class TC:
+        time_shift, time_mult, time_zero = 0, 1, 0  # tsc == ns
+
+    sb = build_sideband([R.itrace_start(0, 100, 1, 1)], time_conv=TC())
+    assert sb.thread_on_cpu_tsc(0, 150).tid == 1
+    assert isinstance(sb.time_conv, TimeConversion)
+    with pytest.raises(ValueError):
+        build_sideband([]).thread_on_cpu_tsc(0, 1)
+
+
+def test_tid_reuse_gives_a_new_thread():
+    recs = [
+        R.fork(50, 50, 1, 1, 100), R.comm(50, 50, "first", 110), R.exit_(50, 50, 200),
+        R.fork(50, 50, 1, 1, 300), R.comm(50, 50, "second", 310),
+    ]
+    host = build_sideband(recs).host
+    a, b = host.thread(50, 150), host.thread(50, 350)
+    assert a is not b and a.uid != b.uid
+    assert (a.comm_name(), a.end, b.comm_name(), b.end) == ("first", 200, "second", None)
+    assert host.thread(50) is b and host.num_threads() == 3  # + the parent, pid 1
+
+
+def test_guest_machines_from_id_index_and_cpumode():
+    recs = [
+        R.id_index([R.IdEntry(id=7, machine_pid=4242, vcpu=1), R.IdEntry(id=8, machine_pid=0)]),
+        R.comm(600, 600, "guest-app", 10, sid=7),
+        R.mmap2(600, 600, 0x1000, 0x1000, "/guest/bin", 11, sid=7),
+        R.switch_cpu_wide(5, 20, 600, 600, out=False, next_prev_pid=0, next_prev_tid=0, sid=7, misc=R.GUEST_USER),
+        R.comm(600, 600, "host-app", 10, sid=8),
+        R.mmap(777, 777, 0xFFFF0000, 0x1000, "[guest.kernel.kallsyms]", 0, misc=R.GUEST_KERNEL),
+    ]
+    sb = build_sideband(recs)
+    assert sorted(sb.machines) == [HOST_PID, 777, 4242]
+    g = sb.machine(4242)
+    assert g.thread(600).comm_name() == "guest-app" and sb.host.thread(600).comm_name() == "host-app"
+    assert g.map_at(600, 0x1000, 20).filename == "/guest/bin" and sb.map_at(600, 0x1000, 20) is None
+    assert sb.tid_on_cpu(1, 30, machine=4242) == (600, 600)  # keyed by VCPU, not host CPU 5
+    assert sb.machine(777).kernel_maps.at(0xFFFF0010, 0).filename == "[guest.kernel.kallsyms]"
+    assert [m.pid for m in sb.guests()] == [777, 4242]
+
+
+def test_aux_records_and_auxtrace_streams():
+    recs = [
+        R.aux(0, 100, 0, 0x100), R.aux(0, 200, 0x100, 0x80, flags=1),
+        R.auxtrace(0, 5, 0x180, data_offset=0x1000), R.auxtrace(2, 5, 0x40, data_offset=0x2000),
+        R.auxtrace(0xFFFFFFFF, 77, 0x10, data_offset=0x3000),  # per-thread mode: cpu -1 as u32
+    ]
+    sb = build_sideband(recs)
+    assert [e.truncated for e in sb.aux_events[0]] == [False, True]
+    streams = sb.aux_streams()
+    assert sorted(streams) == [("cpu", 0), ("cpu", 2), ("thread", 77)]
+    assert streams[("cpu", 0)][0].size == 0x180 and streams[("thread", 77)][0].cpu == -1
+
+
+def test_builder_is_single_use():
+    b = SidebandBuilder()
+    b.finish()
+    with pytest.raises(RuntimeError):
+        b.add(R.comm(1, 1, "x", 0))
+
+
+def test_map_lookup_is_bisect_not_scan():
+    # 20k mmaps in one process, each lookup must stay fast
+    recs = [R.mmap2(1, 1, 0x10000 + i * 0x2000, 0x1000, f"/lib/l{i}.so", i) for i in range(20000)]
+    sb = build_sideband(recs)
+    import time as _t
+
+    t0 = _t.perf_counter()
+    for i in range(0, 20000, 7):
+        assert sb.map_at(1, 0x10000 + i * 0x2000 + 5, 10**6).filename == f"/lib/l{i}.so"
+    assert _t.perf_counter() - t0 < 0.5
