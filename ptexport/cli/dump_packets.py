@@ -1,0 +1,244 @@
+"""``ptexport dump packets``: Intel PT packets as libipt's ptdump prints them.
+
+    ptexport dump packets TRACE                     # perf.data: per CPU / per AUX buffer
+    ptexport dump packets --raw FILE.pt [--cpu F/M[/S]] [ptdump options]
+
+Each packet line starts with the packet's offset as 16 hex digits.  With
+perf.data the offset is within the CPU's AUX stream (the concatenation of
+its AUXTRACE buffers), and a header line names each buffer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ptexport.errors import InputError, UsageError
+
+NAME = "packets"
+HELP = "print Intel PT packets (ptdump format) of a perf.data or a raw trace"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("trace", metavar="TRACE", help="perf.data file (or a raw .pt file with --raw)")
+    parser.add_argument("--raw", action="store_true", help="TRACE is a raw Intel PT dump")
+    parser.add_argument("--cpu", metavar="F/M[/S]",
+                        help="decode for this CPU family/model[/stepping] (errata); 'none' = spec")
+    g = parser.add_argument_group("ptdump options")
+    g.add_argument("--no-sync", action="store_true", help="assume a sync point at offset 0")
+    g.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    g.add_argument("--no-pad", action="store_true", help="hide PAD packets")
+    g.add_argument("--no-timing", action="store_true", help="hide timing packets")
+    g.add_argument("--no-cyc", action="store_true", help="hide CYC packets and ignore them for time")
+    g.add_argument("--no-offset", action="store_true", help="no offset column")
+    g.add_argument("--raw-bytes", action="store_true", help="show the raw packet bytes")
+    g.add_argument("--lastip", action="store_true", help="show the last IP on IP packets")
+    g.add_argument("--exec-mode", action="store_true", help="show the execution mode on mode.exec")
+    g.add_argument("--time", action="store_true", help="show the estimated TSC on timing packets")
+    g.add_argument("--tcal", action="store_true", help="show time calibration")
+    g.add_argument("--time-delta", action="store_true", help="show time as deltas")
+    g.add_argument("--no-tcal", action="store_true", help="skip time calibration")
+    g.add_argument("--no-wall-clock", action="store_true", help="relative time without a TSC")
+    g.add_argument("--keep-tcal-on-ovf", action="store_true", help="keep calibration over OVF")
+    g.add_argument("--mtc-freq", type=lambda s: int(s, 0), default=0, metavar="N")
+    g.add_argument("--nom-freq", type=lambda s: int(s, 0), default=0, metavar="N")
+    g.add_argument("--cpuid-0x15.eax", dest="cpuid_eax", type=lambda s: int(s, 0), default=0,
+                   metavar="N")
+    g.add_argument("--cpuid-0x15.ebx", dest="cpuid_ebx", type=lambda s: int(s, 0), default=0,
+                   metavar="N")
+    s = parser.add_argument_group("perf_event sideband (raw mode)")
+    s.add_argument("--pevent:primary", "--pevent", dest="pevent_primary", action="append",
+                   default=[], metavar="FILE",
+                   help="perf_event sideband file of the traced cpu; sample-type/time-zero/"
+                        "time-shift/time-mult are taken from its name when present")
+    s.add_argument("--pevent:secondary", dest="pevent_secondary", action="append", default=[],
+                   metavar="FILE", help="sideband file of another cpu")
+    s.add_argument("--pevent:sample-type", dest="pevent_sample_type", type=lambda s: int(s, 0))
+    s.add_argument("--pevent:time-zero", dest="pevent_time_zero", type=lambda s: int(s, 0))
+    s.add_argument("--pevent:time-shift", dest="pevent_time_shift", type=lambda s: int(s, 0))
+    s.add_argument("--pevent:time-mult", dest="pevent_time_mult", type=lambda s: int(s, 0))
+    s.add_argument("--sb:compact", "--sb", dest="sb_compact", action="store_true")
+    s.add_argument("--sb:verbose", dest="sb_verbose", action="store_true")
+    s.add_argument("--sb:filename", dest="sb_filename", action="store_true")
+    s.add_argument("--sb:offset", dest="sb_offset", action="store_true")
+    s.add_argument("--sb:time", dest="sb_time", action="store_true")
+    s.add_argument("--sb:warn", dest="sb_warn", action="store_true")
+
+
+def _options(args, errata):
+    from ptexport.pt.ptdump import PtdumpOptions
+    from ptexport.pt.time import TimingConfig
+
+    if args.time and args.tcal:
+        raise UsageError("specify either --time or --tcal")
+    timing = TimingConfig(
+        mtc_freq=args.mtc_freq,
+        nom_freq=args.nom_freq,
+        cpuid_0x15_eax=args.cpuid_eax,
+        cpuid_0x15_ebx=args.cpuid_ebx,
+        skl168=errata.skl168,
+    )
+    return PtdumpOptions(
+        show_offset=not args.no_offset,
+        show_raw_bytes=args.raw_bytes,
+        show_last_ip=args.lastip,
+        show_exec_mode=args.exec_mode,
+        track_time=args.time or args.tcal,
+        show_time=args.time,
+        show_tcal=args.tcal,
+        show_time_as_delta=args.time_delta,
+        quiet=args.quiet,
+        no_pad=args.no_pad,
+        no_sync=args.no_sync,
+        no_tcal=args.no_tcal,
+        no_wall_clock=args.no_wall_clock,
+        no_timing=args.no_timing,
+        no_cyc=args.no_cyc,
+        keep_tcal_on_ovf=args.keep_tcal_on_ovf,
+        errata=errata,
+        timing=timing,
+    )
+
+
+def _errata(args, out):
+    """(errata, warning line or None) for --cpu, as ptdump reports an unknown cpu."""
+    from ptexport.pt.errata import NO_ERRATA, UnknownCpuError, errata_for_cpu, parse_cpu
+
+    if not args.cpu or args.cpu == "none":
+        return NO_ERRATA, None
+    if args.cpu == "auto":
+        fam, model, step = _host_cpu()
+    else:
+        fam, model, step = parse_cpu(args.cpu)
+    try:
+        return errata_for_cpu(fam, model, step), None
+    except UnknownCpuError:
+        return NO_ERRATA, "[0: failed to determine errata: unknown cpu]"
+
+
+def _host_cpu() -> tuple[int, int, int]:
+    fam = model = step = 0
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                k = k.strip()
+                if k == "cpu family":
+                    fam = int(v)
+                elif k == "model":
+                    model = int(v)
+                elif k == "stepping":
+                    step = int(v)
+                elif not line.strip() and fam:
+                    break
+    except OSError as e:
+        raise UsageError(f"--cpu auto: cannot read /proc/cpuinfo: {e}") from e
+    return fam, model, step
+
+
+_SB_NAME = re.compile(r"(sample-type|time-zero|time-shift|time-mult)=(0x[0-9a-fA-F]+|\d+)")
+
+
+def _pevent_config(path: str, args):
+    from ptexport.pt.pevent import PeventConfig
+
+    vals = {k: int(v, 0) for k, v in _SB_NAME.findall(os.path.basename(path))}
+    def pick(opt, key, default):
+        v = getattr(args, opt)
+        if v is not None:
+            return v
+        return vals.get(key, default)
+    return PeventConfig(
+        sample_type=pick("pevent_sample_type", "sample-type", 0),
+        time_zero=pick("pevent_time_zero", "time-zero", 0),
+        time_shift=pick("pevent_time_shift", "time-shift", 0),
+        time_mult=pick("pevent_time_mult", "time-mult", 1),
+    )
+
+
+def _sideband(args):
+    files = [(p, True) for p in args.pevent_primary] + [(p, False) for p in args.pevent_secondary]
+    if not files:
+        return None
+    from ptexport.pt.pevent import SidebandPrinter, load_pevent
+
+    streams = []
+    for path, primary in files:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise InputError(f"cannot read: {e.strerror}", source=path) from e
+        streams.append(load_pevent(data, _pevent_config(path, args), path, primary))
+    printer = SidebandPrinter(
+        streams,
+        verbose=args.sb_verbose,
+        compact=args.sb_compact or not args.sb_verbose,
+        show_filename=args.sb_filename,
+        show_offset=args.sb_offset,
+        show_time=args.sb_time,
+        warn=args.sb_warn,
+        enabled=(args.sb_compact or args.sb_verbose) and not args.quiet,
+    )
+    return printer
+
+
+def run(args, out) -> int:
+    from ptexport.pt.ptdump import ptdump_lines
+
+    errata, warning = _errata(args, out)
+    opts = _options(args, errata)
+    if args.raw:
+        try:
+            with open(args.trace, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise InputError(f"cannot read: {e.strerror}", source=args.trace) from e
+        if warning:
+            print(warning, file=out)
+        sb = _sideband(args)
+        sb_fn = sb.lines_until if sb is not None else None
+        if sb is not None:
+            opts.track_time = True
+        for line in ptdump_lines(data, opts, source=args.trace, sideband=sb_fn):
+            print(line, file=out)
+        return 0
+    return _run_perf_data(args, opts, warning, out)
+
+
+def _run_perf_data(args, opts, warning, out) -> int:
+    """perf.data: one ptdump per CPU AUX stream (the concatenated AUXTRACE buffers of that CPU)."""
+    try:
+        from ptexport.perfdata import open_perf_data
+    except ImportError as e:  # the reader is not there yet
+        raise UsageError("perf.data input needs ptexport.perfdata.open_perf_data") from e
+    from ptexport.pt.ptdump import ptdump_lines
+
+    pd = open_perf_data(args.trace)
+    streams: dict[int, list] = {}
+    order: list[int] = []
+    for rec in pd.records():
+        if type(rec).__name__ != "AuxtraceRecord" and not hasattr(rec, "aux_offset"):
+            continue
+        key = rec.cpu
+        if key not in streams:
+            streams[key] = []
+            order.append(key)
+        streams[key].append(rec)
+    if warning:
+        print(warning, file=out)
+    for cpu in order:
+        recs = streams[cpu]
+        chunks = []
+        for rec in recs:
+            chunks.append(bytes(pd.aux_data(rec)))
+        data = b"".join(chunks)
+        print(f"# aux cpu {cpu}: {len(recs)} buffer(s), {len(data)} bytes", file=out)
+        pos = 0
+        for rec, chunk in zip(recs, chunks):
+            print(f"#   buffer idx {rec.idx} aux_offset {rec.aux_offset:#x} size {len(chunk):#x}"
+                  f" at stream offset {pos:#x}", file=out)
+            pos += len(chunk)
+        for line in ptdump_lines(data, opts, source=f"aux cpu {cpu}"):
+            print(line, file=out)
+    return 0
