@@ -1,0 +1,356 @@
+"""Read-only database access for the viewer: SQLite files and PostgreSQL URLs.
+
+Everything the viewer reads goes through :class:`Database`.  It opens the
+database read-only (SQLite ``file:...?mode=ro`` URI plus ``PRAGMA query_only``;
+PostgreSQL ``default_transaction_read_only``), hands out SQLAlchemy
+connections wrapped in a :class:`Session` that can be cancelled from another
+thread (SQLite progress handler / ``interrupt()``, PostgreSQL cancel request)
+and that enforces a statement timeout, and describes the schema it found
+(:class:`Capabilities`) so that queries work on perf's plain schema and use
+ptexport's additions when they are present.
+
+No Qt here: the Qt layer (workers, models) sits on top.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import NullPool
+
+from ptexport.errors import PtExportError
+
+# Indexes that make the viewer's keyset paging and tree expansion fast.  perf
+# creates only the two on calls; ptexport's exporter creates these and more.
+# They are added only to an in-memory copy (the file itself is never written).
+UPGRADE_INDEXES = (
+    ("ptv_calls_parent", "calls", "parent_id"),
+    ("ptv_calls_pcp", "calls", "parent_call_path_id, comm_id, thread_id"),
+    ("ptv_calls_thread", "calls", "thread_id, parent_id, call_time"),
+    ("ptv_samples_time", "samples", "time"),
+    ("ptv_samples_cpu", "samples", "cpu, id"),
+    ("ptv_cs_cpu", "context_switches", "machine_id, cpu, time"),
+    ("ptv_comms_thread", "comms", "c_thread_id"),
+)
+
+_memory_ids = itertools.count(1)
+
+
+class ViewerError(PtExportError):
+    """A database the viewer cannot open or read."""
+
+
+class QueryError(ViewerError):
+    """A statement the database refused; the message is the database's own."""
+
+    def __init__(self, message: str, sql: str | None = None) -> None:
+        self.sql = sql
+        super().__init__(message)
+
+
+class QueryCancelled(ViewerError):
+    """The statement was cancelled by the user or ran past its timeout."""
+
+
+@dataclass
+class Capabilities:
+    """What the schema holds: perf's base tables, optional parts, ptexport additions."""
+
+    tables: dict[str, list[str]] = field(default_factory=dict)  # table -> columns
+    views: dict[str, list[str]] = field(default_factory=dict)
+
+    def has(self, name: str) -> bool:
+        return name in self.tables or name in self.views
+
+    def columns(self, name: str) -> list[str]:
+        return self.tables.get(name) or self.views.get(name) or []
+
+    def has_column(self, table: str, column: str) -> bool:
+        return column in self.columns(table)
+
+    @property
+    def has_calls(self) -> bool:
+        return "calls" in self.tables and "call_paths" in self.tables
+
+    @property
+    def calls_ipc(self) -> bool:
+        return self.has_column("calls", "insn_count") and self.has_column("calls", "cyc_count")
+
+    @property
+    def samples_ipc(self) -> bool:
+        return self.has_column("samples", "insn_count") and self.has_column("samples", "cyc_count")
+
+    @property
+    def has_vcpus(self) -> bool:
+        return "vcpus" in self.tables
+
+    @property
+    def samples_vcpu(self) -> bool:
+        return self.has_column("samples", "vcpu")
+
+    @property
+    def has_context_switches(self) -> bool:
+        return "context_switches" in self.tables
+
+    @property
+    def ptexport(self) -> bool:
+        """True for a database with ptexport's additions (else a plain perf export)."""
+        return self.has_vcpus or self.samples_vcpu or "decode_errors" in self.tables
+
+
+class Session:
+    """One checked-out connection that another thread may cancel.
+
+    ``execute`` runs a statement and returns all rows (or ``fetch`` of them);
+    a database error becomes :class:`QueryError` carrying the database's
+    message, a cancel or timeout becomes :class:`QueryCancelled`.
+    """
+
+    def __init__(self, db: "Database", conn: Connection, timeout: float | None) -> None:
+        self.db = db
+        self.conn = conn
+        self.timeout = timeout
+        self._cancelled = threading.Event()
+        self._deadline: float | None = None
+        self._raw = conn.connection.dbapi_connection
+        if db.is_sqlite:
+            self._raw.set_progress_handler(self._sqlite_progress, 2000)
+
+    # -- cancellation ------------------------------------------------------
+    def cancel(self) -> None:
+        """Ask the running statement to stop (safe from any thread)."""
+        self._cancelled.set()
+        try:
+            if self.db.is_sqlite:
+                self._raw.interrupt()
+            else:
+                self._raw.cancel()
+        except Exception:  # the connection may already be closed: nothing to cancel
+            pass
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def _sqlite_progress(self) -> int:
+        if self._cancelled.is_set():
+            return 1
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            return 1
+        return 0
+
+    # -- statements --------------------------------------------------------
+    def execute(self, sql: str, params: dict[str, Any] | None = None, fetch: int | None = None
+                ) -> tuple[list[str], list[tuple]]:
+        """Run ``sql`` with bound ``params``; return (column names, rows)."""
+        if self.cancelled:
+            raise QueryCancelled("cancelled")
+        self._deadline = time.monotonic() + self.timeout if self.timeout else None
+        try:
+            if not self.db.is_sqlite and self.timeout:
+                self.conn.exec_driver_sql(f"SET statement_timeout = {int(self.timeout * 1000)}")
+            result = self.conn.execute(sa.text(sql), params or {})
+            if not result.returns_rows:
+                return [], []
+            cols = list(result.keys())
+            rows = result.fetchmany(fetch) if fetch is not None else result.fetchall()
+            result.close()
+            return cols, [tuple(r) for r in rows]
+        except sa.exc.DBAPIError as e:
+            self._rollback()
+            msg = str(e.orig) if e.orig is not None else str(e)
+            msg = msg.strip().splitlines()[0] if msg.strip() else type(e.orig).__name__
+            if self.cancelled:
+                raise QueryCancelled("cancelled") from e
+            if self._timed_out(e):
+                raise QueryCancelled(f"statement timeout ({self.timeout:g} s): {msg}") from e
+            raise QueryError(msg, sql) from e
+        except sa.exc.SQLAlchemyError as e:
+            self._rollback()
+            raise QueryError(str(e).splitlines()[0], sql) from e
+        finally:
+            self._deadline = None
+
+    def rows(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
+        return self.execute(sql, params)[1]
+
+    def scalar(self, sql: str, params: dict[str, Any] | None = None, default: Any = None) -> Any:
+        rows = self.execute(sql, params, fetch=1)[1]
+        return rows[0][0] if rows and rows[0][0] is not None else default
+
+    def _timed_out(self, e: sa.exc.DBAPIError) -> bool:
+        text = str(e.orig).lower()
+        if self.db.is_sqlite:
+            return "interrupted" in text
+        return "statement timeout" in text
+
+    def _rollback(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.rollback()
+
+
+class Database:
+    """A read-only handle on one exported database (SQLite path or postgresql:// URL).
+
+    ``in_memory=True`` (SQLite only) copies the file into a shared in-memory
+    database and adds the indexes of :data:`UPGRADE_INDEXES`: this is how a
+    database written by perf's export-to-sqlite.py (which has only two
+    indexes) is upgraded for fast browsing without ever writing the file.
+    """
+
+    def __init__(self, target: str | os.PathLike[str], *, in_memory: bool = False,
+                 user_timeout: float = 30.0) -> None:
+        self.target = str(target)
+        self.user_timeout = user_timeout
+        self.is_sqlite = not self.target.startswith(("postgresql:", "postgres:", "postgresql+"))
+        self.in_memory = in_memory and self.is_sqlite
+        self._keeper: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._sessions: set[Session] = set()
+        if self.is_sqlite:
+            self.engine = self._sqlite_engine()
+        else:
+            self.engine = self._pg_engine()
+        with self.session() as s:
+            self.caps = self._introspect(s)
+        if not self.caps.has("samples") and not self.caps.has("calls") and not self.caps.has("comms"):
+            self.close()
+            raise ViewerError(f"{self.display_name}: not a perf/ptexport export (no samples, calls or comms table)")
+
+    # -- engines -----------------------------------------------------------
+    def _sqlite_engine(self) -> Engine:
+        path = Path(self.target)
+        if not path.is_file():
+            raise ViewerError(f"{self.target}: no such database file")
+        try:
+            with path.open("rb") as f:
+                magic = f.read(16)
+        except OSError as e:
+            raise ViewerError(f"{self.target}: {e.strerror}") from e
+        if magic != b"SQLite format 3\x00":
+            raise ViewerError(f"{self.target}: not an SQLite database")
+        if self.in_memory:
+            name = f"ptexport_viewer_{os.getpid()}_{next(_memory_ids)}"
+            uri = f"file:{name}?mode=memory&cache=shared"
+            src = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+            self._keeper = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            src.backup(self._keeper)
+            src.close()
+            tables = {r[0] for r in self._keeper.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            for idx, table, cols in UPGRADE_INDEXES:
+                if table in tables:
+                    have = {r[1] for r in self._keeper.execute(f"PRAGMA table_info({table})")}
+                    if all(c.strip() in have for c in cols.split(",")):
+                        self._keeper.execute(f"CREATE INDEX IF NOT EXISTS {idx} ON {table} ({cols})")
+            self._keeper.commit()
+            creator_uri = uri
+        else:
+            creator_uri = f"file:{path.resolve().as_posix()}?mode=ro"
+
+        def creator() -> sqlite3.Connection:
+            c = sqlite3.connect(creator_uri, uri=True, check_same_thread=False)
+            c.execute("PRAGMA query_only = ON")
+            return c
+
+        return sa.create_engine("sqlite+pysqlite://", creator=creator, poolclass=NullPool)
+
+    def _pg_engine(self) -> Engine:
+        url = self.target
+        for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+            if url.startswith(prefix):
+                url = "postgresql+psycopg://" + url[len(prefix):]
+                break
+        opts = "-c default_transaction_read_only=on -c statement_timeout=0"
+        try:
+            engine = sa.create_engine(url, connect_args={"options": opts}, pool_pre_ping=False)
+        except sa.exc.ArgumentError as e:
+            raise ViewerError(f"{self.target}: {e}") from e
+        return engine
+
+    @property
+    def display_name(self) -> str:
+        if self.is_sqlite:
+            return Path(self.target).name
+        return sa.engine.make_url(self.target).render_as_string(hide_password=True)
+
+    # -- sessions ----------------------------------------------------------
+    @contextlib.contextmanager
+    def session(self, timeout: float | None = None) -> Iterator[Session]:
+        """A cancellable read-only connection for the duration of a ``with`` block."""
+        try:
+            conn = self.engine.connect()
+        except sa.exc.DBAPIError as e:
+            raise ViewerError(f"{self.display_name}: cannot connect: {str(e.orig).strip().splitlines()[0]}") from e
+        s = Session(self, conn, timeout)
+        with self._lock:
+            self._sessions.add(s)
+        try:
+            yield s
+        finally:
+            with self._lock:
+                self._sessions.discard(s)
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            conn.close()
+
+    def cancel_all(self) -> None:
+        with self._lock:
+            sessions = list(self._sessions)
+        for s in sessions:
+            s.cancel()
+
+    def close(self) -> None:
+        self.cancel_all()
+        self.engine.dispose()
+        if self._keeper is not None:
+            self._keeper.close()
+            self._keeper = None
+
+    # -- schema ------------------------------------------------------------
+    def _introspect(self, s: Session) -> Capabilities:
+        caps = Capabilities()
+        if self.is_sqlite:
+            for name, kind in s.rows("SELECT name, type FROM sqlite_master WHERE type IN ('table','view') "
+                                     "AND name NOT LIKE 'sqlite_%' ORDER BY name"):
+                cols = [r[1] for r in s.rows(f'PRAGMA table_info("{name}")')]
+                (caps.tables if kind == "table" else caps.views)[name] = cols
+        else:
+            for name, kind in s.rows("SELECT table_name, table_type FROM information_schema.tables "
+                                     "WHERE table_schema = current_schema() ORDER BY table_name"):
+                cols = [r[0] for r in s.rows(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
+                    "AND table_name = :t ORDER BY ordinal_position", {"t": name})]
+                (caps.views if kind == "VIEW" else caps.tables)[name] = cols
+        return caps
+
+    def table_names(self) -> list[str]:
+        return sorted(list(self.caps.tables) + list(self.caps.views))
+
+
+def quote_ident(name: str) -> str:
+    """Quote an identifier for both SQLite and PostgreSQL."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def csv_lines(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Rows as CSV text (RFC 4180 quoting), header first."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    if columns:
+        w.writerow(columns)
+    for r in rows:
+        w.writerow(["" if v is None else v for v in r])
+    return buf.getvalue()
