@@ -1,0 +1,210 @@
+"""PostgreSQL writer: COPY into a temporary database, keys and indexes after, rename at the end.
+
+Like perf's export-to-postgresql.py it creates the database the URL names
+(connecting to the ``postgres`` maintenance database to do so), loads with
+``COPY ... FROM STDIN (FORMAT binary)`` into tables without keys, and adds
+primary keys and indexes afterwards.  Unlike perf it loads into
+``NAME__ptexport_tmp_PID`` and renames that to NAME only when complete; on an
+error or Ctrl-C the temporary database is dropped.
+
+Integer batches are encoded as binary COPY rows by numpy (one structured
+array per batch, big-endian fields), with no Python loop per row.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Any
+
+import numpy as np
+
+from ptexport.errors import DatabaseExistsError, ExportError, UsageError
+from ptexport.export.writer import Writer, is_text_type
+
+try:
+    import psycopg
+    from psycopg import sql as pgsql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+except ImportError:  # pragma: no cover - a dependency
+    psycopg = None  # type: ignore[assignment]
+
+COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
+COPY_TRAILER = struct.pack("!h", -1)
+CHUNK_ROWS = 1 << 18
+_BINARY = {"bigint": (">i8", 8), "integer": (">i4", 4), "boolean": ("u1", 1)}
+
+
+def _wrap(e: Exception, target: str, what: str) -> ExportError:
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return ExportError(f"{target}: {what}: {msg}")
+
+
+def parse_target(target: str) -> dict[str, Any]:
+    """Connection parameters of a ``postgresql://user@host:port/dbname`` URL (dbname required)."""
+    if psycopg is None:  # pragma: no cover
+        raise ExportError("PostgreSQL output needs psycopg (pip install 'psycopg[binary]')")
+    url = "postgresql:" + target[3:] if target.startswith("pg:") else target
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as e:
+        raise UsageError(f"{target}: not a PostgreSQL URL: {e}") from e
+    if not params.get("dbname"):
+        raise UsageError(f"{target}: the URL names no database (postgresql://user@host/DBNAME)")
+    return params
+
+
+def _redacted(params: dict[str, Any]) -> str:
+    p = {k: v for k, v in params.items() if k != "password"}
+    return f"postgresql://{p.get('user', '')}@{p.get('host', '')}:{p.get('port', '')}/{p.get('dbname')}"
+
+
+class PostgresWriter(Writer):
+    dialect = "postgresql"
+
+    def __init__(self, target: str, *, force: bool = False) -> None:
+        super().__init__()
+        self.params = parse_target(target)
+        self.dbname = str(self.params["dbname"])
+        self.target = _redacted(self.params)
+        self.tmp_name = f"{self.dbname[:30]}__ptexport_tmp_{os.getpid()}"
+        self.conn = None
+        self.admin = self._connect("postgres")
+        try:
+            exists = self._database_exists(self.dbname)
+            if exists and not force:
+                raise DatabaseExistsError(f"{self.target} already exists (use --force to replace it)")
+            self.admin.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                pgsql.Identifier(self.tmp_name)))
+            self.admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(self.tmp_name)))
+        except psycopg.Error as e:
+            self.admin.close()
+            raise _wrap(e, self.target, "cannot create the database") from e
+        except BaseException:
+            self.admin.close()
+            raise
+        try:
+            self.conn = self._connect(self.tmp_name)
+            with self.conn.cursor() as cur:
+                cur.execute("SET client_min_messages TO WARNING")
+                for s in self.schema.table_sql.values():
+                    cur.execute(s)
+                for s in self.schema.view_sql.values():
+                    cur.execute(s)
+                for s in self.schema.comment_sql:
+                    cur.execute(s)
+            self._write_unknown_rows()
+        except BaseException as e:
+            self.abort()
+            if isinstance(e, psycopg.Error):
+                raise _wrap(e, self.target, "cannot create the schema") from e
+            raise
+
+    def _connect(self, dbname: str):
+        params = dict(self.params, dbname=dbname)
+        try:
+            return psycopg.connect(make_conninfo(**params), autocommit=True)
+        except psycopg.Error as e:
+            raise _wrap(e, _redacted(params), "cannot connect") from e
+
+    def _database_exists(self, name: str) -> bool:
+        return self.admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is not None
+
+    # ------------------------------------------------------------ inserts
+    def _copy_sql(self, table: str, binary: bool) -> Any:
+        cols = pgsql.SQL(", ").join(pgsql.Identifier(c) for c in self.schema.columns(table))
+        fmt = pgsql.SQL(" (FORMAT binary)") if binary else pgsql.SQL("")
+        return pgsql.SQL("COPY {} ({}) FROM STDIN").format(pgsql.Identifier(table), cols) + fmt
+
+    def _insert_rows(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        try:
+            with self.conn.cursor() as cur, cur.copy(self._copy_sql(table, False)) as cp:
+                for r in rows:
+                    cp.write_row(r)
+        except psycopg.Error as e:
+            raise _wrap(e, self.target, f"writing {table}") from e
+
+    def _insert_columns(self, table: str, cols: dict[str, Any], n: int) -> None:
+        cdefs = self.schema.tables[table]
+        if any(is_text_type(c.type) for c in cdefs):
+            lists = []
+            for c in cdefs:
+                v = cols[c.name]
+                if np.isscalar(v):
+                    lists.append([v] * n)
+                else:
+                    a = np.asarray(v)
+                    if a.dtype.kind == "u":
+                        a = a.astype(np.int64)
+                    if c.type == "boolean":
+                        a = a.astype(bool)
+                    lists.append(a.tolist())
+            self._insert_rows(table, list(zip(*lists)))
+            return
+        fields: list[tuple[str, str]] = [("n", ">i2")]
+        for j, c in enumerate(cdefs):
+            fields += [(f"l{j}", ">i4"), (f"v{j}", _BINARY[c.type][0])]
+        dt = np.dtype(fields)
+        try:
+            with self.conn.cursor() as cur, cur.copy(self._copy_sql(table, True)) as cp:
+                cp.write(COPY_HEADER)
+                for start in range(0, n, CHUNK_ROWS):
+                    stop = min(n, start + CHUNK_ROWS)
+                    rec = np.empty(stop - start, dtype=dt)
+                    rec["n"] = len(cdefs)
+                    for j, c in enumerate(cdefs):
+                        rec[f"l{j}"] = _BINARY[c.type][1]
+                        v = cols[c.name]
+                        if np.isscalar(v):
+                            rec[f"v{j}"] = int(v)
+                        else:
+                            a = np.asarray(v[start:stop])
+                            if c.type == "boolean":
+                                a = a != 0
+                            elif c.type == "integer":
+                                a = a.astype(np.int64, copy=False)
+                            else:
+                                a = a.astype(np.int64, copy=False)
+                            rec[f"v{j}"] = a
+                    cp.write(rec.tobytes())
+                cp.write(COPY_TRAILER)
+        except psycopg.Error as e:
+            raise _wrap(e, self.target, f"writing {table}") from e
+
+    # ------------------------------------------------------------ end
+    def _finish_database(self) -> None:
+        try:
+            with self.conn.cursor() as cur:
+                for s in self.schema.primary_key_sql():
+                    cur.execute(s)
+                cur.execute("UPDATE comms SET has_calls = TRUE WHERE id IN (SELECT DISTINCT comm_id FROM calls)")
+                for s in self.schema.index_sql.values():
+                    cur.execute(s)
+                cur.execute("INSERT INTO schema_version VALUES (%s, %s, %s)", self._version_row())
+                cur.execute("ANALYZE")
+            self.conn.close()
+            self.conn = None
+            if self._database_exists(self.dbname):  # only with force (checked at open)
+                self.admin.execute(pgsql.SQL("DROP DATABASE {} WITH (FORCE)").format(pgsql.Identifier(self.dbname)))
+            self.admin.execute(pgsql.SQL("ALTER DATABASE {} RENAME TO {}").format(
+                pgsql.Identifier(self.tmp_name), pgsql.Identifier(self.dbname)))
+        except psycopg.Error as e:
+            raise _wrap(e, self.target, "finishing the database") from e
+        finally:
+            if self.conn is None:
+                self.admin.close()
+
+    def abort(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except psycopg.Error:  # pragma: no cover
+                pass
+            self.conn = None
+        if not self.admin.closed:
+            try:
+                self.admin.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    pgsql.Identifier(self.tmp_name)))
+            except psycopg.Error:  # pragma: no cover - best effort
+                pass
+            self.admin.close()

@@ -1,0 +1,131 @@
+"""``ptexport/schema.sql`` loaded and adapted to one SQL dialect.
+
+The schema file is the single source of truth; every SQLite/PostgreSQL
+difference is handled here:
+
+* ``-- @sqlite`` ... ``-- @end`` and ``-- @postgresql`` ... ``-- @end`` blocks;
+* ``to_hex(x)`` (PostgreSQL) becomes ``printf('%x', x)`` for SQLite;
+* ``id integer NOT NULL PRIMARY KEY`` (SQLite's rowid alias) becomes
+  ``id bigint NOT NULL`` for PostgreSQL, whose primary keys are added after
+  the COPY (as perf's export-to-postgresql.py does);
+* the ``-- `` comment after each column becomes ``COMMENT ON COLUMN`` in
+  PostgreSQL (SQLite keeps it in ``sqlite_master.sql``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+
+SCHEMA_VERSION = 1
+
+DIALECTS = ("sqlite", "postgresql")
+
+_CREATE_TABLE = re.compile(r"^CREATE TABLE (\w+) \(", re.M)
+_CREATE_VIEW = re.compile(r"^CREATE VIEW (\w+) AS", re.M)
+_CREATE_INDEX = re.compile(r"^CREATE INDEX (\w+) ON (\w+)", re.M)
+_COLUMN = re.compile(r'^\s+("?\w+"?)\s+([a-z]+(?:\(\d+\))?)[^-]*?(?:--\s*(.*))?$')
+_PK = "integer NOT NULL PRIMARY KEY"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    doc: str
+
+
+@dataclass
+class Schema:
+    """The schema for one dialect: statements by kind, tables' columns in order."""
+
+    dialect: str
+    tables: dict[str, list[Column]] = field(default_factory=dict)
+    table_sql: dict[str, str] = field(default_factory=dict)
+    view_sql: dict[str, str] = field(default_factory=dict)
+    index_sql: dict[str, str] = field(default_factory=dict)
+    index_table: dict[str, str] = field(default_factory=dict)
+    comment_sql: list[str] = field(default_factory=list)
+
+    def columns(self, table: str) -> list[str]:
+        return [c.name for c in self.tables[table]]
+
+    def primary_key_sql(self) -> list[str]:
+        """PostgreSQL: the primary keys to add after loading."""
+        return [f"ALTER TABLE {t} ADD PRIMARY KEY (id)" for t, cols in self.tables.items()
+                if cols and cols[0].name == "id"]
+
+
+def schema_text() -> str:
+    return resources.files("ptexport").joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+def _select_dialect(text: str, dialect: str) -> str:
+    out: list[str] = []
+    keep = True
+    for line in text.splitlines():
+        s = line.strip()
+        if s in ("-- @sqlite", "-- @postgresql"):
+            keep = s == f"-- @{dialect}"
+            continue
+        if s == "-- @end":
+            keep = True
+            continue
+        if keep:
+            out.append(line)
+    return "\n".join(out)
+
+
+def _statements(text: str) -> list[str]:
+    stmts, cur = [], []
+    for line in text.splitlines():
+        if not cur and (not line.strip() or line.lstrip().startswith("--")):
+            continue
+        cur.append(line)
+        if line.rstrip().endswith(";") and "--" not in line.split(";")[-1]:
+            stmts.append("\n".join(cur).rstrip().rstrip(";"))
+            cur = []
+    if cur:
+        stmts.append("\n".join(cur))
+    return stmts
+
+
+def _hex_for_sqlite(sql: str) -> str:
+    return sql.replace("to_hex(", "printf('%x', ")
+
+
+@lru_cache(maxsize=None)
+def load_schema(dialect: str) -> Schema:
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown SQL dialect {dialect!r}")
+    text = _select_dialect(schema_text(), dialect)
+    sch = Schema(dialect)
+    for stmt in _statements(text):
+        if m := _CREATE_TABLE.search(stmt):
+            name = m.group(1)
+            cols: list[Column] = []
+            for line in stmt.splitlines()[1:]:
+                cm = _COLUMN.match(line)
+                if cm and not line.strip().startswith(")"):
+                    ctype = cm.group(2)
+                    if dialect == "postgresql" and _PK in line:
+                        ctype = "bigint"
+                    cols.append(Column(cm.group(1).strip('"'), ctype, (cm.group(3) or "").strip()))
+            sch.tables[name] = cols
+            if dialect == "postgresql":
+                stmt = stmt.replace(_PK, "bigint NOT NULL")
+                for c in cols:
+                    if c.doc:
+                        doc = c.doc.replace("'", "''")
+                        sch.comment_sql.append(f"COMMENT ON COLUMN {name}.\"{c.name}\" IS '{doc}'")
+            sch.table_sql[name] = stmt
+        elif m := _CREATE_VIEW.search(stmt):
+            sch.view_sql[m.group(1)] = _hex_for_sqlite(stmt) if dialect == "sqlite" else stmt
+        elif m := _CREATE_INDEX.search(stmt):
+            sch.index_sql[m.group(1)] = stmt
+            sch.index_table[m.group(1)] = m.group(2)
+        else:  # pragma: no cover - schema.sql is ours
+            raise ValueError(f"schema.sql: unexpected statement: {stmt[:60]!r}")
+    return sch

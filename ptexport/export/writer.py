@@ -1,0 +1,193 @@
+"""The writer interface and :func:`open_writer`.
+
+A writer is a context manager.  It writes into a temporary SQLite file (or
+a temporary PostgreSQL database) and only when the ``with`` block ends
+without an exception does it finish the database (branch_types, has_calls,
+primary keys, indexes, the ``schema_version`` row) and atomically rename it
+to the target.  On an exception or Ctrl-C the temporary is removed, so the
+target is either absent/unchanged or complete.
+
+Rows go in two shapes:
+
+* ``write_rows(table, rows)``: tuples in the table's column order, for the
+  small tables (machines, threads, comms, dsos, symbols...);
+* ``write_columns(table, {column: ndarray})``: columnar batches for the big
+  ones (samples, calls, call_paths, context_switches, power/ptwrite/event
+  payloads).  ``id`` is required; missing columns take their default (0,
+  ``-1`` for ``samples.vcpu``/``machine_pid``, ``''`` for text).
+
+``write_samples``/``write_calls``/``write_call_paths`` are shorthands.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ptexport import __version__
+from ptexport.errors import UsageError
+from ptexport.export.branch_types import branch_type_rows
+from ptexport.export.schema import SCHEMA_VERSION, Schema, load_schema
+
+#: Defaults of columns a batch leaves out (others: 0, text '').
+COLUMN_DEFAULTS: dict[tuple[str, str], Any] = {
+    ("samples", "vcpu"): -1,
+    ("samples", "machine_pid"): -1,
+    ("samples", "cpu"): -1,
+    ("decode_errors", "cpu"): -1,
+    ("stats", "cpu"): -1,
+    ("evt", "vector"): -1,
+}
+
+#: perf's id-0 "unknown" rows (and ours), written when a database is created.
+UNKNOWN_ROWS: dict[str, tuple[Any, ...]] = {
+    "selected_events": (0, "unknown"),
+    "machines": (0, 0, "unknown"),
+    "threads": (0, 0, 0, -1, -1),
+    "comms": (0, "unknown", 0, 0, False, None),
+    "dsos": (0, 0, "unknown", "unknown", ""),
+    "symbols": (0, 0, 0, 0, 0, "unknown"),
+    "samples": (0,) * 21 + (-1, 0),
+    "call_paths": (0, 0, 0, 0),
+    "calls": (0,) * 14,
+    "vcpus": (0, 0, -1, 0, 0, 0, 0, "none"),
+}
+
+
+def is_text_type(sql_type: str) -> bool:
+    return sql_type.startswith("varchar") or sql_type == "text"
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Writer:
+    """Base of :class:`SqliteWriter` and :class:`PostgresWriter` (same rows either way)."""
+
+    dialect = ""
+    target = ""
+
+    def __init__(self) -> None:
+        self.schema: Schema = load_schema(self.dialect)
+        self.branch_type_values: set[int] = set()
+        self.row_counts: dict[str, int] = {}
+        self._finished = False
+
+    # ------------------------------------------------------------ public API
+    def columns(self, table: str) -> list[str]:
+        return self.schema.columns(table)
+
+    def write_rows(self, table: str, rows: Iterable[tuple[Any, ...]]) -> None:
+        rows = [tuple(r) for r in rows]
+        if not rows:
+            return
+        ncol = len(self.schema.tables[table])
+        for r in rows:
+            if len(r) != ncol:
+                raise ValueError(f"{table}: row has {len(r)} values, the table has {ncol} columns")
+        if table == "samples":
+            self.branch_type_values.update(int(r[15]) for r in rows)
+        self._insert_rows(table, rows)
+        self.row_counts[table] = self.row_counts.get(table, 0) + len(rows)
+
+    def write_columns(self, table: str, cols: Mapping[str, Any]) -> None:
+        if "id" not in cols:
+            raise ValueError(f"{table}: a column batch needs 'id'")
+        n = len(cols["id"])
+        if n == 0:
+            return
+        unknown = set(cols) - set(self.schema.columns(table))
+        if unknown:
+            raise ValueError(f"{table}: no column(s) {', '.join(sorted(unknown))}")
+        full: dict[str, Any] = {}
+        for c in self.schema.tables[table]:
+            v = cols.get(c.name)
+            if v is None:
+                default = COLUMN_DEFAULTS.get((table, c.name), "" if is_text_type(c.type) else 0)
+                full[c.name] = default  # scalar: broadcast by the writer
+            else:
+                if len(v) != n:
+                    raise ValueError(f"{table}.{c.name}: {len(v)} values, id has {n}")
+                full[c.name] = v
+        if table == "samples":
+            bt = full["branch_type"]
+            vals = np.unique(np.asarray(bt, dtype=np.int64)) if not np.isscalar(bt) else [bt]
+            self.branch_type_values.update(int(v) for v in vals)
+        self._insert_columns(table, full, n)
+        self.row_counts[table] = self.row_counts.get(table, 0) + n
+
+    def write_samples(self, cols: Mapping[str, Any]) -> None:
+        self.write_columns("samples", cols)
+
+    def write_calls(self, cols: Mapping[str, Any]) -> None:
+        self.write_columns("calls", cols)
+
+    def write_call_paths(self, cols: Mapping[str, Any]) -> None:
+        self.write_columns("call_paths", cols)
+
+    # ------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "Writer":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            try:
+                self.finish()
+            except BaseException:
+                self.abort()
+                raise
+        else:
+            self.abort()
+
+    def finish(self) -> None:
+        """Complete the database and move it to the target (called by ``__exit__``)."""
+        if self._finished:
+            return
+        self._insert_rows("branch_types", branch_type_rows(self.branch_type_values))
+        self._finish_database()
+        self._finished = True
+
+    def abort(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ helpers for subclasses
+    def _write_unknown_rows(self) -> None:
+        for table, row in UNKNOWN_ROWS.items():
+            self._insert_rows(table, [row])
+
+    def _version_row(self) -> tuple[Any, ...]:
+        return (SCHEMA_VERSION, f"ptexport {__version__}", utc_now())
+
+    def _insert_rows(self, table: str, rows: list[tuple[Any, ...]]) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _insert_columns(self, table: str, cols: dict[str, Any], n: int) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _finish_database(self) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+
+def is_postgres_target(target: str) -> bool:
+    return target.startswith(("postgresql://", "postgres://", "postgresql:", "pg:"))
+
+
+def open_writer(target: str, *, force: bool = False, **options: Any) -> Writer:
+    """A writer for ``target``: a SQLite file path, or a ``postgresql://`` URL.
+
+    Raises :class:`~ptexport.errors.DatabaseExistsError` if the target exists
+    and ``force`` is false (checked before anything is written).
+    """
+    if not target:
+        raise UsageError("no database given")
+    if is_postgres_target(target):
+        from ptexport.export.postgres_writer import PostgresWriter
+
+        return PostgresWriter(target, force=force, **options)
+    from ptexport.export.sqlite_writer import SqliteWriter
+
+    return SqliteWriter(target, force=force, **options)
