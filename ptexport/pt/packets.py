@@ -734,40 +734,26 @@ def decode_columns(buf, errata=None, source: str = "<buffer>", sync: bool = True
     """
     import numpy as np
 
-    n_est = max(16, len(buf) // 2)
-    off = np.empty(n_est, np.int64)
-    size = np.empty(n_est, np.uint8)
-    kind = np.empty(n_est, np.uint8)
-    p0 = np.empty(n_est, np.uint64)
-    p1 = np.empty(n_est, np.uint64)
-    p2 = np.empty(n_est, np.int64)
+    rows = []
     errors: list[PacketError] = []
-    i = 0
+    append = rows.append
     for p in iter_packets(buf, errata, source, sync):
         if isinstance(p, PacketError):
             errors.append(p)
-            continue
-        if i >= n_est:
-            n_est *= 2
-            off.resize(n_est, refcheck=False)
-            size.resize(n_est, refcheck=False)
-            kind.resize(n_est, refcheck=False)
-            p0.resize(n_est, refcheck=False)
-            p1.resize(n_est, refcheck=False)
-            p2.resize(n_est, refcheck=False)
-        off[i] = p.offset
-        size[i] = p.size
-        kind[i] = p.kind
-        p0[i] = p.p0 & 0xFFFFFFFFFFFFFFFF
-        p1[i] = p.p1 & 0xFFFFFFFFFFFFFFFF
-        p2[i] = p.p2
-        i += 1
+        else:
+            append(p)
+    n = len(rows)
+    if n:
+        off, size, kind, c0, c1, c2 = zip(*rows)
+    else:
+        off = size = kind = c0 = c1 = c2 = ()
+    M = 0xFFFFFFFFFFFFFFFF
     cols = {
-        "offset": off[:i].copy(),
-        "size": size[:i].copy(),
-        "kind": kind[:i].copy(),
-        "p0": p0[:i].copy(),
-        "p1": p1[:i].copy(),
-        "p2": p2[:i].copy(),
+        "offset": np.array(off, dtype=np.int64),
+        "size": np.array(size, dtype=np.uint8),
+        "kind": np.array(kind, dtype=np.uint8),
+        "p0": np.array(c0, dtype=np.uint64),
+        "p1": np.array([v & M for v in c1], dtype=np.uint64),
+        "p2": np.array(c2, dtype=np.int64),
     }
     return cols, errors
