@@ -1,0 +1,134 @@
+"""``ptexport dump insns``: the instruction flow in libipt ptxed's format.
+
+Raw dumps, like ptxed::
+
+    ptexport dump insns --raw trace.pt --image code.bin:0x1000 [--cpu 6/142] [--event:ip] ...
+
+``--image FILE:ADDR`` may repeat: an ELF file is loaded by its PT_LOAD
+segments with ADDR as its base (ptxed ``--elf``), any other file as raw bytes
+at ADDR (ptxed ``--raw``); ``FILE:OFFSET:ADDR`` maps the file from OFFSET.
+The ptxed options the libipt tests use are accepted under ptxed's names.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ptexport.errors import InputError, UsageError
+
+NAME = "insns"
+HELP = "print the instruction flow (ptxed format)"
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("perf_data", nargs="?", help="perf.data file (not with --raw)")
+    parser.add_argument("--raw", metavar="FILE.pt", help="raw Intel PT trace file")
+    parser.add_argument("--image", metavar="FILE[:OFFSET]:ADDR", action="append", default=[],
+                        help="code image: ELF by segments at base ADDR, else raw bytes at ADDR")
+    parser.add_argument("--cpu", metavar="F/M[/S]", help="CPU family/model[/stepping] for errata")
+    parser.add_argument("--quiet", "-q", action="store_true", help="print only errors and stats")
+    parser.add_argument("--stat", action="store_true", help="print instruction (block) counts")
+    parser.add_argument("--stat:insn", dest="stat_insn", action="store_true")
+    parser.add_argument("--stat:blocks", dest="stat_blocks", action="store_true")
+    parser.add_argument("--event:ip", dest="event_ip", action="store_true")
+    parser.add_argument("--event:time", dest="event_time", action="store_true")
+    parser.add_argument("--event:tick", dest="event_tick", action="store_true")
+    parser.add_argument("--event:iflags", dest="event_iflags", action="store_true")
+    parser.add_argument("--resync-on-error", dest="resync_on_error", action="store_true")
+    parser.add_argument("--block-decoder", dest="block_decoder", action="store_true")
+    parser.add_argument("--insn-decoder", dest="insn_decoder", action="store_true")
+    parser.add_argument("--block:show-blocks", dest="show_blocks", action="store_true")
+    parser.add_argument("--block:end-on-call", dest="end_on_call", action="store_true")
+    parser.add_argument("--block:end-on-jump", dest="end_on_jump", action="store_true")
+    parser.add_argument("--offset", dest="print_offset", action="store_true")
+    for n in range(4):
+        parser.add_argument(f"--filter:addr{n}_cfg", dest=f"addr{n}_cfg", type=_int, default=0)
+        parser.add_argument(f"--filter:addr{n}_a", dest=f"addr{n}_a", type=_int, default=0)
+        parser.add_argument(f"--filter:addr{n}_b", dest=f"addr{n}_b", type=_int, default=0)
+    # Timing options (accepted; timing refinement beyond TSC is not modelled yet).
+    parser.add_argument("--nom-freq", type=_int)
+    parser.add_argument("--mtc-freq", type=_int)
+    parser.add_argument("--cpuid-0x15.eax", dest="cpuid_15_eax", type=_int)
+    parser.add_argument("--cpuid-0x15.ebx", dest="cpuid_15_ebx", type=_int)
+    parser.add_argument("--insn:keep-tcal-on-ovf", dest="keep_tcal", action="store_true")
+    parser.add_argument("--block:keep-tcal-on-ovf", dest="keep_tcal", action="store_true")
+
+
+def _parse_image(spec: str):
+    parts = spec.rsplit(":", 2)
+    try:
+        if len(parts) == 3:
+            return parts[0], int(parts[1], 0), int(parts[2], 0)
+        if len(parts) == 2:
+            return parts[0], None, int(parts[1], 0)
+    except ValueError:
+        pass
+    raise UsageError(f"--image: expected FILE[:OFFSET]:ADDR, got {spec!r}")
+
+
+def build(args):
+    """(InsnDecoder, PtxedOptions, warnings) for ``args`` (raw mode)."""
+    from ptexport.flow.insn import InsnDecoder
+    from ptexport.flow.ptxed import PtxedOptions
+    from ptexport.flow.query import DecoderConfig
+    from ptexport.images.image import Image
+    from ptexport.pt.errata import NO_ERRATA, UnknownCpuError, errata_for_cpu, parse_cpu
+
+    warnings = []
+    errata = NO_ERRATA
+    if args.cpu:
+        fam, model, step = parse_cpu(args.cpu)
+        try:
+            errata = errata_for_cpu(fam, model, step)
+        except UnknownCpuError:
+            warnings.append("[0, 0: config error: unknown cpu]")
+    image = Image("raw")
+    for spec in args.image:
+        path, off, addr = _parse_image(spec)
+        if off is None:
+            image.add_file(path, addr)
+        else:
+            image.add_raw(path, addr, offset=off)
+    try:
+        with open(args.raw, "rb") as f:
+            buf = f.read()
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror}", source=args.raw) from e
+    filters = [(getattr(args, f"addr{n}_cfg"), getattr(args, f"addr{n}_a"),
+                getattr(args, f"addr{n}_b")) for n in range(4)]
+    filters = [f for f in filters if f[0]]
+    config = DecoderConfig(errata, keep_tcal_on_ovf=args.keep_tcal,
+                           enable_iflags_events=args.event_iflags,
+                           enable_tick_events=args.event_tick, addr_filter=filters,
+                           source=args.raw)
+    dec = InsnDecoder(buf, image, config)
+    opts = PtxedOptions(
+        quiet=args.quiet, stat=args.stat, stat_insn=args.stat_insn,
+        stat_blocks=args.stat_blocks, event_ip=args.event_ip, event_time=args.event_time,
+        event_tick=args.event_tick, event_iflags=args.event_iflags,
+        resync_on_error=args.resync_on_error, block_decoder=args.block_decoder,
+        show_blocks=args.show_blocks, end_on_call=args.end_on_call,
+        end_on_jump=args.end_on_jump, print_offset=args.print_offset)
+    return dec, opts, warnings
+
+
+def run(args, out) -> int:
+    from ptexport.flow.ptxed import ptxed_lines
+
+    if not args.raw:
+        raise UsageError("dump insns: give --raw FILE.pt --image FILE:ADDR "
+                         "(perf.data input is not supported by this command yet)")
+    dec, opts, warnings = build(args)
+    for line in warnings:
+        out.write(line + "\n")
+    write = out.write
+    for line in ptxed_lines(dec, opts):
+        write(line + "\n")
+    return 0

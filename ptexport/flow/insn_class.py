@@ -1,0 +1,229 @@
+"""Instruction classification: capstone for lengths, a table for what matters to PT.
+
+The flow needs, per instruction, only its size and how it changes control
+flow, the way libipt's ``pt_ild`` classifies it:
+
+* ``iclass`` - OTHER, CALL, RETURN, JUMP, COND_JUMP, FAR_CALL, FAR_RETURN,
+  FAR_JUMP, PTWRITE (``ptic_*``);
+* ``special`` - the few exact instructions the decoder must recognise (MOV to
+  CR3, VMLAUNCH/VMRESUME/VMPTRLD, INT*, IRET, SYSCALL/SYSRET, SYSENTER/SYSEXIT,
+  ERETS/ERETU, UIRET, VMCALL) (``PTI_INST_*``);
+* ``disp`` - the branch displacement of a direct branch, else None.
+
+:func:`decode` returns the plain tuple ``(size, iclass, special, disp)`` (or
+None for bytes that are no instruction), and :class:`InsnCache` memoises it
+per (address-space key, mode, ip), so each instruction is decoded once.
+"""
+
+from __future__ import annotations
+
+import capstone
+
+# ptic_* instruction classes.
+OTHER = 0
+CALL = 1
+RETURN = 2
+JUMP = 3
+COND_JUMP = 4
+FAR_CALL = 5
+FAR_RETURN = 6
+FAR_JUMP = 7
+PTWRITE = 8
+
+ICLASS_NAMES = ("other", "call", "return", "jump", "cond_jump", "far_call", "far_return",
+                "far_jump", "ptwrite")
+
+# PTI_INST_* special instructions.
+NONE = 0
+MOV_CR3 = 1
+VMPTRLD = 2
+VMLAUNCH = 3
+VMRESUME = 4
+VMCALL = 5
+INT = 6
+INT3 = 7
+INT1 = 8
+INTO = 9
+IRET = 10
+SYSCALL = 11
+SYSENTER = 12
+SYSEXIT = 13
+SYSRET = 14
+ERETS = 15
+ERETU = 16
+UIRET = 17
+
+# Execution modes (pt_exec_mode).
+MODE_UNKNOWN = 0
+MODE_16 = 16
+MODE_32 = 32
+MODE_64 = 64
+
+MAX_INSN_SIZE = 15
+
+_MODES = {MODE_16: capstone.CS_MODE_16, MODE_32: capstone.CS_MODE_32, MODE_64: capstone.CS_MODE_64}
+_cs: dict[int, capstone.Cs] = {}
+
+
+def _disassembler(mode: int) -> capstone.Cs:
+    md = _cs.get(mode)
+    if md is None:
+        md = capstone.Cs(capstone.CS_ARCH_X86, _MODES.get(mode, capstone.CS_MODE_64))
+        md.detail = True
+        _cs[mode] = md
+    return md
+
+
+# One-byte opcodes (map 0) -> (iclass, special); None in the map means "look at ModRM".
+_MAP0 = {
+    0xE8: (CALL, NONE), 0xE9: (JUMP, NONE), 0xEB: (JUMP, NONE),
+    0x9A: (FAR_CALL, NONE), 0xEA: (FAR_JUMP, NONE),
+    0xC2: (RETURN, NONE), 0xC3: (RETURN, NONE),
+    0xCA: (FAR_RETURN, NONE), 0xCB: (FAR_RETURN, NONE), 0xCF: (FAR_RETURN, IRET),
+    0xCC: (FAR_CALL, INT3), 0xCD: (FAR_CALL, INT), 0xCE: (FAR_CALL, INTO), 0xF1: (FAR_CALL, INT1),
+    0xE0: (COND_JUMP, NONE), 0xE1: (COND_JUMP, NONE), 0xE2: (COND_JUMP, NONE),
+    0xE3: (COND_JUMP, NONE),
+}
+for _op in range(0x70, 0x80):
+    _MAP0[_op] = (COND_JUMP, NONE)
+_FF_REG = {2: (CALL, NONE), 3: (FAR_CALL, NONE), 4: (JUMP, NONE), 5: (FAR_JUMP, NONE)}
+
+# Two-byte opcodes (0F xx, map 1).
+_MAP1 = {
+    0x05: (FAR_CALL, SYSCALL), 0x34: (FAR_CALL, SYSENTER),
+    0x35: (FAR_RETURN, SYSEXIT), 0x07: (FAR_RETURN, SYSRET),
+}
+for _op in range(0x80, 0x90):
+    _MAP1[_op] = (COND_JUMP, NONE)
+_0F01_MODRM = {0xC1: (FAR_CALL, VMCALL), 0xC2: (FAR_RETURN, VMLAUNCH),
+               0xC3: (FAR_RETURN, VMRESUME), 0xEC: (FAR_RETURN, UIRET)}
+
+_DIRECT = (CALL, JUMP, COND_JUMP)
+
+
+def classify(opcode: bytes | list, modrm: int, prefix0: int, has_osz: bool) -> tuple[int, int]:
+    """(iclass, special) of an instruction from its opcode bytes, ModRM and F2/F3 prefix."""
+    b0 = opcode[0]
+    if b0 != 0x0F:
+        if b0 == 0xFF:
+            return _FF_REG.get((modrm >> 3) & 7, (OTHER, NONE))
+        return _MAP0.get(b0, (OTHER, NONE))
+    b1 = opcode[1]
+    hit = _MAP1.get(b1)
+    if hit is not None:
+        return hit
+    reg = (modrm >> 3) & 7
+    if b1 == 0x01:
+        hit = _0F01_MODRM.get(modrm)
+        if hit is not None:
+            return hit
+        if modrm == 0xCA:
+            if prefix0 == 0xF2:
+                return (FAR_RETURN, ERETS)
+            if prefix0 == 0xF3:
+                return (FAR_RETURN, ERETU)
+        return (OTHER, NONE)
+    if b1 == 0x22 and reg == 3:
+        return (OTHER, MOV_CR3)
+    if b1 == 0xC7 and (modrm >> 6) != 3 and reg == 6:
+        return (OTHER, VMPTRLD)
+    if b1 == 0xAE and prefix0 == 0xF3 and not has_osz and reg == 4:
+        return (PTWRITE, NONE)
+    return (OTHER, NONE)
+
+
+def decode(code: bytes, ip: int, mode: int) -> tuple[int, int, int, int | None] | None:
+    """Decode the instruction at the start of ``code``: (size, iclass, special, disp) or None."""
+    md = _disassembler(mode)
+    for insn in md.disasm(code, ip, 1):
+        opcode = insn.opcode
+        prefix = insn.prefix
+        iclass, special = classify(opcode, insn.modrm, prefix[0], prefix[2] == 0x66)
+        disp = None
+        if iclass in _DIRECT and insn.imm_size and not (opcode[0] == 0xFF):
+            raw = insn.bytes[insn.imm_offset: insn.imm_offset + insn.imm_size]
+            disp = int.from_bytes(raw, "little", signed=True)
+        return (insn.size, iclass, special, disp)
+    # Capstone does not know a few newer PT-relevant encodings.
+    return _decode_fallback(code)
+
+
+def _decode_fallback(code: bytes):
+    # UIRET (F3 0F 01 EC), ERETS (F2 0F 01 CA), ERETU (F3 0F 01 CA).
+    if code[:4] == b"\xf3\x0f\x01\xec":
+        return (4, FAR_RETURN, UIRET, None)
+    if code[:4] == b"\xf2\x0f\x01\xca":
+        return (4, FAR_RETURN, ERETS, None)
+    if code[:4] == b"\xf3\x0f\x01\xca":
+        return (4, FAR_RETURN, ERETU, None)
+    return None
+
+
+def is_branch(iclass: int) -> bool:
+    return iclass != OTHER and iclass != PTWRITE
+
+
+def is_far_branch(iclass: int) -> bool:
+    return iclass in (FAR_CALL, FAR_RETURN, FAR_JUMP)
+
+
+def changes_cpl(special: int) -> bool:
+    return special in (INT, INT3, INT1, INTO, IRET, SYSCALL, SYSENTER, SYSEXIT, SYSRET)
+
+
+def changes_cr3(special: int) -> bool:
+    return special == MOV_CR3
+
+
+def binds_to_pip(iclass: int, special: int) -> bool:
+    return special in (MOV_CR3, VMLAUNCH, VMRESUME) or is_far_branch(iclass)
+
+
+def binds_to_vmcs(iclass: int, special: int) -> bool:
+    return special in (VMPTRLD, VMLAUNCH, VMRESUME) or is_far_branch(iclass)
+
+
+def is_iret(special: int) -> bool:
+    return special in (IRET, SYSRET, SYSEXIT, ERETS, ERETU)
+
+
+def is_vmentry(special: int) -> bool:
+    return special in (VMLAUNCH, VMRESUME)
+
+
+class InsnCache:
+    """Decoded instructions keyed by (address-space key, mode, ip).
+
+    ``read(ip, n)`` is the address space's memory reader; entries are
+    ``(size, iclass, special, disp)`` tuples, or negative ints for "no
+    memory mapped" (-1) and "undecodable bytes" (-2).
+    """
+
+    NOMAP = -1
+    BAD_INSN = -2
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple, object] = {}
+
+    def lookup(self, key, mode: int, ip: int, read):
+        k = (key, mode, ip)
+        hit = self._entries.get(k)
+        if hit is not None:
+            return hit
+        code = read(ip, MAX_INSN_SIZE)
+        if not code:
+            hit = self.NOMAP
+        else:
+            hit = decode(code, ip, mode if mode else MODE_64)
+            if hit is None:
+                hit = self.BAD_INSN
+        self._entries[k] = hit
+        return hit
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)

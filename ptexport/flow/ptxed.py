@@ -1,0 +1,268 @@
+"""ptxed-compatible text output of the instruction flow (libipt's ptxed --no-inst).
+
+:func:`ptxed_lines` drives an :class:`~ptexport.flow.insn.InsnDecoder` the
+way ptxed drives libipt and yields its lines: one line per instruction (the
+IP as 16 hex digits, ``? `` before speculative ones), events in brackets,
+errors as ``[<offset>, <ip>: error: <text>]``, and the ``--stat`` lines.
+Recovery follows ptxed: after an error, ``--resync-on-error`` continues at the
+next IP the trace provides; otherwise decoding restarts at the next PSB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from ptexport.flow import insn_class as ic
+from ptexport.flow import status as st
+from ptexport.flow.events import Event
+from ptexport.flow.insn import InsnDecoder
+from ptexport.flow.status import EOS_FLAG, EVENT_PENDING, IP_SUPPRESSED_FLAG, FlowError
+
+
+@dataclass
+class PtxedOptions:
+    quiet: bool = False
+    stat: bool = False
+    stat_insn: bool = False
+    stat_blocks: bool = False
+    event_ip: bool = False
+    event_time: bool = False
+    event_tick: bool = False
+    event_iflags: bool = False
+    resync_on_error: bool = False
+    block_decoder: bool = False
+    show_blocks: bool = False
+    end_on_call: bool = False
+    end_on_jump: bool = False
+    print_offset: bool = False
+
+
+_MODE_NAMES = {0: "<unknown>", 16: "16-bit", 32: "32-bit", 64: "64-bit"}
+
+
+def format_event(ev: Event, opts: PtxedOptions, offset: int = 0) -> str:
+    """One ptxed event line (without the newline)."""
+    parts = []
+    if opts.print_offset:
+        parts.append(f"{offset:016x}  ")
+    if opts.event_time and ev.has_tsc:
+        parts.append(f"{ev.tsc:016x}  ")
+    t = ev.type
+    eip = opts.event_ip
+    sup = ev.ip_suppressed
+    ip_tail = f", ip: {ev.ip:016x}" if (eip and not sup) else ""
+    if t == "enabled":
+        s = "resumed" if ev.resumed else "enabled"
+        if eip:
+            s += f", ip: {ev.ip:016x}"
+    elif t == "disabled":
+        s = "disabled" + ip_tail
+    elif t == "async_disabled":
+        s = "disabled"
+        if eip:
+            s += f", at: {ev.at:016x}"
+            if not sup:
+                s += f", ip: {ev.ip:016x}"
+    elif t == "async_branch":
+        s = "interrupt"
+        if eip:
+            s += f", from: {ev.frm:016x}"
+            if not sup:
+                s += f", to: {ev.to:016x}"
+    elif t == "paging":
+        s = f"paging, cr3: {ev.cr3:016x}" + (", nr" if ev.non_root else "")
+    elif t == "async_paging":
+        s = f"paging, cr3: {ev.cr3:016x}" + (", nr" if ev.non_root else "")
+        if eip:
+            s += f", ip: {ev.ip:016x}"
+    elif t == "overflow":
+        s = "overflow" + ip_tail
+    elif t == "exec_mode":
+        s = f"exec mode: {_MODE_NAMES.get(ev.mode, '<invalid>')}" + ip_tail
+    elif t == "tsx":
+        if ev.aborted:
+            s = "aborted"
+        elif ev.speculative:
+            s = "begin transaction"
+        else:
+            s = "committed"
+        s += ip_tail
+    elif t == "stop":
+        s = "stopped"
+    elif t == "vmcs":
+        s = f"vmcs, base: {ev.base:016x}"
+    elif t == "async_vmcs":
+        s = f"vmcs, base: {ev.base:016x}"
+        if eip:
+            s += f", ip: {ev.ip:016x}"
+    elif t == "exstop":
+        s = "exstop" + ip_tail
+    elif t == "mwait":
+        s = f"mwait {ev.hints:x} {ev.ext:x}" + ip_tail
+    elif t == "pwre":
+        s = f"pwre c{(ev.state + 1) & 0xf}.{(ev.sub_state + 1) & 0xf}" + (" hw" if ev.hw else "")
+    elif t == "pwrx":
+        s = "pwrx "
+        if ev.interrupt:
+            s += "int: "
+        if ev.store:
+            s += "st: "
+        if ev.autonomous:
+            s += "hw: "
+        s += f"c{(ev.last + 1) & 0xf} (c{(ev.deepest + 1) & 0xf})"
+    elif t == "ptwrite":
+        s = f"ptwrite: {ev.payload:x}" + ip_tail
+    elif t == "tick":
+        s = "tick" + ip_tail
+    elif t == "cbr":
+        s = f"cbr: {ev.ratio:x}"
+    elif t == "mnt":
+        s = f"mnt: {ev.payload:x}"
+    elif t == "iflags":
+        s = f"interrupts {'enabled' if ev.iflag else 'disabled'}" + ip_tail
+    elif t == "interrupt":
+        s = f"interrupt {ev.vector}"
+        if ev.has_cr2:
+            s += f", cr2: {ev.cr2:016x}"
+        s += ip_tail
+    elif t in ("iret", "smi", "rsm", "init", "vmentry", "shutdown", "uiret"):
+        s = t + ip_tail
+    elif t == "sipi":
+        s = f"sipi: {ev.vector:x}"
+    elif t == "vmexit":
+        s = "vmexit"
+        if ev.has_vector:
+            s += f", intr: {ev.vector}"
+        if ev.has_vmxr:
+            s += f", vmxr: {ev.vmxr:016x}"
+        if ev.has_vmxq:
+            s += f", vmxq: {ev.vmxq:016x}"
+        s += ip_tail
+    elif t == "uintr":
+        s = f"uintr {ev.vector}" + ip_tail
+    elif t == "trig":
+        s = f"trig {ev.trbv:02x}"
+        if ev.mult:
+            s += ", mult"
+        s += ip_tail
+        if ev.icnt:
+            s += f", icnt: {ev.icnt}"
+    else:
+        s = t
+    parts.append(s)
+    return "[" + "".join(parts) + "]"
+
+
+def _diag(dec: InsnDecoder, ip: int, errtype: str, code: int) -> str:
+    return f"[{dec.offset:x}, {ip:x}: {errtype}: {st.ERRSTR.get(code, 'internal error.')}]"
+
+
+class _Blocks:
+    """ptxed's block decoder view: where blocks end (for [block] lines and counts)."""
+
+    def __init__(self, opts: PtxedOptions) -> None:
+        self.opts = opts
+        self.count = 0
+        self.open = False
+
+    def before_insn(self) -> str | None:
+        if self.open:
+            return None
+        self.open = True
+        self.count += 1
+        return "[block]" if self.opts.show_blocks else None
+
+    def after_insn(self, iclass: int, direct: bool) -> None:
+        if iclass == ic.OTHER or iclass == ic.PTWRITE:
+            return
+        if iclass == ic.JUMP and direct and not self.opts.end_on_jump:
+            return
+        if iclass == ic.CALL and direct and not self.opts.end_on_call:
+            return
+        if iclass == ic.COND_JUMP:
+            return
+        self.open = False
+
+    def event(self) -> None:
+        self.open = False
+
+
+def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions) -> Iterator[str]:
+    """Decode the whole trace; yield ptxed's output lines."""
+    ninsn = 0
+    blocks = _Blocks(opts) if opts.block_decoder else None
+    quiet = opts.quiet
+    sync = None
+    need_sync = True
+    status = 0
+    while True:
+        if need_sync:
+            try:
+                status = dec.sync_forward()
+            except FlowError as e:
+                if e.code == st.EOS:
+                    break
+                yield _diag(dec, 0, "sync error", e.code)
+                new_sync = dec.offset
+                if sync is not None and new_sync <= sync:
+                    break
+                sync = new_sync
+                continue
+            need_sync = False
+            if blocks is not None:
+                blocks.open = False
+        ip = 0
+        try:
+            while True:
+                while status & EVENT_PENDING:
+                    ev, status = dec.take_event()
+                    if blocks is not None:
+                        blocks.event()
+                    if not quiet and not ev.status_update:
+                        yield format_event(ev, opts)
+                if status & EOS_FLAG:
+                    if not (status & IP_SUPPRESSED_FLAG) and not quiet:
+                        yield "[end of trace]"
+                    raise FlowError(st.EOS)
+                ip = dec.ip
+                if blocks is not None:
+                    line = blocks.before_insn()
+                    if line and not quiet:
+                        yield line
+                try:
+                    ip, size, iclass, spec, status = dec.next()
+                except FlowError as e:
+                    got = getattr(e, "insn", None)
+                    if got is not None:
+                        ip, size, iclass, spec = got
+                        if not quiet:
+                            yield ("? " if spec else "") + f"{ip:016x}"
+                        ninsn += 1
+                    raise
+                if not quiet:
+                    yield ("? " if spec else "") + f"{ip:016x}"
+                ninsn += 1
+                if blocks is not None:
+                    blocks.after_insn(iclass, True)
+        except FlowError as e:
+            if e.code == st.EOS:
+                break
+            yield _diag(dec, ip, "error", e.code)
+            if blocks is not None:
+                blocks.open = False
+            if opts.resync_on_error:
+                try:
+                    status = dec.resync()
+                    continue
+                except FlowError as e2:
+                    if e2.code == st.EOS:
+                        break
+                    yield _diag(dec, ip, "resync error", e2.code)
+            need_sync = True
+    if opts.stat:
+        specific = opts.stat_insn or opts.stat_blocks
+        if opts.stat_insn or not specific:
+            yield f"insn: {ninsn}."
+        if blocks is not None and (opts.stat_blocks or not specific):
+            yield f"blocks: {blocks.count}."
