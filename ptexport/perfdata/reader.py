@@ -1,0 +1,901 @@
+"""The perf.data reader: file mode, pipe mode (file or stdin), the --kcore and multi-file directory forms.
+
+File-backed inputs are memory-mapped; records are parsed from the map one at a time as the caller
+iterates (nothing keeps a list of records). Non-seekable pipes (stdin) are read through a buffered
+reader, one record at a time.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+import re
+import struct
+import sys
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+import zstandard
+
+from ptexport.errors import PerfDataError, TruncatedError
+from ptexport.perfdata.attr import EventAttr
+from ptexport.perfdata.auxtrace import AuxtraceInfo, TimeConv
+from ptexport.perfdata.constants import (
+    FEATURE_NAMES,
+    FILE_HEADER_SIZE,
+    GUEST_CPUMODES,
+    HEADER_FEAT_BITS,
+    PERF_MAGIC2,
+    PERF_MAGIC2_SWAPPED,
+    PIPE_HEADER_SIZE,
+    RECORD_NAMES,
+    EventUpdateType,
+    Feature,
+    RecordType,
+)
+from ptexport.perfdata.features import (
+    FEATURE_PARSERS,
+    BadFeature,
+    FeatReader,
+    parse_cpu_topology,
+)
+from ptexport.perfdata.records import (
+    PARSERS,
+    AuxtraceRecord,
+    BadRecord,
+    IdIndexEntry,
+    ParseContext,
+    Record,
+    p_unknown,
+)
+
+_HDR = struct.Struct("<IHH")
+_hdr = _HDR.unpack_from
+_FILE_HDR = struct.Struct("<8sQQ QQ QQ QQ 4Q")
+
+T_AUXTRACE = int(RecordType.AUXTRACE)
+T_COMPRESSED = int(RecordType.COMPRESSED)
+T_COMPRESSED2 = int(RecordType.COMPRESSED2)
+T_TRACING_DATA = int(RecordType.HEADER_TRACING_DATA)
+USER_START = 64
+HEADER_LAST_FEATURE = 32  # end marker of the pipe-mode feature records
+
+# record types that may precede the first kernel record in a stream (perf's "header" records)
+_PREAMBLE_TYPES = frozenset(int(t) for t in (
+    RecordType.HEADER_ATTR, RecordType.HEADER_EVENT_TYPE, RecordType.HEADER_TRACING_DATA,
+    RecordType.HEADER_BUILD_ID, RecordType.ID_INDEX, RecordType.AUXTRACE_INFO, RecordType.THREAD_MAP,
+    RecordType.CPU_MAP, RecordType.STAT_CONFIG, RecordType.EVENT_UPDATE, RecordType.TIME_CONV,
+    RecordType.HEADER_FEATURE, RecordType.FINISHED_INIT,
+))
+_PREAMBLE_STOP = frozenset(int(t) for t in (
+    RecordType.SAMPLE, RecordType.FINISHED_ROUND, RecordType.FINISHED_INIT, RecordType.AUXTRACE,
+    RecordType.COMPRESSED, RecordType.COMPRESSED2,
+))
+_PREFETCH_MAX_RECORDS = 100_000
+_PREFETCH_MAX_BYTES = 64 << 20
+
+
+class RecordStats(dict):
+    """Record counts by perf's record name (inner records of COMPRESSED ones counted by their own kind).
+
+    ``unknown`` counts records of types this reader does not know (skipped, also listed as
+    ``UNKNOWN(n)``); ``total`` counts all.
+    """
+
+    @property
+    def total(self) -> int:
+        return sum(self.values())
+
+    @property
+    def unknown(self) -> int:
+        return sum(v for k, v in self.items() if k.startswith("UNKNOWN("))
+
+    def by_type(self) -> dict[int, int]:
+        rev = {v: k for k, v in RECORD_NAMES.items()}
+        out = {}
+        for k, v in self.items():
+            if k in rev:
+                out[rev[k]] = v
+            else:
+                out[int(k[8:-1])] = v
+        return out
+
+
+def _counts_to_stats(counts: list[int], extra: dict[int, int]) -> RecordStats:
+    st = RecordStats()
+    for t, n in enumerate(counts):
+        if n:
+            st[RECORD_NAMES.get(t) or f"UNKNOWN({t})"] = n
+    for t, n in sorted(extra.items()):
+        st[f"UNKNOWN({t})"] = st.get(f"UNKNOWN({t})", 0) + n
+    return st
+
+
+class _Source:
+    """One file of a recording: a name, a buffer (mmap or bytes) and the record region in it."""
+
+    __slots__ = ("name", "path", "buf", "start", "end", "size", "_mm", "_fd")
+
+    def __init__(self, path: Path, name: str):
+        self.path = path
+        self.name = name
+        self._mm = None
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - kept open for the map's lifetime
+        except OSError as e:
+            raise PerfDataError(f"cannot open: {e.strerror}", source=name) from e
+        self._fd = f
+        try:
+            self.size = os.fstat(f.fileno()).st_size
+            if self.size:
+                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                self.buf = self._mm
+            else:
+                self.buf = b""
+        except (OSError, ValueError) as e:
+            f.close()
+            raise PerfDataError(f"cannot map: {e}", source=name) from e
+        self.start = 0
+        self.end = self.size
+
+    def close(self) -> None:
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:
+                pass  # a caller still holds a memoryview (aux_data); the map dies with it
+            self._mm = None
+        if self._fd is not None:
+            self._fd.close()
+            self._fd = None
+
+
+class PerfData:
+    """An open perf.data recording. Use :func:`open_perf_data`."""
+
+    def __init__(self, path: str | os.PathLike, *, strict: bool = False, stream: BinaryIO | None = None):
+        self.path = str(path)
+        self.strict = strict
+        self.is_pipe = False
+        self.kcore_dir: Path | None = None
+        self.dir_path: Path | None = None
+        self.attrs: list[EventAttr] = []
+        self.features: dict[str, object] = {}
+        self.unknown_features: list[int] = []
+        self.feature_errors: list[PerfDataError] = []
+        self.auxtrace_info: AuxtraceInfo | None = None
+        self.time_conv: TimeConv | None = None
+        self.id_index: dict[int, IdIndexEntry] = {}
+        self.header: dict[str, int] = {}
+        self._ctx = ParseContext()
+        self._consumed: set = set()
+        self._sources: list[_Source] = []
+        self._stream: BinaryIO | None = None
+        self._stream_used = False
+        self._prefetched: list[Record] = []
+        self._stream_pos = 0
+        self._stats: RecordStats | None = None
+        self._live_counts: list[int] | None = None
+        self._live_extra: dict[int, int] = {}
+        try:
+            if stream is not None:
+                self._open_stream(stream, self.path)
+            else:
+                self._open_path(Path(path))
+        except BaseException:
+            self.close()
+            raise
+
+    # ---------------------------------------------------------------------------------------- open
+    def _open_path(self, p: Path) -> None:
+        if p.is_dir():
+            self.dir_path = p
+            data = p / "data"
+            if not data.exists():
+                raise PerfDataError("directory has no 'data' file (not a perf.data directory)", source=str(p))
+            kd = p / "kcore_dir"
+            self.kcore_dir = kd if kd.is_dir() else None
+            main = _Source(data, str(data))
+            self._sources.append(main)
+            self._open_main(main)
+            parts = []
+            for q in p.iterdir():
+                m = re.fullmatch(r"data\.(\d+)", q.name)
+                if m and q.is_file():
+                    parts.append((int(m.group(1)), q))
+            for _, q in sorted(parts):
+                s = _Source(q, str(q))
+                self._sources.append(s)
+            return
+        if not p.exists():
+            raise PerfDataError("no such file", source=str(p))
+        try:
+            st = p.stat()
+        except OSError as e:
+            raise PerfDataError(f"cannot stat: {e.strerror}", source=str(p)) from e
+        if not (p.is_file()):
+            # a FIFO or character device: stream it
+            f = open(p, "rb")  # noqa: SIM115 - closed in close()
+            self._open_stream(f, str(p), owned=True)
+            return
+        del st
+        main = _Source(p, str(p))
+        self._sources.append(main)
+        self._open_main(main)
+
+    def _open_main(self, src: _Source) -> None:
+        buf, name = src.buf, src.name
+        if src.size < 16:
+            raise TruncatedError(f"file of {src.size} bytes is too small for a perf.data header",
+                                 source=name, offset=0, what="header")
+        magic = bytes(buf[0:8])
+        if magic == PERF_MAGIC2_SWAPPED:
+            raise PerfDataError("big-endian perf.data is not supported", source=name, offset=0, what="header")
+        if magic != PERF_MAGIC2:
+            raise PerfDataError(f"bad magic {magic!r} (not a perf.data file)", source=name, offset=0,
+                                what="header")
+        (hsize,) = struct.unpack_from("<Q", buf, 8)
+        if hsize == PIPE_HEADER_SIZE:
+            self.is_pipe = True
+            src.start = PIPE_HEADER_SIZE
+            src.end = src.size
+            self.header = {"size": hsize, "data_offset": PIPE_HEADER_SIZE, "data_size": src.size - PIPE_HEADER_SIZE}
+            self._preamble_from_buffer(src)
+            return
+        if hsize != FILE_HEADER_SIZE:
+            raise PerfDataError(f"header size {hsize} is neither {FILE_HEADER_SIZE} (file) nor "
+                                f"{PIPE_HEADER_SIZE} (pipe)", source=name, offset=8, what="header")
+        if src.size < FILE_HEADER_SIZE:
+            raise TruncatedError(f"file of {src.size} bytes is too small for the {FILE_HEADER_SIZE}-byte header",
+                                 source=name, offset=0, what="header")
+        (_m, _s, attr_size, a_off, a_size, d_off, d_size, e_off, e_size, *bits) = _FILE_HDR.unpack_from(buf, 0)
+        self.header = {"size": hsize, "attr_size": attr_size, "attrs_offset": a_off, "attrs_size": a_size,
+                       "data_offset": d_off, "data_size": d_size, "event_types_offset": e_off,
+                       "event_types_size": e_size}
+        feat_bits = bits[0] | bits[1] << 64 | bits[2] << 128 | bits[3] << 192
+        self.header["features"] = feat_bits
+        if d_off < FILE_HEADER_SIZE and d_size:
+            raise PerfDataError(f"data section at {d_off:#x} overlaps the header", source=name, offset=40,
+                                what="header")
+        if d_off > src.size:
+            raise TruncatedError(f"data section at {d_off:#x} starts past the end of the file ({src.size:#x})",
+                                 source=name, offset=40, what="header")
+        src.start = d_off
+        # a data section running past the end is reported at the record that gets cut
+        src.end = d_off + d_size
+        self._read_attrs(src, attr_size, a_off, a_size)
+        self._read_features(src, feat_bits, d_off + d_size)
+        self._ctx.set_attrs(self.attrs)
+        self._preamble_from_buffer(src)
+
+    def _read_attrs(self, src: _Source, attr_size: int, a_off: int, a_size: int) -> None:
+        name, buf = src.name, src.buf
+        if a_size == 0:
+            raise PerfDataError("the file has no event attrs", source=name, offset=24, what="header")
+        if attr_size < 64 + 16:
+            raise PerfDataError(f"attr entry size {attr_size} is smaller than 80", source=name, offset=16,
+                                what="header")
+        if a_size % attr_size:
+            raise PerfDataError(f"attrs section size {a_size} is not a multiple of the entry size {attr_size}",
+                                source=name, offset=32, what="header")
+        if a_off + a_size > src.size:
+            raise TruncatedError(f"attrs section [{a_off:#x}, {a_off + a_size:#x}) runs past the end of the file",
+                                 source=name, offset=a_off, what="attrs")
+        n = a_size // attr_size
+        attrs = []
+        for i in range(n):
+            at = a_off + i * attr_size
+            raw = bytes(buf[at:at + attr_size - 16])
+            (own,) = struct.unpack_from("<I", raw, 4)
+            if own and own < 64:
+                raise PerfDataError(f"attr size {own} is smaller than 64", source=name, offset=at,
+                                    what=f"attr {i}")
+            attr = EventAttr(raw[:own] if own and own < len(raw) else raw, index=i)
+            ids_off, ids_size = struct.unpack_from("<QQ", buf, at + attr_size - 16)
+            if ids_size % 8:
+                raise PerfDataError(f"ids section size {ids_size} is not a multiple of 8", source=name,
+                                    offset=at + attr_size - 8, what=f"attr {i}")
+            if ids_off + ids_size > src.size:
+                raise TruncatedError(f"ids section [{ids_off:#x}, {ids_off + ids_size:#x}) runs past the end "
+                                     "of the file", source=name, offset=at + attr_size - 16, what=f"attr {i}")
+            attr.ids = list(struct.unpack_from(f"<{ids_size // 8}Q", buf, ids_off))
+            attrs.append(attr)
+        self.attrs = attrs
+
+    def _feature_error(self, err: PerfDataError) -> None:
+        if self.strict:
+            raise err
+        self.feature_errors.append(err)
+
+    def _read_features(self, src: _Source, feat_bits: int, sec_off: int) -> None:
+        name, buf = src.name, src.buf
+        ids = [b for b in range(HEADER_FEAT_BITS) if feat_bits >> b & 1]
+        if not ids:
+            return
+        if sec_off + 16 * len(ids) > src.size:
+            self._feature_error(TruncatedError(
+                f"feature table of {len(ids)} entries runs past the end of the file",
+                source=name, offset=sec_off, what="features"))
+            return
+        for k, fid in enumerate(ids):
+            f_off, f_size = struct.unpack_from("<QQ", buf, sec_off + 16 * k)
+            self._parse_feature(fid, buf, f_off, f_size, src.size, name, sec_off + 16 * k)
+        self._apply_event_desc()
+
+    def _parse_feature(self, fid: int, buf, f_off: int, f_size: int, limit: int, srcname: str,
+                       entry_off: int | None) -> None:
+        parser = FEATURE_PARSERS.get(fid)
+        fname = FEATURE_NAMES.get(fid, f"feature_{fid}")
+        what = f"feature {fname.upper()}"
+        if parser is None:
+            if fid != HEADER_LAST_FEATURE:
+                self.unknown_features.append(fid)
+            return
+        if f_off + f_size > limit:
+            self._feature_error(TruncatedError(
+                f"section [{f_off:#x}, {f_off + f_size:#x}) runs past the end of the file",
+                source=srcname, offset=entry_off if entry_off is not None else f_off, what=what))
+            return
+        r = FeatReader(buf, f_off, f_off + f_size)
+        try:
+            if fid == Feature.CPU_TOPOLOGY:
+                nr = self.features.get("nrcpus")
+                val = parse_cpu_topology(r, nr.nr_cpus_avail if nr else None)
+            else:
+                val = parser(r)
+        except BadFeature as e:
+            self._feature_error(PerfDataError(e.cause, source=srcname, offset=f_off + e.rel, what=what))
+            return
+        except (struct.error, ValueError, IndexError, OverflowError, MemoryError) as e:
+            self._feature_error(PerfDataError(f"malformed section ({e})", source=srcname, offset=f_off,
+                                              what=what))
+            return
+        self.features[fname] = val
+
+    def _apply_event_desc(self) -> None:
+        descs = self.features.get("event_desc")
+        if not descs:
+            return
+        by_ids = {}
+        for d in descs:
+            for i in d.ids:
+                by_ids[i] = d.name
+        for k, a in enumerate(self.attrs):
+            nm = None
+            for i in a.ids:
+                if i in by_ids:
+                    nm = by_ids[i]
+                    break
+            if nm is None and k < len(descs):
+                nm = descs[k].name
+            a.name = nm
+
+    def _open_stream(self, f: BinaryIO, name: str, owned: bool = False) -> None:
+        self.is_pipe = True
+        self._stream = f
+        self._stream_owned = owned
+        head = _read_exact(f, 16)
+        if len(head) < 16:
+            raise TruncatedError(f"stream of {len(head)} bytes is too short for a perf.data header",
+                                 source=name, offset=0, what="header")
+        if head[:8] != PERF_MAGIC2:
+            raise PerfDataError(f"bad magic {head[:8]!r} (not a perf.data stream)", source=name, offset=0,
+                                what="header")
+        (hsize,) = struct.unpack_from("<Q", head, 8)
+        if hsize != PIPE_HEADER_SIZE:
+            raise PerfDataError(f"header size {hsize} on a pipe: file-mode perf.data must be a regular file "
+                                "(it needs seeking)", source=name, offset=8, what="header")
+        self._stream_pos = 16
+        self.header = {"size": hsize, "data_offset": 16}
+        # read the preamble records so attrs/features are known before records() is called
+        total = 0
+        it = self._iter_stream()
+        self._stream_preamble = True
+        while len(self._prefetched) < _PREFETCH_MAX_RECORDS and total < _PREFETCH_MAX_BYTES:
+            rec = next(it, None)
+            if rec is None:
+                self._stream_eof = True
+                break
+            self._prefetched.append(rec)
+            total += rec.size
+            if rec.type in _PREAMBLE_STOP or rec.inner_offset is not None:
+                break
+        self._stream_iter = it
+
+    # ------------------------------------------------------------------------------------ preamble
+    def _preamble_from_buffer(self, src: _Source) -> None:
+        """Consume the header-like records near the start of the data (HEADER_ATTR, HEADER_FEATURE,
+        EVENT_UPDATE, AUXTRACE_INFO, TIME_CONV, ID_INDEX...) so they are known right after open.
+
+        Walks record headers up to the first SAMPLE / FINISHED_ROUND / FINISHED_INIT / AUXTRACE /
+        COMPRESSED record; kernel records are not parsed. Malformed records stop the walk silently:
+        records() reports them with their offset."""
+        buf, pos, end = src.buf, src.start, min(src.end, src.size)
+        ctx = self._ctx
+        for _ in range(_PREFETCH_MAX_RECORDS):
+            if pos + 8 > end:
+                return
+            rtype, misc, size = _hdr(buf, pos)
+            if size < 8 or pos + size > end or rtype in _PREAMBLE_STOP:
+                if rtype == RecordType.FINISHED_INIT:
+                    pass
+                return
+            if rtype in _PREAMBLE_TYPES:
+                try:
+                    rec = PARSERS[rtype](ctx, buf, pos, size, rtype, misc)
+                except (BadRecord, struct.error, ValueError, IndexError, OverflowError, UnicodeError):
+                    return
+                rec.offset = pos
+                try:
+                    self._consume(rec, src.name)
+                except PerfDataError:
+                    return
+                if rtype == T_TRACING_DATA:
+                    size += (rec.data_size + 7) & ~7
+            pos += size
+
+    def _consume(self, rec: Record, name: str) -> None:
+        """Fold a user (type >= 64) record into the reader's state (once per record)."""
+        key = (name, rec.offset, rec.inner_offset)
+        if key in self._consumed:
+            return
+        self._consumed.add(key)
+        t = rec.type
+        if t == RecordType.HEADER_ATTR:
+            a = rec.attr
+            a.index = len(self.attrs)
+            self.attrs.append(a)
+            self._ctx.set_attrs(self.attrs)
+        elif t == RecordType.HEADER_FEATURE:
+            data = rec.data
+            self._parse_feature(rec.feat_id, data, 0, len(data), len(data), name, None)
+            if rec.feat_id == Feature.EVENT_DESC:
+                self._apply_event_desc()
+        elif t == RecordType.EVENT_UPDATE:
+            if rec.update_type == EventUpdateType.NAME:
+                a = self._ctx.by_id.get(rec.event_id)
+                if a is not None:
+                    a.name = rec.event_name
+        elif t == RecordType.AUXTRACE_INFO:
+            self.auxtrace_info = rec.info
+        elif t == RecordType.TIME_CONV:
+            self.time_conv = TimeConv(rec.time_shift, rec.time_mult, rec.time_zero, rec.time_cycles,
+                                      rec.time_mask, rec.cap_user_time_zero, rec.cap_user_time_short)
+        elif t == RecordType.ID_INDEX:
+            for e in rec.entries:
+                self.id_index[e.id] = e
+
+    # ----------------------------------------------------------------------------------- iteration
+    def _error(self, cause: str, src: str, off: int, rtype: int | None, cls=PerfDataError):
+        what = "record" if rtype is None else f"record {RECORD_NAMES.get(rtype) or f'UNKNOWN({rtype})'}"
+        return cls(cause, source=src, offset=off, what=what)
+
+    def _iter_source(self, src: _Source, *, count: bool = True, stop_at_kernel: bool = False,
+                     headers_only: bool = False) -> Iterator:
+        buf = src.buf
+        name = src.name
+        pos = src.start
+        end = src.end
+        fsize = src.size
+        ctx = self._ctx
+        parsers = PARSERS
+        hdr = _hdr
+        counts = [0] * 128 if count else None
+        extra: dict[int, int] = {}
+        comp = None
+        consume = self._consume
+        srcname = None if src is self._sources[0] else name
+        while pos < end:
+            if pos + 8 > fsize:
+                raise self._error(f"record header runs past the end of the file ({fsize:#x})", name, pos, None,
+                                  TruncatedError)
+            if pos + 8 > end:
+                raise self._error(f"record header runs past the end of the data section ({end:#x})", name, pos,
+                                  None, TruncatedError)
+            rtype, misc, size = hdr(buf, pos)
+            if size < 8:
+                raise self._error(f"size {size} is smaller than the 8-byte record header", name, pos, rtype)
+            nxt = pos + size
+            if nxt > end or nxt > fsize:
+                lim = min(end, fsize)
+                where = "file" if fsize < end else "data section"
+                raise self._error(f"size {size} runs past the end of the {where} ({lim:#x})", name, pos, rtype,
+                                  TruncatedError)
+            if stop_at_kernel and rtype < USER_START:
+                return
+            if headers_only and rtype < USER_START:
+                if counts is not None:
+                    if rtype < 128:
+                        counts[rtype] += 1
+                    else:
+                        extra[rtype] = extra.get(rtype, 0) + 1
+                yield (pos, rtype, misc, size)
+                pos = nxt
+                continue
+            parser = parsers.get(rtype)
+            if parser is None:
+                parser = p_unknown
+            try:
+                rec = parser(ctx, buf, pos, size, rtype, misc)
+            except BadRecord as e:
+                raise self._error(e.cause, name, pos, rtype) from None
+            except (struct.error, ValueError, IndexError, OverflowError, UnicodeError) as e:
+                raise self._error(f"malformed record ({e})", name, pos, rtype) from None
+            rec.offset = pos
+            if srcname is not None:
+                rec.src = srcname
+            if rtype >= USER_START:
+                if stop_at_kernel and rtype not in _PREAMBLE_TYPES:
+                    return
+                if rtype == T_AUXTRACE:
+                    dsize = rec.size
+                    if nxt + dsize > end or nxt + dsize > fsize:
+                        lim = min(end, fsize)
+                        raise self._error(f"payload of {dsize} bytes at {nxt:#x} runs past the end "
+                                          f"({lim:#x})", name, pos, rtype, TruncatedError)
+                    rec.data_offset = nxt
+                    nxt += dsize
+                elif rtype == T_COMPRESSED or rtype == T_COMPRESSED2:
+                    if comp is None:
+                        comp = _Decompressor(self, name)
+                    inner = comp.feed(rec, buf, pos)
+                    if counts is not None:
+                        for r in inner:
+                            t = r.type
+                            if t < 128:
+                                counts[t] += 1
+                            else:
+                                extra[t] = extra.get(t, 0) + 1
+                    if headers_only:
+                        for r in inner:
+                            yield (pos, r.type, r.misc, r.size)
+                    else:
+                        yield from inner
+                    pos = nxt
+                    continue
+                elif rtype == T_TRACING_DATA:
+                    skip = (rec.data_size + 7) & ~7
+                    if nxt + skip > end:
+                        raise self._error(f"tracing data of {rec.data_size} bytes runs past the end", name, pos,
+                                          rtype, TruncatedError)
+                    nxt += skip
+                elif rtype in _PREAMBLE_TYPES:
+                    consume(rec, name)
+            if counts is not None:
+                if rtype < 128:
+                    counts[rtype] += 1
+                else:
+                    extra[rtype] = extra.get(rtype, 0) + 1
+            if headers_only:
+                yield (pos, rtype, misc, size)
+            else:
+                yield rec
+            pos = nxt
+        if comp is not None:
+            comp.finish()
+        if counts is not None:
+            self._add_counts(counts, extra)
+
+    def _add_counts(self, counts: list[int], extra: dict[int, int]) -> None:
+        if self._live_counts is None:
+            self._live_counts = [0] * 128
+        for i, n in enumerate(counts):
+            self._live_counts[i] += n
+        for t, n in extra.items():
+            self._live_extra[t] = self._live_extra.get(t, 0) + n
+
+    def _iter_stream(self) -> Iterator[Record]:
+        f = self._stream
+        name = self.path
+        ctx = self._ctx
+        comp = None
+        while True:
+            pos = self._stream_pos
+            head = _read_exact(f, 8)
+            if not head:
+                break
+            if len(head) < 8:
+                raise self._error("record header cut by the end of the stream", name, pos, None, TruncatedError)
+            rtype, misc, size = _hdr(head, 0)
+            if size < 8:
+                raise self._error(f"size {size} is smaller than the 8-byte record header", name, pos, rtype)
+            body = _read_exact(f, size - 8)
+            if len(body) < size - 8:
+                raise self._error(f"size {size} runs past the end of the stream", name, pos, rtype, TruncatedError)
+            buf = head + body
+            parser = PARSERS.get(rtype) or p_unknown
+            try:
+                rec = parser(ctx, buf, 0, size, rtype, misc)
+            except BadRecord as e:
+                raise self._error(e.cause, name, pos, rtype) from None
+            except (struct.error, ValueError, IndexError, OverflowError, UnicodeError) as e:
+                raise self._error(f"malformed record ({e})", name, pos, rtype) from None
+            rec.offset = pos
+            nxt = pos + size
+            if rtype >= USER_START:
+                if rtype == T_AUXTRACE:
+                    if rec.size > (1 << 34):
+                        raise self._error(f"payload size {rec.size} is implausible", name, pos, rtype)
+                    data = _read_exact(f, rec.size)
+                    if len(data) < rec.size:
+                        raise self._error(f"payload of {rec.size} bytes runs past the end of the stream", name,
+                                          pos, rtype, TruncatedError)
+                    rec.data_offset = nxt
+                    rec._data = data
+                    nxt += rec.size
+                elif rtype == T_COMPRESSED or rtype == T_COMPRESSED2:
+                    if comp is None:
+                        comp = _Decompressor(self, name)
+                    inner = comp.feed(rec, buf, 0, base=pos)
+                    self._stream_pos = nxt
+                    yield from inner
+                    continue
+                elif rtype == T_TRACING_DATA:
+                    skip = (rec.data_size + 7) & ~7
+                    got = _read_exact(f, skip)
+                    if len(got) < skip:
+                        raise self._error("tracing data runs past the end of the stream", name, pos, rtype,
+                                          TruncatedError)
+                    nxt += skip
+                elif rtype in _PREAMBLE_TYPES:
+                    self._consume(rec, name)
+            self._stream_pos = nxt
+            yield rec
+        if comp is not None:
+            comp.finish()
+
+    def records(self) -> Iterator[Record]:
+        """Every record in file order (main data, then ``data.N`` files of a directory), COMPRESSED ones
+        expanded; header records (HEADER_ATTR, HEADER_FEATURE, ...) are folded into attrs/features as they
+        come and still yielded. Unknown types come as :class:`UnknownRecord`."""
+        if self._stream is not None:
+            yield from self._records_stream()
+            return
+        self._live_counts = None
+        self._live_extra = {}
+        for src in self._sources:
+            yield from self._iter_source(src)
+        self._stats = _counts_to_stats(self._live_counts or [], self._live_extra)
+
+    def _records_stream(self) -> Iterator[Record]:
+        if self._stream_used:
+            raise PerfDataError("a stream can be read only once", source=self.path)
+        self._stream_used = True
+        counts = [0] * 128
+        extra: dict[int, int] = {}
+
+        def tally(r):
+            t = r.type
+            if t < 128:
+                counts[t] += 1
+            else:
+                extra[t] = extra.get(t, 0) + 1
+
+        for rec in self._prefetched:
+            tally(rec)
+            yield rec
+        self._prefetched = []
+        if not getattr(self, "_stream_eof", False):
+            for rec in self._stream_iter:
+                tally(rec)
+                self._stats = None
+                yield rec
+        self._stats = _counts_to_stats(counts, extra)
+
+    def iter_headers(self) -> Iterator[tuple[int, int, int, int]]:
+        """(offset, type, misc, size) of every record: the fast path (kernel records are not parsed).
+
+        Records inside a COMPRESSED record are reported with that record's offset.
+        """
+        if self._stream is not None:
+            for rec in self._records_stream():
+                yield (rec.offset, rec.type, rec.misc, rec.size)
+            return
+        self._live_counts = None
+        self._live_extra = {}
+        for src in self._sources:
+            yield from self._iter_source(src, headers_only=True)
+        self._stats = _counts_to_stats(self._live_counts or [], self._live_extra)
+
+    @property
+    def stats(self) -> RecordStats:
+        """Record counts by type name over the whole recording (one fast pass if not yet counted)."""
+        if self._stats is None:
+            if self._stream is not None:
+                raise PerfDataError("stats of a stream are known only after records() has been read to the end",
+                                    source=self.path)
+            for _ in self.iter_headers():
+                pass
+        return self._stats
+
+    # -------------------------------------------------------------------------------------- lookups
+    def attr_for_id(self, sample_id: int | None) -> EventAttr:
+        """The attr a sample id belongs to (the only attr when there is one)."""
+        if sample_id is not None:
+            a = self._ctx.by_id.get(sample_id)
+            if a is not None:
+                return a
+        if len(self.attrs) == 1:
+            return self.attrs[0]
+        raise PerfDataError(f"sample id {sample_id} belongs to no event attr", source=self.path, what="attrs")
+
+    def attr_of(self, rec: Record) -> EventAttr | None:
+        """The attr of a record (its sample's attr, or via the sample_id trailer's id)."""
+        a = getattr(rec, "attr", None)
+        if a is not None:
+            return a
+        sid = rec.sample_id
+        if sid is not None and sid.id is not None:
+            a = self._ctx.by_id.get(sid.id)
+            if a is not None:
+                return a
+        return self.attrs[0] if len(self.attrs) == 1 else None
+
+    def machine_pid_of(self, rec: Record) -> int | None:
+        """perf's machine attribution: None for host records; for guest cpumodes (GUEST_KERNEL/GUEST_USER)
+        the hypervisor pid that identifies the guest machine (ID_INDEX machine_pid of the record's id,
+        else the MMAP/MMAP2 pid, else the sample pid)."""
+        if rec.misc & 7 not in GUEST_CPUMODES:
+            return None
+        sid = rec.sample_id
+        if sid is not None and sid.id is not None:
+            e = self.id_index.get(sid.id)
+            if e is not None and e.machine_pid:
+                return e.machine_pid
+        if rec.type in (RecordType.MMAP, RecordType.MMAP2):
+            return rec.pid
+        return sid.pid if sid is not None else None
+
+    def vcpu_of(self, rec: Record) -> int | None:
+        """The VCPU of a record's event (ID_INDEX vcpu for guest recordings), else None."""
+        sid = rec.sample_id
+        if sid is None or sid.id is None:
+            return None
+        e = self.id_index.get(sid.id)
+        return None if e is None or not e.machine_pid else e.vcpu
+
+    def aux_data(self, rec: AuxtraceRecord) -> memoryview:
+        """The payload that follows an AUXTRACE record (a slice of the map for files)."""
+        if rec._data is not None:
+            return memoryview(rec._data)
+        src = self._sources[0]
+        if rec.src is not None:
+            for s in self._sources:
+                if s.name == rec.src:
+                    src = s
+                    break
+        start = rec.data_offset
+        stop = start + rec.size
+        if stop > src.size:
+            raise TruncatedError(f"payload of {rec.size} bytes runs past the end of the file", source=src.name,
+                                 offset=rec.offset, what="record AUXTRACE")
+        return memoryview(src.buf)[start:stop]
+
+    @property
+    def sources(self) -> list[str]:
+        """Names of the files that hold records (the data file, then data.N files)."""
+        return [s.name for s in self._sources]
+
+    def event_name(self, attr: EventAttr) -> str:
+        return attr.name or f"type {attr.type} config {attr.config:#x}"
+
+    # ------------------------------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        for s in self._sources:
+            s.close()
+        self._sources = []
+        if self._stream is not None and getattr(self, "_stream_owned", False):
+            self._stream.close()
+        self._stream = None if getattr(self, "_stream_owned", False) else self._stream
+
+    def __enter__(self) -> "PerfData":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "pipe" if self.is_pipe else "file"
+        return f"<PerfData {self.path!r} {mode} attrs={len(self.attrs)}>"
+
+
+class _Decompressor:
+    """Expands COMPRESSED records: one zstd stream across records; a record may be cut at a record
+    boundary and continue in the next COMPRESSED record (perf keeps the remainder, so do we)."""
+
+    MAX_OUT = 256 << 20
+
+    def __init__(self, pd: PerfData, name: str):
+        self.pd = pd
+        self.name = name
+        self.dobj = zstandard.ZstdDecompressor().decompressobj(read_across_frames=True)
+        self.pending = b""
+        self.inner = 0  # decompressed bytes handed out so far (offset of pending[0])
+        self.last_off = 0
+
+    def feed(self, rec, buf, off: int, base: int | None = None) -> list[Record]:
+        pos = off if base is None else base
+        self.last_off = pos
+        if rec.type == T_COMPRESSED2:
+            data = bytes(buf[off + 16:off + 16 + rec.data_size])
+        else:
+            data = bytes(buf[off + 8:off + rec.size])
+        try:
+            out = self.dobj.decompress(data)
+        except zstandard.ZstdError as e:
+            raise PerfDataError(f"zstd: {e}", source=self.name, offset=pos, what="record COMPRESSED") from None
+        if len(out) > self.MAX_OUT:
+            raise PerfDataError(f"decompresses to {len(out)} bytes (limit {self.MAX_OUT})", source=self.name,
+                                offset=pos, what="record COMPRESSED")
+        b = self.pending + out if self.pending else out
+        recs: list[Record] = []
+        p = 0
+        n = len(b)
+        ctx = self.pd._ctx
+        while p + 8 <= n:
+            rtype, misc, size = _hdr(b, p)
+            if size < 8:
+                raise self.pd._error(f"size {size} is smaller than the 8-byte record header (inside COMPRESSED "
+                                     f"at decompressed offset {self.inner + p:#x})", self.name, pos, rtype)
+            extra = 0
+            if p + size > n:
+                break
+            parser = PARSERS.get(rtype) or p_unknown
+            try:
+                r = parser(ctx, b, p, size, rtype, misc)
+            except BadRecord as e:
+                raise self.pd._error(f"{e.cause} (inside COMPRESSED at decompressed offset {self.inner + p:#x})",
+                                     self.name, pos, rtype) from None
+            except (struct.error, ValueError, IndexError, OverflowError, UnicodeError) as e:
+                raise self.pd._error(f"malformed record ({e}) inside COMPRESSED", self.name, pos, rtype) from None
+            if rtype == T_AUXTRACE:
+                extra = r.size
+                if p + size + extra > n:
+                    break
+                r._data = bytes(b[p + size:p + size + extra])
+                r.data_offset = None
+            elif rtype == T_TRACING_DATA:
+                extra = (r.data_size + 7) & ~7
+                if p + size + extra > n:
+                    break
+            r.offset = pos
+            r.inner_offset = self.inner + p
+            if rtype >= USER_START and rtype in _PREAMBLE_TYPES:
+                self.pd._consume(r, self.name)
+            recs.append(r)
+            p += size + extra
+        self.pending = b[p:]
+        self.inner += p
+        return recs
+
+    def finish(self) -> None:
+        if self.pending:
+            raise TruncatedError(f"{len(self.pending)} decompressed bytes left over: the last record is cut",
+                                 source=self.name, offset=self.last_off, what="record COMPRESSED")
+
+
+def _read_exact(f: BinaryIO, n: int) -> bytes:
+    if n <= 0:
+        return b""
+    chunks = []
+    left = n
+    while left:
+        b = f.read(left)
+        if not b:
+            break
+        chunks.append(b)
+        left -= len(b)
+    return b"".join(chunks)
+
+
+def open_perf_data(path: str | os.PathLike, *, strict: bool = False) -> PerfData:
+    """Open a perf.data recording: a file (file or pipe mode), ``-`` for stdin, a FIFO, or a directory
+    (``perf record --kcore`` output or the multi-file ``data``/``data.N`` format).
+
+    With ``strict`` a malformed feature section is an error; otherwise it is left out of ``features`` and
+    listed in ``feature_errors``.
+    """
+    if str(path) == "-":
+        return PerfData("-", strict=strict, stream=sys.stdin.buffer)
+    return PerfData(path, strict=strict)

@@ -1,0 +1,1295 @@
+"""Record classes (one per perf record kind, perf's field names) and their parsers.
+
+A parser takes ``(ctx, buf, off, size)`` where ``buf[off:off+size]`` is the whole record (header
+included) and returns the record object; the caller has already checked that the record lies inside
+its buffer.  Parsers raise :class:`BadRecord` with a cause; the reader turns it into a
+:class:`~ptexport.errors.PerfDataError` naming the file, the absolute offset and the record kind.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Callable
+
+from ptexport.perfdata.constants import (
+    PERF_RECORD_MISC_COMM_EXEC,
+    PERF_RECORD_MISC_CPUMODE_MASK,
+    PERF_RECORD_MISC_MMAP_BUILD_ID,
+    PERF_RECORD_MISC_SWITCH_OUT,
+    PERF_RECORD_MISC_SWITCH_OUT_PREEMPT,
+    RECORD_NAMES,
+    AuxFlag,
+    CpuMapType,
+    EventUpdateType,
+    ReadFormat,
+    RecordType,
+    SampleType,
+)
+
+if TYPE_CHECKING:
+    from ptexport.perfdata.attr import EventAttr
+
+PERF_SAMPLE_BRANCH_HW_INDEX = 1 << 17
+PERF_RECORD_MISC_BUILD_ID_SIZE = 1 << 15
+
+
+class BadRecord(Exception):
+    """Internal: a record's body does not fit its declared layout (converted to PerfDataError)."""
+
+    def __init__(self, cause: str, rel: int = 0):
+        super().__init__(cause)
+        self.cause = cause
+        self.rel = rel  # offset inside the record where it went wrong
+
+
+_u8 = struct.Struct("<B").unpack_from
+_u16 = struct.Struct("<H").unpack_from
+_u32 = struct.Struct("<I").unpack_from
+_i32 = struct.Struct("<i").unpack_from
+_u64 = struct.Struct("<Q").unpack_from
+_2u32 = struct.Struct("<II").unpack_from
+_2i32 = struct.Struct("<ii").unpack_from
+_2u64 = struct.Struct("<QQ").unpack_from
+_3u64 = struct.Struct("<QQQ").unpack_from
+
+
+def cstr(buf, start: int, end: int) -> str:
+    """A NUL-terminated (or end-bounded) string from ``buf[start:end]``."""
+    raw = bytes(buf[start:end])
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raw = raw[:nul]
+    return raw.decode("utf-8", "replace")
+
+
+# --------------------------------------------------------------------------------------------------
+# sample_id (the sample_id_all trailer, or the id fields of a SAMPLE)
+# --------------------------------------------------------------------------------------------------
+
+
+class SampleId:
+    """The identifying fields perf appends to non-sample records (attr.sample_id_all)."""
+
+    __slots__ = ("pid", "tid", "time", "id", "stream_id", "cpu", "identifier")
+
+    def __init__(self, pid=None, tid=None, time=None, id=None, stream_id=None, cpu=None, identifier=None):
+        self.pid = pid
+        self.tid = tid
+        self.time = time
+        self.id = id
+        self.stream_id = stream_id
+        self.cpu = cpu
+        self.identifier = identifier
+
+    def __repr__(self) -> str:
+        parts = [f"{k}={getattr(self, k)}" for k in self.__slots__ if getattr(self, k) is not None]
+        return f"SampleId({', '.join(parts)})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SampleId) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+
+class TrailerLayout:
+    """How to read the sample_id_all trailer of one sample_type (precomputed per attr)."""
+
+    __slots__ = ("size", "_unpack", "_names")
+
+    def __init__(self, sample_type: int):
+        fmt = "<"
+        names: list[str] = []
+        if sample_type & SampleType.TID:
+            fmt += "ii"
+            names += ["pid", "tid"]
+        if sample_type & SampleType.TIME:
+            fmt += "Q"
+            names.append("time")
+        if sample_type & SampleType.ID:
+            fmt += "Q"
+            names.append("id")
+        if sample_type & SampleType.STREAM_ID:
+            fmt += "Q"
+            names.append("stream_id")
+        if sample_type & SampleType.CPU:
+            fmt += "II"
+            names += ["cpu", "_res"]
+        if sample_type & SampleType.IDENTIFIER:
+            fmt += "Q"
+            names.append("identifier")
+        st = struct.Struct(fmt)
+        self.size = st.size
+        self._unpack = st.unpack_from
+        self._names = tuple(names)
+
+    def parse(self, buf, end: int) -> SampleId:
+        vals = self._unpack(buf, end - self.size)
+        sid = SampleId()
+        for n, v in zip(self._names, vals):
+            if n != "_res":
+                setattr(sid, n, v)
+        if sid.identifier is not None and sid.id is None:
+            sid.id = sid.identifier
+        return sid
+
+
+# --------------------------------------------------------------------------------------------------
+# Record classes
+# --------------------------------------------------------------------------------------------------
+
+
+class Record:
+    """One perf record. ``offset`` is the byte offset of its header in its file (or stream); for records
+    that came out of a COMPRESSED record it is that record's offset and ``inner_offset`` is the offset in
+    the decompressed stream. ``src`` names the file for directory-format recordings (else None)."""
+
+    __slots__ = ("type", "misc", "size", "offset", "inner_offset", "sample_id", "src")
+
+    def __getattr__(self, name: str):
+        # unset optional slots read as None (e.g. SampleRecord fields the attr did not ask for)
+        if name in _OPTIONAL:
+            return None
+        raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
+
+    @property
+    def name(self) -> str:
+        return RECORD_NAMES.get(self.type) or f"UNKNOWN({self.type})"
+
+    @property
+    def cpumode(self) -> int:
+        return self.misc & PERF_RECORD_MISC_CPUMODE_MASK
+
+    @property
+    def pid(self):
+        sid = self.sample_id
+        return None if sid is None else sid.pid
+
+    @property
+    def tid(self):
+        sid = self.sample_id
+        return None if sid is None else sid.tid
+
+    @property
+    def time(self):
+        sid = self.sample_id
+        return None if sid is None else sid.time
+
+    @property
+    def cpu(self):
+        sid = self.sample_id
+        return None if sid is None else sid.cpu
+
+    @property
+    def id(self):
+        sid = self.sample_id
+        return None if sid is None else sid.id
+
+    def fields(self) -> dict:
+        """The record's own fields (for dumps and tests)."""
+        out = {}
+        for cls in type(self).__mro__:
+            for k in getattr(cls, "__slots__", ()):
+                if cls is Record or k.startswith("_") or k in out:
+                    continue
+                out[k] = getattr(self, k, None)
+        return out
+
+    def __repr__(self) -> str:
+        fs = ", ".join(f"{k}={v!r}" for k, v in self.fields().items() if v is not None)
+        where = f"{self.offset:#x}" + ("" if self.inner_offset is None else f"+{self.inner_offset:#x}")
+        return f"<{self.name} @{where} misc={self.misc:#x} size={self.size} {fs}>"
+
+
+# names of optional fields that read as None when unset
+_OPTIONAL = frozenset()
+
+
+class MmapRecord(Record):
+    __slots__ = ("pid", "tid", "addr", "len", "pgoff", "filename")
+
+    @property
+    def start(self) -> int:
+        return self.addr
+
+
+class Mmap2Record(Record):
+    __slots__ = ("pid", "tid", "addr", "len", "pgoff", "maj", "min", "ino", "ino_generation", "prot", "flags",
+                 "build_id", "filename")
+
+    @property
+    def start(self) -> int:
+        return self.addr
+
+
+class CommRecord(Record):
+    __slots__ = ("pid", "tid", "comm")
+
+    @property
+    def exec(self) -> bool:
+        return bool(self.misc & PERF_RECORD_MISC_COMM_EXEC)
+
+
+class ForkRecord(Record):
+    __slots__ = ("pid", "ppid", "tid", "ptid", "time")
+
+
+class ExitRecord(ForkRecord):
+    __slots__ = ()
+
+
+class LostRecord(Record):
+    __slots__ = ("lost_id", "lost")
+
+
+class LostSamplesRecord(Record):
+    __slots__ = ("lost",)
+
+
+class ThrottleRecord(Record):
+    __slots__ = ("time", "throttle_id", "stream_id")
+
+    @property
+    def throttled(self) -> bool:
+        return self.type == RecordType.THROTTLE
+
+
+class ReadRecord(Record):
+    __slots__ = ("pid", "tid", "values")
+
+
+class AuxRecord(Record):
+    __slots__ = ("aux_offset", "aux_size", "flags")
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.flags & AuxFlag.TRUNCATED)
+
+    @property
+    def overwrite(self) -> bool:
+        return bool(self.flags & AuxFlag.OVERWRITE)
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.flags & AuxFlag.PARTIAL)
+
+    @property
+    def collision(self) -> bool:
+        return bool(self.flags & AuxFlag.COLLISION)
+
+    @property
+    def pmu_format_type(self) -> int:
+        return (self.flags >> 8) & 0xFF
+
+
+class ItraceStartRecord(Record):
+    __slots__ = ("pid", "tid")
+
+
+class SwitchRecord(Record):
+    """SWITCH and SWITCH_CPU_WIDE; next_prev_pid/tid only for the CPU-wide kind."""
+
+    __slots__ = ("next_prev_pid", "next_prev_tid")
+
+    @property
+    def out(self) -> bool:
+        return bool(self.misc & PERF_RECORD_MISC_SWITCH_OUT)
+
+    @property
+    def preempt(self) -> bool:
+        return bool(self.misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT)
+
+    @property
+    def cpu_wide(self) -> bool:
+        return self.type == RecordType.SWITCH_CPU_WIDE
+
+
+class NamespacesRecord(Record):
+    __slots__ = ("pid", "tid", "link_info")  # link_info: list of (dev, ino) by NamespaceIndex
+
+
+class KsymbolRecord(Record):
+    __slots__ = ("addr", "len", "ksym_type", "flags", "name_")
+
+    @property
+    def ksym_name(self) -> str:
+        return self.name_
+
+    @property
+    def unregister(self) -> bool:
+        return bool(self.flags & 1)
+
+
+class BpfEventRecord(Record):
+    __slots__ = ("bpf_type", "flags", "bpf_id", "tag")
+
+
+class CgroupRecord(Record):
+    __slots__ = ("cgroup_id", "path")
+
+
+class TextPokeRecord(Record):
+    __slots__ = ("addr", "old_len", "new_len", "old_bytes", "new_bytes")
+
+
+class AuxOutputHwIdRecord(Record):
+    __slots__ = ("hw_id",)
+
+
+class SampleRecord(Record):
+    """PERF_RECORD_SAMPLE with every field perf can write; absent fields are None."""
+
+    __slots__ = (
+        "attr", "identifier", "ip", "pid", "tid", "time", "addr", "id", "stream_id", "cpu", "period",
+        "read", "callchain", "raw", "branch_stack", "branch_hw_idx", "user_regs_abi", "user_regs",
+        "user_stack", "user_stack_dyn_size", "weight", "data_src", "transaction", "intr_regs_abi",
+        "intr_regs", "phys_addr", "cgroup", "data_page_size", "code_page_size", "aux",
+    )
+
+    @property
+    def exact_ip(self) -> bool:
+        return bool(self.misc & (1 << 14))
+
+
+_OPTIONAL = frozenset(SampleRecord.__slots__) | {"build_id", "next_prev_pid", "next_prev_tid"}
+
+
+class FinishedRoundRecord(Record):
+    __slots__ = ()
+
+
+class FinishedInitRecord(Record):
+    __slots__ = ()
+
+
+class IdIndexEntry:
+    __slots__ = ("id", "idx", "cpu", "tid", "machine_pid", "vcpu")
+
+    def __init__(self, id, idx, cpu, tid, machine_pid=None, vcpu=None):
+        self.id, self.idx, self.cpu, self.tid, self.machine_pid, self.vcpu = id, idx, cpu, tid, machine_pid, vcpu
+
+    def __repr__(self) -> str:
+        return (f"IdIndexEntry(id={self.id}, idx={self.idx}, cpu={self.cpu}, tid={self.tid}, "
+                f"machine_pid={self.machine_pid}, vcpu={self.vcpu})")
+
+
+class IdIndexRecord(Record):
+    __slots__ = ("entries",)
+
+
+class AuxtraceInfoRecord(Record):
+    __slots__ = ("auxtrace_type", "priv", "info")  # info: AuxtraceInfo / IntelPTInfo
+
+
+class AuxtraceRecord(Record):
+    """PERF_RECORD_AUXTRACE: ``size`` is the payload size (perf's field name); the record header's size is
+    ``header_size``; the payload starts at ``data_offset`` (absolute, in the record's file)."""
+
+    __slots__ = ("header_size", "aux_offset", "reference", "idx", "tid", "cpu", "data_offset", "_data")
+
+    # Record.size is the header size for every other record; here perf's 'size' field wins.
+
+
+class AuxtraceErrorRecord(Record):
+    __slots__ = ("error_type", "code", "cpu", "pid", "tid", "fmt", "ip", "time", "msg", "machine_pid", "vcpu")
+
+
+class ThreadMapRecord(Record):
+    __slots__ = ("entries",)  # list of (pid, comm)
+
+
+class CpuMapRecord(Record):
+    __slots__ = ("cpus", "any_cpu")
+
+
+class StatConfigRecord(Record):
+    __slots__ = ("config",)  # dict tag -> value
+
+
+class StatRecord(Record):
+    __slots__ = ("stat_id", "cpu", "thread", "val", "ena", "run")
+
+
+class StatRoundRecord(Record):
+    __slots__ = ("round_type", "time")
+
+
+class TimeConvRecord(Record):
+    __slots__ = ("time_shift", "time_mult", "time_zero", "time_cycles", "time_mask", "cap_user_time_zero",
+                 "cap_user_time_short")
+
+
+class HeaderAttrRecord(Record):
+    __slots__ = ("attr", "ids")
+
+
+class HeaderFeatureRecord(Record):
+    __slots__ = ("feat_id", "data")
+
+
+class EventUpdateRecord(Record):
+    __slots__ = ("update_type", "event_id", "unit", "scale", "name_", "cpus")
+
+    @property
+    def event_name(self):
+        return self.name_
+
+
+class HeaderBuildIdRecord(Record):
+    __slots__ = ("pid", "build_id", "filename")
+
+
+class HeaderTracingDataRecord(Record):
+    __slots__ = ("data_size",)
+
+
+class CompressedRecord(Record):
+    __slots__ = ("data_size",)
+
+
+class UnknownRecord(Record):
+    __slots__ = ()
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsers
+# --------------------------------------------------------------------------------------------------
+
+
+class ParseContext:
+    """What the parsers need from the reader: attrs and how to find the attr of a record."""
+
+    __slots__ = ("attrs", "by_id", "uniform", "trailer", "trailers", "tsize")
+
+    def __init__(self) -> None:
+        self.attrs: list[EventAttr] = []
+        self.by_id: dict[int, EventAttr] = {}
+        self.uniform: EventAttr | None = None
+        self.trailer: TrailerLayout | None = None
+        self.trailers: dict[int, TrailerLayout] = {}
+        self.tsize = 0
+
+    def set_attrs(self, attrs: list["EventAttr"]) -> None:
+        self.attrs = attrs
+        self.by_id = {}
+        for a in attrs:
+            for i in a.ids:
+                self.by_id[i] = a
+        self.trailers = {}
+        types = {(a.sample_type, a.sample_id_all) for a in attrs}
+        self.uniform = attrs[0] if len(types) == 1 else None
+        if attrs:
+            first = attrs[0]
+            self.trailer = self._trailer_for(first) if first.sample_id_all else None
+        else:
+            self.trailer = None
+
+    def _trailer_for(self, attr) -> TrailerLayout:
+        t = self.trailers.get(attr.sample_type)
+        if t is None:
+            t = self.trailers[attr.sample_type] = TrailerLayout(attr.sample_type)
+        return t
+
+    def sample_attr(self, buf, off: int, size: int):
+        """The attr of a SAMPLE record at ``off``."""
+        if self.uniform is not None or not self.attrs:
+            return self.uniform
+        first = self.attrs[0]
+        pos = first.id_pos
+        if pos < 0:
+            return first
+        p = off + 8 + 8 * pos
+        if p + 8 > off + size:
+            raise BadRecord("too short to hold the sample id", 8 + 8 * pos)
+        (sid,) = _u64(buf, p)
+        a = self.by_id.get(sid)
+        if a is None:
+            raise BadRecord(f"sample id {sid} belongs to no attr", 8 + 8 * pos)
+        return a
+
+    def sample_id(self, buf, off: int, size: int, fixed: int) -> SampleId | None:
+        """Parse the sample_id_all trailer of a non-sample record whose fixed part is ``fixed`` bytes;
+        leaves the trailer's size in ``self.tsize``."""
+        self.tsize = 0
+        if self.uniform is not None:
+            a = self.uniform
+        elif not self.attrs:
+            return None
+        else:
+            first = self.attrs[0]
+            if not first.sample_id_all:
+                return None
+            pos = first.is_pos
+            if pos < 0:
+                a = first
+            else:
+                p = off + size - 8 * pos
+                if p < off + fixed:
+                    raise BadRecord(f"size {size} is too small for the fixed fields ({fixed} bytes) and the "
+                                    "sample_id trailer", 0)
+                (sid,) = _u64(buf, p)
+                a = self.by_id.get(sid) or first
+        if not a.sample_id_all:
+            return None
+        t = self.trailers.get(a.sample_type)
+        if t is None:
+            t = self._trailer_for(a)
+        if not t.size:
+            return None
+        if size - t.size < fixed:
+            raise BadRecord(f"size {size} is too small for the fixed fields ({fixed} bytes) and the "
+                            f"{t.size}-byte sample_id trailer", 0)
+        self.tsize = t.size
+        return t.parse(buf, off + size)
+
+
+def _new(cls, rtype, misc, size):
+    r = cls.__new__(cls)
+    r.type = rtype
+    r.misc = misc
+    r.size = size
+    r.inner_offset = None
+    r.src = None
+    return r
+
+
+def _need(size: int, n: int, what: str) -> None:
+    if size < n:
+        raise BadRecord(f"size {size} is too small for {what} ({n} bytes)")
+
+
+def p_mmap(ctx, buf, off, size, rtype, misc):
+    _need(size, 40, "the MMAP fields")
+    r = _new(MmapRecord, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 40)
+    end = off + size - ctx.tsize
+    r.pid, r.tid = _2i32(buf, off + 8)
+    r.addr, r.len, r.pgoff = _3u64(buf, off + 16)
+    r.filename = cstr(buf, off + 40, max(end, off + 40))
+    return r
+
+
+def p_mmap2(ctx, buf, off, size, rtype, misc):
+    _need(size, 72, "the MMAP2 fields")
+    r = _new(Mmap2Record, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 72)
+    end = off + size - ctx.tsize
+    r.pid, r.tid = _2i32(buf, off + 8)
+    r.addr, r.len, r.pgoff = _3u64(buf, off + 16)
+    if misc & PERF_RECORD_MISC_MMAP_BUILD_ID:
+        (bsize,) = _u8(buf, off + 40)
+        if bsize > 20:
+            raise BadRecord(f"build-id size {bsize} is larger than 20", 40)
+        r.build_id = bytes(buf[off + 44:off + 44 + bsize])
+    else:
+        r.maj, r.min = _2u32(buf, off + 40)
+        r.ino, r.ino_generation = _2u64(buf, off + 48)
+    r.prot, r.flags = _2u32(buf, off + 64)
+    r.filename = cstr(buf, off + 72, max(end, off + 72))
+    return r
+
+
+def p_comm(ctx, buf, off, size, rtype, misc):
+    _need(size, 16, "the COMM fields")
+    r = _new(CommRecord, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 16)
+    end = off + size - ctx.tsize
+    r.pid, r.tid = _2i32(buf, off + 8)
+    r.comm = cstr(buf, off + 16, max(end, off + 16))
+    return r
+
+
+_fork = struct.Struct("<iiiiQ").unpack_from
+
+
+def p_fork(ctx, buf, off, size, rtype, misc):
+    _need(size, 32, "the FORK/EXIT fields")
+    r = _new(ExitRecord if rtype == RecordType.EXIT else ForkRecord, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 32)
+    r.pid, r.ppid, r.tid, r.ptid, r.time = _fork(buf, off + 8)
+    return r
+
+
+def p_lost(ctx, buf, off, size, rtype, misc):
+    _need(size, 24, "the LOST fields")
+    r = _new(LostRecord, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 24)
+    r.lost_id, r.lost = _2u64(buf, off + 8)
+    return r
+
+
+def p_lost_samples(ctx, buf, off, size, rtype, misc):
+    _need(size, 16, "the LOST_SAMPLES fields")
+    r = _new(LostSamplesRecord, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 16)
+    (r.lost,) = _u64(buf, off + 8)
+    return r
+
+
+def p_throttle(ctx, buf, off, size, rtype, misc):
+    _need(size, 32, "the THROTTLE fields")
+    r = _new(ThrottleRecord, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 32)
+    r.time, r.throttle_id, r.stream_id = _3u64(buf, off + 8)
+    return r
+
+
+def _read_values(buf, p, end, read_format):
+    """Parse a read_format block; returns (values, new position). values: list of dicts."""
+    rf = read_format
+    if rf & ReadFormat.GROUP:
+        if p + 8 > end:
+            raise BadRecord("read group runs past the record")
+        (nr,) = _u64(buf, p)
+        p += 8
+        head = {}
+        if rf & ReadFormat.TOTAL_TIME_ENABLED:
+            (head["time_enabled"],) = _u64(buf, p)
+            p += 8
+        if rf & ReadFormat.TOTAL_TIME_RUNNING:
+            (head["time_running"],) = _u64(buf, p)
+            p += 8
+        per = 8 + (8 if rf & ReadFormat.ID else 0) + (8 if rf & ReadFormat.LOST else 0)
+        if nr > (end - p) // per:
+            raise BadRecord(f"read group of {nr} values runs past the record")
+        vals = []
+        for _ in range(nr):
+            v = {"value": _u64(buf, p)[0]}
+            p += 8
+            if rf & ReadFormat.ID:
+                (v["id"],) = _u64(buf, p)
+                p += 8
+            if rf & ReadFormat.LOST:
+                (v["lost"],) = _u64(buf, p)
+                p += 8
+            vals.append(v)
+        head["values"] = vals
+        return head, p
+    n = 1 + sum(1 for b in (ReadFormat.TOTAL_TIME_ENABLED, ReadFormat.TOTAL_TIME_RUNNING, ReadFormat.ID,
+                            ReadFormat.LOST) if rf & b)
+    if p + 8 * n > end:
+        raise BadRecord("read values run past the record")
+    v = {"value": _u64(buf, p)[0]}
+    p += 8
+    for bit, key in ((ReadFormat.TOTAL_TIME_ENABLED, "time_enabled"), (ReadFormat.TOTAL_TIME_RUNNING,
+                     "time_running"), (ReadFormat.ID, "id"), (ReadFormat.LOST, "lost")):
+        if rf & bit:
+            (v[key],) = _u64(buf, p)
+            p += 8
+    return v, p
+
+
+def p_read(ctx, buf, off, size, rtype, misc):
+    _need(size, 16, "the READ fields")
+    r = _new(ReadRecord, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 16)
+    r.pid, r.tid = _2i32(buf, off + 8)
+    attr = ctx.attrs[0] if ctx.attrs else None
+    end = off + size - ctx.tsize
+    r.values = _read_values(buf, off + 16, end, attr.read_format if attr else 0)[0] if attr else None
+    return r
+
+
+def p_aux(ctx, buf, off, size, rtype, misc):
+    _need(size, 32, "the AUX fields")
+    r = _new(AuxRecord, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 32)
+    r.aux_offset, r.aux_size, r.flags = _3u64(buf, off + 8)
+    return r
+
+
+def p_itrace_start(ctx, buf, off, size, rtype, misc):
+    _need(size, 16, "the ITRACE_START fields")
+    r = _new(ItraceStartRecord, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 16)
+    r.pid, r.tid = _2i32(buf, off + 8)
+    return r
+
+
+def p_switch(ctx, buf, off, size, rtype, misc):
+    r = _new(SwitchRecord, rtype, misc, size)
+    if rtype == RecordType.SWITCH_CPU_WIDE:
+        _need(size, 16, "the SWITCH_CPU_WIDE fields")
+        r.sample_id = ctx.sample_id(buf, off, size, 16)
+        r.next_prev_pid, r.next_prev_tid = _2i32(buf, off + 8)
+    else:
+        r.sample_id = ctx.sample_id(buf, off, size, 8)
+    return r
+
+
+def p_namespaces(ctx, buf, off, size, rtype, misc):
+    _need(size, 24, "the NAMESPACES fields")
+    r = _new(NamespacesRecord, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 24)
+    r.pid, r.tid = _2i32(buf, off + 8)
+    (nr,) = _u64(buf, off + 16)
+    end = off + size - ctx.tsize
+    if nr > (end - off - 24) // 16:
+        raise BadRecord(f"{nr} namespaces do not fit the record", 16)
+    r.link_info = [_2u64(buf, off + 24 + 16 * i) for i in range(nr)]
+    return r
+
+
+_ksym = struct.Struct("<QIHH").unpack_from
+
+
+def p_ksymbol(ctx, buf, off, size, rtype, misc):
+    _need(size, 24, "the KSYMBOL fields")
+    r = _new(KsymbolRecord, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 24)
+    end = off + size - ctx.tsize
+    r.addr, r.len, r.ksym_type, r.flags = _ksym(buf, off + 8)
+    r.name_ = cstr(buf, off + 24, max(end, off + 24))
+    return r
+
+
+_bpf = struct.Struct("<HHI").unpack_from
+
+
+def p_bpf_event(ctx, buf, off, size, rtype, misc):
+    _need(size, 24, "the BPF_EVENT fields")
+    r = _new(BpfEventRecord, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 24)
+    r.bpf_type, r.flags, r.bpf_id = _bpf(buf, off + 8)
+    r.tag = bytes(buf[off + 16:off + 24])
+    return r
+
+
+def p_cgroup(ctx, buf, off, size, rtype, misc):
+    _need(size, 16, "the CGROUP fields")
+    r = _new(CgroupRecord, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 16)
+    end = off + size - ctx.tsize
+    (r.cgroup_id,) = _u64(buf, off + 8)
+    r.path = cstr(buf, off + 16, max(end, off + 16))
+    return r
+
+
+_poke = struct.Struct("<QHH").unpack_from
+
+
+def p_text_poke(ctx, buf, off, size, rtype, misc):
+    _need(size, 20, "the TEXT_POKE fields")
+    r = _new(TextPokeRecord, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 20)
+    end = off + size - ctx.tsize
+    r.addr, r.old_len, r.new_len = _poke(buf, off + 8)
+    p = off + 20
+    if p + r.old_len + r.new_len > end:
+        raise BadRecord(f"{r.old_len}+{r.new_len} text bytes do not fit the record", 20)
+    r.old_bytes = bytes(buf[p:p + r.old_len])
+    r.new_bytes = bytes(buf[p + r.old_len:p + r.old_len + r.new_len])
+    return r
+
+
+def p_aux_output_hw_id(ctx, buf, off, size, rtype, misc):
+    _need(size, 16, "the AUX_OUTPUT_HW_ID fields")
+    r = _new(AuxOutputHwIdRecord, rtype, misc, size)
+    r.sample_id = ctx.sample_id(buf, off, size, 16)
+    (r.hw_id,) = _u64(buf, off + 8)
+    return r
+
+
+def _popcount(x: int) -> int:
+    return bin(x).count("1")
+
+
+def p_sample(ctx, buf, off, size, rtype, misc):
+    attr = ctx.sample_attr(buf, off, size)
+    r = _new(SampleRecord, rtype, misc, size)
+    r.attr = attr
+    end = off + size
+    p = off + 8
+    if attr is None:
+        r.sample_id = None
+        return r
+    st = attr.sample_type
+    try:
+        if st & SampleType.IDENTIFIER:
+            (r.identifier,) = _u64(buf, p)
+            p += 8
+        if st & SampleType.IP:
+            (r.ip,) = _u64(buf, p)
+            p += 8
+        if st & SampleType.TID:
+            r.pid, r.tid = _2i32(buf, p)
+            p += 8
+        if st & SampleType.TIME:
+            (r.time,) = _u64(buf, p)
+            p += 8
+        if st & SampleType.ADDR:
+            (r.addr,) = _u64(buf, p)
+            p += 8
+        if st & SampleType.ID:
+            (r.id,) = _u64(buf, p)
+            p += 8
+        if st & SampleType.STREAM_ID:
+            (r.stream_id,) = _u64(buf, p)
+            p += 8
+        if st & SampleType.CPU:
+            (r.cpu,) = _u32(buf, p)
+            p += 8
+        if st & SampleType.PERIOD:
+            (r.period,) = _u64(buf, p)
+            p += 8
+        if p > end:
+            raise BadRecord(f"size {size} is too small for the sample fields of sample_type {st:#x}")
+        if st & ~0x3C7 & ((1 << 25) - 1):  # anything beyond the fixed-size head
+            p = _sample_tail(r, attr, st, buf, p, end)
+    except struct.error as e:
+        raise BadRecord(f"sample field runs past the buffer ({e})", p - off) from None
+    if p > end:
+        raise BadRecord(f"size {size} is too small for the sample fields of sample_type {st:#x}", p - off)
+    if st & SampleType.IDENTIFIER and r.id is None:
+        r.id = r.identifier
+    sid = SampleId()
+    sid.pid = r.pid
+    sid.tid = r.tid
+    sid.time = r.time
+    sid.id = r.id
+    sid.stream_id = r.stream_id
+    sid.cpu = r.cpu
+    sid.identifier = r.identifier
+    r.sample_id = sid
+    return r
+
+
+def _sample_tail(r, attr, st, buf, p, end):
+    def need(n, what):
+        if p + n > end:
+            raise BadRecord(f"sample {what} ({n} bytes) runs past the record", p - (end - r.size))
+
+    if st & SampleType.READ:
+        r.read, p = _read_values(buf, p, end, attr.read_format)
+    if st & SampleType.CALLCHAIN:
+        need(8, "callchain")
+        (nr,) = _u64(buf, p)
+        p += 8
+        if nr > (end - p) // 8:
+            raise BadRecord(f"callchain of {nr} entries runs past the record", p - 8 - (end - r.size))
+        r.callchain = struct.unpack_from(f"<{nr}Q", buf, p)
+        p += 8 * nr
+    if st & SampleType.RAW:
+        need(4, "raw size")
+        (n,) = _u32(buf, p)
+        need(4 + n, "raw data")
+        r.raw = bytes(buf[p + 4:p + 4 + n])
+        p += 4 + n
+    if st & SampleType.BRANCH_STACK:
+        need(8, "branch stack")
+        (nr,) = _u64(buf, p)
+        p += 8
+        if attr.branch_sample_type & PERF_SAMPLE_BRANCH_HW_INDEX:
+            need(8, "branch hw_idx")
+            (r.branch_hw_idx,) = _u64(buf, p)
+            p += 8
+        if nr > (end - p) // 24:
+            raise BadRecord(f"branch stack of {nr} entries runs past the record", p - (end - r.size))
+        flat = struct.unpack_from(f"<{3 * nr}Q", buf, p)
+        r.branch_stack = [flat[i:i + 3] for i in range(0, 3 * nr, 3)]
+        p += 24 * nr
+    if st & SampleType.REGS_USER:
+        need(8, "user regs abi")
+        (r.user_regs_abi,) = _u64(buf, p)
+        p += 8
+        if r.user_regs_abi:
+            n = _popcount(attr.sample_regs_user)
+            need(8 * n, "user regs")
+            r.user_regs = struct.unpack_from(f"<{n}Q", buf, p)
+            p += 8 * n
+    if st & SampleType.STACK_USER:
+        need(8, "user stack size")
+        (n,) = _u64(buf, p)
+        p += 8
+        if n:
+            need(n + 8, "user stack")
+            r.user_stack = bytes(buf[p:p + n])
+            p += n
+            (r.user_stack_dyn_size,) = _u64(buf, p)
+            p += 8
+        else:
+            r.user_stack = b""
+    if st & (SampleType.WEIGHT | SampleType.WEIGHT_STRUCT):
+        need(8, "weight")
+        (r.weight,) = _u64(buf, p)
+        p += 8
+    if st & SampleType.DATA_SRC:
+        need(8, "data_src")
+        (r.data_src,) = _u64(buf, p)
+        p += 8
+    if st & SampleType.TRANSACTION:
+        need(8, "transaction")
+        (r.transaction,) = _u64(buf, p)
+        p += 8
+    if st & SampleType.REGS_INTR:
+        need(8, "intr regs abi")
+        (r.intr_regs_abi,) = _u64(buf, p)
+        p += 8
+        if r.intr_regs_abi:
+            n = _popcount(attr.sample_regs_intr)
+            need(8 * n, "intr regs")
+            r.intr_regs = struct.unpack_from(f"<{n}Q", buf, p)
+            p += 8 * n
+    if st & SampleType.PHYS_ADDR:
+        need(8, "phys_addr")
+        (r.phys_addr,) = _u64(buf, p)
+        p += 8
+    if st & SampleType.CGROUP:
+        need(8, "cgroup")
+        (r.cgroup,) = _u64(buf, p)
+        p += 8
+    if st & SampleType.DATA_PAGE_SIZE:
+        need(8, "data_page_size")
+        (r.data_page_size,) = _u64(buf, p)
+        p += 8
+    if st & SampleType.CODE_PAGE_SIZE:
+        need(8, "code_page_size")
+        (r.code_page_size,) = _u64(buf, p)
+        p += 8
+    if st & SampleType.AUX:
+        need(8, "aux size")
+        (n,) = _u64(buf, p)
+        p += 8
+        need(n, "aux data")
+        r.aux = bytes(buf[p:p + n])
+        p += n
+    return p
+
+
+# ---- user records --------------------------------------------------------------------------------
+
+
+def p_plain(cls):
+    def parse(ctx, buf, off, size, rtype, misc):
+        r = _new(cls, rtype, misc, size)
+        r.sample_id = None
+        return r
+    return parse
+
+
+_idx_entry = struct.Struct("<QQQQ").unpack_from
+
+
+def p_id_index(ctx, buf, off, size, rtype, misc):
+    _need(size, 16, "the ID_INDEX count")
+    r = _new(IdIndexRecord, rtype, misc, size)
+    r.sample_id = None
+    (nr,) = _u64(buf, off + 8)
+    if nr > (size - 16) // 32:
+        raise BadRecord(f"{nr} id index entries do not fit the record", 8)
+    entries = []
+    p = off + 16
+    for _ in range(nr):
+        i, idx, cpu, tid = _idx_entry(buf, p)
+        entries.append(IdIndexEntry(i, idx, _s32(cpu), _s32(tid)))
+        p += 32
+    # perf >= 6.0 appends (machine_pid, vcpu) per entry for guest recordings
+    if size >= 16 + nr * 48 and nr:
+        for e in entries:
+            mp, vc = _2u64(buf, p)
+            e.machine_pid, e.vcpu = _s32(mp), _s32(vc)
+            p += 16
+    r.entries = entries
+    return r
+
+
+def _s32(v: int) -> int:
+    """A u64 field holding a C int (-1 for 'any')."""
+    v &= 0xFFFFFFFFFFFFFFFF
+    if v >= 1 << 63:
+        return v - (1 << 64)
+    return v
+
+
+def p_auxtrace_info(ctx, buf, off, size, rtype, misc):
+    _need(size, 16, "the AUXTRACE_INFO fields")
+    from ptexport.perfdata.auxtrace import decode_auxtrace_info
+
+    r = _new(AuxtraceInfoRecord, rtype, misc, size)
+    r.sample_id = None
+    (r.auxtrace_type,) = _u32(buf, off + 8)
+    n = (size - 16) // 8
+    r.priv = struct.unpack_from(f"<{n}Q", buf, off + 16)
+    r.info = decode_auxtrace_info(r.auxtrace_type, r.priv, bytes(buf[off + 16:off + size]))
+    return r
+
+
+_auxtrace = struct.Struct("<QQQIII").unpack_from
+
+
+def p_auxtrace(ctx, buf, off, size, rtype, misc):
+    _need(size, 48, "the AUXTRACE fields")
+    r = _new(AuxtraceRecord, rtype, misc, size)
+    r.sample_id = None
+    r.header_size = size
+    r.size, r.aux_offset, r.reference, r.idx, tid, cpu = _auxtrace(buf, off + 8)
+    r.tid = tid - (1 << 32) if tid >= 1 << 31 else tid
+    r.cpu = cpu - (1 << 32) if cpu >= 1 << 31 else cpu
+    r._data = None
+    return r
+
+
+_auxerr = struct.Struct("<IIIiiIQQ").unpack_from
+
+
+def p_auxtrace_error(ctx, buf, off, size, rtype, misc):
+    _need(size, 40, "the AUXTRACE_ERROR fields")
+    r = _new(AuxtraceErrorRecord, rtype, misc, size)
+    r.sample_id = None
+    if size >= 48:
+        r.error_type, r.code, cpu, r.pid, r.tid, r.fmt, r.ip, t = _auxerr(buf, off + 8)
+    else:
+        r.error_type, r.code, cpu, r.pid, r.tid, r.fmt, r.ip = struct.unpack_from("<IIIiiIQ", buf, off + 8)
+        t = 0
+    r.cpu = cpu - (1 << 32) if cpu >= 1 << 31 else cpu
+    if r.fmt:
+        r.time = t
+        msg_at = off + 48
+    else:
+        r.time = None
+        msg_at = off + 40
+    msg_end = min(off + size, msg_at + 64)
+    r.msg = cstr(buf, msg_at, msg_end)
+    if r.fmt >= 2 and size >= msg_at + 64 + 8 - off:
+        r.machine_pid, r.vcpu = _2i32(buf, msg_at + 64)
+    return r
+
+
+def p_thread_map(ctx, buf, off, size, rtype, misc):
+    _need(size, 16, "the THREAD_MAP count")
+    r = _new(ThreadMapRecord, rtype, misc, size)
+    r.sample_id = None
+    (nr,) = _u64(buf, off + 8)
+    if nr > (size - 16) // 24:
+        raise BadRecord(f"{nr} thread map entries do not fit the record", 8)
+    ents = []
+    p = off + 16
+    for _ in range(nr):
+        (pid,) = _u64(buf, p)
+        ents.append((_s32(pid), cstr(buf, p + 8, p + 24)))
+        p += 24
+    r.entries = ents
+    return r
+
+
+def parse_cpu_map_data(buf, p: int, end: int) -> tuple[list[int], bool]:
+    """perf_record_cpu_map_data at ``p`` (perf >= 6.0 layout); returns (cpus, any_cpu)."""
+    if p + 2 > end:
+        raise BadRecord("cpu map type runs past the record")
+    (t,) = _u16(buf, p)
+    if t == CpuMapType.CPUS:
+        if p + 4 > end:
+            raise BadRecord("cpu map count runs past the record")
+        (nr,) = _u16(buf, p + 2)
+        if p + 4 + 2 * nr > end:
+            raise BadRecord(f"cpu map of {nr} cpus runs past the record")
+        cpus = [c - 65536 if c == 0xFFFF else c for c in struct.unpack_from(f"<{nr}H", buf, p + 4)]
+        return cpus, -1 in cpus
+    if t == CpuMapType.MASK:
+        if p + 6 > end:
+            raise BadRecord("cpu mask header runs past the record")
+        nr, long_size = struct.unpack_from("<HH", buf, p + 2)
+        if long_size == 4:
+            at, fmt = p + 6, "I"
+        elif long_size == 8:
+            at, fmt = p + 8, "Q"
+        else:
+            raise BadRecord(f"cpu mask long_size {long_size} is not 4 or 8")
+        if at + long_size * nr > end:
+            raise BadRecord(f"cpu mask of {nr} words runs past the record")
+        words = struct.unpack_from(f"<{nr}{fmt}", buf, at)
+        bits = 8 * long_size
+        cpus = [i * bits + b for i, w in enumerate(words) for b in range(bits) if w >> b & 1]
+        return cpus, False
+    if t == CpuMapType.RANGE_CPUS:
+        if p + 8 > end:
+            raise BadRecord("cpu range runs past the record")
+        any_cpu, _pad, start, stop = struct.unpack_from("<BBHH", buf, p + 2)
+        cpus = ([-1] if any_cpu else []) + list(range(start, stop + 1))
+        return cpus, bool(any_cpu)
+    raise BadRecord(f"unknown cpu map type {t}")
+
+
+def p_cpu_map(ctx, buf, off, size, rtype, misc):
+    r = _new(CpuMapRecord, rtype, misc, size)
+    r.sample_id = None
+    r.cpus, r.any_cpu = parse_cpu_map_data(buf, off + 8, off + size)
+    return r
+
+
+def p_stat_config(ctx, buf, off, size, rtype, misc):
+    _need(size, 16, "the STAT_CONFIG count")
+    r = _new(StatConfigRecord, rtype, misc, size)
+    r.sample_id = None
+    (nr,) = _u64(buf, off + 8)
+    if nr > (size - 16) // 16:
+        raise BadRecord(f"{nr} stat config entries do not fit the record", 8)
+    r.config = dict(_2u64(buf, off + 16 + 16 * i) for i in range(nr))
+    return r
+
+
+def p_stat(ctx, buf, off, size, rtype, misc):
+    _need(size, 48, "the STAT fields")
+    r = _new(StatRecord, rtype, misc, size)
+    r.sample_id = None
+    r.stat_id, r.cpu, r.thread, r.val, r.ena, r.run = struct.unpack_from("<QIIQQQ", buf, off + 8)
+    return r
+
+
+def p_stat_round(ctx, buf, off, size, rtype, misc):
+    _need(size, 24, "the STAT_ROUND fields")
+    r = _new(StatRoundRecord, rtype, misc, size)
+    r.sample_id = None
+    r.round_type, r.time = _2u64(buf, off + 8)
+    return r
+
+
+def p_time_conv(ctx, buf, off, size, rtype, misc):
+    _need(size, 32, "the TIME_CONV fields")
+    r = _new(TimeConvRecord, rtype, misc, size)
+    r.sample_id = None
+    r.time_shift, r.time_mult, r.time_zero = _3u64(buf, off + 8)
+    if size >= 56:
+        r.time_cycles, r.time_mask = _2u64(buf, off + 32)
+        r.cap_user_time_zero, r.cap_user_time_short = bool(buf[off + 48]), bool(buf[off + 49])
+    else:
+        r.time_cycles = r.time_mask = None
+        r.cap_user_time_zero = r.cap_user_time_short = None
+    return r
+
+
+def p_header_attr(ctx, buf, off, size, rtype, misc):
+    from ptexport.perfdata.attr import EventAttr
+
+    _need(size, 8 + 64, "a perf_event_attr")
+    r = _new(HeaderAttrRecord, rtype, misc, size)
+    r.sample_id = None
+    (asize,) = _u32(buf, off + 12)
+    if asize == 0:
+        asize = 64
+    if asize < 64 or 8 + asize > size:
+        raise BadRecord(f"attr size {asize} does not fit the record of {size} bytes", 4)
+    from ptexport.perfdata.attr import ATTR_MAX_SIZE
+
+    r.attr = EventAttr(bytes(buf[off + 8:off + 8 + min(asize, ATTR_MAX_SIZE)]))
+    n = (size - 8 - asize) // 8
+    r.ids = list(struct.unpack_from(f"<{n}Q", buf, off + 8 + asize))
+    r.attr.ids = list(r.ids)
+    return r
+
+
+def p_header_feature(ctx, buf, off, size, rtype, misc):
+    _need(size, 16, "the HEADER_FEATURE id")
+    r = _new(HeaderFeatureRecord, rtype, misc, size)
+    r.sample_id = None
+    (r.feat_id,) = _u64(buf, off + 8)
+    r.data = bytes(buf[off + 16:off + size])
+    return r
+
+
+def p_event_update(ctx, buf, off, size, rtype, misc):
+    _need(size, 24, "the EVENT_UPDATE fields")
+    r = _new(EventUpdateRecord, rtype, misc, size)
+    r.sample_id = None
+    r.update_type, r.event_id = _2u64(buf, off + 8)
+    p, end = off + 24, off + size
+    t = r.update_type
+    if t == EventUpdateType.UNIT:
+        r.unit = cstr(buf, p, end)
+    elif t == EventUpdateType.NAME:
+        r.name_ = cstr(buf, p, end)
+    elif t == EventUpdateType.SCALE:
+        _need(size, 32, "the EVENT_UPDATE scale")
+        (r.scale,) = struct.unpack_from("<d", buf, p)
+    elif t == EventUpdateType.CPUS:
+        r.cpus = parse_cpu_map_data(buf, p, end)[0]
+    return r
+
+
+def p_header_build_id(ctx, buf, off, size, rtype, misc):
+    _need(size, 36, "the HEADER_BUILD_ID fields")
+    r = _new(HeaderBuildIdRecord, rtype, misc, size)
+    r.sample_id = None
+    (r.pid,) = _i32(buf, off + 8)
+    raw = bytes(buf[off + 12:off + 36])
+    if misc & PERF_RECORD_MISC_BUILD_ID_SIZE:
+        n = min(raw[20], 20)
+        r.build_id = raw[:n]
+    else:
+        r.build_id = raw[:20]
+    r.filename = cstr(buf, off + 36, off + size)
+    return r
+
+
+def p_tracing_data(ctx, buf, off, size, rtype, misc):
+    _need(size, 12, "the TRACING_DATA size")
+    r = _new(HeaderTracingDataRecord, rtype, misc, size)
+    r.sample_id = None
+    (r.data_size,) = _u32(buf, off + 8)
+    return r
+
+
+def p_compressed(ctx, buf, off, size, rtype, misc):
+    r = _new(CompressedRecord, rtype, misc, size)
+    r.sample_id = None
+    if rtype == RecordType.COMPRESSED2:
+        _need(size, 16, "the COMPRESSED2 data size")
+        (r.data_size,) = _u64(buf, off + 8)
+        if r.data_size > size - 16:
+            raise BadRecord(f"compressed data size {r.data_size} runs past the record", 8)
+    else:
+        r.data_size = size - 8
+    return r
+
+
+def p_unknown(ctx, buf, off, size, rtype, misc):
+    r = _new(UnknownRecord, rtype, misc, size)
+    r.sample_id = None
+    return r
+
+
+PARSERS: dict[int, Callable] = {
+    RecordType.MMAP: p_mmap,
+    RecordType.LOST: p_lost,
+    RecordType.COMM: p_comm,
+    RecordType.EXIT: p_fork,
+    RecordType.THROTTLE: p_throttle,
+    RecordType.UNTHROTTLE: p_throttle,
+    RecordType.FORK: p_fork,
+    RecordType.READ: p_read,
+    RecordType.SAMPLE: p_sample,
+    RecordType.MMAP2: p_mmap2,
+    RecordType.AUX: p_aux,
+    RecordType.ITRACE_START: p_itrace_start,
+    RecordType.LOST_SAMPLES: p_lost_samples,
+    RecordType.SWITCH: p_switch,
+    RecordType.SWITCH_CPU_WIDE: p_switch,
+    RecordType.NAMESPACES: p_namespaces,
+    RecordType.KSYMBOL: p_ksymbol,
+    RecordType.BPF_EVENT: p_bpf_event,
+    RecordType.CGROUP: p_cgroup,
+    RecordType.TEXT_POKE: p_text_poke,
+    RecordType.AUX_OUTPUT_HW_ID: p_aux_output_hw_id,
+    RecordType.HEADER_ATTR: p_header_attr,
+    RecordType.HEADER_EVENT_TYPE: p_unknown,
+    RecordType.HEADER_TRACING_DATA: p_tracing_data,
+    RecordType.HEADER_BUILD_ID: p_header_build_id,
+    RecordType.FINISHED_ROUND: p_plain(FinishedRoundRecord),
+    RecordType.ID_INDEX: p_id_index,
+    RecordType.AUXTRACE_INFO: p_auxtrace_info,
+    RecordType.AUXTRACE: p_auxtrace,
+    RecordType.AUXTRACE_ERROR: p_auxtrace_error,
+    RecordType.THREAD_MAP: p_thread_map,
+    RecordType.CPU_MAP: p_cpu_map,
+    RecordType.STAT_CONFIG: p_stat_config,
+    RecordType.STAT: p_stat,
+    RecordType.STAT_ROUND: p_stat_round,
+    RecordType.EVENT_UPDATE: p_event_update,
+    RecordType.TIME_CONV: p_time_conv,
+    RecordType.HEADER_FEATURE: p_header_feature,
+    RecordType.COMPRESSED: p_compressed,
+    RecordType.FINISHED_INIT: p_plain(FinishedInitRecord),
+    RecordType.COMPRESSED2: p_compressed,
+}
+# plain int keys for a fast dict lookup
+PARSERS = {int(k): v for k, v in PARSERS.items()}
+
+# Aliases with the names used in the API description.
+StatConfig = StatConfigRecord
