@@ -26,6 +26,8 @@ from ptexport.errors import PtExportError
 # Module names under ptexport.cli, in --help order.
 SUBCOMMANDS: tuple[str, ...] = (
     "dump",
+    "upgrade",
+    "info",
 )
 
 # The subcommand used when the first argument is not a subcommand word.

@@ -181,6 +181,7 @@ class PostgresWriter(Writer):
                 for s in self.schema.index_sql.values():
                     cur.execute(s)
                 cur.execute("INSERT INTO schema_version VALUES (%s, %s, %s)", self._version_row())
+                cur.executemany("INSERT INTO ptexport_migrations VALUES (%s, %s)", self._migration_rows())
                 cur.execute("ANALYZE")
             self.conn.close()
             self.conn = None

@@ -131,6 +131,7 @@ class SqliteWriter(Writer):
             for sql in self.schema.index_sql.values():
                 c.execute(sql)
             c.execute("INSERT INTO schema_version VALUES (?, ?, ?)", self._version_row())
+            c.executemany("INSERT INTO ptexport_migrations VALUES (?, ?)", self._migration_rows())
             c.execute("COMMIT")
             c.execute("PRAGMA analysis_limit = 1000")
             c.execute("ANALYZE")

@@ -57,6 +57,13 @@ UNKNOWN_ROWS: dict[str, tuple[Any, ...]] = {
 }
 
 
+def _signed(v: Any) -> Any:
+    """Unsigned 64-bit values (addresses) in two's complement, as perf stores them."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0x7FFFFFFFFFFFFFFF:
+        return int(v) - (1 << 64)
+    return v
+
+
 def is_text_type(sql_type: str) -> bool:
     return sql_type.startswith("varchar") or sql_type == "text"
 
@@ -82,7 +89,7 @@ class Writer:
         return self.schema.columns(table)
 
     def write_rows(self, table: str, rows: Iterable[tuple[Any, ...]]) -> None:
-        rows = [tuple(r) for r in rows]
+        rows = [tuple(_signed(v) for v in r) for r in rows]
         if not rows:
             return
         ncol = len(self.schema.tables[table])
@@ -158,6 +165,16 @@ class Writer:
     def _write_unknown_rows(self) -> None:
         for table, row in UNKNOWN_ROWS.items():
             self._insert_rows(table, [row])
+
+    def _migration_rows(self) -> list[tuple[str, str]]:
+        """A fresh database is current: every known migration is recorded as applied."""
+        from ptexport.errors import ExportError
+        from ptexport.export.migrate import load_migrations
+
+        try:
+            return [(m.name, utc_now()) for m in load_migrations()]
+        except ExportError:  # migrations not shipped with this install
+            return []
 
     def _version_row(self) -> tuple[Any, ...]:
         return (SCHEMA_VERSION, f"ptexport {__version__}", utc_now())
