@@ -206,39 +206,69 @@ def run(args, out) -> int:
     return _run_perf_data(args, opts, warning, out)
 
 
-def _run_perf_data(args, opts, warning, out) -> int:
-    """perf.data: one ptdump per CPU AUX stream (the concatenated AUXTRACE buffers of that CPU)."""
+def _perf_errata(args, pd):
+    """Errata for the recording's CPU (the CPUID feature: 'GenuineIntel,F,M,S') unless --cpu says."""
+    from ptexport.pt.errata import NO_ERRATA, UnknownCpuError, errata_for_cpu
+
+    if args.cpu:
+        return None
+    cpuid = str(pd.features.get("cpuid") or "")
+    parts = cpuid.split(",")
+    if len(parts) < 3 or parts[0] != "GenuineIntel":
+        return NO_ERRATA
     try:
-        from ptexport.perfdata import open_perf_data
-    except ImportError as e:  # the reader is not there yet
-        raise UsageError("perf.data input needs ptexport.perfdata.open_perf_data") from e
+        fam, model = int(parts[1]), int(parts[2])
+        step = int(parts[3]) if len(parts) > 3 else 0
+        return errata_for_cpu(fam, model, step)
+    except (ValueError, UnknownCpuError):
+        return NO_ERRATA
+
+
+def _perf_timing(args, pd, errata):
+    """Timing configuration from AUXTRACE_INFO and the intel_pt attr (command-line values win)."""
+    from ptexport.pt.time import TimingConfig
+
+    info = pd.auxtrace_info
+    mtc_freq, eax, ebx, nom = args.mtc_freq, args.cpuid_eax, args.cpuid_ebx, args.nom_freq
+    if info is not None and hasattr(info, "tsc_ctc_ratio_n"):
+        if not ebx and info.tsc_ctc_ratio_n:
+            ebx = info.tsc_ctc_ratio_n
+        if not eax and info.tsc_ctc_ratio_d:
+            eax = info.tsc_ctc_ratio_d
+        if not nom and info.max_non_turbo_ratio:
+            nom = info.max_non_turbo_ratio
+        if not mtc_freq:
+            for attr in pd.attrs:
+                if attr.type == info.pmu_type:
+                    mtc_freq = info.config_terms(attr.config).get("mtc_period", 0)
+                    break
+    return TimingConfig(mtc_freq=mtc_freq, nom_freq=nom, cpuid_0x15_eax=eax,
+                        cpuid_0x15_ebx=ebx, skl168=errata.skl168)
+
+
+def _run_perf_data(args, opts, warning, out) -> int:
+    """perf.data: one ptdump per AUXTRACE buffer (offsets within the buffer, as perf script -D)."""
+    import dataclasses
+
+    from ptexport.perfdata import AuxtraceRecord, open_perf_data
     from ptexport.pt.ptdump import ptdump_lines
 
-    pd = open_perf_data(args.trace)
-    streams: dict[int, list] = {}
-    order: list[int] = []
-    for rec in pd.records():
-        if type(rec).__name__ != "AuxtraceRecord" and not hasattr(rec, "aux_offset"):
-            continue
-        key = rec.cpu
-        if key not in streams:
-            streams[key] = []
-            order.append(key)
-        streams[key].append(rec)
-    if warning:
-        print(warning, file=out)
-    for cpu in order:
-        recs = streams[cpu]
-        chunks = []
-        for rec in recs:
-            chunks.append(bytes(pd.aux_data(rec)))
-        data = b"".join(chunks)
-        print(f"# aux cpu {cpu}: {len(recs)} buffer(s), {len(data)} bytes", file=out)
-        pos = 0
-        for rec, chunk in zip(recs, chunks):
-            print(f"#   buffer idx {rec.idx} aux_offset {rec.aux_offset:#x} size {len(chunk):#x}"
-                  f" at stream offset {pos:#x}", file=out)
-            pos += len(chunk)
-        for line in ptdump_lines(data, opts, source=f"aux cpu {cpu}"):
-            print(line, file=out)
+    if args.pevent_primary or args.pevent_secondary:
+        raise UsageError("--pevent sideband files go with --raw; perf.data carries its own")
+    with open_perf_data(args.trace) as pd:
+        errata = _perf_errata(args, pd)
+        if errata is not None:
+            opts = dataclasses.replace(opts, errata=errata)
+        opts = dataclasses.replace(opts, timing=_perf_timing(args, pd, opts.errata),
+                                   report_eos=True)
+        if warning:
+            print(warning, file=out)
+        for rec in pd.records():
+            if not isinstance(rec, AuxtraceRecord):
+                continue
+            data = pd.aux_data(rec)
+            print(f"# aux cpu {rec.cpu} idx {rec.idx} tid {rec.tid} aux_offset {rec.aux_offset:#x}"
+                  f" size {rec.size:#x} (file offset {rec.data_offset:#x})", file=out)
+            for line in ptdump_lines(data, opts, source=f"aux cpu {rec.cpu}"):
+                print(line, file=out)
     return 0

@@ -36,6 +36,8 @@ class PtdumpOptions:
     no_timing: bool = False
     no_cyc: bool = False
     keep_tcal_on_ovf: bool = False
+    #: report a packet cut by the end of the buffer (ptdump stops silently)
+    report_eos: bool = False
     errata: Errata = field(default_factory=lambda: NO_ERRATA)
     timing: TimingConfig = field(default_factory=TimingConfig)
 
@@ -240,7 +242,7 @@ def ptdump_lines(buf, options: PtdumpOptions | None = None, source: str = "<buff
             pkt = dec.next()
         except PacketError as e:
             reason = getattr(e, "reason", "internal")
-            if reason != "eos":
+            if reason != "eos" or o.report_eos:
                 yield diag(off, "error decoding packet", ERRSTR.get(reason, e.cause))
             if dec.sync_forward() < 0:
                 break
