@@ -102,8 +102,7 @@ SCRIPT_FLAG_NAMES: dict[int, str] = {
     int(B | IpFlag.CALL | IpFlag.VMEXIT): "vmexit",
 }
 
-#: The ``branch_types`` rows perf's db-export writes, in its order (db-export.c).
-PERF_BRANCH_TYPES: tuple[tuple[int, str], ...] = (
+_PERF_BASE_BRANCH_TYPES: tuple[tuple[int, str], ...] = (
     (0, "no branch"),
     (int(B | IpFlag.CALL), "call"),
     (int(B | IpFlag.RETURN), "return"),
@@ -118,14 +117,30 @@ PERF_BRANCH_TYPES: tuple[tuple[int, str], ...] = (
     (int(B | IpFlag.TX_ABORT), "transaction abort"),
     (int(B | IpFlag.TRACE_BEGIN), "trace begin"),
     (int(B | IpFlag.TRACE_END), "trace end"),
+    (int(B | IpFlag.CALL | IpFlag.VMENTRY), "vm entry"),
+    (int(B | IpFlag.CALL | IpFlag.VMEXIT), "vm exit"),
 )
+
+
+def _with_trace_variants(base: tuple[tuple[int, str], ...]) -> tuple[tuple[int, str], ...]:
+    rows = list(base)
+    for value, name in base:
+        if value == B or value & (IpFlag.TRACE_BEGIN | IpFlag.TRACE_END):
+            continue
+        rows.append((int(value | IpFlag.TRACE_BEGIN), f"trace begin / {name}"))
+        rows.append((int(value | IpFlag.TRACE_END), f"{name} / trace end"))
+    return tuple(rows)
+
+
+#: The ``branch_types`` rows perf 6.1's db-export writes (db_export__branch_types):
+#: 16 kinds, then a "trace begin / X" and an "X / trace end" variant of each kind
+#: except the plain jump and trace begin/end themselves: 42 rows.
+PERF_BRANCH_TYPES: tuple[tuple[int, str], ...] = _with_trace_variants(_PERF_BASE_BRANCH_TYPES)
 _PERF_BRANCH_TYPE_NAMES = dict(PERF_BRANCH_TYPES)
 
-#: Extra base kinds that perf's table lacks but Intel PT produces.
+#: Kinds Intel PT produces that perf 6.1 has no row for, named in perf's style.
 _EXTRA_BASE_NAMES: dict[int, str] = {
-    int(B | IpFlag.CALL | IpFlag.VMENTRY): "vm entry",
-    int(B | IpFlag.CALL | IpFlag.VMEXIT): "synchronous vm exit",
-    int(B | IpFlag.CALL | IpFlag.ASYNC | IpFlag.VMEXIT): "vm exit",  # 4131, what Intel PT gives
+    int(B | IpFlag.CALL | IpFlag.ASYNC | IpFlag.VMEXIT): "asynchronous vm exit",  # 4131: a VM exit
 }
 
 #: Words for single bits, used to name the additional state bits.
@@ -203,31 +218,29 @@ def format_flags_array(flags: np.ndarray | Iterable[int]) -> list[str]:
 
 
 def branch_type_name(flags: int) -> str:
-    """A ``branch_types.name`` for any value: perf's name where perf has a row.
+    """A ``branch_types.name`` for any value: perf 6.1's name where perf has a row.
 
-    Other values are named from their parts: trace begin/end prefixes, the
-    base kind (perf's name or ``vm entry``/``vm exit``), and additional state in
-    parentheses; as a last resort ``flags`` and perf script's bit characters.
+    Other values are named in perf's style: the kind (perf's name,
+    ``asynchronous vm exit`` for 4131, else ``flags`` and perf script's bit
+    characters) with ``trace begin / `` and `` / trace end`` around it, and any
+    additional state (outside perf's branch mask) in parentheses.
     """
     flags = int(flags) & 0xFFFFFFFF
     name = _PERF_BRANCH_TYPE_NAMES.get(flags)
     if name is not None:
         return name
-    state = flags & ADDITIONAL_STATE_MASK
-    base = flags & ~ADDITIONAL_STATE_MASK
-    prefix = ""
-    kind = _base_name(base)
-    if kind is None and base & IpFlag.TRACE_BEGIN:
-        kind = _base_name(base & ~IpFlag.TRACE_BEGIN)
-        prefix = "trace begin "
-    if kind is None and base & IpFlag.TRACE_END:
-        kind = _base_name(base & ~IpFlag.TRACE_END)
-        prefix = "trace end "
-    if kind is None:
-        # perf script's characters keep these apart from every named kind
-        kind = f"flags {flag_chars(base)}" if base else "no branch"
-        prefix = ""
-    name = prefix + kind
+    state = flags & ~PERF_BRANCH_MASK
+    base = flags & PERF_BRANCH_MASK
+    name = _base_name(base)
+    if name is None:
+        kind = base & ~(IpFlag.TRACE_BEGIN | IpFlag.TRACE_END)
+        name = _base_name(kind)
+        if name is None:
+            name = f"flags {flag_chars(kind)}" if kind else "no branch"
+        if base & IpFlag.TRACE_BEGIN:
+            name = f"trace begin / {name}"
+        if base & IpFlag.TRACE_END:
+            name = f"{name} / trace end"
     if state:
         name += f" ({_bit_words(state)})"
     return name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import numpy as np
@@ -72,18 +73,41 @@ def test_format_flags_array_maps_each_value():
 
 def test_branch_types_keep_perf_rows_and_name_every_other_value():
     assert PERF_BRANCH_TYPES[0] == (0, "no branch")
-    assert dict(PERF_BRANCH_TYPES)[int(B | C | Y | I)] == "hardware interrupt"
-    assert len(PERF_BRANCH_TYPES) == 14
-    assert branch_type_name(4131) == "vm exit"
-    assert branch_type_name(int(B | C | IpFlag.VMENTRY)) == "vm entry"
-    assert branch_type_name(int(B | C | TB)) == "trace begin call"
-    assert branch_type_name(int(B | Y | TE)) == "trace end asynchronous branch"
+    names = dict(PERF_BRANCH_TYPES)
+    assert len(PERF_BRANCH_TYPES) == len(names) == 42
+    assert names[int(B | C | Y | I)] == "hardware interrupt"
+    assert names[int(B | C | IpFlag.VMEXIT)] == "vm exit"
+    assert names[int(B | C | TB)] == "trace begin / call"
+    assert names[int(B | Y | TE)] == "asynchronous branch / trace end"
+    assert names[256] == "trace begin / no branch"
+    assert int(B | TB | TE) not in names and 4131 not in names  # perf 6.1 has no row for a VM exit
+    assert branch_type_name(4131) == "asynchronous vm exit"
+    assert branch_type_name(int(4131 | TB)) == "trace begin / asynchronous vm exit"
+    assert branch_type_name(int(B | TB | TE)) == "trace begin / unconditional jump / trace end"
     assert branch_type_name(int(B | O | X)) == "conditional jump (in transaction)"
+    assert branch_type_name(2) == "flags c"
     rows = branch_type_rows([4131, 3, 1027])
-    assert rows[:14] == list(PERF_BRANCH_TYPES)
-    assert rows[14:] == [(1027, "call (in transaction)"), (4131, "vm exit")]
-    names = [n for _, n in branch_type_rows(range(1 << 15))]
-    assert len(set(names)) == len(names)  # every value has its own name
+    assert rows[:42] == list(PERF_BRANCH_TYPES)
+    assert rows[42:] == [(1027, "call (in transaction)"), (4131, "asynchronous vm exit")]
+    all_names = [n for _, n in branch_type_rows(range(1 << 16))]
+    assert len(set(all_names)) == len(all_names)  # every value has its own name
+
+
+@needs_perf
+def test_branch_types_are_perf_61_rows(quipper, tmp_path):
+    db = tmp_path / "q.db"
+    subprocess.run(
+        ["perf", "script", "--itrace=be", "-i", str(quipper), "-s",
+         "/usr/lib/perf-core/scripts/python/export-to-sqlite.py", str(db), "branches"],
+        capture_output=True, check=True, cwd=tmp_path,
+        # perf's embedded Python finds its prefix through PATH: keep pyenv's python out of it
+        env=dict(os.environ, PATH="/usr/local/bin:/usr/bin:/bin"),
+    )
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        perf_rows = sorted(con.execute("SELECT id, name FROM branch_types"))
+    assert perf_rows == sorted(PERF_BRANCH_TYPES)
 
 
 @needs_perf
