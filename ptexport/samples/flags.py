@@ -9,11 +9,10 @@ Three renderings of the same 32-bit value are needed:
   state ``(x)``/``(D)``/``(t)`` right-aligned in 6 columns, and otherwise one
   character per bit from ``PERF_IP_FLAG_CHARS`` (``?`` for unknown bits).
   :func:`format_flags_field` adds the padding perf puts around the field.
-* :data:`PERF_BRANCH_TYPES` - the fixed ``branch_types`` rows that perf's
-  db-export writes (``export-to-sqlite.py``).
-* :func:`branch_type_name` - a name for *every* value, so that values perf
-  has no row for (VM exit 4131, trace begin of a call...) still get one in our
-  ``branch_types`` table (DESIGN.md section 3).
+* :data:`PERF_BRANCH_TYPES` - the ``branch_types`` rows perf 6.1's db-export
+  writes (``export-to-sqlite.py``), checked against perf.  Names for the
+  values perf has no row for (VM exit 4131...) are made by the exporter,
+  :mod:`ptexport.export.branch_types`.
 """
 
 from __future__ import annotations
@@ -34,8 +33,6 @@ __all__ = [
     "format_flags",
     "format_flags_field",
     "format_flags_array",
-    "branch_type_name",
-    "branch_type_rows",
     "flag_chars",
 ]
 
@@ -136,31 +133,6 @@ def _with_trace_variants(base: tuple[tuple[int, str], ...]) -> tuple[tuple[int, 
 #: 16 kinds, then a "trace begin / X" and an "X / trace end" variant of each kind
 #: except the plain jump and trace begin/end themselves: 42 rows.
 PERF_BRANCH_TYPES: tuple[tuple[int, str], ...] = _with_trace_variants(_PERF_BASE_BRANCH_TYPES)
-_PERF_BRANCH_TYPE_NAMES = dict(PERF_BRANCH_TYPES)
-
-#: Kinds Intel PT produces that perf 6.1 has no row for, named in perf's style.
-_EXTRA_BASE_NAMES: dict[int, str] = {
-    int(B | IpFlag.CALL | IpFlag.ASYNC | IpFlag.VMEXIT): "asynchronous vm exit",  # 4131: a VM exit
-}
-
-#: Words for single bits, used to name the additional state bits.
-_BIT_WORDS: tuple[str, ...] = (
-    "branch",
-    "call",
-    "return",
-    "conditional",
-    "syscall/sysret",
-    "asynchronous",
-    "interrupt",
-    "transaction abort",
-    "trace begin",
-    "trace end",
-    "in transaction",
-    "vm entry",
-    "vm exit",
-    "interrupts disabled",
-    "interrupt toggle",
-)
 
 #: Width of the field perf script pads flags to (``"  %-21s "`` in perf 6.1).
 FLAGS_FIELD_WIDTH = 21
@@ -215,56 +187,3 @@ def format_flags_array(flags: np.ndarray | Iterable[int]) -> list[str]:
     uniq, inv = np.unique(arr, return_inverse=True)
     names = [format_flags(int(v)) for v in uniq]
     return [names[i] for i in inv.ravel()]
-
-
-def branch_type_name(flags: int) -> str:
-    """A ``branch_types.name`` for any value: perf 6.1's name where perf has a row.
-
-    Other values are named in perf's style: the kind (perf's name,
-    ``asynchronous vm exit`` for 4131, else ``flags`` and perf script's bit
-    characters) with ``trace begin / `` and `` / trace end`` around it, and any
-    additional state (outside perf's branch mask) in parentheses.
-    """
-    flags = int(flags) & 0xFFFFFFFF
-    name = _PERF_BRANCH_TYPE_NAMES.get(flags)
-    if name is not None:
-        return name
-    state = flags & ~PERF_BRANCH_MASK
-    base = flags & PERF_BRANCH_MASK
-    name = _base_name(base)
-    if name is None:
-        kind = base & ~(IpFlag.TRACE_BEGIN | IpFlag.TRACE_END)
-        name = _base_name(kind)
-        if name is None:
-            name = f"flags {flag_chars(kind)}" if kind else "no branch"
-        if base & IpFlag.TRACE_BEGIN:
-            name = f"trace begin / {name}"
-        if base & IpFlag.TRACE_END:
-            name = f"{name} / trace end"
-    if state:
-        name += f" ({_bit_words(state)})"
-    return name
-
-
-def _base_name(value: int) -> str | None:
-    name = _EXTRA_BASE_NAMES.get(value)
-    if name is None:
-        name = _PERF_BRANCH_TYPE_NAMES.get(value)
-    return name
-
-
-def _bit_words(value: int) -> str:
-    words = []
-    for i in range(32):
-        if value >> i & 1:
-            words.append(_BIT_WORDS[i] if i < len(_BIT_WORDS) else f"bit {i}")
-    return "|".join(words)
-
-
-def branch_type_rows(extra_values: Iterable[int] = ()) -> list[tuple[int, str]]:
-    """``branch_types`` rows: perf's fixed list first, then a named row per other value seen."""
-    rows = list(PERF_BRANCH_TYPES)
-    seen = {v for v, _ in rows}
-    for v in sorted({int(x) & 0xFFFFFFFF for x in extra_values} - seen):
-        rows.append((v, branch_type_name(v)))
-    return rows

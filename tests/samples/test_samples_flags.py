@@ -11,8 +11,6 @@ import pytest
 from ptexport.samples.flags import (
     PERF_BRANCH_TYPES,
     IpFlag,
-    branch_type_name,
-    branch_type_rows,
     format_flags,
     format_flags_array,
     format_flags_field,
@@ -71,7 +69,7 @@ def test_format_flags_array_maps_each_value():
     assert format_flags_array(np.array([], dtype=np.int64)) == []
 
 
-def test_branch_types_keep_perf_rows_and_name_every_other_value():
+def test_perf_branch_types_rows():
     assert PERF_BRANCH_TYPES[0] == (0, "no branch")
     names = dict(PERF_BRANCH_TYPES)
     assert len(PERF_BRANCH_TYPES) == len(names) == 42
@@ -81,16 +79,12 @@ def test_branch_types_keep_perf_rows_and_name_every_other_value():
     assert names[int(B | Y | TE)] == "asynchronous branch / trace end"
     assert names[256] == "trace begin / no branch"
     assert int(B | TB | TE) not in names and 4131 not in names  # perf 6.1 has no row for a VM exit
-    assert branch_type_name(4131) == "asynchronous vm exit"
-    assert branch_type_name(int(4131 | TB)) == "trace begin / asynchronous vm exit"
-    assert branch_type_name(int(B | TB | TE)) == "trace begin / unconditional jump / trace end"
-    assert branch_type_name(int(B | O | X)) == "conditional jump (in transaction)"
-    assert branch_type_name(2) == "flags c"
-    rows = branch_type_rows([4131, 3, 1027])
-    assert rows[:42] == list(PERF_BRANCH_TYPES)
-    assert rows[42:] == [(1027, "call (in transaction)"), (4131, "asynchronous vm exit")]
-    all_names = [n for _, n in branch_type_rows(range(1 << 16))]
-    assert len(set(all_names)) == len(all_names)  # every value has its own name
+
+
+def test_exporter_uses_the_same_perf_rows():
+    from ptexport.export.branch_types import PERF_BRANCH_TYPES as EXPORT_ROWS
+
+    assert dict(EXPORT_ROWS) == dict(PERF_BRANCH_TYPES)
 
 
 @needs_perf
