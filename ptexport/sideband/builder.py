@@ -47,6 +47,7 @@ from ptexport.sideband.model import (
     DEFAULT_GUEST_PID,
     END_OF_TIME,
     HOST_PID,
+    KERNEL_MAPS,
     AuxEvent,
     AuxtraceBuffer,
     Comm,
@@ -141,7 +142,7 @@ def _replace(e: MapEntry, **kw: Any) -> MapEntry:
 
 
 class _MachineBuild:
-    __slots__ = ("pid", "threads", "spaces", "kernel", "cpu_points")
+    __slots__ = ("pid", "threads", "spaces", "kernel", "cpu_points", "mmap_counts")
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -149,6 +150,7 @@ class _MachineBuild:
         self.spaces: dict[int, _Space] = {}
         self.kernel = _Space()
         self.cpu_points: dict[int, list[tuple[int, int, int, int]]] = {}
+        self.mmap_counts: dict[int | str, int] = {}
 
     def space(self, pid: int) -> _Space:
         sp = self.spaces.get(pid)
@@ -217,7 +219,11 @@ class SidebandBuilder:
         if self._finished:
             raise RuntimeError("SidebandBuilder.add after finish")
         t = int(rec.type)
-        time = getattr(rec, "time", None)
+        # perf orders and stamps by the sample time (sample_id), not FORK/EXIT's own time field
+        sid = getattr(rec, "sample_id", None)
+        time = getattr(sid, "time", None) if sid is not None else None
+        if time is None:
+            time = getattr(rec, "time", None)
         time = int(time) if time is not None and time != 0xFFFFFFFFFFFFFFFF else 0
         if time:
             if self._first is None or time < self._first:
@@ -313,7 +319,7 @@ class SidebandBuilder:
             mach, _ = self._machine_of(rec, pid)
             unregister = bool(int(getattr(rec, "flags", 0)) & 1)
             entry = MapEntry(start=int(rec.addr), end=int(rec.addr) + int(rec.len), pgoff=0,
-                             filename=str(getattr(rec, "name", "")), build_id=None,
+                             filename=str(getattr(rec, "ksym_name", None) or getattr(rec, "name_", None) or ""), build_id=None,
                              prot=PROT_READ | PROT_EXEC, flags=0, pid=-1, valid_from=time, mapped_at=time,
                              cpumode=PERF_RECORD_MISC_KERNEL)
             self._push(time, _KSYM, (mach, unregister, entry))
@@ -370,6 +376,8 @@ class SidebandBuilder:
             if kind == _MMAP:
                 mpid, pid, tid, kernel, entry = p
                 m = mach(mpid)
+                key = KERNEL_MAPS if kernel else pid
+                m.mmap_counts[key] = m.mmap_counts.get(key, 0) + 1
                 if kernel:
                     m.kernel.insert(entry)
                 else:
@@ -418,6 +426,7 @@ class SidebandBuilder:
                 if unregister:
                     m.kernel.remove_range(entry.start, entry.end, time)
                 else:
+                    m.mmap_counts[KERNEL_MAPS] = m.mmap_counts.get(KERNEL_MAPS, 0) + 1
                     m.kernel.insert(entry)
 
         out: dict[int, Machine] = {}
@@ -430,6 +439,7 @@ class SidebandBuilder:
                 mm._thread_starts[tid] = [th.start for th in lst]
             mm._maps = {p: sp.index() for p, sp in mb.spaces.items()}
             mm.kernel_maps = mb.kernel.index()
+            mm.mmap_counts = dict(mb.mmap_counts)
             mm.cpus = {cpu: CpuTimeline(cpu, pts) for cpu, pts in mb.cpu_points.items()}
             if pid != HOST_PID:
                 mm.vcpu_threads = {}

@@ -29,6 +29,8 @@ from ptexport.sideband.timeconv import TimeConversion
 
 HOST_PID = -1
 DEFAULT_GUEST_PID = 0
+#: key of the kernel's maps in ``Machine.mmap_counts``
+KERNEL_MAPS = "kernel"
 #: "valid until the end of the trace"
 END_OF_TIME = 1 << 64
 
@@ -304,7 +306,7 @@ class AuxtraceBuffer:
 class Machine:
     """One machine: the host (pid -1) or a guest (its hypervisor's pid), with its threads and maps."""
 
-    __slots__ = ("pid", "_threads", "_thread_starts", "_maps", "kernel_maps", "cpus", "vcpu_threads")
+    __slots__ = ("pid", "_threads", "_thread_starts", "_maps", "kernel_maps", "cpus", "vcpu_threads", "mmap_counts")
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -314,6 +316,7 @@ class Machine:
         self.kernel_maps = MapIndex([])
         self.cpus: dict[int, CpuTimeline] = {}  # host: CPU number; guest: VCPU number
         self.vcpu_threads: dict[int, int] = {}  # guest VCPU -> host tid, when known
+        self.mmap_counts: dict[int | str, int] = {}  # MMAP/MMAP2/KSYMBOL records by pid ("kernel": kernel maps)
 
     @property
     def is_host(self) -> bool:

@@ -56,7 +56,7 @@ class TimeConversion:
             time_zero=int(rec.time_zero) & _U64,
             time_cycles=int(getattr(rec, "time_cycles", 0) or 0) & _U64,
             time_mask=int(getattr(rec, "time_mask", 0) or 0) & _U64,
-            cap_user_time_zero=bool(getattr(rec, "cap_user_time_zero", True)),
+            cap_user_time_zero=getattr(rec, "cap_user_time_zero", None) is not False,
             cap_user_time_short=bool(getattr(rec, "cap_user_time_short", False)),
             source="TIME_CONV",
         )

@@ -1,0 +1,134 @@
+"""The sideband model on real recordings: the quipper Intel PT file and files perf makes here.
+
+The differential checks use what the kernel itself wrote: every cpu-clock sample
+of a system-wide recording carries the tid that really ran on its CPU, and perf
+script resolves every sample IP to a DSO; the model must give the same answers
+from the switch events and mmap records alone.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from conftest import needs_perf
+from ptexport.perfdata import open_perf_data
+from ptexport.perfdata.constants import RecordType as RT
+from ptexport.sideband import CpuTimeline, sideband_from_perf_data
+
+
+@pytest.fixture(scope="module")
+def quipper_sb(quipper):
+    with open_perf_data(quipper) as pd:
+        return sideband_from_perf_data(pd)
+
+
+def test_quipper_threads_comms_and_exec(quipper_sb):
+    host = quipper_sb.host
+    echo = host.thread(3174)
+    # COMM perf (synthesized, time 0), then the kernel's exec COMM, then a plain COMM echo
+    assert [(c.comm, c.start, c.exec) for c in echo.comms] == [
+        ("perf", 0, False), ("echo", 641256847598, True), ("echo", 641257875796, False)]
+    assert echo.exec_comm().comm == "echo" and echo.comm_at(641256847597).comm == "perf"
+    assert echo.end == 641258039091  # PERF_RECORD_EXIT
+    assert sorted(quipper_sb.machines) == [-1]
+
+
+def test_quipper_maps(quipper_sb):
+    sb = quipper_sb
+    # perf script -D: MMAP2 3174/3174: [0x7fb36c8bb000(0x3ab000) @ 0 ...]: r-xp /lib64/libc-2.23.so at 641257237773
+    m = sb.map_at(3174, 0x7FB36C8BB000 + 0x1234, 641257237773)
+    assert (m.filename, m.start, m.end, m.pgoff, m.prot) == ("/lib64/libc-2.23.so", 0x7FB36C8BB000, 0x7FB36CC66000, 0, 5)
+    assert sb.map_at(3174, 0x7FB36C8BB000, 641257237772) is None  # not mapped yet
+    vdso = sb.map_at(3174, 0x7FFD8FDFE100, 641258000000)
+    assert vdso.filename == "[vdso]"
+    k = sb.map_at(3174, 0xFFFFFFFFB9600000 + 0x100, 641257000000)
+    assert k.filename == "[kernel.kallsyms]_text" and sb.host.mmap_counts["kernel"] == 56
+    assert sb.map_at(3174, 0xFFFFFFFFC04F7000 + 8, 641257000000).filename.endswith("/fuse.ko")
+    assert sb.host.mmap_counts[3174] == 10
+
+
+def test_quipper_cpu_timeline(quipper_sb):
+    sb = quipper_sb
+    tl = sb.host.cpus[3]
+    # first record on cpu 3: SWITCH_CPU_WIDE OUT next pid/tid 1760/1760 at 641255848111
+    assert (int(tl.times[0]), sb.tid_on_cpu(3, 641255848111)) == (641255848111, (1760, 1760))
+    assert sb.tid_on_cpu(3, 641255849446) == (1760, 1760)  # IN: the record's own pid/tid (prev is 0/0)
+    assert sb.tid_on_cpu(3, 641255852546) == (0, 0)  # OUT: next_prev pid/tid
+    assert sb.tid_on_cpu(3, 641256844131)[1] == 3174  # ITRACE_START pid 3174
+    assert sum(len(t) for t in sb.host.cpus.values()) == 152 + 2
+    assert tl.kinds.tolist().count(CpuTimeline.ITRACE_START) == 1
+    # TSC queries: 0xbc4cd2cfe8 is the first TSC packet in cpu 3's trace
+    th = sb.thread_on_cpu_tsc(3, 0xBC4CD2CFE8)
+    assert th is not None and th.tid == sb.tid_on_cpu(3, sb.time_conv.tsc_to_perf_time(0xBC4CD2CFE8))[1]
+
+
+def test_quipper_aux_layout(quipper_sb):
+    sb = quipper_sb
+    assert sb.per_cpu_mmaps is True and sb.time_conv.source == "AUXTRACE_INFO"
+    streams = sb.aux_streams()
+    assert sorted(streams) == [("cpu", 0), ("cpu", 3)]
+    assert [b.size for b in streams[("cpu", 0)]] == [0x2FD0] and [b.size for b in streams[("cpu", 3)]] == [0x21A00]
+    assert streams[("cpu", 3)][0].reference == 0xBC4CD584C2
+    assert sum(e.aux_size for e in sb.aux_events[3]) == 0x21A00 and len(sb.aux_events[3]) == 9
+    assert [e.time for e in sb.aux_events[0]] == [641258037956]
+
+
+def _record(tmp_path, name, *args):
+    out = tmp_path / name
+    r = subprocess.run(["perf", "record", "-q", "-o", str(out), *args], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0 or not out.exists():
+        pytest.skip(f"perf record {' '.join(args)} failed here: {r.stderr.strip()[:200]}")
+    return out
+
+
+@needs_perf
+def test_switch_timeline_gives_the_tid_of_every_sample(tmp_path):
+    data = _record(tmp_path, "sw.data", "-a", "--switch-events", "-e", "cpu-clock", "-c", "100000", "--", "sleep", "0.05")
+    with open_perf_data(data) as pd:
+        sb = sideband_from_perf_data(pd)
+        samples = [(r.cpu, r.time, r.pid, r.tid) for r in pd.records() if r.type == RT.SAMPLE]
+    assert len(samples) > 50
+    checked = 0
+    for cpu, time, pid, tid in samples:
+        got = sb.tid_on_cpu(cpu, time)
+        if got is None:  # before the first switch on that CPU
+            continue
+        assert got == (pid, tid), (cpu, time)
+        checked += 1
+    assert checked >= 0.9 * len(samples)
+
+
+@needs_perf
+def test_maps_resolve_every_sample_like_perf_script(tmp_path):
+    data = _record(tmp_path, "m.data", "-e", "cpu-clock", "-c", "20000", "--",
+                   "sh", "-c", "i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done; ls / >/dev/null")
+    out = subprocess.run(["perf", "script", "-i", str(data), "-F", "pid,tid,time,ip,dso", "--ns"],
+                         capture_output=True, text=True, timeout=120).stdout
+    expect = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*(\d+)/(\d+)\s+(\d+)\.(\d+):\s+([0-9a-f]+)\s+\((.*)\)", line)
+        if m:
+            _pid, tid, s, ns, ip, dso = m.groups()
+            expect[(int(tid), int(s) * 10**9 + int(ns))] = (int(ip, 16), dso)
+    assert len(expect) > 20
+    with open_perf_data(data) as pd:
+        sb = sideband_from_perf_data(pd)
+        n = 0
+        for r in pd.records():
+            if r.type != RT.SAMPLE:
+                continue
+            ip, dso = expect[(r.tid, r.time)]
+            assert ip == r.ip
+            m = sb.map_at(r.pid, r.ip, r.time)
+            got = m.filename if m else "[unknown]"
+            if dso == "[kernel.kallsyms]":
+                assert got.startswith("[kernel.kallsyms]"), (hex(ip), got)
+            else:
+                assert got == dso, (hex(ip), r.time, got, dso)
+            n += 1
+    assert n == len(expect)
+    sh = [t for t in sb.host.processes() if t.comm_name() == "sh"]
+    assert sh and sh[0].exec_comm().exec
