@@ -1,0 +1,91 @@
+"""Shared fixtures of the export tests: PostgreSQL databases, the fixture database."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+
+PG_BASE = os.environ.get("PTEXPORT_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
+PERF_SCRIPTS = Path("/usr/lib/perf-core/scripts/python")
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def have_system_pyside2() -> bool:
+    """perf's embedded Python is Debian's: PySide2 must import there, not in this venv."""
+    import subprocess
+
+    if not Path(SYSTEM_PYTHON).exists():
+        return False
+    r = subprocess.run([SYSTEM_PYTHON, "-c", "import PySide2.QtSql, PySide2.QtWidgets"], capture_output=True)
+    return r.returncode == 0
+
+
+def _pg_admin():
+    try:
+        import psycopg
+    except ImportError:
+        return None, "psycopg is not installed"
+    try:
+        return psycopg.connect(f"{PG_BASE}/postgres", autocommit=True, connect_timeout=3), ""
+    except psycopg.Error as e:
+        return None, f"no PostgreSQL server reachable at {PG_BASE}: {str(e).strip().splitlines()[0]}"
+
+
+@pytest.fixture(scope="session")
+def pg_admin():
+    conn, reason = _pg_admin()
+    if conn is None:
+        pytest.skip(reason)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def pg_url(pg_admin):
+    """A factory of unique database URLs; every database (and temp leftovers) is dropped afterwards."""
+    names: list[str] = []
+
+    def make(prefix: str = "ptx_test") -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        names.append(name)
+        return f"{PG_BASE}/{name}"
+
+    yield make
+    for name in names:
+        rows = pg_admin.execute("SELECT datname FROM pg_database WHERE datname = %s OR datname LIKE %s",
+                                (name, f"{name[:30]}__ptexport_tmp_%")).fetchall()
+        for (db,) in rows:
+            pg_admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def fixture_sqlite(tmp_path_factory):
+    from ptexport.export.fixture import build_fixture_db
+
+    path = tmp_path_factory.mktemp("fixture") / "fixture.db"
+    expected = build_fixture_db(str(path))
+    return path, expected
+
+
+@pytest.fixture(scope="session")
+def perf_db(tmp_path_factory, quipper):
+    """A database made by perf 6.1's own export-to-sqlite.py ("branches calls") on the quipper trace."""
+    import subprocess
+
+    script = PERF_SCRIPTS / "export-to-sqlite.py"
+    if shutil.which("perf") is None or not script.exists():
+        pytest.skip("perf (Debian linux-perf) with its export scripts is not installed")
+    if not have_system_pyside2():
+        pytest.skip("perf's export-to-sqlite.py needs Debian's python3-pyside2.qtsql")
+    out = tmp_path_factory.mktemp("perfdb") / "perf.db"
+    r = subprocess.run(["perf", "script", "-i", str(quipper), "--itrace=bep", "-s", str(script), str(out),
+                        "branches", "calls"], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0 or not out.exists():
+        pytest.fail(f"perf's export failed: {r.stderr[-2000:]}")
+    return out
