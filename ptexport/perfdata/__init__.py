@@ -13,7 +13,7 @@ parsers), ``features`` (feature sections), ``auxtrace`` (AUXTRACE_INFO / TIME_CO
 from ptexport.perfdata.attr import EventAttr, perf_config_terms
 from ptexport.perfdata.auxtrace import AuxtraceInfo, IntelPTInfo, TimeConv
 from ptexport.perfdata.features import BuildIdEntry
-from ptexport.perfdata.reader import PerfData, RecordStats, open_perf_data
+from ptexport.perfdata.reader import PerfData, RecordStats, open_perf_data, perf_data_from_bytes
 from ptexport.perfdata.records import (
     AuxOutputHwIdRecord,
     AuxRecord,
@@ -59,7 +59,7 @@ from ptexport.perfdata.records import (
 )
 
 __all__ = [
-    "open_perf_data", "PerfData", "RecordStats", "EventAttr", "perf_config_terms", "AuxtraceInfo",
+    "open_perf_data", "perf_data_from_bytes", "PerfData", "RecordStats", "EventAttr", "perf_config_terms", "AuxtraceInfo",
     "IntelPTInfo", "TimeConv", "BuildIdEntry", "Record", "SampleId", "MmapRecord", "Mmap2Record",
     "CommRecord", "ForkRecord", "ExitRecord", "LostRecord", "LostSamplesRecord", "SampleRecord", "AuxRecord",
     "ItraceStartRecord", "SwitchRecord", "KsymbolRecord", "BpfEventRecord", "TextPokeRecord",

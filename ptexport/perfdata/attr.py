@@ -37,7 +37,7 @@ class EventAttr:
         "sample_stack_user", "clockid", "sample_regs_intr", "aux_watermark", "sample_max_stack",
         "aux_sample_size", "sig_data", "config3", "ids", "name", "index",
         # derived, for the record parser
-        "id_pos", "is_pos", "sample_id_size", "_sample_id_fmt",
+        "id_pos", "is_pos", "sample_id_size", "_sample_head",
     )
 
     def __init__(self, raw: bytes, *, ids: list[int] | None = None, name: str | None = None, index: int = 0):
@@ -101,6 +101,7 @@ class EventAttr:
             if st & bit:
                 n += 1
         self.sample_id_size = 8 * n if self.sample_id_all else 0
+        self._sample_head = None  # built by the record parser on first use
 
     # --- convenience -------------------------------------------------------------------------------
     @property

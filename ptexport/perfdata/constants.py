@@ -66,8 +66,9 @@ class RecordType(IntEnum):
 
 PERF_RECORD_USER_TYPE_START = 64
 
-#: perf's display names (as `perf report --stats` / `perf script -D` print them)
-RECORD_NAMES: dict[int, str] = {int(t): t.name for t in RecordType}
+#: perf's display names (perf_event__name(): what `perf report --stats` prints); user records
+#: HEADER_ATTR/EVENT_TYPE/TRACING_DATA/BUILD_ID/FEATURE are shown without the HEADER_ prefix
+RECORD_NAMES: dict[int, str] = {int(t): t.name.removeprefix("HEADER_") for t in RecordType}
 
 
 class SampleType(IntFlag):

@@ -117,10 +117,17 @@ class _Source:
 
     __slots__ = ("name", "path", "buf", "start", "end", "size", "_mm", "_fd")
 
-    def __init__(self, path: Path, name: str):
+    def __init__(self, path: Path | None, name: str, data: bytes | None = None):
         self.path = path
         self.name = name
         self._mm = None
+        self._fd = None
+        if data is not None:
+            self.buf = data
+            self.size = len(data)
+            self.start = 0
+            self.end = self.size
+            return
         try:
             f = open(path, "rb")  # noqa: SIM115 - kept open for the map's lifetime
         except OSError as e:
@@ -154,7 +161,8 @@ class _Source:
 class PerfData:
     """An open perf.data recording. Use :func:`open_perf_data`."""
 
-    def __init__(self, path: str | os.PathLike, *, strict: bool = False, stream: BinaryIO | None = None):
+    def __init__(self, path: str | os.PathLike, *, strict: bool = False, stream: BinaryIO | None = None,
+                 data: bytes | None = None):
         self.path = str(path)
         self.strict = strict
         self.is_pipe = False
@@ -181,6 +189,10 @@ class PerfData:
         try:
             if stream is not None:
                 self._open_stream(stream, self.path)
+            elif data is not None:
+                main = _Source(None, self.path, data)
+                self._sources.append(main)
+                self._open_main(main)
             else:
                 self._open_path(Path(path))
         except BaseException:
@@ -387,6 +399,7 @@ class PerfData:
             raise PerfDataError(f"header size {hsize} on a pipe: file-mode perf.data must be a regular file "
                                 "(it needs seeking)", source=name, offset=8, what="header")
         self._stream_pos = 16
+        self._stream_compressed = 0
         self.header = {"size": hsize, "data_offset": 16}
         # read the preamble records so attrs/features are known before records() is called
         total = 0
@@ -541,6 +554,7 @@ class PerfData:
                         comp = _Decompressor(self, name)
                     inner = comp.feed(rec, buf, pos)
                     if counts is not None:
+                        counts[rtype] += 1  # perf counts the COMPRESSED record and what it holds
                         for r in inner:
                             t = r.type
                             if t < 128:
@@ -629,6 +643,7 @@ class PerfData:
                         comp = _Decompressor(self, name)
                     inner = comp.feed(rec, buf, 0, base=pos)
                     self._stream_pos = nxt
+                    self._stream_compressed += 1
                     yield from inner
                     continue
                 elif rtype == T_TRACING_DATA:
@@ -681,6 +696,8 @@ class PerfData:
                 tally(rec)
                 self._stats = None
                 yield rec
+        if self._stream_compressed:
+            counts[T_COMPRESSED] += self._stream_compressed
         self._stats = _counts_to_stats(counts, extra)
 
     def iter_headers(self) -> Iterator[tuple[int, int, int, int]]:
@@ -873,6 +890,11 @@ class _Decompressor:
         if self.pending:
             raise TruncatedError(f"{len(self.pending)} decompressed bytes left over: the last record is cut",
                                  source=self.name, offset=self.last_off, what="record COMPRESSED")
+
+
+def perf_data_from_bytes(data: bytes, name: str = "<bytes>", *, strict: bool = False) -> PerfData:
+    """A recording held in memory (file or pipe mode); ``name`` is used in error messages."""
+    return PerfData(name, strict=strict, data=bytes(data))
 
 
 def _read_exact(f: BinaryIO, n: int) -> bytes:

@@ -631,45 +631,52 @@ def p_throttle(ctx, buf, off, size, rtype, misc):
     return r
 
 
+_RF_GROUP = int(ReadFormat.GROUP)
+_RF_ID = int(ReadFormat.ID)
+_RF_LOST = int(ReadFormat.LOST)
+_RF_TOTAL_TIME_ENABLED = int(ReadFormat.TOTAL_TIME_ENABLED)
+_RF_TOTAL_TIME_RUNNING = int(ReadFormat.TOTAL_TIME_RUNNING)
+
+
 def _read_values(buf, p, end, read_format):
     """Parse a read_format block; returns (values, new position). values: list of dicts."""
     rf = read_format
-    if rf & ReadFormat.GROUP:
+    if rf & _RF_GROUP:
         if p + 8 > end:
             raise BadRecord("read group runs past the record")
         (nr,) = _u64(buf, p)
         p += 8
         head = {}
-        if rf & ReadFormat.TOTAL_TIME_ENABLED:
+        if rf & _RF_TOTAL_TIME_ENABLED:
             (head["time_enabled"],) = _u64(buf, p)
             p += 8
-        if rf & ReadFormat.TOTAL_TIME_RUNNING:
+        if rf & _RF_TOTAL_TIME_RUNNING:
             (head["time_running"],) = _u64(buf, p)
             p += 8
-        per = 8 + (8 if rf & ReadFormat.ID else 0) + (8 if rf & ReadFormat.LOST else 0)
+        per = 8 + (8 if rf & _RF_ID else 0) + (8 if rf & _RF_LOST else 0)
         if nr > (end - p) // per:
             raise BadRecord(f"read group of {nr} values runs past the record")
         vals = []
         for _ in range(nr):
             v = {"value": _u64(buf, p)[0]}
             p += 8
-            if rf & ReadFormat.ID:
+            if rf & _RF_ID:
                 (v["id"],) = _u64(buf, p)
                 p += 8
-            if rf & ReadFormat.LOST:
+            if rf & _RF_LOST:
                 (v["lost"],) = _u64(buf, p)
                 p += 8
             vals.append(v)
         head["values"] = vals
         return head, p
-    n = 1 + sum(1 for b in (ReadFormat.TOTAL_TIME_ENABLED, ReadFormat.TOTAL_TIME_RUNNING, ReadFormat.ID,
-                            ReadFormat.LOST) if rf & b)
+    n = 1 + sum(1 for b in (_RF_TOTAL_TIME_ENABLED, _RF_TOTAL_TIME_RUNNING, _RF_ID,
+                            _RF_LOST) if rf & b)
     if p + 8 * n > end:
         raise BadRecord("read values run past the record")
     v = {"value": _u64(buf, p)[0]}
     p += 8
-    for bit, key in ((ReadFormat.TOTAL_TIME_ENABLED, "time_enabled"), (ReadFormat.TOTAL_TIME_RUNNING,
-                     "time_running"), (ReadFormat.ID, "id"), (ReadFormat.LOST, "lost")):
+    for bit, key in ((_RF_TOTAL_TIME_ENABLED, "time_enabled"), (_RF_TOTAL_TIME_RUNNING,
+                     "time_running"), (_RF_ID, "id"), (_RF_LOST, "lost")):
         if rf & bit:
             (v[key],) = _u64(buf, p)
             p += 8
@@ -791,64 +798,85 @@ def _popcount(x: int) -> int:
     return bin(x).count("1")
 
 
+_S_IDENTIFIER = int(SampleType.IDENTIFIER)
+_S_HEAD_BITS = int(SampleType.IDENTIFIER | SampleType.IP | SampleType.TID | SampleType.TIME | SampleType.ADDR
+                   | SampleType.ID | SampleType.STREAM_ID | SampleType.CPU | SampleType.PERIOD)
+_S_ALL_BITS = (1 << 25) - 1
+
+
+class _SampleHead:
+    """The fixed-size leading fields of a SAMPLE for one sample_type: one struct unpack."""
+
+    __slots__ = ("size", "unpack", "names", "tail")
+
+    def __init__(self, st: int):
+        fmt, names = "<", []
+        for bit, f, ns in (
+            (SampleType.IDENTIFIER, "Q", ("identifier",)), (SampleType.IP, "Q", ("ip",)),
+            (SampleType.TID, "ii", ("pid", "tid")), (SampleType.TIME, "Q", ("time",)),
+            (SampleType.ADDR, "Q", ("addr",)), (SampleType.ID, "Q", ("id",)),
+            (SampleType.STREAM_ID, "Q", ("stream_id",)), (SampleType.CPU, "I4x", ("cpu",)),
+            (SampleType.PERIOD, "Q", ("period",)),
+        ):
+            if st & bit:
+                fmt += f
+                names.extend(ns)
+        S = struct.Struct(fmt)
+        self.size = S.size
+        self.unpack = S.unpack_from
+        self.names = tuple(names)
+        self.tail = bool(st & _S_ALL_BITS & ~_S_HEAD_BITS)
+
+
 def p_sample(ctx, buf, off, size, rtype, misc):
     attr = ctx.sample_attr(buf, off, size)
     r = _new(SampleRecord, rtype, misc, size)
     r.attr = attr
-    end = off + size
-    p = off + 8
     if attr is None:
         r.sample_id = None
         return r
-    st = attr.sample_type
-    try:
-        if st & SampleType.IDENTIFIER:
-            (r.identifier,) = _u64(buf, p)
-            p += 8
-        if st & SampleType.IP:
-            (r.ip,) = _u64(buf, p)
-            p += 8
-        if st & SampleType.TID:
-            r.pid, r.tid = _2i32(buf, p)
-            p += 8
-        if st & SampleType.TIME:
-            (r.time,) = _u64(buf, p)
-            p += 8
-        if st & SampleType.ADDR:
-            (r.addr,) = _u64(buf, p)
-            p += 8
-        if st & SampleType.ID:
-            (r.id,) = _u64(buf, p)
-            p += 8
-        if st & SampleType.STREAM_ID:
-            (r.stream_id,) = _u64(buf, p)
-            p += 8
-        if st & SampleType.CPU:
-            (r.cpu,) = _u32(buf, p)
-            p += 8
-        if st & SampleType.PERIOD:
-            (r.period,) = _u64(buf, p)
-            p += 8
+    head = attr._sample_head
+    if head is None:
+        head = attr._sample_head = _SampleHead(attr.sample_type)
+    if head.size + 8 > size:
+        raise BadRecord(f"size {size} is too small for the sample fields of sample_type {attr.sample_type:#x} "
+                        f"({head.size + 8} bytes)")
+    for n, v in zip(head.names, head.unpack(buf, off + 8)):
+        setattr(r, n, v)
+    if head.tail:
+        end = off + size
+        p = off + 8 + head.size
+        try:
+            p = _sample_tail(r, attr, attr.sample_type, buf, p, end)
+        except struct.error as e:
+            raise BadRecord(f"sample field runs past the buffer ({e})", p - off) from None
         if p > end:
-            raise BadRecord(f"size {size} is too small for the sample fields of sample_type {st:#x}")
-        if st & ~0x3C7 & ((1 << 25) - 1):  # anything beyond the fixed-size head
-            p = _sample_tail(r, attr, st, buf, p, end)
-    except struct.error as e:
-        raise BadRecord(f"sample field runs past the buffer ({e})", p - off) from None
-    if p > end:
-        raise BadRecord(f"size {size} is too small for the sample fields of sample_type {st:#x}", p - off)
-    if st & SampleType.IDENTIFIER and r.id is None:
-        r.id = r.identifier
-    sid = SampleId()
-    sid.pid = r.pid
-    sid.tid = r.tid
-    sid.time = r.time
-    sid.id = r.id
-    sid.stream_id = r.stream_id
-    sid.cpu = r.cpu
-    sid.identifier = r.identifier
-    r.sample_id = sid
+            raise BadRecord(f"size {size} is too small for the sample fields of sample_type "
+                            f"{attr.sample_type:#x}", p - off)
+    ident = r.identifier
+    sid = r.id
+    if sid is None and ident is not None:
+        r.id = sid = ident
+    r.sample_id = SampleId(r.pid, r.tid, r.time, sid, r.stream_id, r.cpu, ident)
     return r
+
+
+_S_AUX = int(SampleType.AUX)
+_S_BRANCH_STACK = int(SampleType.BRANCH_STACK)
+_S_CALLCHAIN = int(SampleType.CALLCHAIN)
+_S_CGROUP = int(SampleType.CGROUP)
+_S_CODE_PAGE_SIZE = int(SampleType.CODE_PAGE_SIZE)
+_S_DATA_PAGE_SIZE = int(SampleType.DATA_PAGE_SIZE)
+_S_DATA_SRC = int(SampleType.DATA_SRC)
+_S_PHYS_ADDR = int(SampleType.PHYS_ADDR)
+_S_RAW = int(SampleType.RAW)
+_S_READ = int(SampleType.READ)
+_S_REGS_INTR = int(SampleType.REGS_INTR)
+_S_REGS_USER = int(SampleType.REGS_USER)
+_S_STACK_USER = int(SampleType.STACK_USER)
+_S_TRANSACTION = int(SampleType.TRANSACTION)
+_S_WEIGHT = int(SampleType.WEIGHT)
+_S_WEIGHT_STRUCT = int(SampleType.WEIGHT_STRUCT)
 
 
 def _sample_tail(r, attr, st, buf, p, end):
@@ -856,9 +884,9 @@ def _sample_tail(r, attr, st, buf, p, end):
         if p + n > end:
             raise BadRecord(f"sample {what} ({n} bytes) runs past the record", p - (end - r.size))
 
-    if st & SampleType.READ:
+    if st & _S_READ:
         r.read, p = _read_values(buf, p, end, attr.read_format)
-    if st & SampleType.CALLCHAIN:
+    if st & _S_CALLCHAIN:
         need(8, "callchain")
         (nr,) = _u64(buf, p)
         p += 8
@@ -866,13 +894,13 @@ def _sample_tail(r, attr, st, buf, p, end):
             raise BadRecord(f"callchain of {nr} entries runs past the record", p - 8 - (end - r.size))
         r.callchain = struct.unpack_from(f"<{nr}Q", buf, p)
         p += 8 * nr
-    if st & SampleType.RAW:
+    if st & _S_RAW:
         need(4, "raw size")
         (n,) = _u32(buf, p)
         need(4 + n, "raw data")
         r.raw = bytes(buf[p + 4:p + 4 + n])
         p += 4 + n
-    if st & SampleType.BRANCH_STACK:
+    if st & _S_BRANCH_STACK:
         need(8, "branch stack")
         (nr,) = _u64(buf, p)
         p += 8
@@ -885,7 +913,7 @@ def _sample_tail(r, attr, st, buf, p, end):
         flat = struct.unpack_from(f"<{3 * nr}Q", buf, p)
         r.branch_stack = [flat[i:i + 3] for i in range(0, 3 * nr, 3)]
         p += 24 * nr
-    if st & SampleType.REGS_USER:
+    if st & _S_REGS_USER:
         need(8, "user regs abi")
         (r.user_regs_abi,) = _u64(buf, p)
         p += 8
@@ -894,7 +922,7 @@ def _sample_tail(r, attr, st, buf, p, end):
             need(8 * n, "user regs")
             r.user_regs = struct.unpack_from(f"<{n}Q", buf, p)
             p += 8 * n
-    if st & SampleType.STACK_USER:
+    if st & _S_STACK_USER:
         need(8, "user stack size")
         (n,) = _u64(buf, p)
         p += 8
@@ -906,19 +934,19 @@ def _sample_tail(r, attr, st, buf, p, end):
             p += 8
         else:
             r.user_stack = b""
-    if st & (SampleType.WEIGHT | SampleType.WEIGHT_STRUCT):
+    if st & (_S_WEIGHT | _S_WEIGHT_STRUCT):
         need(8, "weight")
         (r.weight,) = _u64(buf, p)
         p += 8
-    if st & SampleType.DATA_SRC:
+    if st & _S_DATA_SRC:
         need(8, "data_src")
         (r.data_src,) = _u64(buf, p)
         p += 8
-    if st & SampleType.TRANSACTION:
+    if st & _S_TRANSACTION:
         need(8, "transaction")
         (r.transaction,) = _u64(buf, p)
         p += 8
-    if st & SampleType.REGS_INTR:
+    if st & _S_REGS_INTR:
         need(8, "intr regs abi")
         (r.intr_regs_abi,) = _u64(buf, p)
         p += 8
@@ -927,23 +955,23 @@ def _sample_tail(r, attr, st, buf, p, end):
             need(8 * n, "intr regs")
             r.intr_regs = struct.unpack_from(f"<{n}Q", buf, p)
             p += 8 * n
-    if st & SampleType.PHYS_ADDR:
+    if st & _S_PHYS_ADDR:
         need(8, "phys_addr")
         (r.phys_addr,) = _u64(buf, p)
         p += 8
-    if st & SampleType.CGROUP:
+    if st & _S_CGROUP:
         need(8, "cgroup")
         (r.cgroup,) = _u64(buf, p)
         p += 8
-    if st & SampleType.DATA_PAGE_SIZE:
+    if st & _S_DATA_PAGE_SIZE:
         need(8, "data_page_size")
         (r.data_page_size,) = _u64(buf, p)
         p += 8
-    if st & SampleType.CODE_PAGE_SIZE:
+    if st & _S_CODE_PAGE_SIZE:
         need(8, "code_page_size")
         (r.code_page_size,) = _u64(buf, p)
         p += 8
-    if st & SampleType.AUX:
+    if st & _S_AUX:
         need(8, "aux size")
         (n,) = _u64(buf, p)
         p += 8
