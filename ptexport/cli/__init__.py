@@ -28,6 +28,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "dump",
     "upgrade",
     "info",
+    "synth",
 )
 
 # The subcommand used when the first argument is not a subcommand word.

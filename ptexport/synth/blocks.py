@@ -1,0 +1,93 @@
+"""What each executed block ends with, from capstone: the branch kind and its targets.
+
+Unicorn reports blocks as (start, size).  The generator needs, per block, the
+addresses of its instructions and what the last one is: a conditional jump,
+a direct or indirect jump or call, a return, a ``syscall`` or no branch at
+all (unicorn also ends blocks at page boundaries and size limits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ptexport.errors import SynthError
+
+END_NONE, END_JCC, END_JMP, END_JMP_IND, END_CALL, END_CALL_IND, END_RET, END_SYSCALL = range(8)
+END_NAMES = ("none", "jcc", "jmp", "jmp*", "call", "call*", "ret", "syscall")
+
+
+@dataclass(frozen=True)
+class BlockInfo:
+    addr: int
+    size: int
+    insns: tuple[int, ...]   # instruction addresses
+    end: int                 # END_* of the last instruction
+    last_ip: int             # address of the last instruction
+    fallthrough: int         # address after the block
+    target: int | None       # direct target of a jcc/jmp/call
+    zero_len_call: bool      # call to the next instruction (not pushed for return compression)
+
+
+class BlockCache:
+    """Decodes blocks of one program's memory on demand and remembers them."""
+
+    def __init__(self, program) -> None:
+        import capstone
+
+        self.program = program
+        self._md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+        self._md.detail = True
+        self._cache: dict[tuple[int, int], BlockInfo] = {}
+        self._segs = [(s.vaddr, s.vaddr + s.filesz, s.offset) for s in program.segments]
+
+    def _read(self, addr: int, size: int) -> bytes:
+        for lo, hi, off in self._segs:
+            if lo <= addr and addr + size <= hi:
+                return self.program.data[off + addr - lo: off + addr - lo + size]
+        raise SynthError(f"program {self.program.name}: block {addr:#x}+{size} is outside its "
+                         "file-backed code")
+
+    def get(self, addr: int, size: int) -> BlockInfo:
+        key = (addr, size)
+        info = self._cache.get(key)
+        if info is None:
+            info = self._cache[key] = self._decode(addr, size)
+        return info
+
+    def _decode(self, addr: int, size: int) -> BlockInfo:
+        import capstone
+        from capstone import x86_const as X
+
+        code = self._read(addr, size)
+        insns = list(self._md.disasm(code, addr))
+        if not insns or insns[-1].address + insns[-1].size != addr + size:
+            raise SynthError(f"program {self.program.name}: cannot decode block {addr:#x}+{size}")
+        last = insns[-1]
+        groups = set(last.groups)
+        end = END_NONE
+        target = None
+        zero = False
+        op0 = last.operands[0] if last.operands else None
+        direct = op0 is not None and op0.type == X.X86_OP_IMM
+        if last.id == X.X86_INS_SYSCALL:
+            end = END_SYSCALL
+        elif capstone.CS_GRP_RET in groups:
+            end = END_RET
+        elif capstone.CS_GRP_CALL in groups:
+            end = END_CALL if direct else END_CALL_IND
+            if direct:
+                target = op0.imm
+                zero = target == last.address + last.size
+        elif capstone.CS_GRP_JUMP in groups:
+            if last.id == X.X86_INS_JMP:
+                end = END_JMP if direct else END_JMP_IND
+                if direct:
+                    target = op0.imm
+            else:
+                end = END_JCC
+                target = op0.imm if direct else None
+        elif capstone.CS_GRP_INT in groups or capstone.CS_GRP_IRET in groups:
+            raise SynthError(f"program {self.program.name}: {last.mnemonic} at {last.address:#x} "
+                             "is not supported by the generator")
+        return BlockInfo(addr, size, tuple(i.address for i in insns), end, last.address,
+                         addr + size, target, zero)

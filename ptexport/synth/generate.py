@@ -1,0 +1,461 @@
+"""The trace generator: emulate a program, schedule it on CPUs, encode PT, write perf.data.
+
+:func:`synthesize` is the one entry point.  Steps:
+
+1. :mod:`.emulate` runs the program (threads, fork/exec) and returns slices
+   of user execution cut at system calls.
+2. The scheduler places each slice on a CPU at a time (TSC ticks, one
+   instruction = ``ticks_per_insn`` ticks), so threads run in parallel on
+   several CPUs and switch on ``sched_yield``.
+3. Each CPU's slices are encoded as one PT stream (:class:`CpuEncoder`),
+   which at the same time records the ground truth: every branch perf will
+   report (time, cpu, tid, from, to, kind).
+4. :mod:`.perfwrite` writes perf.data with the sideband perf would have
+   recorded (COMM, MMAP2, FORK, EXIT, ITRACE_START, SWITCH_CPU_WIDE, AUX).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ptexport.errors import SynthError, UsageError
+from ptexport.synth.blocks import (END_CALL, END_CALL_IND, END_JCC, END_JMP, END_JMP_IND,
+                                   END_RET, END_SYSCALL, BlockCache)
+from ptexport.synth.emulate import Program, Slice, run_program
+from ptexport.synth.ptencode import PacketWriter
+
+# Ground-truth branch kinds and the flag text perf script prints for them.
+KIND_TR_STRT, KIND_JCC, KIND_JMP, KIND_CALL, KIND_RET, KIND_SYSCALL, KIND_TR_END = range(7)
+KIND_NAMES = ("tr strt", "jcc", "jmp", "call", "return", "tr end  syscall", "tr end")
+
+PMU_TYPE = 8
+TSC_BASE = 7_000_000_000_000         # TSC at the start of the recording
+TIME_SHIFT, TIME_MULT, TIME_ZERO = 32, 1 << 31, 0   # 2 GHz TSC: ns = tsc / 2
+TSC_CTC_N, TSC_CTC_D = 80, 1         # 25 MHz crystal clock
+MAX_NONTURBO_RATIO = 20              # 2 GHz / 100 MHz bus clock
+SYSCALL_TICKS = 2000                 # time a thread spends in the kernel per system call
+SWITCH_TICKS = 400                   # scheduler time between two threads on one CPU
+
+SAMPLE_DIR = Path(__file__).resolve().parent.parent.parent / "sample_data" / "src"
+
+
+def tsc_to_ns(tsc):
+    """perf's tsc_to_perf_time for the TIME_CONV this generator writes (exact for even TSC)."""
+    return TIME_ZERO + (np.asarray(tsc, dtype=np.uint64) >> np.uint64(1)).astype(np.int64) \
+        if isinstance(tsc, np.ndarray) else TIME_ZERO + tsc // 2
+
+
+@dataclass
+class SynthOptions:
+    """Everything that selects a variant (the CLI options map 1:1 onto these)."""
+
+    program: str = "loops"
+    branches: int = 20_000
+    retcomp: bool = True
+    tnt: str = "long"                # short | long
+    ip_mode: str = "auto"            # auto | full | sext48 | upd48 | mixed
+    timing: str = "mtc"              # tsc | mtc | cyc
+    mtc_period: int = 3
+    cbr: int = 0                     # 0: none; else emit CBR packets with this core:bus ratio
+    cpus: int = 1
+    per_thread: bool = False
+    psb_period: int = 4096           # bytes of trace between PSBs
+    seed: int = 1
+    migrate: bool = True             # threads move between CPUs now and then
+    elf_path: str = ""               # MMAP2 directory for the ELFs ("" = the output dir, absolute)
+
+    def validate(self) -> None:
+        if self.tnt not in ("short", "long"):
+            raise UsageError(f"--tnt must be short or long, not {self.tnt!r}")
+        if self.ip_mode not in ("auto", "full", "sext48", "upd48", "mixed"):
+            raise UsageError(f"--ip-compression {self.ip_mode!r} is not one of "
+                             "auto, full, sext48, upd48, mixed")
+        if self.timing not in ("tsc", "mtc", "cyc"):
+            raise UsageError(f"--timing must be tsc, mtc or cyc, not {self.timing!r}")
+        if not 0 <= self.mtc_period <= 15:
+            raise UsageError("--mtc-period must be 0..15")
+        if self.branches < 1:
+            raise UsageError("--branches must be at least 1")
+        if not 1 <= self.cpus <= 64:
+            raise UsageError("--cpus must be 1..64")
+        if self.psb_period < 256:
+            raise UsageError("--psb-period must be at least 256 bytes")
+        if self.cbr and not 1 <= self.cbr <= 255:
+            raise UsageError("--cbr must be 1..255")
+
+
+def find_program(name: str) -> Path:
+    p = Path(name)
+    if p.exists():
+        return p
+    cand = SAMPLE_DIR / name
+    if cand.exists():
+        return cand
+    known = sorted(q.name for q in SAMPLE_DIR.iterdir() if q.is_file() and os.access(q, os.X_OK)) \
+        if SAMPLE_DIR.is_dir() else []
+    raise UsageError(f"no program {name!r}: give a path to a static x86-64 ELF or one of "
+                     f"{', '.join(known) or '(none found)'}")
+
+
+# -- scheduling --------------------------------------------------------------------------------
+
+@dataclass
+class Placed:
+    """A slice placed on a CPU at a time."""
+
+    sl: Slice
+    cpu: int
+    start: int          # TSC at its first instruction
+    end: int = 0        # TSC at its system call
+
+
+def schedule(slices: list[Slice], ninsns: list[int], ncpus: int, ticks_per_insn: int,
+             migrate: bool) -> list[Placed]:
+    cpu_free = [TSC_BASE + 10_000] * ncpus
+    ready: dict[int, int] = {}
+    home: dict[int, int] = {}
+    count: dict[int, int] = {}
+    placed = []
+    for sl, n in zip(slices, ninsns):
+        tid = sl.tid
+        if tid not in home:
+            home[tid] = len(home) % ncpus
+            count[tid] = 0
+        count[tid] += 1
+        cpu = home[tid]
+        if migrate and ncpus > 1 and count[tid] % 7 == 0:
+            cpu = home[tid] = (cpu + 1) % ncpus
+        start = max(cpu_free[cpu], ready.get(tid, 0))
+        start += start & 1
+        p = Placed(sl, cpu, start)
+        p.end = start + n * ticks_per_insn
+        cpu_free[cpu] = p.end + SYSCALL_TICKS
+        ready[tid] = p.end + SYSCALL_TICKS
+        if sl.new_tid is not None:
+            ready[sl.new_tid] = p.end + SYSCALL_TICKS
+        placed.append(p)
+    return placed
+
+
+# -- encoding ----------------------------------------------------------------------------------
+
+class GroundTruth:
+    def __init__(self) -> None:
+        self.time: list[int] = []
+        self.cpu: list[int] = []
+        self.tid: list[int] = []
+        self.from_ip: list[int] = []
+        self.to_ip: list[int] = []
+        self.kind: list[int] = []
+        self.exec_time: list[int] = []
+
+    def add(self, t: int, cpu: int, tid: int, frm: int, to: int, kind: int,
+            exec_t: int | None = None) -> None:
+        self.time.append(t)
+        self.exec_time.append(t if exec_t is None else exec_t)
+        self.cpu.append(cpu)
+        self.tid.append(tid)
+        self.from_ip.append(frm)
+        self.to_ip.append(to)
+        self.kind.append(kind)
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        tsc = np.array(self.time, dtype=np.uint64)
+        return {
+            "time": tsc_to_ns(tsc),
+            "tsc": tsc,
+            "exec_time": tsc_to_ns(np.array(self.exec_time, dtype=np.uint64)),
+            "cpu": np.array(self.cpu, dtype=np.int32),
+            "tid": np.array(self.tid, dtype=np.int32),
+            "from_ip": np.array(self.from_ip, dtype=np.uint64),
+            "to_ip": np.array(self.to_ip, dtype=np.uint64),
+            "kind": np.array(self.kind, dtype=np.uint8),
+        }
+
+
+class CpuEncoder:
+    """Encodes the slices one CPU ran, in time order, into one PT stream."""
+
+    def __init__(self, cpu: int, opts: SynthOptions, caches: dict, truth: GroundTruth,
+                 ticks_per_insn: int) -> None:
+        self.cpu = cpu
+        self.opts = opts
+        self.caches = caches
+        self.truth = truth
+        self.tpi = ticks_per_insn
+        self.w = PacketWriter(ip_mode=opts.ip_mode, tnt_mode=opts.tnt, seed=opts.seed + cpu)
+        self.stack: list[int] = []
+        self.last_psb = -(1 << 40)
+        self.mtc_ticks = (TSC_CTC_N // TSC_CTC_D) << opts.mtc_period
+        self.next_mtc = 0
+        self.cyc_last = 0
+        self.psb_offsets: list[int] = []
+        self.psb_marks: list[tuple[int, int]] = []   # (offset, tsc) of each PSB
+        self.end_time = 0
+
+    # timing helpers
+    def _ctc(self, t: int) -> tuple[int, int]:
+        ticks = TSC_CTC_N // TSC_CTC_D
+        return t // ticks, t % ticks
+
+    def _tsc_tma(self, t: int) -> None:
+        w = self.w
+        w.tsc(t)
+        if self.opts.timing in ("mtc", "cyc"):
+            ctc, fc = self._ctc(t)
+            w.tma(ctc, fc)
+            self.next_mtc = (t // self.mtc_ticks + 1) * self.mtc_ticks
+        self.cyc_last = t
+
+    def _mtcs_upto(self, t: int) -> None:
+        if self.opts.timing == "tsc":
+            return
+        while self.next_mtc <= t:
+            ctc = self.next_mtc // (TSC_CTC_N // TSC_CTC_D)
+            self.w.mtc(ctc >> self.opts.mtc_period)
+            self.next_mtc += self.mtc_ticks
+
+    def _cyc(self, t: int) -> None:
+        if self.opts.timing == "cyc" and t > self.cyc_last:
+            self.w.cyc((t - self.cyc_last) // self.tpi)
+            self.cyc_last = t
+
+    def psb_plus(self, t: int, ip: int | None) -> None:
+        w = self.w
+        self.psb_offsets.append(w.psb())
+        self.last_psb = self.psb_offsets[-1]
+        self.psb_marks.append((self.last_psb, t))
+        self._tsc_tma(t)
+        if self.opts.cbr:
+            w.cbr(self.opts.cbr)
+        if ip is not None:
+            w.mode_exec64()
+            w.fup(ip)
+        w.psbend()
+        self.stack.clear()
+
+    def encode_slice(self, p: Placed) -> None:
+        sl = p.sl
+        w = self.w
+        cache = self.caches[id(sl.program)]
+        tid = sl.tid
+        cpu = self.cpu
+        truth = self.truth
+        opts = self.opts
+        retcomp = opts.retcomp
+        stack = self.stack
+        tpi = self.tpi
+        t = p.start
+        addrs = sl.addrs
+        sizes = sl.sizes
+        n = len(addrs)
+        if len(w.buf) - self.last_psb >= opts.psb_period or not self.psb_offsets:
+            self.psb_plus(t, None)
+        else:
+            self._mtcs_upto(t)
+            self._tsc_tma(t)
+        w.mode_exec64()
+        w.tip_pge(addrs[0])
+        truth.add(t, cpu, tid, 0, addrs[0], KIND_TR_STRT)
+        # Direct branches make no packet: perf can only time them by the packet before
+        # them, so their ground-truth "time" is that packet's (exec_time is their own).
+        t_pkt = t
+        for i in range(n):
+            b = cache.get(addrs[i], sizes[i])
+            t += len(b.insns) * tpi
+            end = b.end
+            if i + 1 < n:
+                nxt = addrs[i + 1]
+            else:
+                nxt = None
+            if end == 0:
+                pass
+            elif end == END_JCC:
+                taken = nxt != b.fallthrough
+                self._mtcs_upto(t)
+                if w.tnt_pending == 0:
+                    self._cyc(t)
+                w.tnt(taken)
+                if taken:
+                    truth.add(t, cpu, tid, b.last_ip, nxt, KIND_JCC)
+            elif end == END_JMP:
+                truth.add(t_pkt, cpu, tid, b.last_ip, nxt, KIND_JMP, t)
+            elif end == END_CALL:
+                if not b.zero_len_call:
+                    stack.append(b.fallthrough)
+                    if len(stack) > 64:
+                        del stack[0]
+                truth.add(t_pkt, cpu, tid, b.last_ip, nxt, KIND_CALL, t)
+            elif end == END_JMP_IND or end == END_CALL_IND:
+                self._mtcs_upto(t)
+                self._cyc(t)
+                w.tip(nxt)
+                if end == END_CALL_IND:
+                    stack.append(b.fallthrough)
+                    if len(stack) > 64:
+                        del stack[0]
+                    truth.add(t, cpu, tid, b.last_ip, nxt, KIND_CALL)
+                else:
+                    truth.add(t, cpu, tid, b.last_ip, nxt, KIND_JMP)
+            elif end == END_RET:
+                self._mtcs_upto(t)
+                top = stack.pop() if stack else None
+                if retcomp and top == nxt:
+                    if w.tnt_pending == 0:
+                        self._cyc(t)
+                    w.tnt(True)
+                else:
+                    self._cyc(t)
+                    w.tip(nxt)
+                truth.add(t, cpu, tid, b.last_ip, nxt, KIND_RET)
+            elif end == END_SYSCALL:
+                if i + 1 != n:
+                    raise SynthError(f"syscall in the middle of a slice at {b.last_ip:#x}")
+            if end and end != END_JMP and end != END_CALL:
+                t_pkt = t
+            if nxt is not None and len(w.buf) - self.last_psb >= opts.psb_period:
+                self.psb_plus(t, nxt)
+        # the slice ends at its syscall: tracing stops (user-only), IP suppressed
+        self._mtcs_upto(t)
+        self._cyc(t)
+        w.tip_pgd(None)
+        self.stack.clear()
+        self.end_time = t
+        truth.add(t, cpu, tid, sl.end_ip, 0, KIND_SYSCALL)
+
+
+# -- the whole generator -----------------------------------------------------------------------
+
+@dataclass
+class SynthResult:
+    out_dir: Path
+    perf_data: Path
+    branches: int
+    pt_bytes: int
+    meta: dict = field(default_factory=dict)
+
+
+def count_branches(emu, cache: BlockCache) -> int:
+    """How many branches perf will report for ``emu`` (taken branches + trace begin/end)."""
+    n = 0
+    for sl in emu.slices:
+        n += 2
+        addrs = sl.addrs
+        for i in range(len(addrs) - 1):
+            b = cache.get(addrs[i], sl.sizes[i])
+            if b.end == END_JCC:
+                n += addrs[i + 1] != b.fallthrough
+            elif b.end:
+                n += 1
+    return n
+
+
+def _iterations_for(program: Program, branches: int, extra: dict) -> int:
+    """Pick the program's round count so the trace has about ``branches`` branches."""
+    cache = BlockCache(program)
+    try:
+        one = count_branches(run_program(program, iterations=1, extra_programs=extra), cache)
+        two = count_branches(run_program(program, iterations=2, extra_programs=extra), cache)
+    except SynthError:
+        raise
+    per_round = max(1, two - one)
+    return max(1, -(-(branches - (one - per_round)) // per_round))
+
+
+def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
+    """Make ``out_dir/perf.data``, the program ELFs and the ground truth."""
+    opts.validate()
+    out_dir = Path(out_dir)
+    prog_path = find_program(opts.program)
+    program = Program.load(prog_path)
+    extra = _extra_programs(program)
+    iterations = _iterations_for(program, opts.branches, extra)
+    emu = run_program(program, iterations=iterations, extra_programs=extra)
+
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SynthError(f"cannot create {out_dir}: {e.strerror}") from e
+    elf_dir = Path(opts.elf_path) if opts.elf_path else out_dir.resolve()
+    elf_names: dict[int, str] = {}
+    for prog in emu.programs:
+        dst = out_dir / prog.name
+        if not dst.exists() or dst.read_bytes() != prog.data:
+            shutil.copyfile(prog.path, dst)
+            dst.chmod(0o755)
+        elf_names[id(prog)] = str(elf_dir / prog.name)
+    caches = {id(p): BlockCache(p) for p in emu.programs}
+
+    _tag_programs(emu, program)
+
+    ticks_per_insn = 1
+    ninsns = [sum(len(caches[id(sl.program)].get(a, s).insns)
+                  for a, s in zip(sl.addrs, sl.sizes)) for sl in emu.slices]
+    placed = schedule(emu.slices, ninsns, opts.cpus, ticks_per_insn, opts.migrate)
+
+    truth = GroundTruth()
+    encoders = [CpuEncoder(c, opts, caches, truth, ticks_per_insn) for c in range(opts.cpus)]
+    for p in sorted(placed, key=lambda p: (p.cpu, p.start)):
+        encoders[p.cpu].encode_slice(p)
+    for enc in encoders:
+        enc.w.flush_tnt()
+
+    from ptexport.synth.sideband import write_perf_data
+    perf_path = out_dir / "perf.data"
+    write_perf_data(perf_path, opts, emu, placed, encoders, elf_names)
+
+    arrays = truth.arrays()
+    order = np.lexsort((np.arange(len(arrays["time"])), arrays["time"]))
+    arrays = {k: v[order] for k, v in arrays.items()}
+    np.savez_compressed(out_dir / "truth.npz", **arrays)
+    meta = {
+        "options": asdict(opts),
+        "program": program.name,
+        "iterations": iterations,
+        "branches": int(len(truth)),
+        "pt_bytes": int(sum(len(e.w.buf) for e in encoders)),
+        "kinds": list(KIND_NAMES),
+        "threads": {str(t): {"pid": i.pid, "comm": i.comm} for t, i in emu.threads.items()},
+        "time_conv": {"shift": TIME_SHIFT, "mult": TIME_MULT, "zero": TIME_ZERO},
+        "ipbytes_used": {str(k): sum(e.w.ipbytes_used.get(k, 0) for e in encoders)
+                         for k in (0, 1, 2, 3, 4, 6)},
+        "elfs": sorted(elf_names.values()),
+        "output": emu.output.decode("utf-8", "replace")[-200:],
+    }
+    (out_dir / "truth.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return SynthResult(out_dir, perf_path, len(truth), meta["pt_bytes"], meta)
+
+
+def _extra_programs(program: Program) -> dict[str, Program]:
+    """Programs an execve may name: the executables next to ``program``."""
+    out = {}
+    for q in program.path.parent.iterdir():
+        if q.is_file() and os.access(q, os.X_OK) and q != program.path and not q.suffix:
+            try:
+                out[q.name] = Program.load(q)
+            except SynthError:
+                pass
+    return out
+
+
+def _tag_programs(emu, program: Program) -> None:
+    """Set ``slice.program``: the program each thread runs (execve switches it)."""
+    cur: dict[int, Program] = {}
+    for sl in emu.slices:
+        prog = cur.get(sl.tid) or program
+        sl.program = prog
+        cur[sl.tid] = prog
+        if sl.exec_program is not None:
+            cur[sl.tid] = sl.exec_program
+        if sl.new_tid is not None:
+            cur[sl.new_tid] = prog
+

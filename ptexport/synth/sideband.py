@@ -1,0 +1,242 @@
+"""The sideband and file layout of a generated recording: what ``perf record -e intel_pt//u``
+would have written around the PT data.
+
+Records are collected with a sort key (perf time, then order of creation)
+and written time-ordered with FINISHED_ROUND records in between; the PT
+streams go in AUXTRACE records split at PSB boundaries, each followed by
+the AUX record the kernel would have emitted for that part of the buffer.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+from pathlib import Path
+
+from ptexport.errors import SynthError
+from ptexport.perfdata.constants import (
+    PERF_RECORD_MISC_COMM_EXEC, PERF_RECORD_MISC_SWITCH_OUT, PERF_RECORD_MISC_USER, AttrFlag,
+    AttrType, Feature, IntelPTConfig, RecordType, SampleType, SoftwareEvent,
+)
+from ptexport.synth import generate as G
+from ptexport.synth.perfwrite import (
+    Attr, PerfDataWriter, attr_flags, aux_body, auxtrace_info_record, build_id_record, comm_body,
+    feat_cmdline, feat_event_desc, feat_nrcpus, feat_pmu_mappings, feat_string, feat_u64,
+    finished_round, itrace_start_body, mmap2_body, record, sample_id, switch_cpu_wide_body,
+    task_body, time_conv_record,
+)
+
+SAMPLE_TYPE = (SampleType.IP | SampleType.TID | SampleType.TIME | SampleType.CPU
+               | SampleType.IDENTIFIER)
+AUX_CHUNK = 64 * 1024
+CPUID = "GenuineIntel,6,142,10"
+
+
+def pt_config(opts) -> int:
+    c = (1 << IntelPTConfig.PT) | (1 << IntelPTConfig.BRANCH) | (1 << IntelPTConfig.TSC)
+    if opts.timing in ("mtc", "cyc"):
+        c |= (1 << IntelPTConfig.MTC) | (opts.mtc_period << IntelPTConfig.MTC_PERIOD)
+    if opts.timing == "cyc":
+        c |= 1 << IntelPTConfig.CYC
+    if not opts.retcomp:
+        c |= 1 << IntelPTConfig.NORETCOMP
+    psb = max(0, min(15, opts.psb_period.bit_length() - 12))
+    c |= psb << IntelPTConfig.PSB_PERIOD
+    return c
+
+
+def make_attrs(opts) -> tuple[Attr, Attr]:
+    ncpu = opts.cpus
+    pt = Attr(type=G.PMU_TYPE, config=pt_config(opts), sample_type=SAMPLE_TYPE,
+              flags=attr_flags(AttrFlag.DISABLED, AttrFlag.INHERIT, AttrFlag.EXCLUDE_KERNEL,
+                               AttrFlag.EXCLUDE_HV, AttrFlag.ENABLE_ON_EXEC,
+                               AttrFlag.SAMPLE_ID_ALL),
+              name="intel_pt//u", ids=[100 + c for c in range(ncpu)], aux_watermark=0x100000)
+    dummy = Attr(type=AttrType.SOFTWARE, config=SoftwareEvent.DUMMY, sample_type=SAMPLE_TYPE,
+                 flags=attr_flags(AttrFlag.DISABLED, AttrFlag.INHERIT, AttrFlag.EXCLUDE_KERNEL,
+                                  AttrFlag.EXCLUDE_HV, AttrFlag.MMAP, AttrFlag.COMM,
+                                  AttrFlag.ENABLE_ON_EXEC, AttrFlag.TASK,
+                                  AttrFlag.SAMPLE_ID_ALL, AttrFlag.MMAP2, AttrFlag.COMM_EXEC,
+                                  AttrFlag.CONTEXT_SWITCH),
+                 name="dummy:u", ids=[200 + c for c in range(ncpu)])
+    return pt, dummy
+
+
+def auxtrace_priv(opts, pt: Attr) -> list[int]:
+    priv = [0] * 17
+    priv[0] = G.PMU_TYPE
+    priv[1], priv[2], priv[3] = G.TIME_SHIFT, G.TIME_MULT, G.TIME_ZERO
+    priv[4] = 1                                   # cap_user_time_zero
+    priv[5] = 1 << IntelPTConfig.TSC
+    priv[6] = 1 << IntelPTConfig.NORETCOMP
+    priv[7] = 3                                   # context switch events, CPU wide
+    priv[8] = 0                                   # not snapshot mode
+    priv[9] = 1                                   # per-CPU mmaps
+    priv[10] = 1 << IntelPTConfig.MTC
+    priv[11] = 0xF << IntelPTConfig.MTC_PERIOD
+    priv[12], priv[13] = G.TSC_CTC_N, G.TSC_CTC_D
+    priv[14] = 1 << IntelPTConfig.CYC
+    priv[15] = G.MAX_NONTURBO_RATIO
+    priv[16] = 0                                  # no address filter
+    return priv
+
+
+class _Records:
+    def __init__(self, pt: Attr, dummy: Attr) -> None:
+        self.items: list[tuple[int, int, bytes]] = []
+        self.pt = pt
+        self.dummy = dummy
+        self.n = 0
+
+    def add(self, tsc: int, rtype: int, misc: int, body: bytes, *, pid: int, tid: int, cpu: int,
+            pt_event: bool = False) -> None:
+        ns = G.tsc_to_ns(tsc)
+        ident = (self.pt if pt_event else self.dummy).ids[cpu]
+        data = record(rtype, misc, body + sample_id(SAMPLE_TYPE, pid, tid, ns, cpu, ident))
+        self.items.append((ns, self.n, data))
+        self.n += 1
+
+    def add_raw(self, tsc: int, data) -> None:
+        self.items.append((G.tsc_to_ns(tsc), self.n, data))
+        self.n += 1
+
+
+def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int, str]) -> None:
+    pt, dummy = make_attrs(opts)
+    recs = _Records(pt, dummy)
+    first = min(p.start for p in placed)
+    t0 = first - 5000
+    main_tid = min(emu.threads)
+    main = emu.threads[main_tid]
+
+    def maps_for(prog, pid, tid, t, cpu):
+        for seg in prog.exec_segments():
+            start = seg.vaddr & ~0xFFF
+            end = (seg.vaddr + seg.memsz + 0xFFF) & ~0xFFF
+            recs.add(t, RecordType.MMAP2, PERF_RECORD_MISC_USER,
+                     mmap2_body(pid, tid, start, end - start, seg.offset - (seg.vaddr - start),
+                                elf_names[id(prog)], ino=1000 + len(elf_names)),
+                     pid=pid, tid=tid, cpu=cpu)
+
+    first_cpu = next(p.cpu for p in sorted(placed, key=lambda p: p.start) if p.sl.tid == main_tid)
+    recs.add(t0, RecordType.COMM, PERF_RECORD_MISC_COMM_EXEC, comm_body(main.pid, main.tid,
+             main.comm), pid=main.pid, tid=main.tid, cpu=first_cpu)
+    maps_for(main.program, main.pid, main.tid, t0 + 100, first_cpu)
+
+    # thread creation, exec and exit, from the slices
+    last_of: dict[int, G.Placed] = {}
+    for p in placed:
+        sl = p.sl
+        last_of[sl.tid] = p
+        if sl.new_tid is not None:
+            child = emu.threads[sl.new_tid]
+            recs.add(p.end + 10, RecordType.FORK, 0,
+                     task_body(child.pid, child.ppid if child.forked else child.pid, child.tid,
+                               child.ptid, G.tsc_to_ns(p.end + 10)),
+                     pid=child.pid, tid=child.tid, cpu=p.cpu)
+        if sl.exec_program is not None:
+            info = emu.threads[sl.tid]
+            recs.add(p.end + 20, RecordType.COMM, PERF_RECORD_MISC_COMM_EXEC,
+                     comm_body(sl.pid, sl.tid, sl.exec_program.name[:15]),
+                     pid=sl.pid, tid=sl.tid, cpu=p.cpu)
+            maps_for(sl.exec_program, sl.pid, sl.tid, p.end + 30, p.cpu)
+    for tid, p in last_of.items():
+        info = emu.threads[tid]
+        if p.sl.resume_ip is None:
+            recs.add(p.end + 50, RecordType.EXIT, 0,
+                     task_body(info.pid, info.ppid if info.forked or tid == info.pid else info.pid,
+                               info.tid, info.ptid, G.tsc_to_ns(p.end + 50)),
+                     pid=info.pid, tid=info.tid, cpu=p.cpu)
+
+    # context switches and itrace_start, per CPU
+    started: set[tuple[int, int]] = set()
+    by_cpu: dict[int, list] = {}
+    for p in placed:
+        by_cpu.setdefault(p.cpu, []).append(p)
+    for cpu, plist in by_cpu.items():
+        plist.sort(key=lambda p: p.start)
+        cur_pid, cur_tid = 0, 0
+        prev_end = None
+        for p in plist:
+            sl = p.sl
+            if sl.tid != cur_tid:
+                t_out = (prev_end + 100) if prev_end is not None else p.start - 300
+                recs.add(t_out, RecordType.SWITCH_CPU_WIDE, PERF_RECORD_MISC_SWITCH_OUT,
+                         switch_cpu_wide_body(sl.pid, sl.tid), pid=cur_pid, tid=cur_tid,
+                         cpu=cpu)
+                recs.add(p.start - 100, RecordType.SWITCH_CPU_WIDE, 0,
+                         switch_cpu_wide_body(cur_pid, cur_tid), pid=sl.pid, tid=sl.tid, cpu=cpu)
+                if (sl.tid, cpu) not in started:
+                    started.add((sl.tid, cpu))
+                    recs.add(p.start - 90, RecordType.ITRACE_START, 0,
+                             itrace_start_body(sl.pid, sl.tid), pid=sl.pid, tid=sl.tid, cpu=cpu,
+                             pt_event=True)
+                cur_pid, cur_tid = sl.pid, sl.tid
+            prev_end = p.end
+
+    # the PT data: per CPU, split at PSBs into AUXTRACE chunks, each with its AUX record
+    for enc in encoders:
+        buf = enc.w.buf
+        if not buf:
+            continue
+        cpu = enc.cpu
+        cuts = [o for o, _t in enc.psb_marks] + [len(buf)]
+        times = [t for _o, t in enc.psb_marks]
+        start = 0
+        k = 0
+        while start < len(buf):
+            end = start
+            while k + 1 < len(cuts) and cuts[k + 1] - start <= AUX_CHUNK:
+                k += 1
+                end = cuts[k]
+            if end <= start:       # one PSB period larger than a chunk
+                k += 1
+                end = cuts[k]
+            t_end = times[k] if k < len(times) else enc.end_time + 200
+            chunk = bytes(buf[start:end])
+            recs.add_raw(t_end, ("AUXTRACE", chunk, start, t_end + 100, cpu, cpu))  # reference = TSC when read
+            recs.add(t_end, RecordType.AUX, 0, aux_body(start, len(chunk), 0),
+                     pid=-1 & 0xFFFFFFFF, tid=-1 & 0xFFFFFFFF, cpu=cpu, pt_event=True)
+            start = end
+
+    features = {
+        Feature.BUILD_ID: b"".join(build_id_record(-1, prog.build_id, elf_names[id(prog)])
+                                   for prog in emu.programs if prog.build_id),
+        Feature.HOSTNAME: feat_string("ptexport-synth"),
+        Feature.OSRELEASE: feat_string("6.1.0-synth"),
+        Feature.VERSION: feat_string("6.1.187"),
+        Feature.ARCH: feat_string("x86_64"),
+        Feature.NRCPUS: feat_nrcpus(max(opts.cpus, 1)),
+        Feature.CPUDESC: feat_string("Intel(R) Core(TM) i7-8650U CPU @ 1.90GHz"),
+        Feature.CPUID: feat_string(CPUID),
+        Feature.TOTAL_MEM: feat_u64(16 * 1024 * 1024),
+        Feature.CMDLINE: feat_cmdline(["/usr/bin/perf", "record", "-e", "intel_pt//u", "--",
+                                       elf_names[id(emu.programs[0])]]),
+        Feature.EVENT_DESC: feat_event_desc([pt, dummy]),
+        Feature.PMU_MAPPINGS: feat_pmu_mappings([(4, "cpu"), (1, "software"),
+                                                 (2, "tracepoint"), (G.PMU_TYPE, "intel_pt")]),
+    }
+
+    recs.items.sort(key=lambda x: (x[0], x[1]))
+    try:
+        f = open(path, "wb")
+    except OSError as e:
+        raise SynthError(f"cannot write {path}: {e.strerror}") from e
+    with f:
+        w = PerfDataWriter(f, [pt, dummy])
+        w.write(auxtrace_info_record(auxtrace_priv(opts, pt)))
+        w.write(time_conv_record(G.TIME_SHIFT, G.TIME_MULT, G.TIME_ZERO))
+        since_round = 0
+        for _ns, _n, data in recs.items:
+            if isinstance(data, tuple):
+                _tag, chunk, off, ref, idx, cpu = data
+                w.write_auxtrace(chunk, offset=off, reference=ref, idx=idx, tid=-1, cpu=cpu)
+            else:
+                w.write(data)
+            since_round += 1
+            if since_round >= 200:
+                w.write(finished_round())
+                since_round = 0
+        w.write(finished_round())
+        w.close(features)

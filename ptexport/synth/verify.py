@@ -1,0 +1,140 @@
+"""Check a generated trace against perf: run ``perf script`` and compare with the ground truth.
+
+Used by the tests and by ``ptexport synth --check``.  perf's branch lines are
+parsed from ``perf script --itrace=b -F pid,tid,cpu,time,flags,ip,addr --ns``
+(the ``--itrace=cr`` view is the same lines filtered to calls and returns).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ptexport.errors import SynthError
+from ptexport.synth.generate import KIND_NAMES
+
+_LINE = re.compile(
+    r"^\s*(-?\d+)/(-?\d+)\s+\[(-?\d+)\]\s+(\d+)\.(\d+):\s+(.*?)\s+([0-9a-f]+) =>\s+([0-9a-f]+)\s*$")
+KIND_OF_FLAGS = {name: i for i, name in enumerate(KIND_NAMES)}
+
+
+@dataclass
+class PerfBranches:
+    pid: np.ndarray
+    tid: np.ndarray
+    cpu: np.ndarray
+    time: np.ndarray
+    flags: list[str]
+    from_ip: np.ndarray
+    to_ip: np.ndarray
+    other: list[str] = field(default_factory=list)   # lines that are not branches (errors...)
+    stderr: str = ""
+
+
+def perf_script(perf_data: Path, itrace: str, fields: str = "pid,tid,cpu,time,flags,ip,addr",
+                extra: list[str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    perf = shutil.which("perf")
+    if perf is None:
+        raise SynthError("perf is not installed (Debian: apt-get install linux-perf)")
+    cmd = [perf, "script", "-i", str(perf_data), f"--itrace={itrace}", "-F", fields, "--ns"]
+    cmd += extra or []
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          cwd=str(Path(perf_data).parent))
+
+
+def parse_branches(text: str) -> PerfBranches:
+    pid, tid, cpu, sec, nsec, flags, frm, to, other = [], [], [], [], [], [], [], [], []
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if not m:
+            if line.strip():
+                other.append(line)
+            continue
+        pid.append(int(m[1]))
+        tid.append(int(m[2]))
+        cpu.append(int(m[3]))
+        sec.append(int(m[4]))
+        nsec.append(int(m[5]))
+        flags.append(" ".join(m[6].split(" ")) if m[6] else "")
+        frm.append(int(m[7], 16))
+        to.append(int(m[8], 16))
+    time = np.array(sec, dtype=np.int64) * 1_000_000_000 + np.array(nsec, dtype=np.int64)
+    return PerfBranches(np.array(pid), np.array(tid), np.array(cpu), time, flags,
+                        np.array(frm, dtype=np.uint64), np.array(to, dtype=np.uint64), other)
+
+
+def load_truth(out_dir: Path) -> tuple[dict[str, np.ndarray], dict]:
+    d = np.load(Path(out_dir) / "truth.npz")
+    meta = json.loads((Path(out_dir) / "truth.json").read_text())
+    return {k: d[k] for k in d.files}, meta
+
+
+@dataclass
+class Comparison:
+    compared: int
+    mismatches: int
+    first_mismatch: str
+    max_time_error_ns: int
+    monotonic: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatches == 0
+
+
+def compare_branches(truth: dict[str, np.ndarray], perf: PerfBranches, *, per: str = "cpu",
+                     kinds: set[int] | None = None) -> Comparison:
+    """Compare line for line within each CPU (``per="cpu"``) or thread (``per="tid"``).
+
+    A line matches when tid, cpu, from, to and kind agree.  Also reports the
+    largest |perf time - true time| and whether perf's times are monotonic
+    per CPU (per thread for ``per="tid"``).
+    """
+    pk = np.array([KIND_OF_FLAGS.get(f, 255) for f in perf.flags], dtype=np.int32)
+    tk = truth["kind"].astype(np.int32)
+    tsel = np.ones(len(tk), bool)
+    psel = np.ones(len(pk), bool)
+    if kinds is not None:
+        tsel = np.isin(tk, list(kinds))
+        psel = np.isin(pk, list(kinds))
+    key_t = truth[per][tsel]
+    key_p = (perf.cpu if per == "cpu" else perf.tid)[psel]
+    mism = 0
+    first = ""
+    compared = 0
+    max_err = 0
+    mono = True
+    cols_t = {k: truth[k][tsel] for k in ("time", "cpu", "tid", "from_ip", "to_ip")}
+    cols_t["kind"] = tk[tsel]
+    cols_p = {"time": perf.time[psel], "cpu": perf.cpu[psel], "tid": perf.tid[psel],
+              "from_ip": perf.from_ip[psel], "to_ip": perf.to_ip[psel], "kind": pk[psel]}
+    for key in sorted(set(key_t.tolist()) | set(key_p.tolist())):
+        it = np.nonzero(key_t == key)[0]
+        ip = np.nonzero(key_p == key)[0]
+        n = min(len(it), len(ip))
+        bad = np.zeros(n, bool)
+        for c in ("cpu", "tid", "from_ip", "to_ip", "kind"):
+            bad |= cols_t[c][it[:n]].astype(np.int64) != cols_p[c][ip[:n]].astype(np.int64)
+        nb = int(bad.sum()) + abs(len(it) - len(ip))
+        if nb and not first:
+            j = int(np.argmax(bad)) if bad.any() else n
+            def row(cols, idx, j=j):
+                if j >= len(idx):
+                    return "(none)"
+                return " ".join(f"{c}={int(cols[c][idx[j]]):#x}" if "ip" in c else
+                                f"{c}={int(cols[c][idx[j]])}" for c in cols)
+            first = f"{per} {key} line {j}: truth [{row(cols_t, it)}] perf [{row(cols_p, ip)}]"
+        mism += nb
+        compared += n
+        if n:
+            err = np.abs(cols_t["time"][it[:n]].astype(np.int64) - cols_p["time"][ip[:n]])
+            max_err = max(max_err, int(err.max()))
+            if np.any(np.diff(cols_p["time"][ip]) < 0):
+                mono = False
+    return Comparison(compared, mism, first, max_err, mono)

@@ -1,0 +1,77 @@
+"""Generated traces decode in perf 6.1 to exactly the generator's ground truth."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import needs_perf
+from ptexport.synth.generate import KIND_CALL, KIND_RET, SynthOptions, synthesize
+from ptexport.synth.verify import compare_branches, load_truth, parse_branches, perf_script
+
+pytestmark = [needs_perf, pytest.mark.perf]
+
+MTC_PERIOD_NS = 320   # 80 TSC ticks per CTC << 3, TSC at 2 GHz
+
+
+def _check(out, *, itrace="b", kinds=None, per="cpu", max_err=MTC_PERIOD_NS, expect_errors=()):
+    proc = perf_script(out / "perf.data", itrace)
+    assert proc.returncode == 0, proc.stderr
+    perf = parse_branches(proc.stdout)
+    truth, meta = load_truth(out)
+    assert not perf.other, perf.other[:5]
+    cmp = compare_branches(truth, perf, per=per, kinds=kinds)
+    assert cmp.mismatches == 0, cmp.first_mismatch
+    assert cmp.compared == (len(truth["kind"]) if kinds is None
+                            else int(np.isin(truth["kind"], list(kinds)).sum()))
+    assert cmp.monotonic
+    if max_err is not None:
+        assert cmp.max_time_error_ns < max_err
+        assert np.all(truth["time"][: len(perf.time)] >= 0)
+    return truth, meta, perf
+
+
+VARIANTS = {
+    "loops-default": SynthOptions(program="loops"),
+    "calls-retcomp": SynthOptions(program="calls", retcomp=True),
+    "calls-noretcomp": SynthOptions(program="calls", retcomp=False),
+    "calls-short-tnt": SynthOptions(program="calls", tnt="short"),
+    "loops-short-tnt": SynthOptions(program="loops", tnt="short"),
+    "calls-ip-full": SynthOptions(program="calls", ip_mode="full"),
+    "calls-ip-sext48": SynthOptions(program="calls", ip_mode="sext48"),
+    "calls-ip-upd48": SynthOptions(program="calls", ip_mode="upd48"),
+    "calls-ip-mixed": SynthOptions(program="calls", ip_mode="mixed", psb_period=512),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variant_matches_perf(tmp_path, name):
+    opts = VARIANTS[name]
+    opts.branches = 30_000
+    res = synthesize(tmp_path, opts)
+    assert res.branches >= 30_000
+    truth, meta, _ = _check(tmp_path)
+    _check(tmp_path, itrace="cr", kinds={KIND_CALL, KIND_RET})
+    used = {int(k): v for k, v in meta["ipbytes_used"].items()}
+    if opts.ip_mode == "mixed":
+        # every IP compression the SDM defines occurs (0 = suppressed for TIP.PGD)
+        assert all(used[k] > 0 for k in (0, 1, 2, 3, 4, 6)), used
+    if opts.ip_mode == "full":
+        assert used[6] > 0 and used[1] == used[2] == used[3] == used[4] == 0
+    if name == "calls-noretcomp":
+        assert (perf_data_config(tmp_path) >> 11) & 1
+
+
+def perf_data_config(out):
+    proc = perf_script(out / "perf.data", "b", extra=["--header-only"])
+    for line in proc.stdout.splitlines():
+        if "intel_pt" in line and "config = " in line:
+            return int(line.split("config = ")[1].split(",")[0], 16)
+    raise AssertionError(proc.stdout[:2000])
+
+
+def test_million_branches_match_perf(tmp_path):
+    res = synthesize(tmp_path, SynthOptions(program="calls", branches=1_000_000))
+    assert res.branches >= 1_000_000
+    truth, _, perf = _check(tmp_path)
+    assert len(perf.flags) == res.branches
