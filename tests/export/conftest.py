@@ -26,6 +26,17 @@ def have_system_pyside2() -> bool:
     return r.returncode == 0
 
 
+def system_python_env() -> dict[str, str]:
+    """Environment for perf's embedded (Debian) Python and Debian's python3.
+
+    Embedded Python finds its prefix through the first ``python3`` on PATH; with a
+    virtualenv/pyenv first it would pick that one's library, which has no PySide2.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYENV", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"))}
+    env["PATH"] = "/usr/bin:/bin:" + env.get("PATH", "")
+    return env
+
+
 def _pg_admin():
     try:
         import psycopg
@@ -85,7 +96,7 @@ def perf_db(tmp_path_factory, quipper):
         pytest.skip("perf's export-to-sqlite.py needs Debian's python3-pyside2.qtsql")
     out = tmp_path_factory.mktemp("perfdb") / "perf.db"
     r = subprocess.run(["perf", "script", "-i", str(quipper), "--itrace=bep", "-s", str(script), str(out),
-                        "branches", "calls"], capture_output=True, text=True, timeout=120)
+                        "branches", "calls"], capture_output=True, text=True, timeout=120, env=system_python_env())
     if r.returncode != 0 or not out.exists():
         pytest.fail(f"perf's export failed: {r.stderr[-2000:]}")
     return out
