@@ -198,6 +198,10 @@ def info_report(pd: Any, *, max_processes: int | None = None) -> dict[str, Any]:
             aux_buffers += 1
         builder.add(rec)
     sb = builder.finish()
+    # the reader's tally also counts COMPRESSED records themselves (perf does), which records() expands
+    stats = getattr(pd, "stats", None)
+    if stats is not None and hasattr(stats, "by_type"):
+        counts = {int(t): int(n) for t, n in stats.by_type().items()}
     records = {record_type_name(t): n for t, n in sorted(counts.items())}
     features = {}
     for k, v in (getattr(pd, "features", None) or {}).items():
