@@ -69,6 +69,7 @@ class SynthOptions:
     seed: int = 1
     migrate: bool = True             # threads move between CPUs now and then
     elf_path: str = ""               # MMAP2 directory for the ELFs ("" = the output dir, absolute)
+    insn_truth_limit: int = 3_000_000  # write truth_insns.npz when there are at most this many
 
     def validate(self) -> None:
         if self.tnt not in ("short", "long"):
@@ -226,7 +227,8 @@ class CpuEncoder:
 
     def _cyc(self, t: int) -> None:
         if self.opts.timing == "cyc" and t > self.cyc_last:
-            self.w.cyc((t - self.cyc_last) // self.tpi)
+            ratio = self.opts.cbr or MAX_NONTURBO_RATIO
+            self.w.cyc(max(1, (t - self.cyc_last) * ratio // MAX_NONTURBO_RATIO // 2))
             self.cyc_last = t
 
     def psb_plus(self, t: int, ip: int | None) -> None:
@@ -397,7 +399,9 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
 
     _tag_programs(emu, program)
 
-    ticks_per_insn = 1
+    # One instruction = one core cycle; the core runs at cbr/max_non_turbo of the TSC rate.
+    ratio = opts.cbr or MAX_NONTURBO_RATIO
+    ticks_per_insn = max(1, round(2 * MAX_NONTURBO_RATIO / ratio))
     ninsns = [sum(len(caches[id(sl.program)].get(a, s).insns)
                   for a, s in zip(sl.addrs, sl.sizes)) for sl in emu.slices]
     placed = schedule(emu.slices, ninsns, opts.cpus, ticks_per_insn, opts.migrate)
@@ -412,6 +416,10 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
     from ptexport.synth.sideband import write_perf_data
     perf_path = out_dir / "perf.data"
     write_perf_data(perf_path, opts, emu, placed, encoders, elf_names)
+
+    n_insns = sum(ninsns)
+    if n_insns <= opts.insn_truth_limit:
+        np.savez_compressed(out_dir / "truth_insns.npz", **instruction_truth(placed, caches))
 
     arrays = truth.arrays()
     order = np.lexsort((np.arange(len(arrays["time"])), arrays["time"]))
@@ -429,10 +437,32 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
         "ipbytes_used": {str(k): sum(e.w.ipbytes_used.get(k, 0) for e in encoders)
                          for k in (0, 1, 2, 3, 4, 6)},
         "elfs": sorted(elf_names.values()),
+        "instructions": int(n_insns),
         "output": emu.output.decode("utf-8", "replace")[-200:],
     }
     (out_dir / "truth.json").write_text(json.dumps(meta, indent=1) + "\n")
     return SynthResult(out_dir, perf_path, len(truth), meta["pt_bytes"], meta)
+
+
+def instruction_truth(placed: list[Placed], caches: dict) -> dict[str, np.ndarray]:
+    """Every executed instruction (ip, cpu, tid) in per-CPU time order: ``--itrace=i1i``."""
+    arrs: dict[tuple[int, int, int], np.ndarray] = {}
+    ips, cpus, tids = [], [], []
+    for p in sorted(placed, key=lambda p: (p.cpu, p.start)):
+        sl = p.sl
+        cache = caches[id(sl.program)]
+        parts = []
+        for a, s in zip(sl.addrs, sl.sizes):
+            key = (id(sl.program), a, s)
+            arr = arrs.get(key)
+            if arr is None:
+                arr = arrs[key] = np.array(cache.get(a, s).insns, dtype=np.uint64)
+            parts.append(arr)
+        ip = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+        ips.append(ip)
+        cpus.append(np.full(len(ip), p.cpu, np.int32))
+        tids.append(np.full(len(ip), sl.tid, np.int32))
+    return {"ip": np.concatenate(ips), "cpu": np.concatenate(cpus), "tid": np.concatenate(tids)}
 
 
 def _extra_programs(program: Program) -> dict[str, Program]:

@@ -138,3 +138,42 @@ def compare_branches(truth: dict[str, np.ndarray], perf: PerfBranches, *, per: s
             if np.any(np.diff(cols_p["time"][ip]) < 0):
                 mono = False
     return Comparison(compared, mism, first, max_err, mono)
+
+
+_INSN = re.compile(r"^\s*(-?\d+)\s+\[(-?\d+)\]\s+([0-9a-f]+)\s*$")
+
+
+def compare_instructions(out_dir: Path, perf_data: Path | None = None) -> Comparison:
+    """``perf script --itrace=i1i`` against truth_insns.npz, line for line per CPU."""
+    d = np.load(Path(out_dir) / "truth_insns.npz")
+    proc = perf_script(perf_data or Path(out_dir) / "perf.data", "i1i", fields="tid,cpu,ip")
+    if proc.returncode:
+        raise SynthError(f"perf script failed: {proc.stderr.strip()[:500]}")
+    tid, cpu, ip = [], [], []
+    bad_lines = 0
+    for line in proc.stdout.splitlines():
+        m = _INSN.match(line)
+        if not m:
+            bad_lines += bool(line.strip())
+            continue
+        tid.append(int(m[1]))
+        cpu.append(int(m[2]))
+        ip.append(int(m[3], 16))
+    tid_a, cpu_a, ip_a = np.array(tid), np.array(cpu), np.array(ip, dtype=np.uint64)
+    mism = bad_lines
+    first = ""
+    compared = 0
+    for c in sorted(set(d["cpu"].tolist()) | set(cpu_a.tolist())):
+        it = np.nonzero(d["cpu"] == c)[0]
+        ip_ = np.nonzero(cpu_a == c)[0]
+        n = min(len(it), len(ip_))
+        bad = (d["ip"][it[:n]] != ip_a[ip_[:n]]) | (d["tid"][it[:n]] != tid_a[ip_[:n]])
+        nb = int(bad.sum()) + abs(len(it) - len(ip_))
+        if nb and not first:
+            j = int(np.argmax(bad)) if bad.any() else n
+            first = (f"cpu {c} line {j}: truth "
+                     f"{(int(d['tid'][it[j]]), hex(int(d['ip'][it[j]]))) if j < len(it) else None}"
+                     f" perf {(int(tid_a[ip_[j]]), hex(int(ip_a[ip_[j]]))) if j < len(ip_) else None}")
+        mism += nb
+        compared += n
+    return Comparison(compared, mism, first, 0, True)

@@ -75,3 +75,57 @@ def test_million_branches_match_perf(tmp_path):
     assert res.branches >= 1_000_000
     truth, _, perf = _check(tmp_path)
     assert len(perf.flags) == res.branches
+
+
+TIMING = {
+    "tsc-only": SynthOptions(program="calls", timing="tsc"),
+    "mtc-period0": SynthOptions(program="calls", timing="mtc", mtc_period=0),
+    "cyc": SynthOptions(program="calls", timing="cyc"),
+    "cyc-cbr-slow": SynthOptions(program="loops", timing="cyc", cbr=10),
+    "cyc-cbr-turbo": SynthOptions(program="loops", timing="cyc", cbr=40),
+    "mtc-cbr": SynthOptions(program="calls", timing="mtc", cbr=20),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TIMING))
+def test_timing_variant(tmp_path, name):
+    opts = TIMING[name]
+    opts.branches = 20_000
+    synthesize(tmp_path, opts)
+    mtc_ns = (80 << opts.mtc_period) // 2
+    truth, meta, perf = _check(tmp_path, max_err=None if opts.timing == "tsc" else mtc_ns)
+    err = truth["time"].astype(np.int64) - perf.time
+    if opts.timing == "tsc":
+        # only PSB+ and the TSC at each trace start time the branches: perf is never ahead
+        assert err.min() >= 0
+    else:
+        assert err.min() >= -mtc_ns
+    cfg = perf_data_config(tmp_path)
+    assert bool(cfg & (1 << 9)) == (opts.timing != "tsc")      # mtc
+    assert bool(cfg & (1 << 1)) == (opts.timing == "cyc")      # cyc
+    if opts.cbr:
+        proc = perf_script(tmp_path / "perf.data", "b", extra=["-D"])
+        assert f"CBR {opts.cbr:#x}" in proc.stdout or f"CBR {opts.cbr}" in proc.stdout
+
+
+@pytest.mark.parametrize("cpus", [1, 2, 4])
+def test_threads_on_cpus(tmp_path, cpus):
+    synthesize(tmp_path, SynthOptions(program="threads", branches=20_000, cpus=cpus))
+    truth, meta, perf = _check(tmp_path)
+    assert len(set(perf.tid.tolist())) == 4
+    assert set(perf.cpu.tolist()) == set(range(cpus))
+    # every thread's branches in perf's order agree with the ground truth too
+    _check(tmp_path, per="tid")
+    proc = perf_script(tmp_path / "perf.data", "b", extra=["--show-switch-events"])
+    switches = [ln for ln in proc.stdout.splitlines() if "PERF_RECORD_SWITCH_CPU_WIDE" in ln]
+    assert len(switches) > 20
+
+
+@pytest.mark.parametrize("prog,cpus", [("calls", 1), ("threads", 2)])
+def test_instructions_match_perf(tmp_path, prog, cpus):
+    from ptexport.synth.verify import compare_instructions
+
+    synthesize(tmp_path, SynthOptions(program=prog, branches=20_000, cpus=cpus))
+    cmp = compare_instructions(tmp_path)
+    assert cmp.mismatches == 0, cmp.first_mismatch
+    assert cmp.compared == len(np.load(tmp_path / "truth_insns.npz")["ip"])
