@@ -22,6 +22,9 @@ HELP = "print Intel PT packets (ptdump format) of a perf.data or a raw trace"
 def add_arguments(parser) -> None:
     parser.add_argument("trace", metavar="TRACE", help="perf.data file (or a raw .pt file with --raw)")
     parser.add_argument("--raw", action="store_true", help="TRACE is a raw Intel PT dump")
+    parser.add_argument("--per-cpu", action="store_true",
+                        help="perf.data: decode each CPU's AUX buffers as one stream (offsets in "
+                             "that stream), as perf's decoder does, instead of buffer by buffer")
     parser.add_argument("--cpu", metavar="F/M[/S]",
                         help="decode for this CPU family/model[/stepping] (errata); 'none' = spec")
     g = parser.add_argument_group("ptdump options")
@@ -263,6 +266,9 @@ def _run_perf_data(args, opts, warning, out) -> int:
                                    report_eos=True)
         if warning:
             print(warning, file=out)
+        if args.per_cpu:
+            _dump_per_cpu(pd, opts, out)
+            return 0
         for rec in pd.records():
             if not isinstance(rec, AuxtraceRecord):
                 continue
@@ -272,3 +278,24 @@ def _run_perf_data(args, opts, warning, out) -> int:
             for line in ptdump_lines(data, opts, source=f"aux cpu {rec.cpu}"):
                 print(line, file=out)
     return 0
+
+
+def _dump_per_cpu(pd, opts, out) -> None:
+    from ptexport.perfdata import AuxtraceRecord
+    from ptexport.pt.ptdump import ptdump_lines
+
+    streams: dict[int, list] = {}
+    for rec in pd.records():
+        if isinstance(rec, AuxtraceRecord):
+            streams.setdefault(rec.cpu, []).append(rec)
+    for cpu, recs in streams.items():
+        chunks = [bytes(pd.aux_data(r)) for r in recs]
+        data = b"".join(chunks)
+        print(f"# aux cpu {cpu}: {len(recs)} buffer(s), {len(data):#x} bytes", file=out)
+        pos = 0
+        for r, c in zip(recs, chunks):
+            print(f"#   idx {r.idx} aux_offset {r.aux_offset:#x} size {len(c):#x}"
+                  f" at stream offset {pos:#x}", file=out)
+            pos += len(c)
+        for line in ptdump_lines(data, opts, source=f"aux cpu {cpu}"):
+            print(line, file=out)

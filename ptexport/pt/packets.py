@@ -54,6 +54,10 @@ Stable API (used by the query decoder in ``ptexport.flow``; keep it stable):
     ``err.reason`` in {"eos", "bad-opcode", "bad-packet"}.  ``block`` is the
     BIP payload size while inside a BBP block (0 outside), see PacketDecoder.
 
+``sync_backward(buf, pos) -> int`` / ``psb_offsets(buf) -> list[int]``
+    The PSB before ``pos``; every PSB offset (segment boundaries for
+    parallel decoding).
+
 ``sync_forward(buf, pos, end=None) -> int``
     Offset of the first PSB that starts at or after ``pos`` (libipt
     semantics, including PSBs partly consumed by the packet before ``pos``:
@@ -61,7 +65,7 @@ Stable API (used by the query decoder in ``ptexport.flow``; keep it stable):
     15 bytes earlier), or -1.
 
 ``PacketDecoder(buf, errata=None, source="<buffer>")``
-    libipt's pt_packet_decoder: ``sync_forward()``, ``sync_set(offset)``,
+    libipt's pt_packet_decoder: ``sync_forward()``, ``sync_backward()``, ``sync_set(offset)``,
     ``offset``, ``sync_offset``, ``next() -> Packet | None`` (None at the end
     of the buffer; PacketError on a bad packet, leaving ``offset`` at it).
 
@@ -90,6 +94,8 @@ __all__ = [
     "Packet",
     "decode_packet",
     "sync_forward",
+    "sync_backward",
+    "psb_offsets",
     "PacketDecoder",
     "iter_packets",
     "decode_columns",
@@ -633,6 +639,46 @@ def sync_forward(buf, pos: int, end: int | None = None, begin: int = 0) -> int:
         return found
 
 
+def sync_backward(buf, pos: int, begin: int = 0) -> int:
+    """Offset of the last PSB that starts before ``pos`` (libipt pt_sync_backward), or -1."""
+    end = len(buf)
+    mv = buf if isinstance(buf, (bytes, bytearray)) else bytes(buf)
+    pos &= ~7
+    while True:
+        pos -= 8
+        if pos < begin:
+            return -1
+        w = mv[pos : pos + 8]
+        if w != _PSB_WORDS[0] and w != _PSB_WORDS[1]:
+            continue
+        found = _find_psb_start(mv, pos, begin, end)
+        if found >= 0:
+            return found
+
+
+PSB_BYTES = b"\x02\x82" * 8
+
+
+def psb_offsets(buf) -> list[int]:
+    """Offsets of every PSB in ``buf``: the sync points where independent decoding can start.
+
+    A run of PSB pattern longer than a PSB counts once, ending where the run
+    ends (libipt's pt_find_psb); the stream's segments are the spans between
+    consecutive offsets.
+    """
+    mv = buf if isinstance(buf, (bytes, bytearray)) else bytes(buf)
+    out: list[int] = []
+    end = len(mv)
+    pos = mv.find(PSB_BYTES)
+    while pos >= 0:
+        run = pos + PSB_SIZE
+        while run + 1 < end and mv[run] == 0x02 and mv[run + 1] == 0x82:
+            run += 2
+        out.append(run - PSB_SIZE)
+        pos = mv.find(PSB_BYTES, run)
+    return out
+
+
 class PacketDecoder:
     """libipt's packet decoder over one buffer (an AUX area, a raw .pt file)."""
 
@@ -662,6 +708,16 @@ class PacketDecoder:
         found = sync_forward(self.buf, pos, self.end)
         if found < 0:
             self.pos = self.end
+            return -1
+        self.pos = self.sync = found
+        self.block = 0
+        return found
+
+    def sync_backward(self) -> int:
+        """Move to the PSB before the current position (the end if unsynced); -1 if none."""
+        pos = self.end if self.pos is None else self.pos
+        found = sync_backward(self.buf, pos)
+        if found < 0:
             return -1
         self.pos = self.sync = found
         self.block = 0

@@ -242,3 +242,17 @@ def test_time_calibration_from_cbr():
     cal = TimeCal(TimingConfig(nom_freq=4))
     cal.header_cbr(2)
     assert cal.fcr_get() == (4 << 8) // 2
+
+
+def test_sync_backward_and_psb_offsets():
+    from ptexport.pt.packets import psb_offsets, sync_backward
+
+    buf = bytes(6) + PSB + PSBEND + bytes(5) + PSB + PSB[:4] + PSBEND
+    # the second PSB is followed by 4 more pattern bytes: the PSB ends with the run
+    assert psb_offsets(buf) == [6, 29 + 4]
+    assert sync_backward(buf, len(buf)) == 33
+    assert sync_backward(buf, 33) == 6
+    assert sync_backward(buf, 6) == -1
+    dec = PacketDecoder(buf)
+    assert dec.sync_backward() == 33
+    assert [p.kind for p in dec] == [K.PSB, K.PSBEND]

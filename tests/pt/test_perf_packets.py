@@ -137,3 +137,13 @@ def test_quipper_dump_header_and_first_packets(quipper):
     assert " ".join(lines[1].split()) == "0000000000000000 psb"
     assert " ".join(lines[4].split()) == "0000000000000017 fup 3: ffffffffb960d300"
     assert sum(1 for ln in lines if ln.startswith("# aux cpu")) == 2
+
+
+def test_quipper_per_cpu_stream(quipper):
+    per_buf, per_cpu = io.StringIO(), io.StringIO()
+    assert main(["dump", "packets", str(quipper)], per_buf) == 0
+    assert main(["dump", "packets", str(quipper), "--per-cpu"], per_cpu) == 0
+    a = [ln for ln in per_buf.getvalue().splitlines() if not ln.startswith("#")]
+    b = [ln for ln in per_cpu.getvalue().splitlines() if not ln.startswith("#")]
+    assert a == b and len(a) == 105109  # one AUXTRACE buffer per CPU here
+    assert "# aux cpu 3: 1 buffer(s), 0x21a00 bytes" in per_cpu.getvalue()
