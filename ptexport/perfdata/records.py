@@ -145,7 +145,7 @@ class Record:
 
     def __getattr__(self, name: str):
         # unset optional slots read as None (e.g. SampleRecord fields the attr did not ask for)
-        if name in _OPTIONAL:
+        if name in _OPTIONAL and name in _slots_of(type(self)):
             return None
         raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
 
@@ -198,8 +198,17 @@ class Record:
         return f"<{self.name} @{where} misc={self.misc:#x} size={self.size} {fs}>"
 
 
-# names of optional fields that read as None when unset
-_OPTIONAL = frozenset()
+# names of optional fields that read as None when unset (filled in at the end of the module)
+_OPTIONAL: frozenset = frozenset()
+_SLOTS_CACHE: dict = {}
+
+
+def _slots_of(cls) -> frozenset:
+    s = _SLOTS_CACHE.get(cls)
+    if s is None:
+        s = frozenset(k for c in cls.__mro__ for k in getattr(c, "__slots__", ()))
+        _SLOTS_CACHE[cls] = s
+    return s
 
 
 class MmapRecord(Record):
@@ -348,7 +357,6 @@ class SampleRecord(Record):
         return bool(self.misc & (1 << 14))
 
 
-_OPTIONAL = frozenset(SampleRecord.__slots__) | {"build_id", "next_prev_pid", "next_prev_tid"}
 
 
 class FinishedRoundRecord(Record):
@@ -1318,6 +1326,17 @@ PARSERS: dict[int, Callable] = {
 }
 # plain int keys for a fast dict lookup
 PARSERS = {int(k): v for k, v in PARSERS.items()}
+
+
+def _all_slots(cls) -> set[str]:
+    out = set(getattr(cls, "__slots__", ()))
+    for sub in cls.__subclasses__():
+        out |= _all_slots(sub)
+    return out
+
+
+# every record field reads as None when the record kind or the attr left it unset
+_OPTIONAL = frozenset(_all_slots(Record))
 
 # Aliases with the names used in the API description.
 StatConfig = StatConfigRecord
