@@ -48,6 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="emit CBR packets with this core:bus ratio (the max non-turbo ratio is 20)")
     s = p.add_argument_group("layout")
     s.add_argument("--cpus", type=_positive, default=1, help="CPUs to schedule threads on")
+    s.add_argument("--per-thread", action="store_true",
+                   help="perf record --per-thread layout: one AUX buffer per thread, no CPU")
     s.add_argument("--no-migrate", dest="migrate", action="store_false",
                    help="threads stay on their first CPU")
     s.add_argument("--elf-path", default="", metavar="DIR",
@@ -65,6 +67,7 @@ def run(args, out) -> int:
                         tnt=args.tnt, ip_mode=args.ip_mode, timing=args.timing,
                         mtc_period=args.mtc_period, cbr=args.cbr, cpus=args.cpus,
                         psb_period=args.psb_period, seed=args.seed, migrate=args.migrate,
+                        per_thread=args.per_thread,
                         elf_path=args.elf_path)
     t0 = time.monotonic()
     res = synthesize(args.out, opts)
@@ -78,7 +81,8 @@ def run(args, out) -> int:
         if proc.returncode:
             raise SynthError(f"perf script failed: {proc.stderr.strip()[:500]}")
         truth, _meta = load_truth(res.out_dir)
-        cmp = compare_branches(truth, parse_branches(proc.stdout))
+        per = "tid" if args.per_thread else "cpu"
+        cmp = compare_branches(truth, parse_branches(proc.stdout), per=per)
         print(f"perf script --itrace=b: {cmp.compared} lines compared, {cmp.mismatches} "
               f"mismatches, max time error {cmp.max_time_error_ns} ns"
               + ("" if cmp.ok else f"; first: {cmp.first_mismatch}"), file=out)

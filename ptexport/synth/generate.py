@@ -187,13 +187,15 @@ class CpuEncoder:
     """Encodes the slices one CPU ran, in time order, into one PT stream."""
 
     def __init__(self, cpu: int, opts: SynthOptions, caches: dict, truth: GroundTruth,
-                 ticks_per_insn: int) -> None:
-        self.cpu = cpu
+                 ticks_per_insn: int, *, tid: int = -1) -> None:
+        self.cpu = cpu          # the CPU of the stream (-1: a per-thread stream)
+        self.tid = tid          # the thread of a per-thread stream
         self.opts = opts
         self.caches = caches
         self.truth = truth
         self.tpi = ticks_per_insn
-        self.w = PacketWriter(ip_mode=opts.ip_mode, tnt_mode=opts.tnt, seed=opts.seed + cpu)
+        self.w = PacketWriter(ip_mode=opts.ip_mode, tnt_mode=opts.tnt,
+                              seed=opts.seed + cpu + 7 * tid)
         self.stack: list[int] = []
         self.last_psb = -(1 << 40)
         self.mtc_ticks = (TSC_CTC_N // TSC_CTC_D) << opts.mtc_period
@@ -346,11 +348,15 @@ class SynthResult:
     meta: dict = field(default_factory=dict)
 
 
-def count_branches(emu, cache: BlockCache) -> int:
+def count_branches(emu, program: Program, caches: dict) -> int:
     """How many branches perf will report for ``emu`` (taken branches + trace begin/end)."""
+    _tag_programs(emu, program)
     n = 0
     for sl in emu.slices:
         n += 2
+        cache = caches.get(id(sl.program))
+        if cache is None:
+            cache = caches[id(sl.program)] = BlockCache(sl.program)
         addrs = sl.addrs
         for i in range(len(addrs) - 1):
             b = cache.get(addrs[i], sl.sizes[i])
@@ -363,12 +369,9 @@ def count_branches(emu, cache: BlockCache) -> int:
 
 def _iterations_for(program: Program, branches: int, extra: dict) -> int:
     """Pick the program's round count so the trace has about ``branches`` branches."""
-    cache = BlockCache(program)
-    try:
-        one = count_branches(run_program(program, iterations=1, extra_programs=extra), cache)
-        two = count_branches(run_program(program, iterations=2, extra_programs=extra), cache)
-    except SynthError:
-        raise
+    caches: dict = {}
+    one = count_branches(run_program(program, iterations=1, extra_programs=extra), program, caches)
+    two = count_branches(run_program(program, iterations=2, extra_programs=extra), program, caches)
     per_round = max(1, two - one)
     return max(1, -(-(branches - (one - per_round)) // per_round))
 
@@ -407,9 +410,17 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
     placed = schedule(emu.slices, ninsns, opts.cpus, ticks_per_insn, opts.migrate)
 
     truth = GroundTruth()
-    encoders = [CpuEncoder(c, opts, caches, truth, ticks_per_insn) for c in range(opts.cpus)]
-    for p in sorted(placed, key=lambda p: (p.cpu, p.start)):
-        encoders[p.cpu].encode_slice(p)
+    if opts.per_thread:
+        # perf record --per-thread: one AUX buffer per thread, CPU unknown (-1)
+        tids = sorted(emu.threads)
+        encoders = [CpuEncoder(-1, opts, caches, truth, ticks_per_insn, tid=t) for t in tids]
+        by_tid = {t: e for t, e in zip(tids, encoders)}
+        for p in sorted(placed, key=lambda p: (p.sl.tid, p.start)):
+            by_tid[p.sl.tid].encode_slice(p)
+    else:
+        encoders = [CpuEncoder(c, opts, caches, truth, ticks_per_insn) for c in range(opts.cpus)]
+        for p in sorted(placed, key=lambda p: (p.cpu, p.start)):
+            encoders[p.cpu].encode_slice(p)
     for enc in encoders:
         enc.w.flush_tnt()
 
@@ -419,7 +430,7 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
 
     n_insns = sum(ninsns)
     if n_insns <= opts.insn_truth_limit:
-        np.savez_compressed(out_dir / "truth_insns.npz", **instruction_truth(placed, caches))
+        np.savez_compressed(out_dir / "truth_insns.npz", **instruction_truth(placed, caches, opts.per_thread))
 
     arrays = truth.arrays()
     order = np.lexsort((np.arange(len(arrays["time"])), arrays["time"]))
@@ -444,11 +455,14 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
     return SynthResult(out_dir, perf_path, len(truth), meta["pt_bytes"], meta)
 
 
-def instruction_truth(placed: list[Placed], caches: dict) -> dict[str, np.ndarray]:
-    """Every executed instruction (ip, cpu, tid) in per-CPU time order: ``--itrace=i1i``."""
+def instruction_truth(placed: list[Placed], caches: dict, per_thread: bool = False
+                      ) -> dict[str, np.ndarray]:
+    """Every executed instruction (ip, cpu, tid) in per-CPU (per-thread) time order:
+    what ``--itrace=i1i`` shows."""
     arrs: dict[tuple[int, int, int], np.ndarray] = {}
     ips, cpus, tids = [], [], []
-    for p in sorted(placed, key=lambda p: (p.cpu, p.start)):
+    key = (lambda p: (p.sl.tid, p.start)) if per_thread else (lambda p: (p.cpu, p.start))
+    for p in sorted(placed, key=key):
         sl = p.sl
         cache = caches[id(sl.program)]
         parts = []
@@ -460,7 +474,7 @@ def instruction_truth(placed: list[Placed], caches: dict) -> dict[str, np.ndarra
             parts.append(arr)
         ip = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
         ips.append(ip)
-        cpus.append(np.full(len(ip), p.cpu, np.int32))
+        cpus.append(np.full(len(ip), -1 if per_thread else p.cpu, np.int32))
         tids.append(np.full(len(ip), sl.tid, np.int32))
     return {"ip": np.concatenate(ips), "cpu": np.concatenate(cpus), "tid": np.concatenate(tids)}
 

@@ -46,19 +46,25 @@ def pt_config(opts) -> int:
     return c
 
 
-def make_attrs(opts) -> tuple[Attr, Attr]:
-    ncpu = opts.cpus
-    pt = Attr(type=G.PMU_TYPE, config=pt_config(opts), sample_type=SAMPLE_TYPE,
+def sample_type_for(opts) -> int:
+    # perf record --per-thread does not sample the CPU
+    return SAMPLE_TYPE & ~SampleType.CPU if opts.per_thread else SAMPLE_TYPE
+
+
+def make_attrs(opts, nstreams: int) -> tuple[Attr, Attr]:
+    ncpu = nstreams
+    st = sample_type_for(opts)
+    pt = Attr(type=G.PMU_TYPE, config=pt_config(opts), sample_type=st,
               flags=attr_flags(AttrFlag.DISABLED, AttrFlag.INHERIT, AttrFlag.EXCLUDE_KERNEL,
                                AttrFlag.EXCLUDE_HV, AttrFlag.ENABLE_ON_EXEC,
                                AttrFlag.SAMPLE_ID_ALL),
               name="intel_pt//u", ids=[100 + c for c in range(ncpu)], aux_watermark=0x100000)
-    dummy = Attr(type=AttrType.SOFTWARE, config=SoftwareEvent.DUMMY, sample_type=SAMPLE_TYPE,
+    dummy = Attr(type=AttrType.SOFTWARE, config=SoftwareEvent.DUMMY, sample_type=st,
                  flags=attr_flags(AttrFlag.DISABLED, AttrFlag.INHERIT, AttrFlag.EXCLUDE_KERNEL,
                                   AttrFlag.EXCLUDE_HV, AttrFlag.MMAP, AttrFlag.COMM,
                                   AttrFlag.ENABLE_ON_EXEC, AttrFlag.TASK,
                                   AttrFlag.SAMPLE_ID_ALL, AttrFlag.MMAP2, AttrFlag.COMM_EXEC,
-                                  AttrFlag.CONTEXT_SWITCH),
+                                  *(() if opts.per_thread else (AttrFlag.CONTEXT_SWITCH,))),
                  name="dummy:u", ids=[200 + c for c in range(ncpu)])
     return pt, dummy
 
@@ -70,9 +76,9 @@ def auxtrace_priv(opts, pt: Attr) -> list[int]:
     priv[4] = 1                                   # cap_user_time_zero
     priv[5] = 1 << IntelPTConfig.TSC
     priv[6] = 1 << IntelPTConfig.NORETCOMP
-    priv[7] = 3                                   # context switch events, CPU wide
+    priv[7] = 0 if opts.per_thread else 3         # context switch events, CPU wide
     priv[8] = 0                                   # not snapshot mode
-    priv[9] = 1                                   # per-CPU mmaps
+    priv[9] = 0 if opts.per_thread else 1         # per-CPU mmaps
     priv[10] = 1 << IntelPTConfig.MTC
     priv[11] = 0xF << IntelPTConfig.MTC_PERIOD
     priv[12], priv[13] = G.TSC_CTC_N, G.TSC_CTC_D
@@ -83,17 +89,18 @@ def auxtrace_priv(opts, pt: Attr) -> list[int]:
 
 
 class _Records:
-    def __init__(self, pt: Attr, dummy: Attr) -> None:
+    def __init__(self, pt: Attr, dummy: Attr, stream_of) -> None:
         self.items: list[tuple[int, int, bytes]] = []
         self.pt = pt
         self.dummy = dummy
         self.n = 0
+        self.stream_of = stream_of     # (cpu, tid) -> index of the event instance
 
     def add(self, tsc: int, rtype: int, misc: int, body: bytes, *, pid: int, tid: int, cpu: int,
             pt_event: bool = False) -> None:
         ns = G.tsc_to_ns(tsc)
-        ident = (self.pt if pt_event else self.dummy).ids[cpu]
-        data = record(rtype, misc, body + sample_id(SAMPLE_TYPE, pid, tid, ns, cpu, ident))
+        ident = (self.pt if pt_event else self.dummy).ids[self.stream_of(cpu, tid)]
+        data = record(rtype, misc, body + sample_id(self.pt.sample_type, pid, tid, ns, cpu, ident))
         self.items.append((ns, self.n, data))
         self.n += 1
 
@@ -103,8 +110,14 @@ class _Records:
 
 
 def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int, str]) -> None:
-    pt, dummy = make_attrs(opts)
-    recs = _Records(pt, dummy)
+    if opts.per_thread:
+        tids = sorted(emu.threads)
+        index = {t: i for i, t in enumerate(tids)}
+        pt, dummy = make_attrs(opts, len(tids))
+        recs = _Records(pt, dummy, lambda cpu, tid: index.get(tid, 0))
+    else:
+        pt, dummy = make_attrs(opts, opts.cpus)
+        recs = _Records(pt, dummy, lambda cpu, tid: cpu)
     first = min(p.start for p in placed)
     t0 = first - 5000
     main_tid = min(emu.threads)
@@ -116,7 +129,7 @@ def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int
             end = (seg.vaddr + seg.memsz + 0xFFF) & ~0xFFF
             recs.add(t, RecordType.MMAP2, PERF_RECORD_MISC_USER,
                      mmap2_body(pid, tid, start, end - start, seg.offset - (seg.vaddr - start),
-                                elf_names[id(prog)], ino=1000 + len(elf_names)),
+                                elf_names[id(prog)], ino=1000 + emu.programs.index(prog)),
                      pid=pid, tid=tid, cpu=cpu)
 
     first_cpu = next(p.cpu for p in sorted(placed, key=lambda p: p.start) if p.sl.tid == main_tid)
@@ -155,6 +168,8 @@ def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int
     for p in placed:
         by_cpu.setdefault(p.cpu, []).append(p)
     for cpu, plist in by_cpu.items():
+        if opts.per_thread:
+            break
         plist.sort(key=lambda p: p.start)
         cur_pid, cur_tid = 0, 0
         prev_end = None
@@ -175,7 +190,13 @@ def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int
                 cur_pid, cur_tid = sl.pid, sl.tid
             prev_end = p.end
 
-    # the PT data: per CPU, split at PSBs into AUXTRACE chunks, each with its AUX record
+    if opts.per_thread:
+        for tid, info in sorted(emu.threads.items()):
+            p0 = min((p for p in placed if p.sl.tid == tid), key=lambda p: p.start)
+            recs.add(p0.start - 90, RecordType.ITRACE_START, 0, itrace_start_body(info.pid, tid),
+                     pid=info.pid, tid=tid, cpu=p0.cpu, pt_event=True)
+
+    # the PT data: per CPU (or per thread), split at PSBs into AUXTRACE chunks, each with its AUX record
     for enc in encoders:
         buf = enc.w.buf
         if not buf:
@@ -195,9 +216,17 @@ def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int
                 end = cuts[k]
             t_end = times[k] if k < len(times) else enc.end_time + 200
             chunk = bytes(buf[start:end])
-            recs.add_raw(t_end, ("AUXTRACE", chunk, start, t_end + 100, cpu, cpu))  # reference = TSC when read
-            recs.add(t_end, RecordType.AUX, 0, aux_body(start, len(chunk), 0),
-                     pid=-1 & 0xFFFFFFFF, tid=-1 & 0xFFFFFFFF, cpu=cpu, pt_event=True)
+            # reference = the TSC when perf read the buffer
+            if opts.per_thread:
+                idx = tids.index(enc.tid)
+                recs.add_raw(t_end, ("AUXTRACE", chunk, start, t_end + 100, idx, enc.tid, -1))
+                pid = emu.threads[enc.tid].pid
+                recs.add(t_end, RecordType.AUX, 0, aux_body(start, len(chunk), 0),
+                         pid=pid, tid=enc.tid, cpu=0, pt_event=True)
+            else:
+                recs.add_raw(t_end, ("AUXTRACE", chunk, start, t_end + 100, cpu, -1, cpu))
+                recs.add(t_end, RecordType.AUX, 0, aux_body(start, len(chunk), 0),
+                         pid=-1 & 0xFFFFFFFF, tid=-1 & 0xFFFFFFFF, cpu=cpu, pt_event=True)
             start = end
 
     features = {
@@ -230,8 +259,8 @@ def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int
         since_round = 0
         for _ns, _n, data in recs.items:
             if isinstance(data, tuple):
-                _tag, chunk, off, ref, idx, cpu = data
-                w.write_auxtrace(chunk, offset=off, reference=ref, idx=idx, tid=-1, cpu=cpu)
+                _tag, chunk, off, ref, idx, tid, cpu = data
+                w.write_auxtrace(chunk, offset=off, reference=ref, idx=idx, tid=tid, cpu=cpu)
             else:
                 w.write(data)
             since_round += 1

@@ -143,8 +143,9 @@ def compare_branches(truth: dict[str, np.ndarray], perf: PerfBranches, *, per: s
 _INSN = re.compile(r"^\s*(-?\d+)\s+\[(-?\d+)\]\s+([0-9a-f]+)\s*$")
 
 
-def compare_instructions(out_dir: Path, perf_data: Path | None = None) -> Comparison:
-    """``perf script --itrace=i1i`` against truth_insns.npz, line for line per CPU."""
+def compare_instructions(out_dir: Path, perf_data: Path | None = None, per: str = "cpu"
+                         ) -> Comparison:
+    """``perf script --itrace=i1i`` against truth_insns.npz, line for line per CPU (or tid)."""
     d = np.load(Path(out_dir) / "truth_insns.npz")
     proc = perf_script(perf_data or Path(out_dir) / "perf.data", "i1i", fields="tid,cpu,ip")
     if proc.returncode:
@@ -163,15 +164,17 @@ def compare_instructions(out_dir: Path, perf_data: Path | None = None) -> Compar
     mism = bad_lines
     first = ""
     compared = 0
-    for c in sorted(set(d["cpu"].tolist()) | set(cpu_a.tolist())):
-        it = np.nonzero(d["cpu"] == c)[0]
-        ip_ = np.nonzero(cpu_a == c)[0]
+    key_t = d["cpu"] if per == "cpu" else d["tid"]
+    key_p = cpu_a if per == "cpu" else tid_a
+    for c in sorted(set(key_t.tolist()) | set(key_p.tolist())):
+        it = np.nonzero(key_t == c)[0]
+        ip_ = np.nonzero(key_p == c)[0]
         n = min(len(it), len(ip_))
         bad = (d["ip"][it[:n]] != ip_a[ip_[:n]]) | (d["tid"][it[:n]] != tid_a[ip_[:n]])
         nb = int(bad.sum()) + abs(len(it) - len(ip_))
         if nb and not first:
             j = int(np.argmax(bad)) if bad.any() else n
-            first = (f"cpu {c} line {j}: truth "
+            first = (f"{per} {c} line {j}: truth "
                      f"{(int(d['tid'][it[j]]), hex(int(d['ip'][it[j]]))) if j < len(it) else None}"
                      f" perf {(int(tid_a[ip_[j]]), hex(int(ip_a[ip_[j]]))) if j < len(ip_) else None}")
         mism += nb

@@ -129,3 +129,34 @@ def test_instructions_match_perf(tmp_path, prog, cpus):
     cmp = compare_instructions(tmp_path)
     assert cmp.mismatches == 0, cmp.first_mismatch
     assert cmp.compared == len(np.load(tmp_path / "truth_insns.npz")["ip"])
+
+
+def test_per_thread_layout(tmp_path):
+    from ptexport.synth.verify import compare_instructions
+
+    synthesize(tmp_path, SynthOptions(program="threads", branches=20_000, cpus=2,
+                                      per_thread=True))
+    truth, meta, perf = _check(tmp_path, per="tid")
+    assert set(perf.cpu.tolist()) == {-1}
+    assert len(set(perf.tid.tolist())) == 4
+    proc = perf_script(tmp_path / "perf.data", "b", extra=["-D"])
+    assert "Per-cpu maps        0" in proc.stdout
+    cmp = compare_instructions(tmp_path, per="tid")
+    assert cmp.mismatches == 0, cmp.first_mismatch
+
+
+@pytest.mark.parametrize("cpus", [1, 2])
+def test_fork_exec(tmp_path, cpus):
+    synthesize(tmp_path, SynthOptions(program="forkexec", branches=20_000, cpus=cpus))
+    truth, meta, perf = _check(tmp_path)
+    assert (tmp_path / "calls").exists() and (tmp_path / "forkexec").exists()
+    proc = perf_script(tmp_path / "perf.data", "b",
+                       extra=["--show-task-events", "--show-mmap-events"])
+    text = proc.stdout
+    assert "PERF_RECORD_FORK(1001:1001):(1000:1000)" in text
+    assert "PERF_RECORD_COMM exec: calls:1001/1001" in text
+    mmaps = [ln for ln in text.splitlines() if "PERF_RECORD_MMAP2" in ln]
+    assert any(ln.endswith("/forkexec") for ln in mmaps) and any(ln.endswith("/calls") for ln in mmaps)
+    # the child runs both programs: forkexec's code before the exec, calls' after it
+    child = perf.tid == 1001
+    assert child.sum() > 1000 and (perf.tid == 1000).sum() > 10
