@@ -309,3 +309,106 @@ class TimeCal:
         self.cyc_mtc = 0
         self.ctc = 0
         self.have_mtc = False
+
+
+def _multdiv(t: int, n: int, d: int) -> int:
+    """perf's multdiv: t * n / d without overflowing 64 bits."""
+    if not d:
+        return 0
+    return ((t // d) * n + ((t % d) * n) // d) & M64
+
+
+def tsc_8b(payload: int, ref: int) -> int:
+    """perf's intel_pt_8b_tsc: extend a 7-byte TSC payload next to a full reference TSC."""
+    ts = payload | (ref & (0xFF << 56))
+    if ts < ref:
+        if ref - ts > (1 << 55):
+            ts += 1 << 56
+    elif ts - ref > (1 << 55):
+        ts -= 1 << 56
+    return ts & M64
+
+
+class PerfTime:
+    """perf's Intel PT timestamps (tools/perf/util/intel-pt-decoder: TSC, TMA, MTC).
+
+    This is what perf script reports: the timestamp moves only at timing
+    packets; an MTC counts only after a TMA; a timestamp never goes
+    backwards (a smaller MTC estimate is suppressed; a TSC slightly behind
+    is suppressed within ``tsc_slip``, far behind is a 56-bit wraparound).
+    ``ref_timestamp`` is the AUXTRACE buffer's reference TSC used to extend
+    the first 7-byte TSC.  CYC-based refinement is not modelled (perf moves
+    time at CYC only with ``cyc`` in the config, which the caller can see).
+    """
+
+    def __init__(self, tsc_ctc_ratio_n: int, tsc_ctc_ratio_d: int, mtc_shift: int,
+                 ref_timestamp: int = 0, tsc_slip: int = 0x10000) -> None:
+        self.n = tsc_ctc_ratio_n
+        self.d = tsc_ctc_ratio_d
+        self.mult = self.n // self.d if self.n and self.d and self.n % self.d == 0 else 0
+        self.mtc_shift = mtc_shift
+        self.ctc_rem_mask = (1 << mtc_shift) - 1
+        self.tsc_slip = tsc_slip
+        self.ref_timestamp = ref_timestamp
+        self.timestamp = 0
+        self.tsc_timestamp = 0
+        self.ctc_timestamp = 0
+        self.ctc_delta = 0
+        self.last_mtc = 0
+        self.have_tma = False
+        self.fixup_last_mtc = False
+
+    def _ctc_to_tsc(self, ctc: int) -> int:
+        return ctc * self.mult if self.mult else _multdiv(ctc, self.n, self.d)
+
+    def set_reference(self, ref_timestamp: int) -> None:
+        """A new, non-contiguous AUX buffer: its reference TSC extends the next TSC packet."""
+        self.ref_timestamp = ref_timestamp
+
+    def update_tsc(self, payload: int) -> int:
+        self.have_tma = False
+        if self.ref_timestamp:
+            ts = tsc_8b(payload, self.ref_timestamp)
+            self.tsc_timestamp = self.timestamp = ts
+            self.ref_timestamp = 0
+        elif self.timestamp:
+            ts = payload | (self.timestamp & (0xFF << 56))
+            self.tsc_timestamp = ts
+            if ts < self.timestamp and self.timestamp - ts < self.tsc_slip:
+                ts = self.timestamp
+            if ts < self.timestamp:
+                ts += 1 << 56
+                self.tsc_timestamp = ts
+            self.timestamp = ts
+        else:
+            self.tsc_timestamp = self.timestamp = payload
+        return self.timestamp
+
+    def update_tma(self, ctc: int, fc: int) -> None:
+        if not self.d:
+            return
+        rem = ctc & self.ctc_rem_mask
+        self.last_mtc = (ctc >> self.mtc_shift) & 0xFF
+        self.ctc_timestamp = (self.tsc_timestamp - fc - self._ctc_to_tsc(rem)) & M64
+        self.ctc_delta = 0
+        self.have_tma = True
+        self.fixup_last_mtc = True
+
+    def update_mtc(self, mtc: int) -> int:
+        if not self.have_tma:
+            return self.timestamp
+        if self.mtc_shift > 8 and self.fixup_last_mtc:
+            self.fixup_last_mtc = False
+            first_missing = 1 << (16 - self.mtc_shift)
+            mask = ~(first_missing - 1) & M32
+            last = self.last_mtc | (mtc & mask)
+            if last >= mtc:
+                last = (last - first_missing) & 0xFF
+            self.last_mtc = last
+        delta = mtc - self.last_mtc if mtc > self.last_mtc else mtc + 256 - self.last_mtc
+        self.ctc_delta += delta << self.mtc_shift
+        ts = (self.ctc_timestamp + self._ctc_to_tsc(self.ctc_delta)) & M64
+        if ts >= self.timestamp:
+            self.timestamp = ts
+        self.last_mtc = mtc
+        return self.timestamp
