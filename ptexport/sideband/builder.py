@@ -372,6 +372,10 @@ class SidebandBuilder:
                 return th
             return new_thread(m, pid if pid is not None and pid >= 0 else -1, tid, time, False)
 
+        # perf registers the host's idle thread before any record: 0/0 "swapper"
+        idle = new_thread(machines[HOST_PID], 0, 0, 0, False)
+        idle.comms.append(Comm("swapper", 0, False))  # type: ignore[union-attr]
+
         for time, _seq, kind, p in self._events:
             if kind == _MMAP:
                 mpid, pid, tid, kernel, entry = p

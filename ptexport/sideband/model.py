@@ -85,12 +85,21 @@ class Thread:
         return c.comm
 
     def exec_comm(self, time: int | None = None) -> Comm | None:
-        """perf's thread__exec_comm as seen at ``time``: the latest exec comm, else the first comm."""
+        """perf's thread__exec_comm as seen at ``time`` (comms set later are not there yet).
+
+        The latest exec comm; without one, the first comm - except that a first
+        comm with no time (copied from the parent by a synthesized FORK) gives way
+        to the next one for a main thread, as perf 6.1 does.
+        """
         comms = [c for c in self.comms if time is None or c.start <= time] or list(self.comms[:1])
         for c in reversed(comms):
             if c.exec:
                 return c
-        return comms[0] if comms else None
+        if not comms:
+            return None
+        if len(comms) > 1 and comms[0].start == 0 and self.pid == self.tid:
+            return comms[1]
+        return comms[0]
 
     def alive_at(self, time: int) -> bool:
         return self.start <= time and (self.end is None or time <= self.end)

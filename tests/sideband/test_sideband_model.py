@@ -32,7 +32,8 @@ def test_fork_exec_exit_and_comms_over_time():
     assert ls.exec_comm().comm == "ls" and ls.exec_comm(1500).comm == "bash"
     assert worker.comm_name(2550) == "ls" and worker.comm_name() == "worker"
     assert bash.comm_name() == "bash" and bash.start_known is False
-    assert [t.tid for t in host.processes()] == [100, 200]
+    assert [t.tid for t in host.processes()] == [0, 100, 200]  # 0: perf's idle thread "swapper"
+    assert host.thread(0).comm_name() == "swapper"
     # maps: fork copies bash's, exec clears them, the new mmap appears later
     assert sb.map_at(200, 0x400010, 1500).filename == "/bin/bash"
     assert sb.map_at(200, 0x400010, 2000) is None
@@ -136,7 +137,7 @@ def test_tid_reuse_gives_a_new_thread():
     a, b = host.thread(50, 150), host.thread(50, 350)
     assert a is not b and a.uid != b.uid
     assert (a.comm_name(), a.end, b.comm_name(), b.end) == ("first", 200, "second", None)
-    assert host.thread(50) is b and host.num_threads() == 3  # + the parent, pid 1
+    assert host.thread(50) is b and host.num_threads() == 4  # + the parent (pid 1) and the idle thread
 
 
 def test_guest_machines_from_id_index_and_cpumode():

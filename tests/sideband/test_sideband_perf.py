@@ -132,3 +132,41 @@ def test_maps_resolve_every_sample_like_perf_script(tmp_path):
     assert n == len(expect)
     sh = [t for t in sb.host.processes() if t.comm_name() == "sh"]
     assert sh and sh[0].exec_comm().exec
+
+
+EXPORT_TO_SQLITE = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
+
+
+@needs_perf
+def test_sample_comms_match_perf_export_to_sqlite(tmp_path):
+    """perf's export gives each sample the main thread's exec comm at that time; so must the model."""
+    import os
+    import sqlite3
+
+    if not os.path.exists(EXPORT_TO_SQLITE):
+        pytest.skip(f"{EXPORT_TO_SQLITE} is not installed")
+    data = _record(tmp_path, "a.data", "-a", "-e", "cpu-clock", "-c", "200000", "--",
+                   "sh", "-c", "sleep 0.02; ls / >/dev/null")
+    db = tmp_path / "a.db"
+    # perf's embedded Python finds its prefix through PATH: put the system python first (not pyenv's)
+    env = dict(os.environ, PATH="/usr/bin:/bin:" + os.environ.get("PATH", ""))
+    r = subprocess.run(["perf", "script", "-i", str(data), "-s", EXPORT_TO_SQLITE, str(db)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    if r.returncode != 0 or not db.exists():
+        pytest.skip(f"perf's export-to-sqlite.py does not run here: {r.stderr.strip()[-200:]}")
+    con = sqlite3.connect(db)
+    rows = con.execute(
+        "SELECT s.time, t.pid, t.tid, c.comm, p.tid FROM samples s JOIN threads t ON s.thread_id = t.id "
+        "JOIN comms c ON s.comm_id = c.id JOIN threads p ON t.process_id = p.id WHERE s.id > 0").fetchall()
+    con.close()
+    with open_perf_data(data) as pd:
+        sb = sideband_from_perf_data(pd)
+    assert len(rows) > 20
+    names = set()
+    for time, pid, tid, comm, main_tid in rows:
+        th = sb.host.thread(tid, time)
+        assert (th.pid, th.tid) == (pid, tid) and main_tid == pid
+        ec = sb.host.process(pid, time).exec_comm(time)
+        assert ec.comm == comm, (time, pid, tid)
+        names.add(comm)
+    assert {"sh", "ls"} <= names  # exec comms of the workload (perf-exec -> sh -> ls)
