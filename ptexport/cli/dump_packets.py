@@ -20,7 +20,8 @@ HELP = "print Intel PT packets (ptdump format) of a perf.data or a raw trace"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("trace", metavar="TRACE", help="perf.data file (or a raw .pt file with --raw)")
+    parser.add_argument("trace", metavar="TRACE",
+                        help="perf.data file, or with --raw a raw .pt file[:FROM[-TO]] (a byte range)")
     parser.add_argument("--raw", action="store_true", help="TRACE is a raw Intel PT dump")
     parser.add_argument("--per-cpu", action="store_true",
                         help="perf.data: decode each CPU's AUX buffers as one stream (offsets in "
@@ -186,17 +187,44 @@ def _sideband(args):
     return printer
 
 
+def _split_range(arg: str) -> tuple[str, int, int | None]:
+    """ptdump's ``FILE[:FROM[-TO]]`` (a suffix that does not parse belongs to the name)."""
+    name, sep, rng = arg.rpartition(":")
+    if not sep or os.path.exists(arg):
+        return arg, 0, None
+    a, dash, b = rng.partition("-")
+    try:
+        begin = int(a, 0)
+        end = int(b, 0) if dash else None
+    except ValueError:
+        return arg, 0, None
+    if end is not None and end <= begin:
+        raise UsageError(f"bad range {rng!r} in {arg}")
+    return name, begin, end
+
+
+def _load_raw(arg: str) -> bytes:
+    path, begin, end = _split_range(arg)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror}", source=path) from e
+    if begin or end is not None:
+        if begin >= len(data) or (end is not None and end > len(data)):
+            raise InputError(f"range {begin:#x}-{(end or len(data)):#x} is outside the file "
+                             f"({len(data):#x} bytes)", source=path)
+        data = data[begin:end]
+    return data
+
+
 def run(args, out) -> int:
     from ptexport.pt.ptdump import ptdump_lines
 
     errata, warning = _errata(args, out)
     opts = _options(args, errata)
     if args.raw:
-        try:
-            with open(args.trace, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise InputError(f"cannot read: {e.strerror}", source=args.trace) from e
+        data = _load_raw(args.trace)
         if warning:
             print(warning, file=out)
         sb = _sideband(args)

@@ -78,3 +78,14 @@ def test_bad_sideband_file(tmp_path, capsys):
     rc, _ = run(["dump", "packets", "--raw", str(f), "--pevent:primary", str(sb), "--sb:compact"])
     assert rc == 1
     assert "+0x0: sideband record: bad record size 64" in capsys.readouterr().err
+
+
+def test_raw_file_range(tmp_path):
+    f = tmp_path / "r.pt"
+    f.write_bytes(bytes(4) + PSB + bytes.fromhex("0223 0d") + PSB)
+    rc, lines = run(["dump", "packets", "--raw", f"{f}:4-0x17"])
+    assert rc == 0
+    assert lines == ["0000000000000000 psb", "0000000000000010 psbend", "0000000000000012 tip 0: ????????????????"]
+    rc, lines = run(["dump", "packets", "--raw", f"{f}:0x17"])
+    assert lines == ["0000000000000000 psb"]
+    assert run(["dump", "packets", "--raw", f"{f}:0x100"])[0] == 1
