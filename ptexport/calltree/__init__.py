@@ -2,7 +2,10 @@
 
 :class:`CallTree` takes branch samples (numpy columns, batch after batch, in
 export order) and yields perf's ``calls`` and ``call_paths`` rows with perf's
-ids; :class:`CallPathTable` is the call path tree it numbers.
+ids; :class:`CallPathTable` is the call path tree it numbers.  It is the
+reference; :func:`make_call_tree` gives the numba-compiled
+:class:`~ptexport.calltree.fast.FastCallTree` (same interface, same rows,
+several times faster) when numba is installed.
 """
 
 from ptexport.calltree.callpath import CallPathTable
@@ -15,7 +18,18 @@ from ptexport.calltree.threadstack import (
     CallTree,
 )
 
+def make_call_tree(**kwargs):
+    """The fastest call tree available: numba's when installed, else the reference one."""
+    from ptexport.calltree.fast import HAVE_NUMBA, FastCallTree
+
+    if HAVE_NUMBA:
+        kwargs.pop("call_paths", None)
+        return FastCallTree(**kwargs)
+    return CallTree(**kwargs)
+
+
 __all__ = [
+    "make_call_tree",
     "CallTree",
     "CallPathTable",
     "CALLS_COLUMNS",

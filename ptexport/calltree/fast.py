@@ -1,0 +1,533 @@
+"""The call tree compiled with numba: same rules and output as :mod:`.threadstack`.
+
+:class:`FastCallTree` has :class:`~ptexport.calltree.threadstack.CallTree`'s
+interface and produces identical rows (checked by randomised differential
+tests); the per-sample loop runs in one compiled function over flat state
+arrays:
+
+* stack entries live in one pool (rows of ``E``), each linked to the entry
+  below it, with a free list, so thousands of thread stacks share memory;
+* ``S`` holds one row of counters per stack (thread, or thread and CPU for the
+  idle task); ``P`` the call path nodes, found through a typed dict keyed by
+  (parent, symbol, ip);
+* when a pool or an output buffer might overflow, the compiled loop stops
+  before the sample and Python grows the arrays and resumes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+try:
+    import numba
+    from numba import types
+    from numba.typed import Dict as _TypedDict
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - numba is in the 'fast' extra
+    HAVE_NUMBA = False
+
+from ptexport.calltree.threadstack import CALLS_COLUMNS, SAMPLE_COLUMNS
+from ptexport.samples.flags import IpFlag
+
+__all__ = ["FastCallTree", "HAVE_NUMBA"]
+
+# entry pool columns
+E_RET, E_TIME, E_REF, E_BC, E_INSN, E_CYC, E_DBID, E_CP, E_FL, E_PREV = range(10)
+E_COLS = 10
+# entry flag bits
+NO_CALL, TRACE_END_FL, NON_CALL = 1, 2, 4
+# stack columns
+S_TOP, S_CNT, S_THREAD, S_COMM, S_TRACENR, S_BC, S_INSN, S_CYC, S_LAST, S_RSTATE, S_INIT = range(11)
+S_COLS = 11
+# call path columns
+P_PARENT, P_SYM, P_IP, P_INK, P_DBID = range(5)
+P_COLS = 5
+# globals
+G_CALL_ID, G_CP_ID, G_NCP, G_FREE, G_NE, G_NOUT, G_NPO, G_KS, G_RSTATE0 = range(9)
+
+F_BRANCH = int(IpFlag.BRANCH)
+F_CALL = int(IpFlag.CALL)
+F_RETURN = int(IpFlag.RETURN)
+F_TRACE_BEGIN = int(IpFlag.TRACE_BEGIN)
+F_TRACE_END = int(IpFlag.TRACE_END)
+F_FROM_KERNEL = int(IpFlag.SYSCALLRET | IpFlag.INTERRUPT)
+
+ST_DONE, ST_GROW_E, ST_GROW_P, ST_GROW_O = 0, 1, 2, 3
+
+if HAVE_NUMBA:
+    _KEY = types.UniTuple(types.int64, 3)
+
+    @numba.njit(cache=True, nogil=True)
+    def _ge_u(a, b):
+        return np.uint64(a) >= np.uint64(b)
+
+    @numba.njit(cache=True, nogil=True)
+    def _findnew(P, G, cpd, parent, sym, ip):
+        if sym != 0:
+            key = (parent, sym, np.int64(0))
+        else:
+            key = (parent, np.int64(0), ip)
+        node = cpd.get(key, -1)
+        if node >= 0:
+            return node
+        node = G[G_NCP]
+        G[G_NCP] += 1
+        P[node, P_PARENT] = parent
+        P[node, P_SYM] = key[1]
+        P[node, P_IP] = key[2]
+        P[node, P_INK] = 1 if _ge_u(ip, G[G_KS]) else 0
+        P[node, P_DBID] = 0
+        cpd[key] = node
+        return node
+
+    @numba.njit(cache=True, nogil=True)
+    def _export_cp(P, PO, G, node):
+        if P[node, P_DBID] != 0:
+            return P[node, P_DBID]
+        # collect unexported ancestors, then number them root first
+        n = 0
+        x = node
+        while x >= 0 and P[x, P_DBID] == 0:
+            n += 1
+            x = P[x, P_PARENT]
+        chain = np.empty(n, np.int64)
+        x = node
+        for i in range(n):
+            chain[i] = x
+            x = P[x, P_PARENT]
+        for i in range(n - 1, -1, -1):
+            c = chain[i]
+            G[G_CP_ID] += 1
+            P[c, P_DBID] = G[G_CP_ID]
+            p = P[c, P_PARENT]
+            k = G[G_NPO]
+            G[G_NPO] += 1
+            PO[k, 0] = G[G_CP_ID]
+            PO[k, 1] = P[p, P_DBID] if p >= 0 else 0
+            PO[k, 2] = P[c, P_SYM]
+            PO[k, 3] = P[c, P_IP]
+        return P[node, P_DBID]
+
+    @numba.njit(cache=True, nogil=True)
+    def _push(E, S, G, slot, ret_addr, tm, ref, cp, flags):
+        e = G[G_FREE]
+        if e >= 0:
+            G[G_FREE] = E[e, E_PREV]
+        else:
+            e = G[G_NE]
+            G[G_NE] += 1
+        E[e, E_RET] = ret_addr
+        E[e, E_TIME] = tm
+        E[e, E_REF] = ref
+        E[e, E_BC] = S[slot, S_BC]
+        E[e, E_INSN] = S[slot, S_INSN]
+        E[e, E_CYC] = S[slot, S_CYC]
+        E[e, E_DBID] = 0
+        E[e, E_CP] = cp
+        E[e, E_FL] = flags
+        E[e, E_PREV] = S[slot, S_TOP]
+        S[slot, S_TOP] = e
+        S[slot, S_CNT] += 1
+        return e
+
+    @numba.njit(cache=True, nogil=True)
+    def _drop(E, S, G, slot):
+        """Remove the top entry without a calls row (perf's ts->cnt -= 1)."""
+        e = S[slot, S_TOP]
+        S[slot, S_TOP] = E[e, E_PREV]
+        S[slot, S_CNT] -= 1
+        E[e, E_PREV] = G[G_FREE]
+        G[G_FREE] = e
+
+    @numba.njit(cache=True, nogil=True)
+    def _pop_return(E, S, P, PO, O, G, slot, tm, ref, no_return):
+        e = S[slot, S_TOP]
+        cp_id = _export_cp(P, PO, G, E[e, E_CP])
+        fl = 0
+        if E[e, E_FL] & NO_CALL:
+            fl |= 1
+        if no_return:
+            fl |= 2
+        if E[e, E_FL] & NON_CALL:
+            fl |= 4
+        db_id = E[e, E_DBID]
+        if db_id == 0:
+            G[G_CALL_ID] += 1
+            db_id = G[G_CALL_ID]
+        below = E[e, E_PREV]
+        parent_id = 0
+        if below >= 0:
+            if E[below, E_DBID] == 0:
+                G[G_CALL_ID] += 1
+                E[below, E_DBID] = G[G_CALL_ID]
+            parent_id = E[below, E_DBID]
+        pcp = P[E[e, E_CP], P_PARENT]
+        k = G[G_NOUT]
+        G[G_NOUT] += 1
+        O[k, 0] = db_id
+        O[k, 1] = S[slot, S_THREAD]
+        O[k, 2] = S[slot, S_COMM]
+        O[k, 3] = cp_id
+        O[k, 4] = E[e, E_TIME]
+        O[k, 5] = tm
+        O[k, 6] = S[slot, S_BC] - E[e, E_BC]
+        O[k, 7] = E[e, E_REF]
+        O[k, 8] = ref
+        O[k, 9] = P[pcp, P_DBID] if pcp >= 0 else 0
+        O[k, 10] = fl
+        O[k, 11] = parent_id
+        O[k, 12] = S[slot, S_INSN] - E[e, E_INSN]
+        O[k, 13] = S[slot, S_CYC] - E[e, E_CYC]
+        _drop(E, S, G, slot)
+
+    @numba.njit(cache=True, nogil=True)
+    def _flush(E, S, P, PO, O, G, slot):
+        while S[slot, S_CNT] > 0:
+            _pop_return(E, S, P, PO, O, G, slot, S[slot, S_LAST], 0, True)
+
+    @numba.njit(cache=True, nogil=True)
+    def _in_kernel(E, S, P, slot):
+        if S[slot, S_CNT] == 0:
+            return False
+        return P[E[S[slot, S_TOP], E_CP], P_INK] != 0
+
+    @numba.njit(cache=True, nogil=True)
+    def _pop_ks(E, S, P, PO, O, G, slot, tm, ref):
+        while _in_kernel(E, S, P, slot):
+            _pop_return(E, S, P, PO, O, G, slot, tm, ref, True)
+
+    @numba.njit(cache=True, nogil=True)
+    def _is_retpoline(retsyms, sym):
+        if sym == 0 or len(retsyms) == 0:
+            return False
+        i = np.searchsorted(retsyms, sym)
+        return i < len(retsyms) and retsyms[i] == sym
+
+    @numba.njit(cache=True, nogil=True)
+    def _run(start, n, slot_a, time_a, ip_a, addr_a, flags_a, ref_a, thread_a, comm_a, main_a, insn_len_a,
+             insn_cnt_a, cyc_cnt_a, from_sym_a, to_sym_a, to_start_a, trace_nr_a,
+             E, S, P, PO, O, G, cpd, retsyms):
+        ks = G[G_KS]
+        for i in range(start, n):
+            slot = slot_a[i]
+            # room for the worst case of one sample: a whole-stack flush plus a few pushes and rows
+            if G[G_NE] + 4 > E.shape[0]:  # conservative: ignores the free list
+                return i, ST_GROW_E
+            if G[G_NCP] + 4 > P.shape[0]:
+                return i, ST_GROW_P
+            if G[G_NOUT] + 2 * S[slot, S_CNT] + 8 > O.shape[0]:
+                return i, ST_GROW_O
+
+            tm = time_a[i]
+            ip = ip_a[i]
+            addr = addr_a[i]
+            flags = flags_a[i]
+            ref = ref_a[i]
+            comm = comm_a[i]
+            from_sym = from_sym_a[i]
+            to_sym = to_sym_a[i]
+            to_start = to_start_a[i]
+            trace_nr = trace_nr_a[i]
+
+            if S[slot, S_INIT] == 0:
+                S[slot, S_INIT] = 1
+                S[slot, S_TOP] = -1
+                S[slot, S_CNT] = 0
+                S[slot, S_THREAD] = thread_a[i]
+                S[slot, S_COMM] = comm
+                S[slot, S_TRACENR] = 0
+                S[slot, S_BC] = 0
+                S[slot, S_INSN] = 0
+                S[slot, S_CYC] = 0
+                S[slot, S_LAST] = 0
+                S[slot, S_RSTATE] = G[G_RSTATE0]
+            elif trace_nr != S[slot, S_TRACENR]:
+                if S[slot, S_TRACENR] != 0:
+                    _flush(E, S, P, PO, O, G, slot)
+                S[slot, S_TRACENR] = trace_nr
+
+            rstate = S[slot, S_RSTATE]
+            if rstate == 2:
+                S[slot, S_RSTATE] = 1
+
+            if S[slot, S_COMM] != comm and main_a[i]:
+                _flush(E, S, P, PO, O, G, slot)
+                S[slot, S_COMM] = comm
+
+            if S[slot, S_CNT] == 0:
+                if ip != 0:
+                    cp = _findnew(P, G, cpd, 0, from_sym, ip)
+                    _push(E, S, G, slot, ip, tm, ref, cp, NO_CALL)
+                elif addr != 0:
+                    cp = _findnew(P, G, cpd, 0, to_sym, addr)
+                    _push(E, S, G, slot, addr, tm, ref, cp, NO_CALL)
+
+            S[slot, S_BC] += 1
+            S[slot, S_INSN] += insn_cnt_a[i]
+            S[slot, S_CYC] += cyc_cnt_a[i]
+            S[slot, S_LAST] = tm
+
+            if flags & F_CALL:
+                if ip == 0 or addr == 0:
+                    continue
+                ret_addr = ip + insn_len_a[i]
+                if ret_addr == addr:
+                    continue
+                cp = _findnew(P, G, cpd, E[S[slot, S_TOP], E_CP], to_sym, addr)
+                _push(E, S, G, slot, ret_addr, tm, ref, cp, TRACE_END_FL if flags & F_TRACE_END else 0)
+                if rstate == 1 and to_sym != 0 and from_sym == to_sym and addr != to_start:
+                    S[slot, S_RSTATE] = 2
+            elif flags & F_RETURN:
+                if addr == 0:
+                    if flags & F_FROM_KERNEL:
+                        _pop_ks(E, S, P, PO, O, G, slot, tm, ref)
+                    continue
+                if ip == 0:
+                    continue
+                top = S[slot, S_TOP]
+                if rstate == 2 and S[slot, S_CNT] > 2 and E[top, E_RET] != addr:
+                    # x86 retpoline
+                    sym = P[E[top, E_CP], P_SYM]
+                    if sym != 0 and _is_retpoline(retsyms, sym):
+                        _drop(E, S, G, slot)
+                        top = S[slot, S_TOP]
+                        sym = P[E[E[top, E_PREV], E_CP], P_SYM]
+                        if sym != 0 and sym == to_sym and addr != to_start:
+                            _drop(E, S, G, slot)
+                            continue
+                    elif sym != 0 and sym == to_sym:
+                        _drop(E, S, G, slot)
+                        continue
+                    top = S[slot, S_TOP]
+                    E[top, E_CP] = _findnew(P, G, cpd, E[E[top, E_PREV], E_CP], to_sym, addr)
+                    continue
+                # pop to the matching entry
+                matched = False
+                cnt = S[slot, S_CNT]
+                if cnt > 0:
+                    if cnt == 1 and P[E[top, E_CP], P_SYM] == from_sym:
+                        _pop_return(E, S, P, PO, O, G, slot, tm, ref, False)
+                        matched = True
+                    elif E[top, E_RET] == addr and not (E[top, E_FL] & NON_CALL):
+                        _pop_return(E, S, P, PO, O, G, slot, tm, ref, False)
+                        matched = True
+                    else:
+                        x = E[top, E_PREV]
+                        while x >= 0:
+                            if E[x, E_RET] == addr and not (E[x, E_FL] & NON_CALL):
+                                break
+                            x = E[x, E_PREV]
+                        if x >= 0:
+                            while S[slot, S_TOP] != x:
+                                _pop_return(E, S, P, PO, O, G, slot, tm, ref, True)
+                            _pop_return(E, S, P, PO, O, G, slot, tm, ref, False)
+                            matched = True
+                if matched:
+                    continue
+                # a return with no matching call
+                if _ge_u(ip, ks) and not _ge_u(addr, ks):
+                    _pop_ks(E, S, P, PO, O, G, slot, tm, ref)
+                    if S[slot, S_CNT] == 0:
+                        cp = _findnew(P, G, cpd, 0, to_sym, addr)
+                        _push(E, S, G, slot, 0, tm, ref, cp, NO_CALL)
+                        continue
+                elif _in_kernel(E, S, P, slot) and not _ge_u(ip, ks):
+                    _pop_ks(E, S, P, PO, O, G, slot, tm, ref)
+                parent = E[S[slot, S_TOP], E_CP] if S[slot, S_CNT] > 0 else 0
+                if P[parent, P_SYM] == from_sym:
+                    if S[slot, S_CNT] == 1:
+                        _pop_return(E, S, P, PO, O, G, slot, tm, ref, False)
+                    if S[slot, S_CNT] == 0:
+                        cp = _findnew(P, G, cpd, 0, to_sym, addr)
+                        _push(E, S, G, slot, addr, tm, ref, cp, NO_CALL)
+                        continue
+                    cp = _findnew(P, G, cpd, parent, to_sym, addr)
+                    _push(E, S, G, slot, 0, tm, ref, cp, NO_CALL | NON_CALL)
+                    continue
+                cp = _findnew(P, G, cpd, parent, to_sym, addr)
+                _push(E, S, G, slot, addr, tm, ref, cp, NO_CALL)
+                cp = _findnew(P, G, cpd, cp, from_sym, ip)
+                _push(E, S, G, slot, ip, tm, ref, cp, NO_CALL)
+                _pop_return(E, S, P, PO, O, G, slot, tm, ref, False)
+            elif flags & F_TRACE_BEGIN:
+                if S[slot, S_CNT] > 0 and E[S[slot, S_TOP], E_FL] & TRACE_END_FL:
+                    _pop_return(E, S, P, PO, O, G, slot, tm, ref, False)
+            elif flags & F_TRACE_END:
+                cnt = S[slot, S_CNT]
+                if cnt == 0 or (cnt == 1 and E[S[slot, S_TOP], E_REF] == ref):
+                    continue
+                cp = _findnew(P, G, cpd, E[S[slot, S_TOP], E_CP], 0, 0)
+                _push(E, S, G, slot, ip + insn_len_a[i], tm, ref, cp, TRACE_END_FL)
+            elif flags & F_BRANCH and from_sym != to_sym and to_sym != 0 and addr == to_start:
+                cp = _findnew(P, G, cpd, E[S[slot, S_TOP], E_CP], to_sym, addr)
+                _push(E, S, G, slot, 0, tm, ref, cp, NON_CALL)
+        return n, ST_DONE
+
+    @numba.njit(cache=True, nogil=True)
+    def _flush_slots(slots, E, S, P, PO, O, G):
+        for j in range(len(slots)):
+            slot = slots[j]
+            if S[slot, S_INIT]:
+                _flush(E, S, P, PO, O, G, slot)
+
+
+def _grow(a: np.ndarray, need: int, fill: int = 0) -> np.ndarray:
+    cap = max(need, 2 * a.shape[0], 64)
+    b = np.full((cap,) + a.shape[1:], fill, dtype=a.dtype)
+    b[: a.shape[0]] = a
+    return b
+
+
+class FastCallTree:
+    """:class:`~ptexport.calltree.threadstack.CallTree` compiled with numba (same API, same rows)."""
+
+    def __init__(
+        self,
+        *,
+        kernel_start: int = 1 << 63,
+        x86: bool = True,
+        retpoline_syms: Iterable[int] = (),
+        first_call_id: int = 0,
+        first_call_path_id: int = 0,
+        capacity: int = 1024,
+    ) -> None:
+        if not HAVE_NUMBA:  # pragma: no cover
+            raise ImportError("FastCallTree needs numba (pip install 'ptexport[fast]')")
+        capacity = max(int(capacity), 8)
+        self.E = np.zeros((capacity, E_COLS), dtype=np.int64)
+        self.S = np.zeros((16, S_COLS), dtype=np.int64)
+        self.P = np.zeros((capacity, P_COLS), dtype=np.int64)
+        self.PO = np.zeros((capacity, 4), dtype=np.int64)
+        self.O = np.zeros((4 * capacity, len(CALLS_COLUMNS)), dtype=np.int64)
+        self.G = np.zeros(9, dtype=np.int64)
+        self.G[G_CALL_ID] = first_call_id
+        self.G[G_CP_ID] = first_call_path_id
+        self.G[G_NCP] = 1  # node 0: the root
+        self.P[0, P_PARENT] = -1
+        self.G[G_FREE] = -1
+        self.G[G_KS] = np.uint64(kernel_start).view(np.int64)
+        self.G[G_RSTATE0] = 1 if x86 else 0
+        self.retsyms = np.unique(np.array([int(s) for s in retpoline_syms if s], dtype=np.int64))
+        self.cpd = _TypedDict.empty(key_type=_KEY, value_type=types.int64)
+        self.slots: dict[tuple[int, int], int] = {}
+
+    @property
+    def last_call_id(self) -> int:
+        return int(self.G[G_CALL_ID])
+
+    def _slot_keys(self, thread_id, cpu, pid, tid) -> np.ndarray:
+        idle = (pid == 0) & (tid == 0)
+        cpu_key = np.where(idle, np.maximum(cpu, 0), -1)
+        keys = np.stack([thread_id, cpu_key], axis=1)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        slot_of = np.empty(len(uniq), dtype=np.int64)
+        for j, (t, c) in enumerate(uniq.tolist()):
+            s = self.slots.get((t, c))
+            if s is None:
+                s = len(self.slots)
+                self.slots[(t, c)] = s
+            slot_of[j] = s
+        if len(self.slots) > self.S.shape[0]:
+            self.S = _grow(self.S, len(self.slots))
+        return slot_of[inv.ravel()]
+
+    def process_batch(self, batch: Mapping[str, np.ndarray]) -> None:
+        n = None
+        cols: dict[str, np.ndarray] = {}
+        for name, default in SAMPLE_COLUMNS.items():
+            if name in batch:
+                col = np.asarray(batch[name])
+                if n is None:
+                    n = len(col)
+                elif len(col) != n:
+                    raise ValueError(f"column {name!r} has {len(col)} rows, expected {n}")
+                cols[name] = col
+            elif default is None:
+                raise ValueError(f"branch batch lacks column {name!r}")
+        if not n:
+            return
+        for name, default in SAMPLE_COLUMNS.items():
+            if name not in cols:
+                cols[name] = np.full(n, default, dtype=np.int64)
+
+        def i64(name):
+            c = cols[name]
+            if c.dtype == np.uint64:
+                return np.ascontiguousarray(c).view(np.int64)
+            return np.ascontiguousarray(c, dtype=np.int64)
+
+        pid, tid = i64("pid"), i64("tid")
+        slot = self._slot_keys(i64("thread_id"), i64("cpu"), pid, tid)
+        args = (slot, i64("time"), i64("ip"), i64("addr"), i64("flags"), i64("ref"), i64("thread_id"),
+                i64("comm_id"), pid == tid, i64("insn_len"), i64("insn_cnt"), i64("cyc_cnt"),
+                i64("from_sym"), i64("to_sym"), i64("to_sym_start"), i64("trace_nr"))
+        start = 0
+        while True:
+            start, status = _run(start, n, *args, self.E, self.S, self.P, self.PO, self.O, self.G,
+                                 self.cpd, self.retsyms)
+            if status == ST_DONE:
+                return
+            self._grow_for(status, int(self.S[slot[start], S_CNT]))
+
+    def _grow_for(self, status: int, depth: int) -> None:
+        if status == ST_GROW_E:
+            self.E = _grow(self.E, self.E.shape[0] + 8)
+        elif status == ST_GROW_P:
+            self.P = _grow(self.P, self.P.shape[0] + 8)
+            self.PO = _grow(self.PO, self.P.shape[0])
+        elif status == ST_GROW_O:
+            self.O = _grow(self.O, int(self.G[G_NOUT]) + 2 * depth + 16)
+
+    def _ensure_flush_room(self, slots: list[int]) -> None:
+        need = int(self.G[G_NOUT]) + sum(int(self.S[s, S_CNT]) for s in slots) + 8
+        if need > self.O.shape[0]:
+            self.O = _grow(self.O, need)
+
+    def process(self, **sample: int) -> None:
+        self.process_batch({k: np.array([v]) for k, v in sample.items()})
+
+    def set_trace_nr(self, thread_id: int, trace_nr: int, *, cpu: int = -1, pid: int = -1, tid: int = -1) -> None:
+        key = (thread_id, max(cpu, 0) if pid == 0 and tid == 0 else -1)
+        s = self.slots.get(key)
+        if s is None or not self.S[s, S_INIT] or trace_nr == self.S[s, S_TRACENR]:
+            return
+        if self.S[s, S_TRACENR]:
+            self._flush([s])
+        self.S[s, S_TRACENR] = trace_nr
+
+    def _flush(self, slots: list[int]) -> None:
+        self._ensure_flush_room(slots)
+        _flush_slots(np.array(slots, dtype=np.int64), self.E, self.S, self.P, self.PO, self.O, self.G)
+
+    def flush_thread(self, thread_id: int) -> None:
+        self._flush([s for k, s in sorted(self.slots.items()) if k[0] == thread_id])
+
+    def flush_all(self, order: Iterable[int] | None = None) -> None:
+        slots: list[int] = []
+        if order is not None:
+            for t in order:
+                slots.extend(s for k, s in sorted(self.slots.items()) if k[0] == t)
+        seen = set(slots)
+        slots.extend(s for s in self.slots.values() if s not in seen)
+        self._flush(slots)
+
+    def take_calls(self) -> dict[str, np.ndarray]:
+        k = int(self.G[G_NOUT])
+        rows = self.O[:k].copy()
+        self.G[G_NOUT] = 0
+        out = {name: rows[:, i] for i, name in enumerate(CALLS_COLUMNS)}
+        out["flags"] = out["flags"].astype(np.int32)
+        return out
+
+    def take_call_paths(self) -> dict[str, np.ndarray]:
+        k = int(self.G[G_NPO])
+        rows = self.PO[:k].copy()
+        self.G[G_NPO] = 0
+        return {"id": rows[:, 0], "parent_id": rows[:, 1], "symbol_id": rows[:, 2], "ip": rows[:, 3].view(np.uint64)}
+
+    def depth(self, thread_id: int, cpu: int = -1, pid: int = -1, tid: int = -1) -> int:
+        s = self.slots.get((thread_id, max(cpu, 0) if pid == 0 and tid == 0 else -1))
+        return int(self.S[s, S_CNT]) if s is not None and self.S[s, S_INIT] else 0
