@@ -343,7 +343,8 @@ class AuxOutputHwIdRecord(Record):
 
 
 class SampleRecord(Record):
-    """PERF_RECORD_SAMPLE with every field perf can write; absent fields are None."""
+    """PERF_RECORD_SAMPLE with every field perf can write; absent fields are None, except ``period``, which is
+    the attr's sample_period when PERF_SAMPLE_PERIOD is not sampled (as perf does)."""
 
     __slots__ = (
         "attr", "identifier", "ip", "pid", "tid", "time", "addr", "id", "stream_id", "cpu", "period",
@@ -815,7 +816,7 @@ _S_ALL_BITS = (1 << 25) - 1
 class _SampleHead:
     """The fixed-size leading fields of a SAMPLE for one sample_type: one struct unpack."""
 
-    __slots__ = ("size", "unpack", "names", "tail")
+    __slots__ = ("size", "unpack", "names", "tail", "has_period")
 
     def __init__(self, st: int):
         fmt, names = "<", []
@@ -834,6 +835,7 @@ class _SampleHead:
         self.unpack = S.unpack_from
         self.names = tuple(names)
         self.tail = bool(st & _S_ALL_BITS & ~_S_HEAD_BITS)
+        self.has_period = bool(st & SampleType.PERIOD)
 
 
 def p_sample(ctx, buf, off, size, rtype, misc):
@@ -851,6 +853,8 @@ def p_sample(ctx, buf, off, size, rtype, misc):
                         f"({head.size + 8} bytes)")
     for n, v in zip(head.names, head.unpack(buf, off + 8)):
         setattr(r, n, v)
+    if not head.has_period:
+        r.period = attr.sample_period  # perf's default when PERF_SAMPLE_PERIOD is not sampled
     if head.tail:
         end = off + size
         p = off + 8 + head.size

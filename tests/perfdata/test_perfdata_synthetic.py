@@ -132,7 +132,7 @@ def test_every_kernel_record_kind_with_sample_id_trailers():
     s_b, s_a = by["SAMPLE"]
     # mixed attrs resolved through PERF_SAMPLE_IDENTIFIER
     assert s_b.attr is pd.attrs[1] and s_b.period == 4000 and s_b.cpu is None and s_b.time == 1021
-    assert s_a.attr is pd.attrs[0] and s_a.cpu == 3 and s_a.period is None and s_a.ip == 0x401000
+    assert s_a.attr is pd.attrs[0] and s_a.cpu == 3 and s_a.period == 1 and s_a.ip == 0x401000
     assert pd.attr_for_id(21) is pd.attrs[1] and pd.attr_for_id(10) is pd.attrs[0]
     with pytest.raises(PerfDataError):
         pd.attr_for_id(999)

@@ -1,0 +1,186 @@
+"""Files made here by perf itself (software events: no PT hardware needed), read back and compared with
+`perf report --stats` and `perf script -D` of the same file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import HAVE_PERF, REPO
+
+import perf_oracle as P
+from ptexport.perfdata import open_perf_data
+
+pytestmark = [pytest.mark.perf, pytest.mark.skipif(not HAVE_PERF, reason="perf (Debian linux-perf) is not installed")]
+
+WORK = ["ls", "-R", "/usr/lib/python3"]  # a short busy command (faults, mmaps, context switches)
+REC = ["perf", "record", "-q", "-e", "task-clock", "-c", "100000", "--switch-events"]
+
+
+def _perf_record(args: list[str], out: Path | None = None, stdout=None) -> None:
+    r = subprocess.run(args, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.PIPE, text=False)
+    if r.returncode != 0:
+        msg = r.stderr.decode(errors="replace").strip().splitlines()
+        pytest.skip(f"perf record cannot record here ({msg[-1] if msg else r.returncode}): "
+                    "perf_event_open not permitted?")
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("perfmade")
+    files: dict[str, Path] = {}
+    files["plain"] = d / "plain.data"
+    _perf_record(REC + ["-o", str(files["plain"]), "--"] + WORK)
+    files["system_wide"] = d / "sys.data"
+    _perf_record(["perf", "record", "-q", "-a", "-e", "dummy", "--switch-events", "-o", str(files["system_wide"]),
+                  "--", "sleep", "0.2"])
+    files["compressed"] = d / "z.data"
+    _perf_record(REC + ["-z", "-o", str(files["compressed"]), "--"] + WORK)
+    files["callgraph_fp"] = d / "fp.data"
+    _perf_record(["perf", "record", "-q", "-e", "task-clock", "-c", "200000", "--call-graph", "fp", "-o",
+                  str(files["callgraph_fp"]), "--"] + WORK)
+    files["callgraph_dwarf"] = d / "dwarf.data"
+    _perf_record(["perf", "record", "-q", "-e", "task-clock", "-c", "500000", "--call-graph", "dwarf,1024", "-o",
+                  str(files["callgraph_dwarf"]), "--"] + WORK)
+    files["pipe"] = d / "pipe.data"
+    with open(files["pipe"], "wb") as f:
+        _perf_record(REC + ["-o", "-", "--"] + WORK, stdout=f)
+    files["inject_pipe"] = d / "inject.data"
+    with open(files["inject_pipe"], "wb") as f:
+        subprocess.run(["perf", "inject", "-i", str(files["plain"]), "-o", "-"], stdout=f, check=True,
+                       stderr=subprocess.DEVNULL)
+    files["threads_dir"] = d / "threads.data"
+    _perf_record(REC + ["--threads", "-o", str(files["threads_dir"]), "--"] + WORK)
+    return files
+
+
+KINDS = ["plain", "system_wide", "compressed", "callgraph_fp", "callgraph_dwarf", "pipe", "inject_pipe",
+         "threads_dir"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_stats_equal_perf_report_stats(made, kind):
+    path = made[kind]
+    with open_perf_data(path) as pd:
+        n = sum(1 for _ in pd.records())
+        ours = dict(pd.stats)
+    assert ours == P.perf_stats(path)
+    assert n == sum(v for k, v in ours.items() if k != "COMPRESSED")
+
+
+def _key(pd, r):
+    return (r.offset - (16 if pd.is_pipe else 0), r.type, r.size if r.type != 71 else r.header_size)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_records_and_samples_equal_perf_script_D(made, kind):
+    path = made[kind]
+    dump = P.perf_dump(path)
+    with open_perf_data(path) as pd:
+        recs = list(pd.records())
+        assert pd.is_pipe == kind.endswith("pipe")
+        assert len(pd.attrs) >= 1 and all(a.ids for a in pd.attrs)
+        files = {None: str(path)} if pd.dir_path is None else {}
+        if pd.dir_path is not None:
+            assert pd.features["dir_format"] == 1 and len(pd.sources) > 1
+        # every raw event perf dumps, with its offset, type and size (per file for directories)
+        ours = Counter((Path(r.src).name if r.src else "data", *_key(pd, r)) for r in recs)
+        theirs = Counter((Path(d.file).name if pd.dir_path is not None else "data", d.offset, d.type, d.size)
+                         for d in dump)
+        assert ours == theirs
+        del files
+        # every sample's fields
+        our_samples = sorted((r.offset - (16 if pd.is_pipe else 0), r.pid, r.tid, r.ip, r.period or 0, r.time,
+                              r.misc & 0xFFFF, tuple(r.callchain or ())) for r in recs if r.name == "SAMPLE")
+        their_samples = sorted((d.offset, d.sample["pid"], d.sample["tid"], d.sample["ip"], d.sample["period"],
+                                d.time, d.sample["misc"], tuple(d.callchain)) for d in dump if d.sample)
+        assert our_samples == their_samples
+        assert len(our_samples) > 0 or kind == "system_wide"
+        if kind == "callgraph_fp":
+            assert all(s[-1] for s in our_samples)
+        if kind == "callgraph_dwarf":
+            by_off = {d.offset: d for d in dump if d.sample}
+            names = ["AX", "BX", "CX", "DX", "SI", "DI", "BP", "SP", "IP", "FLAGS", "CS", "SS", "R8", "R9", "R10",
+                     "R11", "R12", "R13", "R14", "R15"]
+            n = 0
+            for r in recs:
+                if r.name != "SAMPLE":
+                    continue
+                d = by_off[r.offset]
+                if d.regs:
+                    assert dict(zip(names, r.user_regs)) == d.regs
+                    n += 1
+                assert len(r.user_stack) == d.ustack_size == r.attr.sample_stack_user
+            assert n > 0
+        # mmap/comm/switch summaries
+        by_key: dict = {}
+        for d in dump:
+            by_key.setdefault((Path(d.file).name if pd.dir_path is not None else "data", d.offset, d.type),
+                              []).append(d)
+        for r in recs:
+            if r.name not in ("MMAP2", "COMM", "FORK", "EXIT"):
+                continue
+            cands = by_key[(Path(r.src).name if r.src else "data", r.offset - (16 if pd.is_pipe else 0), r.type)]
+            if r.name == "MMAP2":
+                assert any(c.summary.rstrip().endswith(r.filename) and f"{r.pid}/{r.tid}:" in c.summary
+                           for c in cands)
+            elif r.name == "COMM":
+                assert any(f"{r.comm}:{r.pid}/{r.tid}" in c.summary for c in cands)
+            else:
+                assert any(f"({r.pid}:{r.tid}):({r.ppid}:{r.ptid})" in c.summary for c in cands)
+
+
+def test_switch_events_and_system_wide_fields(made):
+    with open_perf_data(made["system_wide"]) as pd:
+        sw = [r for r in pd.records() if r.name == "SWITCH_CPU_WIDE"]
+        assert sw and all(r.cpu is not None and r.time for r in sw)
+        assert {r.out for r in sw} == {True, False}
+        assert pd.features["nrcpus"].nr_cpus_online >= 1
+    with open_perf_data(made["plain"]) as pd:
+        sw = [r for r in pd.records() if r.name == "SWITCH"]
+        assert sw and {r.out for r in sw} == {True, False}
+        assert pd.attrs[0].context_switch and pd.attrs[0].name == "task-clock"
+
+
+def test_compressed_feature_and_offsets(made):
+    with open_perf_data(made["compressed"]) as pd:
+        comp = pd.features["compressed"]
+        assert comp.type == 1 and comp.mmap_len > 0
+        inner = [r for r in pd.records() if r.inner_offset is not None]
+        assert inner and all(r.offset >= pd.header["data_offset"] for r in inner)
+        assert [r.inner_offset for r in inner] == sorted(r.inner_offset for r in inner)
+
+
+def test_stdin_pipe_from_perf_record(made, tmp_path):
+    """`perf record -o - | tee FILE | python` reading '-': the stream gives what perf reads from FILE."""
+    copy = tmp_path / "tee.data"
+    code = ("import json, sys; from ptexport.perfdata import open_perf_data\n"
+            "pd = open_perf_data('-')\n"
+            "names = [a.name for a in pd.attrs]\n"
+            "n = sum(1 for _ in pd.records())\n"
+            "print(json.dumps({'stats': dict(pd.stats), 'n': n, 'names': names, 'pipe': pd.is_pipe}))\n")
+    cmd = " ".join(REC + ["-o", "-", "--"] + WORK) + f" 2>/dev/null | tee {copy} | {sys.executable} -c \"{code}\""
+    r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, cwd=REPO)
+    if r.returncode != 0 and not copy.stat().st_size:
+        pytest.skip("perf record -o - cannot record here")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["pipe"] and got["names"] == ["task-clock"]
+    assert got["stats"] == P.perf_stats(copy)
+
+
+def test_kcore_directory_made_from_a_real_file(made, tmp_path):
+    """perf record --kcore needs a readable /proc/kcore; build the same layout around a real data file."""
+    d = tmp_path / "kc.data"
+    (d / "kcore_dir").mkdir(parents=True)
+    (d / "data").write_bytes(made["plain"].read_bytes())
+    (d / "kcore_dir" / "kallsyms").write_text("ffffffff81000000 T _text\n")
+    (d / "kcore_dir" / "modules").write_text("")
+    (d / "kcore_dir" / "kcore").write_bytes(b"\x7fELF")
+    with open_perf_data(d) as pd, open_perf_data(made["plain"]) as ref:
+        assert pd.kcore_dir == d / "kcore_dir"
+        assert dict(pd.stats) == dict(ref.stats) == P.perf_stats(d)
