@@ -182,7 +182,7 @@ def _sideband(args):
         show_offset=args.sb_offset,
         show_time=args.sb_time,
         warn=args.sb_warn,
-        enabled=(args.sb_compact or args.sb_verbose) and not args.quiet,
+        enabled=not args.quiet,
     )
     return printer
 
@@ -239,20 +239,11 @@ def run(args, out) -> int:
 
 def _perf_errata(args, pd):
     """Errata for the recording's CPU (the CPUID feature: 'GenuineIntel,F,M,S') unless --cpu says."""
-    from ptexport.pt.errata import NO_ERRATA, UnknownCpuError, errata_for_cpu
+    from ptexport.pt.errata import errata_from_cpuid
 
     if args.cpu:
         return None
-    cpuid = str(pd.features.get("cpuid") or "")
-    parts = cpuid.split(",")
-    if len(parts) < 3 or parts[0] != "GenuineIntel":
-        return NO_ERRATA
-    try:
-        fam, model = int(parts[1]), int(parts[2])
-        step = int(parts[3]) if len(parts) > 3 else 0
-        return errata_for_cpu(fam, model, step)
-    except (ValueError, UnknownCpuError):
-        return NO_ERRATA
+    return errata_from_cpuid(str(pd.features.get("cpuid") or ""))
 
 
 def _perf_timing(args, pd, errata):

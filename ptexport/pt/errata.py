@@ -97,3 +97,16 @@ def parse_cpu(text: str) -> tuple[int, int, int]:
     if len(vals) == 2:
         vals.append(0)
     return vals[0], vals[1], vals[2]
+
+
+def errata_from_cpuid(cpuid: str) -> Errata:
+    """Errata for perf's CPUID header string (``GenuineIntel,6,78,3``); none if not Intel or unknown."""
+    parts = [p.strip() for p in cpuid.split(",")]
+    if len(parts) < 3 or parts[0] != "GenuineIntel":
+        return NO_ERRATA
+    try:
+        fam, model = int(parts[1], 0), int(parts[2], 0)
+        step = int(parts[3], 0) if len(parts) > 3 else 0
+        return errata_for_cpu(fam, model, step)
+    except (ValueError, UnknownCpuError):
+        return NO_ERRATA

@@ -256,3 +256,12 @@ def test_sync_backward_and_psb_offsets():
     dec = PacketDecoder(buf)
     assert dec.sync_backward() == 33
     assert [p.kind for p in dec] == [K.PSB, K.PSBEND]
+
+
+def test_errata_from_perf_cpuid():
+    from ptexport.pt.errata import NO_ERRATA, errata_from_cpuid
+
+    assert errata_from_cpuid("GenuineIntel,6,78,3").skd007
+    assert errata_from_cpuid("AuthenticAMD,23,49,0") == NO_ERRATA
+    assert errata_from_cpuid("GenuineIntel,6,1,1") == NO_ERRATA
+    assert errata_from_cpuid("garbage") == NO_ERRATA
