@@ -571,11 +571,10 @@ INNER JOIN samples ON samples.id = iflag.id;
 
 -- ---------------------------------------------------------------- indexes (created after loading)
 
--- perf's two (same names, so perf's databases and ours agree):
+-- perf's two (same names, so perf's databases and ours agree); pcpid_idx serves the
+-- call graph (children of a call path), pid_idx the call tree (children of a call):
 CREATE INDEX pcpid_idx ON calls (parent_call_path_id);
 CREATE INDEX pid_idx ON calls (parent_id);
--- call graph: children of a call path for one comm/thread (viewer level 2+)
-CREATE INDEX calls_graph_idx ON calls (thread_id, comm_id, parent_call_path_id);
 -- time-range queries over calls
 CREATE INDEX calls_time_idx ON calls (call_time);
 -- call_paths children and the (parent, symbol, ip) key

@@ -127,7 +127,7 @@ def test_postgres_has_the_same_rows_as_sqlite(fixture_sqlite, pg_url):
     for t in lite:
         assert pg[t] == lite[t], t
     assert keys == 25  # every table with an id column (not schema_version, ptexport_migrations)
-    assert {"pcpid_idx", "pid_idx", "calls_graph_idx", "calls_time_idx"} <= idx
+    assert {"pcpid_idx", "pid_idx", "calls_time_idx"} <= idx
     assert "VCPU" in doc
 
 

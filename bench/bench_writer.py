@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Writer benchmark: rows/s into SQLite and PostgreSQL from synthetic numpy columns.
+
+    python3 bench/bench_writer.py [--samples 2000000] [--batch 250000] [--pg postgresql://postgres@127.0.0.1/x]
+
+The columns look like a real Intel PT branch export (small ids, user-space
+and kernel addresses, increasing times, one call row per ~3 branch samples).
+Prints rows/s per backend, DB bytes per sample and the ratio to perf's
+export-to-sqlite.py as measured here (DESIGN.md section 6: 84 K samples/s,
+69 MB for 1 M samples with "branches calls"), and the peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ptexport.export.writer import open_writer  # noqa: E402
+
+PERF_SAMPLES_PER_S = 84_000
+PERF_BYTES_PER_SAMPLE = 69e6 / 1e6
+
+
+def synth_batches(n: int, batch: int, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    t0 = 641_256_820_833
+    for start in range(0, n, batch):
+        k = min(batch, n - start)
+        ids = np.arange(start + 1, start + k + 1, dtype=np.int64)
+        kernel = rng.random(k) < 0.3
+        ip = np.where(kernel, np.int64(-0x7EFFFFF0) + rng.integers(0, 1 << 22, k),
+                      0x5555_5555_4000 + rng.integers(0, 1 << 20, k))
+        sym = rng.integers(1, 3000, k)
+        bt = rng.choice(np.array([9, 3, 5, 1, 257, 4131]), k, p=[0.6, 0.15, 0.15, 0.08, 0.01, 0.01])
+        samples = {
+            "id": ids, "evsel_id": np.ones(k, np.int64), "machine_id": np.ones(k, np.int64),
+            "thread_id": rng.integers(1, 40, k), "comm_id": rng.integers(1, 20, k),
+            "dso_id": rng.integers(1, 30, k), "symbol_id": sym, "sym_offset": rng.integers(0, 400, k),
+            "ip": ip, "time": t0 + ids * 37, "cpu": rng.integers(0, 8, k),
+            "to_dso_id": rng.integers(1, 30, k), "to_symbol_id": sym, "to_sym_offset": rng.integers(0, 400, k),
+            "to_ip": ip + rng.integers(-200, 200, k), "branch_type": bt, "in_tx": np.zeros(k, np.int64),
+            "call_path_id": rng.integers(1, 20000, k), "insn_count": np.zeros(k, np.int64),
+            "cyc_count": np.zeros(k, np.int64), "flags": bt, "vcpu": np.full(k, -1), "machine_pid": np.full(k, -1),
+        }
+        m = k // 3
+        cid = np.arange(start // 3 + 1, start // 3 + m + 1, dtype=np.int64)
+        ct = t0 + (start + np.arange(m) * 3) * 37
+        calls = {
+            "id": cid, "thread_id": rng.integers(1, 40, m), "comm_id": rng.integers(1, 20, m),
+            "call_path_id": rng.integers(1, 20000, m), "call_time": ct, "return_time": ct + rng.integers(37, 5000, m),
+            "branch_count": rng.integers(1, 50, m), "call_id": ids[:m], "return_id": ids[:m] + 2,
+            "parent_call_path_id": rng.integers(1, 20000, m), "flags": np.zeros(m, np.int64),
+            "parent_id": np.maximum(cid - rng.integers(1, 5, m), 0),
+            "insn_count": np.zeros(m, np.int64), "cyc_count": np.zeros(m, np.int64),
+        }
+        yield samples, calls
+
+
+def run(target: str, n: int, batch: int) -> tuple[float, float, int]:
+    # pre-generate so the timing is the writer only
+    batches = list(synth_batches(n, batch))
+    t = time.perf_counter()
+    with open_writer(target, force=True) as w:
+        t_open = time.perf_counter() - t
+        for s, c in batches:
+            w.write_samples(s)
+            w.write_calls(c)
+        t_load = time.perf_counter() - t
+    total = time.perf_counter() - t
+    return total, t_load - t_open, sum(len(c["id"]) for _, c in batches)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=2_000_000)
+    ap.add_argument("--batch", type=int, default=250_000)
+    ap.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432", help="server URL ('' to skip)")
+    ap.add_argument("--dir", default=None, help="directory for the SQLite file (default: a temp dir)")
+    args = ap.parse_args()
+    n = args.samples
+    with tempfile.TemporaryDirectory(dir=args.dir) as d:
+        db = os.path.join(d, "bench.db")
+        total, load, ncalls = run(db, n, args.batch)
+        size = os.path.getsize(db)
+        print(f"sqlite: {n} samples + {ncalls} calls in {total:.2f} s "
+              f"(load {load:.2f} s, finish {total - load:.2f} s): {n / total / 1e6:.2f} M samples/s "
+              f"({(n + ncalls) / total / 1e6:.2f} M rows/s), {n / total / PERF_SAMPLES_PER_S:.1f}x perf's "
+              f"export-to-sqlite.py")
+        print(f"sqlite: {size / n:.1f} DB bytes/sample (perf: {PERF_BYTES_PER_SAMPLE:.0f}), "
+              f"{size / n / PERF_BYTES_PER_SAMPLE:.2f}x perf's size")
+    if args.pg:
+        name = f"ptx_bench_{uuid.uuid4().hex[:8]}"
+        url = f"{args.pg.rstrip('/')}/{name}"
+        try:
+            total, load, ncalls = run(url, n, args.batch)
+        except Exception as e:  # noqa: BLE001 - a benchmark reports and goes on
+            print(f"postgresql: skipped: {e}")
+        else:
+            import psycopg
+
+            with psycopg.connect(f"{args.pg.rstrip('/')}/postgres", autocommit=True) as admin:
+                size = admin.execute("SELECT pg_database_size(%s)", (name,)).fetchone()[0]
+                admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+            print(f"postgresql: {n} samples + {ncalls} calls in {total:.2f} s "
+                  f"(load {load:.2f} s, keys/indexes {total - load:.2f} s): {n / total / 1e6:.2f} M samples/s, "
+                  f"{size / n:.1f} DB bytes/sample")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS {rss:.0f} MiB (includes the pre-generated input columns)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
