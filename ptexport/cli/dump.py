@@ -13,7 +13,7 @@ NAME = "dump"
 HELP = "print packets, instructions or samples of a trace"
 
 # Module names under ptexport.cli, in --help order.
-DUMP_KINDS: tuple[str, ...] = ("dump_packets",)
+DUMP_KINDS: tuple[str, ...] = ("dump_packets", "dump_insns", "dump_branches")
 
 
 def add_arguments(parser) -> None:

@@ -1,0 +1,91 @@
+"""``ptexport dump branches TRACE``: perf's synthesized samples, one per line.
+
+The default lines read like ``perf script -F pid,tid,cpu,time,ip,addr,flags
+--ns``; ``--csv`` writes ``time,cpu,pid,tid,ip,addr,flags`` (perf time in ns,
+flags as perf's bit values) for scripts; ``--count`` decodes and prints only
+the number of samples (for benchmarks).
+"""
+
+from __future__ import annotations
+
+import csv
+
+from ptexport.errors import UsageError
+
+NAME = "branches"
+HELP = "decode a perf.data trace into perf's branch samples (like perf script --itrace)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("trace", help="perf.data file, pipe-mode file, directory, or - for stdin")
+    parser.add_argument("--itrace", default="be", metavar="OPTS",
+                        help="perf's --itrace letters (default: be = branches and errors)")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--csv", action="store_true", help="CSV: time,cpu,pid,tid,ip,addr,flags")
+    out.add_argument("--count", action="store_true", help="print only the number of samples and errors")
+    parser.add_argument("--cpu", metavar="LIST", help="only these CPUs (e.g. 0,2-3)")
+    parser.add_argument("--symfs", metavar="DIR", help="look for binaries under DIR")
+    parser.add_argument("--buildid-dir", metavar="DIR", help="build-id cache (default ~/.debug)")
+
+
+def parse_cpu_list(text: str | None) -> frozenset[int] | None:
+    if not text:
+        return None
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                cpus.update(range(int(lo), int(hi) + 1))
+            else:
+                cpus.add(int(part))
+    except ValueError:
+        raise UsageError(f"bad CPU list {text!r}: expected e.g. 0,2-3") from None
+    return frozenset(cpus)
+
+
+def _time(ns: int) -> str:
+    return f"{ns // 1_000_000_000:>5}.{ns % 1_000_000_000:09d}"
+
+
+def run(args, out) -> int:
+    from ptexport.perfdata import open_perf_data
+    from ptexport.pipeline.perfsession import EV_BRANCH, EV_ERROR, EVENT_NAMES, DecodeConfig, open_session
+    from ptexport.samples.flags import format_flags_field
+    from ptexport.samples.itrace import parse_itrace
+
+    itrace = parse_itrace(args.itrace)
+    cfg = DecodeConfig(itrace=itrace, symfs=args.symfs, buildid_dir=args.buildid_dir,
+                       cpus=parse_cpu_list(args.cpu))
+    with open_perf_data(args.trace) as pd:
+        cols = open_session(pd, cfg).decode()
+    if args.count:
+        n_err = int((cols.kind == EV_ERROR).sum())
+        out.write(f"{len(cols) - n_err} samples, {n_err} errors\n")
+        return 0
+    kinds = cols.kind.tolist()
+    times = cols.time.tolist()
+    cpus = cols.cpu.tolist()
+    pids = cols.pid.tolist()
+    tids = cols.tid.tolist()
+    ips = cols.ip.tolist()
+    addrs = cols.addr.tolist()
+    flags = cols.flags.tolist()
+    codes = cols.code.tolist()
+    if args.csv:
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(["time", "cpu", "pid", "tid", "ip", "addr", "flags", "event", "error"])
+        for i, k in enumerate(kinds):
+            err = cols.error_message(codes[i]) if k == EV_ERROR else ""
+            w.writerow([times[i], cpus[i], pids[i], tids[i], ips[i], addrs[i], flags[i], EVENT_NAMES[k], err])
+        return 0
+    write = out.write
+    for i, k in enumerate(kinds):
+        if k == EV_ERROR:
+            write(f" instruction trace error type 1 time {_time(times[i]).lstrip()} cpu {cpus[i]} pid {pids[i]} "
+                  f"tid {tids[i]} ip {ips[i]:#x} code {codes[i]}: {cols.error_message(codes[i])}\n")
+            continue
+        event = "" if k == EV_BRANCH else f" {EVENT_NAMES[k]}:"
+        write(f"{pids[i]:>5}/{tids[i]:<5} [{cpus[i]:03d}] {_time(times[i])}:{event} "
+              f"{format_flags_field(flags[i])} {ips[i]:>16x} => {addrs[i]:>16x}\n")
+    return 0

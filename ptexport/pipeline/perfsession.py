@@ -1,0 +1,500 @@
+"""Decode a perf.data Intel PT recording into perf's samples, as columns.
+
+This is the glue DESIGN.md section 2 describes: the perf.data reader and the
+sideband model on one side, the perf-mode decoder on the other.  For each
+AUX queue (a CPU in per-CPU mode, a thread in ``--per-thread`` mode) it runs
+:class:`~ptexport.flow.perfmode.PerfDecoder` and turns decoder states into
+perf's synthesized samples (branches, instructions, transactions, ptwrite,
+power events, errors) with perf's rules:
+
+* the thread of a sample is the one current on its CPU after every sideband
+  event whose time, converted to TSC, is at or before the sample's TSC (perf
+  runs the decoder up to each event's time, then applies the event);
+* code is read in the address space of that thread (kernel code in the
+  kernel's); before the first timestamp perf has no thread for a CPU queue;
+* errors before a queue's first timestamp are dropped, as perf drops them;
+* a branch between machines (VM entry/exit) becomes two samples;
+* samples of all queues are merged in timestamp order.
+
+Output is a :class:`SampleColumns` of numpy arrays; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+from ptexport.flow.perfmode import (
+    ERR_LOST,
+    ERR_NODATA,
+    ERR_OVR,
+    ERROR_MESSAGES,
+    F_ABORT_TX,
+    F_ASYNC,
+    F_FUP_IP,
+    F_IN_TX,
+    F_SAMPLE_IPC,
+    OP_CALL,
+    OP_INT,
+    OP_IRET,
+    OP_JCC,
+    OP_JMP,
+    OP_LOOP,
+    OP_RET,
+    OP_SYSCALL,
+    OP_SYSRET,
+    OP_VMENTRY,
+    PERIOD_INSTRUCTIONS,
+    PERIOD_MTC,
+    PERIOD_NONE,
+    PERIOD_TICKS,
+    T_BRANCH,
+    T_EX_STOP,
+    T_INSTRUCTION,
+    T_MWAIT_OP,
+    T_PSB_EVT,
+    T_PTW,
+    T_PWR_ENTRY,
+    T_PWR_EXIT,
+    T_TRACE_BEGIN,
+    T_TRACE_END,
+    T_TRANSACTION,
+    Buffer,
+    Params,
+    PerfDecoder,
+)
+from ptexport.pipeline.codewalk import CodeObjects, PerfCodeWalker, default_kernel_start
+from ptexport.samples.flags import IpFlag
+from ptexport.samples.itrace import ItraceOptions, PeriodType
+
+# Sample kinds.
+EV_BRANCH, EV_ERROR, EV_INSTRUCTION, EV_TRANSACTION, EV_PTWRITE, EV_CBR, EV_MWAIT, EV_PWRE, EV_EXSTOP, EV_PWRX, EV_PSB = range(11)
+EVENT_NAMES = ("branches", "error", "instructions", "transactions", "ptwrite", "cbr", "mwait", "pwre", "exstop", "pwrx", "psb")
+
+_F = IpFlag
+_OP_FLAGS = {
+    OP_CALL: _F.BRANCH | _F.CALL,
+    OP_RET: _F.BRANCH | _F.RETURN,
+    OP_JCC: _F.BRANCH | _F.CONDITIONAL,
+    OP_JMP: _F.BRANCH,
+    OP_LOOP: _F.BRANCH | _F.CONDITIONAL,
+    OP_IRET: _F.BRANCH | _F.RETURN | _F.INTERRUPT,
+    OP_INT: _F.BRANCH | _F.CALL | _F.INTERRUPT,
+    OP_SYSCALL: _F.BRANCH | _F.CALL | _F.SYSCALLRET,
+    OP_SYSRET: _F.BRANCH | _F.RETURN | _F.SYSCALLRET,
+    OP_VMENTRY: _F.BRANCH | _F.CALL | _F.VMENTRY,
+}
+_OP_FLAGS = {k: int(v) for k, v in _OP_FLAGS.items()}
+
+_COLUMNS = ("kind", "tsc", "time", "cpu", "pid", "tid", "ip", "addr", "flags", "insn_cnt", "cyc_cnt",
+            "period", "code", "payload", "queue", "offset", "nr", "obj")
+
+_DEFAULTS = {"obj": -1}
+
+# perf reports an object's failed code reads twice, then recovers silently.
+_REPORTED_FAILURES_PER_OBJECT = 2
+
+
+@dataclass
+class SampleColumns:
+    """Synthesized samples and errors in perf's output order."""
+
+    kind: np.ndarray
+    tsc: np.ndarray
+    time: np.ndarray  # perf time in ns (0 when timeless)
+    cpu: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    ip: np.ndarray
+    addr: np.ndarray
+    flags: np.ndarray
+    insn_cnt: np.ndarray
+    cyc_cnt: np.ndarray
+    period: np.ndarray
+    code: np.ndarray  # error code (EV_ERROR), else 0
+    payload: np.ndarray  # ptwrite/cbr/mwait/pwre/pwrx payload, psb offset
+    queue: np.ndarray
+    offset: np.ndarray  # trace offset in the queue (errors, psb)
+    nr: np.ndarray  # 1 when the sample is in a guest (non-root)
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @staticmethod
+    def error_message(code: int) -> str:
+        return ERROR_MESSAGES.get(int(code), "Unknown error!")
+
+
+class _Rows:
+    """Row accumulator for one queue (lists, converted once)."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list] = {c: [] for c in _COLUMNS}
+        self.setup_failures: list[int] = []  # object ids that failed before the first timestamp
+
+    def add(self, **kw: int) -> None:
+        for c in _COLUMNS:
+            self.cols[c].append(kw.get(c, _DEFAULTS.get(c, 0)))
+
+    def __len__(self) -> int:
+        return len(self.cols["kind"])
+
+
+@dataclass
+class _CpuIndex:
+    """Who is current on a CPU, keyed by TSC (perf compares in TSC)."""
+
+    tsc: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+
+    def at(self, tsc: int) -> tuple[int, int]:
+        i = int(np.searchsorted(self.tsc, np.uint64(tsc), side="right")) - 1
+        if i < 0:
+            return -1, -1
+        return int(self.pid[i]), int(self.tid[i])
+
+
+class _MapLookup:
+    """The walker's view of memory: the maps of process ``pid`` at perf time ``time``."""
+
+    __slots__ = ("machine", "objects", "pid", "time")
+
+    def __init__(self, machine: Any, objects: CodeObjects) -> None:
+        self.machine = machine
+        self.objects = objects
+        self.pid = -1
+        self.time = 0
+
+    def __call__(self, ip: int, kernel: bool):
+        if self.pid < 0 and not kernel:
+            return None
+        e = self.machine.map_at(self.pid, ip, self.time, kernel=kernel)
+        if e is None:
+            return None
+        return e.start, e.end, e.pgoff, self.objects.get(e.filename, e.build_id)
+
+
+@dataclass
+class DecodeConfig:
+    itrace: ItraceOptions
+    symfs: str | None = None
+    buildid_dir: str | None = None
+    search_dirs: tuple[str, ...] = ()
+    cpus: frozenset[int] | None = None
+
+
+def _params(info: Any, attrs: Iterable[Any], cpuid: str, itrace: ItraceOptions, tc: Any) -> tuple[Params, bool]:
+    """Decoder parameters from AUXTRACE_INFO and the intel_pt attr, as perf derives them."""
+    pmu_type = info.pmu_type
+    pt_attrs = [a for a in attrs if a.type == pmu_type]
+    config = pt_attrs[0].config if pt_attrs else 0
+    p = Params()
+    p.return_compression = not (info.noretcomp_bit and any(a.config & info.noretcomp_bit for a in pt_attrs))
+    p.branch_enable = not any((a.config & 1) and not (a.config & 0x2000) for a in pt_attrs)
+    bits = info.mtc_freq_bits or 0
+    if bits:
+        shift = (bits & -bits).bit_length() - 1
+        p.mtc_period = (config & bits) >> shift
+    p.tsc_ctc_ratio_n = info.tsc_ctc_ratio_n or 0
+    p.tsc_ctc_ratio_d = info.tsc_ctc_ratio_d or 0
+    p.max_non_turbo_ratio = info.max_non_turbo_ratio or 0
+    p.fup_with_nlip = cpuid.startswith("GenuineIntel,6,92,")
+    if itrace.instructions:
+        period = itrace.period
+        ptype = itrace.period_type
+        if period:
+            if ptype == PeriodType.INSTRUCTIONS:
+                p.period_type, p.period = PERIOD_INSTRUCTIONS, period
+            elif ptype == PeriodType.TICKS:
+                p.period_type, p.period = PERIOD_TICKS, period
+            elif ptype == PeriodType.NANOSECS:
+                quot, rem = divmod(period, tc.time_mult)
+                p.period_type = PERIOD_TICKS
+                p.period = (quot << tc.time_shift) + (rem << tc.time_shift) // tc.time_mult
+        if not p.period:
+            p.period_type, p.period = PERIOD_INSTRUCTIONS, 1
+    # Timeless decoding when TSC is off or perf time cannot be related to it.
+    timeless = not info.tsc_bit or not info.cap_user_time_zero
+    for a in attrs:
+        if not a.sample_type & 0x4:  # PERF_SAMPLE_TIME
+            timeless = True
+        if a.type == pmu_type and not (a.config & info.tsc_bit):
+            timeless = True
+    return p, timeless
+
+
+class PerfSession:
+    """One perf.data file decoded perf's way."""
+
+    def __init__(self, pd: Any, sideband: Any, config: DecodeConfig,
+                 streams: dict[tuple[str, int], list[Any]]) -> None:
+        self.pd = pd
+        self.sb = sideband
+        self.streams = streams
+        self.cfg = config
+        info = pd.auxtrace_info
+        if info is None or not hasattr(info, "pmu_type"):
+            from ptexport.errors import UsageError
+
+            raise UsageError(f"{pd.path}: no Intel PT AUXTRACE_INFO: not an intel_pt recording")
+        self.info = info
+        self.tc = sideband.time_conv
+        cpuid = str(pd.features.get("cpuid") or "")
+        self.params, self.timeless = _params(info, pd.attrs, cpuid, config.itrace, self.tc)
+        host = sideband.host
+        self.kernel_start = default_kernel_start([e.start for e in host.kernel_maps.entries])
+        self.objects = CodeObjects(config.symfs, config.buildid_dir,
+                                   config.search_dirs or (os.path.dirname(os.path.abspath(pd.path)),))
+        self._cpu_index: dict[int, _CpuIndex] = {}
+        self._obj_ids: dict[str, int] = {}
+        self._branches_filter = 0
+        it = config.itrace
+        if it.calls:
+            self._branches_filter |= int(_F.CALL | _F.ASYNC | _F.TRACE_END)
+        if it.returns:
+            self._branches_filter |= int(_F.RETURN | _F.TRACE_BEGIN)
+
+    # ----------------------------------------------------------- sideband views
+
+    def _cpu_current(self, cpu: int) -> _CpuIndex:
+        idx = self._cpu_index.get(cpu)
+        if idx is None:
+            tl = self.sb.host.cpus.get(cpu)
+            if tl is None or not len(tl):
+                idx = _CpuIndex(np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+            else:
+                idx = _CpuIndex(self.tc.perf_time_to_tsc_array(tl.times.astype(np.uint64)), tl.pids, tl.tids)
+            self._cpu_index[cpu] = idx
+        return idx
+
+    def _obj_id(self, name: str) -> int:
+        return self._obj_ids.setdefault(name, len(self._obj_ids))
+
+    def _perf_time(self, tsc: int) -> int:
+        return 0 if self.timeless else self.tc.tsc_to_perf_time(tsc)
+
+    def _lookup(self) -> "_MapLookup":
+        return _MapLookup(self.sb.host, self.objects)
+
+    # ------------------------------------------------------------------ queues
+
+    def queues(self) -> list[tuple[tuple[str, int], list[Any]]]:
+        streams = self.streams
+        out = []
+        for key in sorted(streams, key=lambda k: (k[0] != "cpu", k[1])):
+            if self.cfg.cpus is not None and key[0] == "cpu" and key[1] not in self.cfg.cpus:
+                continue
+            out.append((key, streams[key]))
+        return out
+
+    def _buffers(self, bufs: list[Any]) -> list[Buffer]:
+        out = []
+        pos = 0
+        for i, b in enumerate(bufs):
+            data = self.pd.aux_data(b)
+            out.append(Buffer(data=data, ref_timestamp=b.reference, consecutive=i > 0, trace_nr=1, offset=pos))
+            pos += len(data)
+        return out
+
+    def decode_queue(self, qnum: int, key: tuple[str, int], bufs: list[Any]) -> _Rows:
+        """Run perf's decoder over one queue and synthesize its samples."""
+        it = self.cfg.itrace
+        rows = _Rows()
+        per_cpu = key[0] == "cpu"
+        cpu = key[1] if per_cpu else -1
+        qtid = -1 if per_cpu else key[1]
+        lookup = self._lookup()
+        walker = PerfCodeWalker(lookup, self.kernel_start)
+        dec = PerfDecoder(self._buffers(bufs), walker, self.params)
+        cur = self._cpu_current(cpu) if per_cpu else None
+
+        def who(tsc: int) -> tuple[int, int]:
+            if per_cpu:
+                return cur.at(tsc)
+            t = self.sb.thread(qtid)
+            return (t.pid if t is not None else -1), qtid
+
+        # perf's setup: decode until the first state with a timestamp; errors dropped;
+        # no thread known for a CPU queue yet.
+        walker.have_thread = not per_cpu
+        lookup.pid = -1 if per_cpu else who(0)[0]
+        ptq_ts = 0
+        while True:
+            st = dec.decode()
+            if st.err:
+                if st.err == ERR_NODATA:
+                    return rows
+                if walker.fail_obj is not None:
+                    rows.setup_failures.append(self._obj_id(walker.fail_obj))
+                continue
+            if st.timestamp or self.timeless:
+                break
+        ptq_ts = st.timestamp
+        last_br_insn = last_br_cyc = 0
+        last_in_insn = last_in_cyc = 0
+        last_insn_cnt = 0
+        cbr_seen = -1  # perf starts from UINT_MAX
+        while True:
+            # ---- intel_pt_sample(): synthesize what the pending state holds
+            pid, tid = who(ptq_ts)
+            time = self._perf_time(ptq_ts)
+            flags = self._sample_flags(st)
+            ipc_insn, ipc_cyc = st.tot_insn_cnt, st.tot_cyc_cnt
+            typ = st.type
+            base = dict(tsc=ptq_ts, time=time, cpu=cpu, pid=pid, tid=tid, queue=qnum)
+            if it.pwr_events:
+                if typ & T_PSB_EVT:
+                    rows.add(kind=EV_PSB, ip=st.from_ip, flags=0, payload=st.psb_offset, offset=st.psb_offset, **base)
+                if st.cbr != cbr_seen:
+                    cbr_seen = st.cbr
+                    rows.add(kind=EV_CBR, ip=st.from_ip, flags=flags if st.from_ip else 0, payload=st.cbr_payload, **base)
+                if typ & T_MWAIT_OP:
+                    rows.add(kind=EV_MWAIT, ip=st.from_ip, flags=flags if st.from_ip else 0, payload=st.mwait_payload, **base)
+                if typ & T_PWR_ENTRY:
+                    rows.add(kind=EV_PWRE, ip=st.from_ip, flags=flags if st.from_ip else 0, payload=st.pwre_payload, **base)
+                if typ & T_EX_STOP:
+                    rows.add(kind=EV_EXSTOP, ip=st.from_ip, flags=flags if st.from_ip else 0,
+                             payload=int(bool(st.flags & F_FUP_IP)), **base)
+                if typ & T_PWR_EXIT:
+                    rows.add(kind=EV_PWRX, ip=st.from_ip, flags=flags if st.from_ip else 0, payload=st.pwrx_payload, **base)
+            if it.instructions and typ & T_INSTRUCTION:
+                cyc = ipc_cyc - last_in_cyc if st.flags & F_SAMPLE_IPC else 0
+                ins = 0
+                if cyc:
+                    ins = ipc_insn - last_in_insn
+                    last_in_insn, last_in_cyc = ipc_insn, ipc_cyc
+                rows.add(kind=EV_INSTRUCTION, ip=st.from_ip, addr=st.to_ip, flags=flags,
+                         period=st.tot_insn_cnt - last_insn_cnt, insn_cnt=ins, cyc_cnt=cyc, **base)
+                last_insn_cnt = st.tot_insn_cnt
+            if it.transactions and typ & T_TRANSACTION:
+                rows.add(kind=EV_TRANSACTION, ip=st.from_ip, addr=st.to_ip, flags=flags, **base)
+            if it.ptwrites and typ & T_PTW:
+                rows.add(kind=EV_PTWRITE, ip=st.from_ip, flags=flags if st.from_ip else 0,
+                         payload=st.ptw_payload, code=int(bool(st.flags & F_FUP_IP)), **base)
+            if typ & T_BRANCH and it.branches:
+                if not self._branches_filter or (self._branches_filter & flags):
+                    cyc = ipc_cyc - last_br_cyc if st.flags & F_SAMPLE_IPC else 0
+                    ins = 0
+                    if cyc:
+                        ins = ipc_insn - last_br_insn
+                        last_br_insn, last_br_cyc = ipc_insn, ipc_cyc
+                    if st.from_nr != st.to_nr and st.from_ip and st.to_ip:
+                        rows.add(kind=EV_BRANCH, ip=st.from_ip, addr=0, flags=flags, insn_cnt=ins, cyc_cnt=cyc,
+                                 nr=int(st.from_nr), **base)
+                        rows.add(kind=EV_BRANCH, ip=0, addr=st.to_ip, flags=flags, nr=int(st.to_nr), **base)
+                    else:
+                        rows.add(kind=EV_BRANCH, ip=st.from_ip, addr=st.to_ip, flags=flags, insn_cnt=ins,
+                                 cyc_cnt=cyc, nr=int(st.from_nr if st.from_ip else st.to_nr), **base)
+            # ---- next state; the walker reads code as the current thread sees it
+            lookup.pid = pid
+            lookup.time = time
+            walker.have_thread = tid >= 0 or not per_cpu
+            while True:
+                st = dec.decode()
+                if not st.err:
+                    break
+                if st.err == ERR_NODATA:
+                    return rows
+                ptq_ts = st.est_timestamp  # perf dates an error by the decoder's estimate
+                base["tsc"] = ptq_ts
+                base["time"] = self._perf_time(ptq_ts)
+                obj = self._obj_id(walker.fail_obj) if walker.fail_obj is not None else -1
+                if it.errors and not (
+                    (st.err == ERR_OVR and "o" in it.error_minus) or (st.err == ERR_LOST and "l" in it.error_minus)
+                ):
+                    rows.add(kind=EV_ERROR, ip=st.from_ip, code=st.err, offset=st.pos, obj=obj, **base)
+                elif obj >= 0:
+                    rows.add(kind=-1, obj=obj, **base)  # counts toward perf's failure budget only
+            if st.timestamp > ptq_ts:
+                ptq_ts = st.timestamp
+
+    @staticmethod
+    def _sample_flags(st: Any) -> int:
+        """perf's intel_pt_sample_flags."""
+        if st.flags & F_ABORT_TX:
+            flags = int(_F.BRANCH | _F.TX_ABORT)
+        elif st.flags & F_ASYNC:
+            if not st.to_ip:
+                flags = int(_F.BRANCH | _F.ASYNC | _F.TRACE_END)
+            elif st.from_nr and not st.to_nr:
+                flags = int(_F.BRANCH | _F.CALL | _F.ASYNC | _F.VMEXIT)
+            else:
+                flags = int(_F.BRANCH | _F.CALL | _F.ASYNC | _F.INTERRUPT)
+        else:
+            flags = _OP_FLAGS.get(st.insn_op, 0) if st.from_ip else int(_F.BRANCH | _F.TRACE_BEGIN)
+            if st.flags & F_IN_TX:
+                flags |= int(_F.IN_TX)
+        if st.type & T_TRACE_BEGIN:
+            flags |= int(_F.TRACE_BEGIN)
+        if st.type & T_TRACE_END:
+            flags |= int(_F.TRACE_END)
+        return flags
+
+    # ----------------------------------------------------------------- public
+
+    def lost_data_rows(self) -> _Rows:
+        """perf's 'Lost trace data' errors for truncated AUX areas, at their record's time."""
+        rows = _Rows()
+        if not self.cfg.itrace.errors or "l" in self.cfg.itrace.error_minus:
+            return rows
+        events = [ev for evs in self.sb.aux_events.values() for ev in evs]
+        for ev in sorted(events, key=lambda e: e.time):
+            if ev.truncated:
+                tsc = self.tc.perf_time_to_tsc(ev.time) if not self.timeless else 0
+                rows.add(kind=EV_ERROR, tsc=tsc, time=ev.time, cpu=ev.cpu, pid=getattr(ev, "pid", -1),
+                         tid=ev.tid, code=ERR_LOST, queue=-1)
+        return rows
+
+    def decode(self) -> SampleColumns:
+        parts = []
+        for qnum, (key, bufs) in enumerate(self.queues()):
+            parts.append(self.decode_queue(qnum, key, bufs))
+        parts.append(self.lost_data_rows())
+        cols = {c: np.concatenate([np.asarray(p.cols[c], dtype=np.int64 if c not in ("tsc", "ip", "addr", "payload") else np.uint64)
+                                   for p in parts]) if parts else np.zeros(0) for c in _COLUMNS}
+        if not self.timeless and len(cols["kind"]):
+            # Merge queues by timestamp; a lost-data error comes before samples at its time.
+            order = np.lexsort((np.arange(len(cols["kind"])), cols["queue"], cols["tsc"]))
+            cols = {c: v[order] for c, v in cols.items()}
+        keep = self._perf_failure_budget(cols, [f for p in parts for f in p.setup_failures])
+        cols = {c: v[keep] for c, v in cols.items()}
+        del cols["obj"]
+        return SampleColumns(**cols)
+
+    @staticmethod
+    def _perf_failure_budget(cols: dict[str, np.ndarray], setup_failures: list[int]) -> np.ndarray:
+        """Rows to keep: an object's failures past perf's first two are silent in perf."""
+        seen: dict[int, int] = {}
+        for obj in setup_failures:
+            seen[obj] = seen.get(obj, 0) + 1
+        keep = cols["kind"] >= 0
+        for i in np.flatnonzero(cols["obj"] >= 0):
+            obj = int(cols["obj"][i])
+            n = seen.get(obj, 0) + 1
+            seen[obj] = n
+            if n > _REPORTED_FAILURES_PER_OBJECT:
+                keep[i] = False
+        return keep
+
+
+def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
+    """Read ``pd`` once: the sideband model (with perf's map semantics) and the AUX queues."""
+    from ptexport.perfdata.constants import RecordType
+    from ptexport.sideband.builder import build_sideband
+
+    streams: dict[tuple[str, int], list[Any]] = {}
+
+    def tap(records: Iterable[Any]):
+        for rec in records:
+            if rec.type == RecordType.AUXTRACE:
+                key = ("cpu", rec.cpu) if rec.cpu != -1 and rec.cpu != 0xFFFFFFFF else ("thread", rec.tid)
+                streams.setdefault(key, []).append(rec)
+            yield rec
+
+    sb = build_sideband(tap(pd.records()), time_conv=getattr(pd, "time_conv", None),
+                        auxtrace_info=getattr(pd, "auxtrace_info", None), exec_clears_maps=False)
+    return PerfSession(pd, sb, config, streams)
