@@ -68,6 +68,9 @@ Stable API (used by the query decoder in ``ptexport.flow``; keep it stable):
     libipt's pt_packet_decoder: ``sync_forward()``, ``sync_backward()``, ``sync_set(offset)``,
     ``offset``, ``sync_offset``, ``next() -> Packet | None`` (None at the end
     of the buffer; PacketError on a bad packet, leaving ``offset`` at it).
+    The attributes ``pos``/``sync`` (same as offset/sync_offset) are public,
+    and ``copy.copy(decoder)`` is an independent cursor over the same buffer
+    (cheap lookahead).
 
 ``iter_packets(buf, errata=None, source=..., sync=True)``
     Yields Packet objects and, for each bad spot, the PacketError itself (not

@@ -265,3 +265,15 @@ def test_errata_from_perf_cpuid():
     assert errata_from_cpuid("AuthenticAMD,23,49,0") == NO_ERRATA
     assert errata_from_cpuid("GenuineIntel,6,1,1") == NO_ERRATA
     assert errata_from_cpuid("garbage") == NO_ERRATA
+
+
+def test_decoder_copy_is_an_independent_cursor():
+    import copy
+
+    buf = PSB + bytes.fromhex("2d3412") + PSBEND
+    dec = PacketDecoder(memoryview(buf))
+    dec.sync_forward()
+    look = copy.copy(dec)
+    assert [p.kind for p in look] == [K.PSB, K.TIP, K.PSBEND]
+    assert (dec.pos, dec.sync) == (0, 0)
+    assert dec.next().kind == K.PSB and dec.offset == 16
