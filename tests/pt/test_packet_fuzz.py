@@ -97,3 +97,26 @@ def test_fuzz_no_traceback_no_hang():
         runs += 1
         assert time.monotonic() < deadline, f"fuzzing too slow after {runs} runs"
     assert runs == 3000
+
+
+def test_fuzz_pevent_sideband():
+    from ptexport.errors import InputError
+    from ptexport.pt.pevent import PeventConfig, SidebandPrinter, load_pevent
+
+    rng = random.Random(SEED + 1)
+    sbs = sorted((LIBIPT / "pevent").glob("*.sb")) if LIBIPT.exists() else []
+    seeds = [f.read_bytes() for f in sbs] or [bytes(64)]
+    ok = bad = 0
+    for i in range(1500):
+        data = _mutate(rng, rng.choice(seeds))
+        cfg = PeventConfig(sample_type=rng.choice([0, 0x4, 0x6, 0x102C6, rng.getrandbits(20)]),
+                           time_shift=rng.randrange(4), time_mult=rng.randrange(0, 3))
+        try:
+            recs = load_pevent(data, cfg, "fuzz.sb")
+        except InputError:
+            bad += 1
+            continue
+        pr = SidebandPrinter([recs], verbose=bool(i & 1), show_offset=True, show_time=True)
+        assert sum(1 for _ in pr.lines_until(None)) >= len(recs)
+        ok += 1
+    assert ok and bad
