@@ -28,6 +28,7 @@ Semantics follow perf (tools/perf/util/machine.c, thread.c, intel-pt.c):
 from __future__ import annotations
 
 import dataclasses
+import re
 from bisect import bisect_left, bisect_right
 from typing import Any, Iterable
 
@@ -62,6 +63,7 @@ from ptexport.sideband.model import (
 from ptexport.sideband.timeconv import TimeConversion
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
+_VCPU_COMM = re.compile(r"^CPU (\d+)/KVM$")
 _U32 = 0xFFFFFFFF
 
 # ordered-replay kinds
@@ -137,8 +139,11 @@ class _Space:
         return MapIndex(self.done + self.live)
 
 
+_MAP_FIELDS = tuple(f.name for f in dataclasses.fields(MapEntry))
+
+
 def _replace(e: MapEntry, **kw: Any) -> MapEntry:
-    return dataclasses.replace(e, **kw)
+    return MapEntry(*[kw[n] if n in kw else getattr(e, n) for n in _MAP_FIELDS])
 
 
 class _MachineBuild:
@@ -353,6 +358,7 @@ class SidebandBuilder:
             m = machines.get(pid)
             if m is None:
                 m = machines[pid] = _MachineBuild(pid)
+                register_idle(m)
             return m
 
         def new_thread(m: _MachineBuild, pid: int, tid: int, time: int, known: bool) -> Thread:
@@ -372,9 +378,12 @@ class SidebandBuilder:
                 return th
             return new_thread(m, pid if pid is not None and pid >= 0 else -1, tid, time, False)
 
-        # perf registers the host's idle thread before any record: 0/0 "swapper"
-        idle = new_thread(machines[HOST_PID], 0, 0, 0, False)
-        idle.comms.append(Comm("swapper", 0, False))  # type: ignore[union-attr]
+        def register_idle(m: _MachineBuild) -> None:
+            # perf registers each machine's idle thread before its records: 0/0 "swapper"
+            idle = new_thread(m, 0, 0, 0, False)
+            idle.comms.append(Comm("swapper", 0, False))  # type: ignore[union-attr]
+
+        register_idle(machines[HOST_PID])
 
         for time, _seq, kind, p in self._events:
             if kind == _MMAP:
@@ -445,9 +454,19 @@ class SidebandBuilder:
             mm.kernel_maps = mb.kernel.index()
             mm.mmap_counts = dict(mb.mmap_counts)
             mm.cpus = {cpu: CpuTimeline(cpu, pts) for cpu, pts in mb.cpu_points.items()}
-            if pid != HOST_PID:
-                mm.vcpu_threads = {}
             out[pid] = mm
+        # VCPU n of guest P runs in the host thread "CPU n/KVM" of process P (QEMU/KVM's naming)
+        host = out[HOST_PID]
+        for pid, mm in out.items():
+            if pid == HOST_PID:
+                continue
+            for th in host.threads():
+                if th.pid != pid:
+                    continue
+                for c in th.comms:
+                    hit = _VCPU_COMM.match(c.comm)
+                    if hit:
+                        mm.vcpu_threads.setdefault(int(hit.group(1)), th.tid)
         self._events = []
         return Sideband(
             machines=out,

@@ -450,6 +450,12 @@ class Sideband:
             raise ValueError("no TIME_CONV/AUXTRACE_INFO clock in this recording: TSC cannot be converted")
         return self.thread_on_cpu(cpu, self.time_conv.tsc_to_perf_time(tsc), machine)
 
+    def vcpu_thread(self, machine_pid: int, vcpu: int, time: int | None = None) -> Thread | None:
+        """The host thread that runs VCPU ``vcpu`` of guest ``machine_pid`` ("CPU n/KVM" of that process)."""
+        g = self.machines.get(machine_pid)
+        tid = g.vcpu_threads.get(vcpu) if g is not None else None
+        return None if tid is None else self.host.thread(tid, time)
+
     def cpus(self) -> list[int]:
         return sorted(self.host.cpus)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -170,3 +171,76 @@ def test_sample_comms_match_perf_export_to_sqlite(tmp_path):
         assert ec.comm == comm, (time, pid, tid)
         names.add(comm)
     assert {"sh", "ls"} <= names  # exec comms of the workload (perf-exec -> sh -> ls)
+
+
+FAKE_VM = r"""
+import ctypes, os, threading, time
+libc = ctypes.CDLL(None)
+def vcpu(n):
+    libc.prctl(15, f"CPU {n}/KVM".encode(), 0, 0, 0)  # PR_SET_NAME, as QEMU names its VCPU threads
+    end = time.time() + 0.25
+    while time.time() < end:
+        pass
+print(os.getpid(), flush=True)
+ts = [threading.Thread(target=vcpu, args=(i,)) for i in range(2)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+"""
+
+
+@needs_perf
+def test_guest_machine_from_perf_inject_guest_data(tmp_path):
+    """perf inject --guest-data merges a guest's sideband (ID_INDEX machine_pid/vcpu, guest cpumode).
+
+    A process with threads named "CPU n/KVM" stands in for QEMU; a system-wide recording on this
+    machine stands in for the guest's own perf.data.  perf script then shows every guest record
+    as "VM: <pid> VCPU:<n>"; the model must put the same records on the same machine and VCPU.
+    """
+    script = tmp_path / "fakevm.py"
+    script.write_text(FAKE_VM)
+    common = ["-a", "-e", "cpu-clock", "-c", "500000", "--switch-events", "--sample-identifier"]
+    guest = _record(tmp_path, "guest.data", *common, "--", "sleep", "0.05")
+    host = tmp_path / "host.data"
+    r = subprocess.run(["perf", "record", "-q", "-o", str(host), *common, "--", sys.executable, str(script)],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        pytest.skip(f"perf record failed here: {r.stderr[:200]}")
+    vm_pid = int(r.stdout.split()[0])
+    merged = tmp_path / "merged.data"
+    r = subprocess.run(["perf", "inject", "-v", "-i", str(host), f"--guest-data={guest},{vm_pid},0", "-o", str(merged)],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        pytest.skip(f"perf inject --guest-data failed here: {r.stderr[-200:]}")
+    perf_vcpus = {int(v): int(t) for t, v in re.findall(r"Found VCPU: tid (\d+) comm CPU \d+/KVM vcpu (\d+)", r.stderr)}
+    assert sorted(perf_vcpus) == [0, 1]
+
+    with open_perf_data(merged) as pd:
+        sb = sideband_from_perf_data(pd)
+    assert sorted(sb.machines) == [-1, vm_pid]
+    assert {v: sb.vcpu_thread(vm_pid, v).tid for v in (0, 1)} == perf_vcpus
+
+    out = subprocess.run(["perf", "script", "-i", str(merged), "--show-switch-events", "--show-task-events",
+                          "-F", "machine_pid,vcpu,cpu,pid,tid,comm,time", "--ns"],
+                         capture_output=True, text=True, timeout=120).stdout
+    line_re = re.compile(r"^(?:VM:\s*(\d+) VCPU:(\d+))?\s*(.*?)\s+(-?\d+)/(-?\d+)\s+\[\d+\]\s+(\d+)\.(\d+): "
+                         r"(PERF_RECORD_SWITCH_CPU_WIDE|PERF_RECORD_EXIT)(.*)$")
+    seen = {"guest": 0, "host": 0}
+    for line in out.splitlines():
+        m = line_re.match(line)
+        if not m:
+            continue
+        vm, vcpu, comm, pid, tid, s, ns, kind, rest = m.groups()
+        time = int(s) * 10**9 + int(ns)
+        mpid = int(vm) if vm else -1
+        th = sb.machine(mpid).thread(int(tid), time)
+        assert th is not None or int(tid) < 0, line  # an exiting task can switch out as -1
+        assert (th.comm_name(time) if th else f":{tid}") == comm, line  # same thread, same name, on the same machine
+        if kind == "PERF_RECORD_SWITCH_CPU_WIDE" and vm:
+            seen["guest"] += 1
+            nxt = re.search(r"(?:next|prev) pid/tid:\s*(\d+)/(\d+)", rest)
+            expect = (int(nxt.group(1)), int(nxt.group(2))) if " OUT " in rest else (int(pid), int(tid))
+            assert sb.tid_on_cpu(int(vcpu), time, machine=mpid) == expect, line  # guest timeline by VCPU
+        elif kind == "PERF_RECORD_SWITCH_CPU_WIDE":
+            seen["host"] += 1
+    assert seen["guest"] > 10 and seen["host"] > 10
+    assert sorted(sb.machine(vm_pid).cpus) == [0, 1]
