@@ -115,11 +115,12 @@ def test_calls_match_perf_on_generated_call_heavy_trace(tmp_path):
     pytest.importorskip("unicorn")
     from ptexport.synth.generate import SynthOptions, synthesize
 
-    res = synthesize(str(tmp_path / "syn"), SynthOptions(program="calls", branches=5000, seed=3))
+    res = synthesize(str(tmp_path / "syn"), SynthOptions(program="calls", branches=5000, seed=3, timing="cyc"))
     perf_calls = compare_with_perf(res.perf_data, tmp_path)
     assert len(perf_calls) > 1000
     flags = {r[10] for r in perf_calls}
     assert {0, 6}.issubset(flags)  # plain calls and tail calls ("jump")
+    assert sum(r[12] for r in perf_calls) > 0 and sum(r[13] for r in perf_calls) > 0  # CYC: insn/cycle counts
 
 
 @needs_perf
