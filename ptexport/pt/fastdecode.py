@@ -441,3 +441,97 @@ def decode_columns_fast(buf, errata=None, source: str = "<buffer>", sync: bool =
     }
     errors = [P._make_error(int(err_code[i]), buf, int(err_off[i]), source) for i in range(ne)]
     return cols, errors
+
+
+def _perf_ts(kind, p0, p1, n, d, mult, shift, ref, slip, out):
+    """perf's TSC/TMA/MTC timestamp after each packet (PerfTime, column form)."""
+    timestamp = U64(0)
+    tsc_ts = U64(0)
+    ctc_ts = U64(0)
+    ctc_delta = U64(0)
+    last_mtc = U64(0)
+    have_tma = False
+    fixup = False
+    top = U64(0xFF) << U64(56)
+    for i in range(kind.shape[0]):
+        k = kind[i]
+        if k == 12:  # TSC
+            have_tma = False
+            pay = p0[i]
+            if ref != U64(0):
+                ts = pay | (ref & top)
+                if ts < ref:
+                    if ref - ts > (U64(1) << U64(55)):
+                        ts += U64(1) << U64(56)
+                elif ts - ref > (U64(1) << U64(55)):
+                    ts -= U64(1) << U64(56)
+                tsc_ts = ts
+                timestamp = ts
+                ref = U64(0)
+            elif timestamp != U64(0):
+                ts = pay | (timestamp & top)
+                tsc_ts = ts
+                if ts < timestamp and timestamp - ts < slip:
+                    ts = timestamp
+                if ts < timestamp:
+                    ts += U64(1) << U64(56)
+                    tsc_ts = ts
+                timestamp = ts
+            else:
+                tsc_ts = pay
+                timestamp = pay
+        elif k == 14 and d != U64(0):  # TMA
+            ctc = p0[i]
+            rem = ctc & ((U64(1) << U64(shift)) - U64(1))
+            last_mtc = (ctc >> U64(shift)) & U64(0xFF)
+            if mult != U64(0):
+                conv = rem * mult
+            else:
+                conv = (rem // d) * n + ((rem % d) * n) // d
+            ctc_ts = tsc_ts - p1[i] - conv
+            ctc_delta = U64(0)
+            have_tma = True
+            fixup = True
+        elif k == 13 and have_tma:  # MTC
+            mtc = p0[i]
+            if shift > 8 and fixup:
+                fixup = False
+                first_missing = U64(1) << U64(16 - shift)
+                mask = ~(first_missing - U64(1)) & U64(0xFFFFFFFF)
+                last = last_mtc | (mtc & mask)
+                if last >= mtc:
+                    last = (last - first_missing) & U64(0xFF)
+                last_mtc = last
+            if mtc > last_mtc:
+                delta = mtc - last_mtc
+            else:
+                delta = mtc + U64(256) - last_mtc
+            ctc_delta += delta << U64(shift)
+            if mult != U64(0):
+                conv = ctc_delta * mult
+            else:
+                conv = (ctc_delta // d) * n + ((ctc_delta % d) * n) // d
+            ts = ctc_ts + conv
+            if ts >= timestamp:
+                timestamp = ts
+            last_mtc = mtc
+        out[i] = timestamp
+
+
+if numba is not None:
+    _perf_ts = numba.njit(cache=True)(_perf_ts)
+
+
+def perf_timestamps(cols, tsc_ctc_ratio_n: int, tsc_ctc_ratio_d: int, mtc_shift: int,
+                    ref_timestamp: int = 0, tsc_slip: int = 0x10000) -> np.ndarray:
+    """perf's timestamp (TSC units) in effect after each packet of ``cols`` (uint64 array).
+
+    The column form of :class:`ptexport.pt.time.PerfTime` for a buffer decoded
+    by :func:`decode_columns_fast`: a sample at packet i carries ``ts[i]``.
+    """
+    n, d = tsc_ctc_ratio_n, tsc_ctc_ratio_d
+    mult = n // d if n and d and n % d == 0 else 0
+    out = np.zeros(len(cols["kind"]), np.uint64)
+    _perf_ts(cols["kind"], cols["p0"], cols["p1"], U64(n), U64(d), U64(mult), mtc_shift,
+             U64(ref_timestamp), U64(tsc_slip), out)
+    return out

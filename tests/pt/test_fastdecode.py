@@ -43,3 +43,34 @@ def test_mutated_buffers_identical():
                 b[rng.randrange(len(b))] = rng.randrange(256)
         b += bytes(rng.randrange(256) for _ in range(rng.randint(0, 40)))
         _same(bytes(b), Errata(skd007=bool(i & 1), skz84=bool(i & 2)), sync=bool(i & 4))
+
+
+def test_perf_timestamps_columns_equal_perftime(quipper):
+    from ptexport.pt.fastdecode import perf_timestamps
+    from ptexport.pt.packets import PacketKind as K
+    from ptexport.pt.time import PerfTime
+
+    try:
+        from ptexport.perfdata import AuxtraceRecord, open_perf_data
+    except ImportError:  # pragma: no cover
+        pytest.skip("perf.data reader not available")
+    checked = 0
+    with open_perf_data(quipper) as pd:
+        for rec in pd.records():
+            if not isinstance(rec, AuxtraceRecord):
+                continue
+            buf = bytes(pd.aux_data(rec))
+            cols, _ = decode_columns_fast(buf)
+            for n, d, shift in ((100, 2, 3), (7, 3, 3), (100, 2, 9)):
+                t = PerfTime(n, d, shift, rec.reference)
+                ts = perf_timestamps(cols, n, d, shift, rec.reference)
+                for i, (k, a, b) in enumerate(zip(cols["kind"], cols["p0"], cols["p1"])):
+                    if k == K.TSC:
+                        t.update_tsc(int(a))
+                    elif k == K.TMA:
+                        t.update_tma(int(a), int(b))
+                    elif k == K.MTC:
+                        t.update_mtc(int(a))
+                    assert int(ts[i]) == t.timestamp
+                    checked += 1
+    assert checked > 200000
