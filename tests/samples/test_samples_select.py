@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import subprocess
+
 import numpy as np
+import pytest
 
 from ptexport.samples.flags import IpFlag
 from ptexport.samples.itrace import parse_itrace
 from ptexport.samples.select import BranchIpc, InitialSkip, branch_mask, select_branches, split_vm_branches
+from tests.conftest import needs_perf
+
+EXPORT = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
+PERF_ENV = dict(os.environ, PATH="/usr/local/bin:/usr/bin:/bin")  # perf's embedded Python finds its prefix via PATH
 
 B, C, R, O, Y, I = IpFlag.BRANCH, IpFlag.CALL, IpFlag.RETURN, IpFlag.CONDITIONAL, IpFlag.ASYNC, IpFlag.INTERRUPT
 TB, TE, S = IpFlag.TRACE_BEGIN, IpFlag.TRACE_END, IpFlag.SYSCALLRET
@@ -105,3 +114,29 @@ def test_branch_ipc_reference_loop_agrees():
         exp_i.append(ci)
         exp_c.append(cc)
     assert got_i.tolist() == exp_i and got_c.tolist() == exp_c
+
+
+@needs_perf
+def test_filters_match_perf_on_generated_trace(tmp_path):
+    """--itrace=c / r / cr from the --itrace=b samples equal what perf itself synthesizes."""
+    pytest.importorskip("unicorn")
+    from ptexport.synth.generate import SynthOptions, synthesize
+
+    res = synthesize(str(tmp_path / "syn"), SynthOptions(program="calls", branches=3000, seed=9))
+
+    def perf_samples(itrace):
+        db = tmp_path / f"{itrace}.db"
+        subprocess.run(["perf", "script", f"--itrace={itrace}", "-i", str(res.perf_data), "-s", EXPORT, str(db),
+                        "branches"], capture_output=True, check=True, cwd=tmp_path, env=PERF_ENV)
+        with sqlite3.connect(db) as con:
+            return np.array(con.execute("SELECT time, ip, to_ip, branch_type FROM samples WHERE id != 0 ORDER BY id")
+                            .fetchall(), dtype=np.int64).reshape(-1, 4)
+
+    all_b = perf_samples("b")
+    assert len(all_b) > 2000
+    for itrace in ("c", "r", "cr"):
+        mask = branch_mask(all_b[:, 3], parse_itrace(itrace))
+        assert all_b[mask].tolist() == perf_samples(itrace).tolist(), itrace
+    skipped, _ = select_branches({"t": all_b[:, 0], "flags": all_b[:, 3]}, parse_itrace("cs10"),
+                                 skip=InitialSkip(10))
+    assert skipped["t"].tolist() == perf_samples("cs10")[:, 0].tolist()
