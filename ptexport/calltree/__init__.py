@@ -16,6 +16,7 @@ from ptexport.calltree.threadstack import (
     CALLS_COLUMNS,
     SAMPLE_COLUMNS,
     CallTree,
+    perf_flush_order,
 )
 
 def make_call_tree(**kwargs):
@@ -32,6 +33,7 @@ __all__ = [
     "make_call_tree",
     "CallTree",
     "CallPathTable",
+    "perf_flush_order",
     "CALLS_COLUMNS",
     "SAMPLE_COLUMNS",
     "CALL_RETURN_NO_CALL",

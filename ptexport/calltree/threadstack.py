@@ -50,6 +50,7 @@ from ptexport.samples.flags import IpFlag
 
 __all__ = [
     "CallTree",
+    "perf_flush_order",
     "CALL_RETURN_NO_CALL",
     "CALL_RETURN_NO_RETURN",
     "CALL_RETURN_NON_CALL",
@@ -493,3 +494,24 @@ class CallTree:
             entries.pop()
             return
         entries[-1].cp = paths.findnew(entries[-2].cp, tsym, s.addr)
+
+
+def perf_flush_order(
+    thread_ids: Iterable[int], tids: Iterable[int], machine_pids: Iterable[int] | None = None
+) -> list[int]:
+    """Thread ids in the order perf flushes their stacks when the session ends.
+
+    perf walks the host machine, then guest machines by pid; in each, its
+    thread table buckets (``tid`` modulo 256, as unsigned) in order, each
+    bucket by ascending tid.  ``machine_pids`` gives each thread's machine
+    (-1 or None for the host).  Pass the result to :meth:`CallTree.flush_all`.
+    """
+    ids = list(thread_ids)
+    tid_l = list(tids)
+    mp = [-1] * len(ids) if machine_pids is None else [(-1 if m is None else int(m)) for m in machine_pids]
+
+    def key(i: int) -> tuple[int, int, int, int]:
+        m = mp[i]
+        return (0 if m == -1 else 1, m, (int(tid_l[i]) & 0xFFFFFFFF) % 256, int(tid_l[i]))
+
+    return [ids[i] for i in sorted(range(len(ids)), key=key)]

@@ -284,3 +284,12 @@ def test_missing_required_column_is_an_error():
     with pytest.raises(ValueError, match="lacks column 'ref'"):
         CallTree().process_batch({"time": np.zeros(1), "ip": np.zeros(1), "addr": np.zeros(1),
                                   "flags": np.zeros(1), "thread_id": np.zeros(1)})
+
+
+def test_perf_flush_order():
+    from ptexport.calltree import perf_flush_order
+
+    # tids 3174 (bucket 102), 1760 (224), 28 (28), 0 (0), -1 (255); a guest thread last
+    assert perf_flush_order([1, 2, 3, 4, 5, 6], [3174, 1760, 28, 0, -1, 5], [None, -1, -1, -1, -1, 4242]) == [
+        4, 3, 1, 2, 5, 6]
+    assert perf_flush_order([7, 8], [300, 44]) == [8, 7]  # 300 % 256 = 44: same bucket, by tid

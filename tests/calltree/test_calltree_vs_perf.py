@@ -17,7 +17,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from ptexport.calltree import CALLS_COLUMNS, CallTree, make_call_tree
+from ptexport.calltree import CALLS_COLUMNS, CallTree, make_call_tree, perf_flush_order
 from tests.conftest import needs_perf
 
 EXPORT = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
@@ -84,7 +84,8 @@ def compare_with_perf(trace, tmp_path, n_branches=None):
     assert len(batch["insn_len"]) == len(batch["ref"])
     if n_branches is not None:
         assert len(batch["ref"]) == n_branches
-    order = sorted(set(batch["thread_id"].tolist()), key=lambda t: (threads[t][1] % 256, threads[t][1]))
+    ids = sorted(set(batch["thread_id"].tolist()))
+    order = perf_flush_order(ids, [threads[t][1] for t in ids])
     half = len(batch["ref"]) // 2  # two batches: state carries over
     for tree in (CallTree(), make_call_tree()):
         tree.process_batch({k: v[:half] for k, v in batch.items()})
