@@ -100,8 +100,15 @@ SAMPLE_COLUMNS: dict[str, int | None] = {
     "to_sym": 0,  # export id of the symbol at addr (0 = none)
     "to_sym_start": 0,  # start address of to_sym
     "from_sym_start": 0,  # start address of from_sym (unused by perf's rules; kept for symmetry)
-    "trace_nr": 0,  # decoder trace number: a change flushes the stack (0 = not tracked)
+    "trace_nr": 0,  # decoder trace number: a change flushes the stack (0 = not tracked); see below
 }
+# perf's trace number (intel-pt.c intel_pt_get_trace): 1 + the session-wide index, in
+# file order, of the AUXTRACE buffer that starts a run of consecutive buffers.  In
+# full-trace mode that is the queue's first buffer, so it is constant per queue (per
+# CPU, or per thread with --per-thread) and a thread moving to another CPU queue gets
+# its stack flushed; in snapshot/sampling mode every non-consecutive buffer starts a
+# new number.  perf applies it for every decoder state before synthesizing samples;
+# a pipeline that drops rows (--itrace=c) can call CallTree.set_trace_nr for them.
 
 _CALL = int(IpFlag.CALL)
 _RETURN = int(IpFlag.RETURN)
