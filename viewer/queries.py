@@ -756,8 +756,9 @@ def cpu_intervals(s: Session, machine_id: int, cpu: int, start: int, end: int) -
 class PointEvent(NamedTuple):
     time: int
     cpu: int
-    kind: str      # 'cbr', 'ptwrite', 'mwait', 'pwre', 'exstop', 'pwrx'
+    kind: str      # 'cbr', 'ptwrite', 'pwre', 'pwrx'
     value: str
+    amount: float = 0.0   # MHz for cbr
 
 
 def point_events(s: Session, machine_id: int | None = None) -> list[PointEvent]:
@@ -772,7 +773,8 @@ def point_events(s: Session, machine_id: int | None = None) -> list[PointEvent]:
     if caps.has("cbr"):
         for t, cpu, mhz, pct in s.rows("SELECT samples.time, samples.cpu, cbr.mhz, cbr.percent FROM cbr "
                                        f"JOIN samples ON samples.id = cbr.id WHERE 1=1{mfilter}", params):
-            out.append(PointEvent(int(t), int(cpu), "cbr", f"{mhz} MHz ({pct}%)"))
+            mhz_f = float(mhz or 0)
+            out.append(PointEvent(int(t), int(cpu), "cbr", f"{mhz_f:g} MHz ({float(pct or 0):g}%)", mhz_f))
     if caps.has("ptwrite"):
         for t, cpu, payload, exact in s.rows("SELECT samples.time, samples.cpu, ptwrite.payload, ptwrite.exact_ip "
                                              f"FROM ptwrite JOIN samples ON samples.id = ptwrite.id WHERE 1=1{mfilter}",
