@@ -484,112 +484,147 @@ class PerfData:
         what = "record" if rtype is None else f"record {RECORD_NAMES.get(rtype) or f'UNKNOWN({rtype})'}"
         return cls(cause, source=src, offset=off, what=what)
 
-    def _iter_source(self, src: _Source, *, count: bool = True, stop_at_kernel: bool = False,
-                     headers_only: bool = False) -> Iterator:
+    def _cut(self, src: _Source, pos: int, rtype: int | None, size: int | None) -> PerfDataError:
+        """The error for a record that does not fit its region (header or body cut, or a bad size)."""
+        lim = min(src.end, src.size)
+        where = "file" if src.size < src.end else "data section"
+        if size is None:
+            return self._error(f"record header runs past the end of the {where} ({lim:#x})", src.name, pos, None,
+                               TruncatedError)
+        if size < 8:
+            return self._error(f"size {size} is smaller than the 8-byte record header", src.name, pos, rtype)
+        return self._error(f"size {size} runs past the end of the {where} ({lim:#x})", src.name, pos, rtype,
+                           TruncatedError)
+
+    def _user_extent(self, src: _Source, rec: Record, pos: int, nxt: int, lim: int) -> int:
+        """Where the record after a user record starts (AUXTRACE payloads and tracing data follow their
+        record); folds header records into the reader's state."""
+        rtype = rec.type
+        if rtype == T_AUXTRACE:
+            dsize = rec.size
+            if nxt + dsize > lim:
+                raise self._error(f"payload of {dsize} bytes at {nxt:#x} runs past the end ({lim:#x})", src.name,
+                                  pos, rtype, TruncatedError)
+            rec.data_offset = nxt
+            return nxt + dsize
+        if rtype == T_TRACING_DATA:
+            skip = (rec.data_size + 7) & ~7
+            if nxt + skip > lim:
+                raise self._error(f"tracing data of {rec.data_size} bytes runs past the end ({lim:#x})", src.name,
+                                  pos, rtype, TruncatedError)
+            return nxt + skip
+        if rtype in _PREAMBLE_TYPES:
+            self._consume(rec, src.name)
+        return nxt
+
+    def _iter_source(self, src: _Source) -> Iterator[Record]:
+        """Parse every record of one file's record region, in file order."""
         buf = src.buf
-        name = src.name
         pos = src.start
         end = src.end
-        fsize = src.size
+        lim = min(end, src.size)
         ctx = self._ctx
         parsers = PARSERS
         hdr = _hdr
-        counts = [0] * 128 if count else None
+        counts = [0] * 128
         extra: dict[int, int] = {}
         comp = None
-        consume = self._consume
-        srcname = None if src is self._sources[0] else name
+        srcname = None if src is self._sources[0] else src.name
         while pos < end:
-            if pos + 8 > fsize:
-                raise self._error(f"record header runs past the end of the file ({fsize:#x})", name, pos, None,
-                                  TruncatedError)
-            if pos + 8 > end:
-                raise self._error(f"record header runs past the end of the data section ({end:#x})", name, pos,
-                                  None, TruncatedError)
+            if pos + 8 > lim:
+                raise self._cut(src, pos, None, None)
             rtype, misc, size = hdr(buf, pos)
-            if size < 8:
-                raise self._error(f"size {size} is smaller than the 8-byte record header", name, pos, rtype)
             nxt = pos + size
-            if nxt > end or nxt > fsize:
-                lim = min(end, fsize)
-                where = "file" if fsize < end else "data section"
-                raise self._error(f"size {size} runs past the end of the {where} ({lim:#x})", name, pos, rtype,
-                                  TruncatedError)
-            if stop_at_kernel and rtype < USER_START:
-                return
-            if headers_only and rtype < USER_START:
-                if counts is not None:
-                    if rtype < 128:
-                        counts[rtype] += 1
-                    else:
-                        extra[rtype] = extra.get(rtype, 0) + 1
-                yield (pos, rtype, misc, size)
-                pos = nxt
-                continue
-            parser = parsers.get(rtype)
-            if parser is None:
-                parser = p_unknown
+            if size < 8 or nxt > lim:
+                raise self._cut(src, pos, rtype, size)
             try:
-                rec = parser(ctx, buf, pos, size, rtype, misc)
+                rec = (parsers.get(rtype) or p_unknown)(ctx, buf, pos, size, rtype, misc)
             except BadRecord as e:
-                raise self._error(e.cause, name, pos, rtype) from None
+                raise self._error(e.cause, src.name, pos, rtype) from None
             except (struct.error, ValueError, IndexError, OverflowError, UnicodeError) as e:
-                raise self._error(f"malformed record ({e})", name, pos, rtype) from None
+                raise self._error(f"malformed record ({e})", src.name, pos, rtype) from None
             rec.offset = pos
             if srcname is not None:
                 rec.src = srcname
+            if rtype < 128:
+                counts[rtype] += 1
+            else:
+                extra[rtype] = extra.get(rtype, 0) + 1
             if rtype >= USER_START:
-                if stop_at_kernel and rtype not in _PREAMBLE_TYPES:
-                    return
-                if rtype == T_AUXTRACE:
-                    dsize = rec.size
-                    if nxt + dsize > end or nxt + dsize > fsize:
-                        lim = min(end, fsize)
-                        raise self._error(f"payload of {dsize} bytes at {nxt:#x} runs past the end "
-                                          f"({lim:#x})", name, pos, rtype, TruncatedError)
-                    rec.data_offset = nxt
-                    nxt += dsize
-                elif rtype == T_COMPRESSED or rtype == T_COMPRESSED2:
+                if rtype == T_COMPRESSED or rtype == T_COMPRESSED2:
                     if comp is None:
-                        comp = _Decompressor(self, name)
+                        comp = _Decompressor(self, src.name)
                     inner = comp.feed(rec, buf, pos)
-                    if counts is not None:
-                        counts[rtype] += 1  # perf counts the COMPRESSED record and what it holds
-                        for r in inner:
-                            t = r.type
-                            if t < 128:
-                                counts[t] += 1
-                            else:
-                                extra[t] = extra.get(t, 0) + 1
-                    if headers_only:
-                        for r in inner:
-                            yield (pos, r.type, r.misc, r.size)
-                    else:
-                        yield from inner
+                    for r in inner:
+                        t = r.type
+                        if t < 128:
+                            counts[t] += 1
+                        else:
+                            extra[t] = extra.get(t, 0) + 1
+                        if srcname is not None:
+                            r.src = srcname
+                    yield from inner
                     pos = nxt
                     continue
-                elif rtype == T_TRACING_DATA:
-                    skip = (rec.data_size + 7) & ~7
-                    if nxt + skip > end:
-                        raise self._error(f"tracing data of {rec.data_size} bytes runs past the end", name, pos,
-                                          rtype, TruncatedError)
-                    nxt += skip
-                elif rtype in _PREAMBLE_TYPES:
-                    consume(rec, name)
-            if counts is not None:
-                if rtype < 128:
-                    counts[rtype] += 1
-                else:
-                    extra[rtype] = extra.get(rtype, 0) + 1
-            if headers_only:
-                yield (pos, rtype, misc, size)
-            else:
-                yield rec
+                nxt = self._user_extent(src, rec, pos, nxt, lim)
+            yield rec
             pos = nxt
         if comp is not None:
             comp.finish()
-        if counts is not None:
-            self._add_counts(counts, extra)
+        self._add_counts(counts, extra)
+
+    def _iter_source_headers(self, src: _Source) -> Iterator[tuple[int, int, int, int]]:
+        """The header walk: kernel records are not parsed; user records are (payloads, COMPRESSED)."""
+        buf = src.buf
+        pos = src.start
+        end = src.end
+        lim = min(end, src.size)
+        stop = lim - 8  # the last offset where a whole header fits
+        hdr = _hdr
+        counts = [0] * 128
+        extra: dict[int, int] = {}
+        comp = None
+        while pos < end:
+            if pos > stop:
+                raise self._cut(src, pos, None, None)
+            rtype, misc, size = hdr(buf, pos)
+            nxt = pos + size
+            if rtype < 64 and nxt <= lim and size >= 8:  # the common case: a whole kernel record
+                counts[rtype] += 1
+                yield (pos, rtype, misc, size)
+                pos = nxt
+                continue
+            if size < 8 or nxt > lim:
+                raise self._cut(src, pos, rtype, size)
+            try:
+                rec = (PARSERS.get(rtype) or p_unknown)(self._ctx, buf, pos, size, rtype, misc)
+            except BadRecord as e:
+                raise self._error(e.cause, src.name, pos, rtype) from None
+            except (struct.error, ValueError, IndexError, OverflowError, UnicodeError) as e:
+                raise self._error(f"malformed record ({e})", src.name, pos, rtype) from None
+            rec.offset = pos
+            if rtype < 128:
+                counts[rtype] += 1
+            else:
+                extra[rtype] = extra.get(rtype, 0) + 1
+            if rtype == T_COMPRESSED or rtype == T_COMPRESSED2:
+                if comp is None:
+                    comp = _Decompressor(self, src.name)
+                for r in comp.feed(rec, buf, pos):
+                    t = r.type
+                    if t < 128:
+                        counts[t] += 1
+                    else:
+                        extra[t] = extra.get(t, 0) + 1
+                    yield (pos, t, r.misc, r.size)
+                pos = nxt
+                continue
+            nxt = self._user_extent(src, rec, pos, nxt, lim)
+            yield (pos, rtype, misc, size)
+            pos = nxt
+        if comp is not None:
+            comp.finish()
+        self._add_counts(counts, extra)
 
     def _add_counts(self, counts: list[int], extra: dict[int, int]) -> None:
         if self._live_counts is None:
@@ -712,7 +747,7 @@ class PerfData:
         self._live_counts = None
         self._live_extra = {}
         for src in self._sources:
-            yield from self._iter_source(src, headers_only=True)
+            yield from self._iter_source_headers(src)
         self._stats = _counts_to_stats(self._live_counts or [], self._live_extra)
 
     @property

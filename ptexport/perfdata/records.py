@@ -92,43 +92,30 @@ class SampleId:
 class TrailerLayout:
     """How to read the sample_id_all trailer of one sample_type (precomputed per attr)."""
 
-    __slots__ = ("size", "_unpack", "_names")
+    __slots__ = ("size", "parse")
 
     def __init__(self, sample_type: int):
         fmt = "<"
-        names: list[str] = []
-        if sample_type & SampleType.TID:
-            fmt += "ii"
-            names += ["pid", "tid"]
-        if sample_type & SampleType.TIME:
-            fmt += "Q"
-            names.append("time")
-        if sample_type & SampleType.ID:
-            fmt += "Q"
-            names.append("id")
-        if sample_type & SampleType.STREAM_ID:
-            fmt += "Q"
-            names.append("stream_id")
-        if sample_type & SampleType.CPU:
-            fmt += "II"
-            names += ["cpu", "_res"]
-        if sample_type & SampleType.IDENTIFIER:
-            fmt += "Q"
-            names.append("identifier")
+        vals = {}
+        n = 0
+        for bit, f, names in ((SampleType.TID, "ii", ("pid", "tid")), (SampleType.TIME, "Q", ("time",)),
+                              (SampleType.ID, "Q", ("id",)), (SampleType.STREAM_ID, "Q", ("stream_id",)),
+                              (SampleType.CPU, "I4x", ("cpu",)), (SampleType.IDENTIFIER, "Q", ("identifier",))):
+            if sample_type & bit:
+                fmt += f
+                for nm in names:
+                    vals[nm] = f"v[{n}]"
+                    n += 1
+        if "id" not in vals and "identifier" in vals:
+            vals["id"] = vals["identifier"]
         st = struct.Struct(fmt)
         self.size = st.size
-        self._unpack = st.unpack_from
-        self._names = tuple(names)
-
-    def parse(self, buf, end: int) -> SampleId:
-        vals = self._unpack(buf, end - self.size)
-        sid = SampleId()
-        for n, v in zip(self._names, vals):
-            if n != "_res":
-                setattr(sid, n, v)
-        if sid.identifier is not None and sid.id is None:
-            sid.id = sid.identifier
-        return sid
+        args = ", ".join(vals.get(k, "None") for k in SampleId.__slots__)
+        # one specialised function per layout: unpack and build the SampleId in one go
+        src = f"def parse(buf, end):\n    v = unpack(buf, end - {st.size})\n    return SampleId({args})\n"
+        ns = {"unpack": st.unpack_from, "SampleId": SampleId}
+        exec(src, ns)  # noqa: S102 - generated from the fixed field table above, no input involved
+        self.parse = ns["parse"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -307,7 +294,7 @@ class SwitchRecord(Record):
 
     @property
     def cpu_wide(self) -> bool:
-        return self.type == RecordType.SWITCH_CPU_WIDE
+        return self.type == 15  # PERF_RECORD_SWITCH_CPU_WIDE
 
 
 class NamespacesRecord(Record):
@@ -465,7 +452,7 @@ class UnknownRecord(Record):
 class ParseContext:
     """What the parsers need from the reader: attrs and how to find the attr of a record."""
 
-    __slots__ = ("attrs", "by_id", "uniform", "trailer", "trailers", "tsize")
+    __slots__ = ("attrs", "by_id", "uniform", "trailer", "trailers", "tsize", "utrailer")
 
     def __init__(self) -> None:
         self.attrs: list[EventAttr] = []
@@ -474,6 +461,7 @@ class ParseContext:
         self.trailer: TrailerLayout | None = None
         self.trailers: dict[int, TrailerLayout] = {}
         self.tsize = 0
+        self.utrailer: TrailerLayout | None = None  # the trailer when every attr has the same one
 
     def set_attrs(self, attrs: list["EventAttr"]) -> None:
         self.attrs = attrs
@@ -489,6 +477,12 @@ class ParseContext:
             self.trailer = self._trailer_for(first) if first.sample_id_all else None
         else:
             self.trailer = None
+        u = self.uniform
+        self.utrailer = None
+        if u is not None and u.sample_id_all:
+            t = self._trailer_for(u)
+            if t.size:
+                self.utrailer = t
 
     def _trailer_for(self, attr) -> TrailerLayout:
         t = self.trailers.get(attr.sample_type)
@@ -516,6 +510,13 @@ class ParseContext:
     def sample_id(self, buf, off: int, size: int, fixed: int) -> SampleId | None:
         """Parse the sample_id_all trailer of a non-sample record whose fixed part is ``fixed`` bytes;
         leaves the trailer's size in ``self.tsize``."""
+        ut = self.utrailer
+        if ut is not None:
+            if size - ut.size < fixed:
+                raise BadRecord(f"size {size} is too small for the fixed fields ({fixed} bytes) and the "
+                                f"{ut.size}-byte sample_id trailer", 0)
+            self.tsize = ut.size
+            return ut.parse(buf, off + size)
         self.tsize = 0
         if self.uniform is not None:
             a = self.uniform
@@ -550,12 +551,11 @@ class ParseContext:
 
 
 def _new(cls, rtype, misc, size):
+    # inner_offset / src stay unset (they read as None) unless the reader sets them
     r = cls.__new__(cls)
     r.type = rtype
     r.misc = misc
     r.size = size
-    r.inner_offset = None
-    r.src = None
     return r
 
 
@@ -1269,7 +1269,7 @@ def p_tracing_data(ctx, buf, off, size, rtype, misc):
 def p_compressed(ctx, buf, off, size, rtype, misc):
     r = _new(CompressedRecord, rtype, misc, size)
     r.sample_id = None
-    if rtype == RecordType.COMPRESSED2:
+    if rtype == 83:  # PERF_RECORD_COMPRESSED2
         _need(size, 16, "the COMPRESSED2 data size")
         (r.data_size,) = _u64(buf, off + 8)
         if r.data_size > size - 16:
@@ -1283,6 +1283,54 @@ def p_unknown(ctx, buf, off, size, rtype, misc):
     r = _new(UnknownRecord, rtype, misc, size)
     r.sample_id = None
     return r
+
+
+def _fixed_parser(cls, label: str, fixed: int, fmt: str = "", names: tuple[str, ...] = ()):
+    """A generated parser for a record kind with only fixed-size fields (plus the sample_id trailer):
+    the hot sideband kinds (SWITCH*, FORK/EXIT, AUX, ITRACE_START, LOST...)."""
+    lines = [
+        "def parse(ctx, buf, off, size, rtype, misc):",
+        f"    if size < {fixed}:",
+        f"        raise BadRecord(f'size {{size}} is too small for the {label} fields ({fixed} bytes)')",
+        "    r = new(cls)",
+        "    r.type = rtype",
+        "    r.misc = misc",
+        "    r.size = size",
+    ]
+    if names:
+        lines.append(f"    {', '.join('r.' + n for n in names)}, = unpack(buf, off + 8)")
+    lines += [
+        "    ut = ctx.utrailer",
+        "    if ut is not None:",
+        f"        if size - ut.size < {fixed}:",
+        f"            raise BadRecord(f'size {{size}} is too small for the {label} fields ({fixed} bytes) and the '",
+        "                            f'{ut.size}-byte sample_id trailer')",
+        "        r.sample_id = ut.parse(buf, off + size)",
+        "    else:",
+        f"        r.sample_id = ctx.sample_id(buf, off, size, {fixed})",
+        "    return r",
+    ]
+    ns = {"BadRecord": BadRecord, "new": cls.__new__, "cls": cls,
+          "unpack": struct.Struct("<" + fmt).unpack_from if fmt else None}
+    exec("\n".join(lines), ns)  # noqa: S102 - generated from the fixed tables below, no input involved
+    return ns["parse"]
+
+
+_FAST = {
+    RecordType.EXIT: _fixed_parser(ExitRecord, "EXIT", 32, "iiiiQ", ("pid", "ppid", "tid", "ptid", "time")),
+    RecordType.FORK: _fixed_parser(ForkRecord, "FORK", 32, "iiiiQ", ("pid", "ppid", "tid", "ptid", "time")),
+    RecordType.LOST: _fixed_parser(LostRecord, "LOST", 24, "QQ", ("lost_id", "lost")),
+    RecordType.THROTTLE: _fixed_parser(ThrottleRecord, "THROTTLE", 32, "QQQ", ("time", "throttle_id", "stream_id")),
+    RecordType.UNTHROTTLE: _fixed_parser(ThrottleRecord, "UNTHROTTLE", 32, "QQQ",
+                                         ("time", "throttle_id", "stream_id")),
+    RecordType.AUX: _fixed_parser(AuxRecord, "AUX", 32, "QQQ", ("aux_offset", "aux_size", "flags")),
+    RecordType.ITRACE_START: _fixed_parser(ItraceStartRecord, "ITRACE_START", 16, "ii", ("pid", "tid")),
+    RecordType.LOST_SAMPLES: _fixed_parser(LostSamplesRecord, "LOST_SAMPLES", 16, "Q", ("lost",)),
+    RecordType.SWITCH: _fixed_parser(SwitchRecord, "SWITCH", 8),
+    RecordType.SWITCH_CPU_WIDE: _fixed_parser(SwitchRecord, "SWITCH_CPU_WIDE", 16, "ii",
+                                              ("next_prev_pid", "next_prev_tid")),
+    RecordType.AUX_OUTPUT_HW_ID: _fixed_parser(AuxOutputHwIdRecord, "AUX_OUTPUT_HW_ID", 16, "Q", ("hw_id",)),
+}
 
 
 PARSERS: dict[int, Callable] = {
@@ -1328,6 +1376,7 @@ PARSERS: dict[int, Callable] = {
     RecordType.FINISHED_INIT: p_plain(FinishedInitRecord),
     RecordType.COMPRESSED2: p_compressed,
 }
+PARSERS.update(_FAST)
 # plain int keys for a fast dict lookup
 PARSERS = {int(k): v for k, v in PARSERS.items()}
 

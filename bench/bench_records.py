@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Benchmark: iterate every record of a sideband-heavy perf.data and compare with `perf report --stats`.
+
+    python3 bench/bench_records.py                 # make a >= 1 M record file with perf, then measure
+    python3 bench/bench_records.py --file X.data   # measure an existing file
+
+The file is a system-wide `perf record -a -e dummy --switch-events` of `perf bench sched pipe` (two
+context switches per loop, one SWITCH_CPU_WIDE record each); when perf cannot record here, a file of the
+same shape is written by hand. Prints wall times (best of --repeat) and the ratios ours / perf for:
+the header walk (`iter_headers`, the fast path), `records()` (every record parsed into an object) and
+`records()` plus reading each record's time and cpu.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ptexport.perfdata import open_perf_data  # noqa: E402
+
+
+def make_with_perf(path: Path, loops: int) -> bool:
+    cmd = ["perf", "record", "-q", "-a", "-e", "dummy", "--switch-events", "-o", str(path), "--",
+           "perf", "bench", "sched", "pipe", "-l", str(loops)]
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return r.returncode == 0 and path.exists()
+
+
+def make_by_hand(path: Path, n: int) -> None:
+    """SWITCH_CPU_WIDE records with a pid/tid/time/cpu/identifier trailer, one attr (dummy, sample_id_all)."""
+    st = 2 | 4 | 128 | 65536  # TID | TIME | CPU | IDENTIFIER
+    attr = struct.pack("<IIQQQQQ", 1, 136, 9, 1, st, 4, 1 << 18 | 1 << 26) + bytes(136 - 48)
+    rec = struct.Struct("<IHHiiiiQIIQ")
+    chunks = []
+    for i in range(n):
+        chunks.append(rec.pack(15, 1 << 13 if i & 1 else 0, 48, 100 + i % 7, 100 + i % 7, i % 50, i % 50,
+                               1000 + i, i & 1, 0, 10))
+        if i % 10000 == 9999:
+            chunks.append(struct.pack("<IHH", 68, 0, 8))
+    data = b"".join(chunks)
+    ids = struct.pack("<Q", 10)
+    ids_off = 104
+    attrs_off = ids_off + len(ids)
+    data_off = attrs_off + 136 + 16
+    head = struct.pack("<8sQQQQQQQQ4Q", b"PERFILE2", 104, 152, attrs_off, 152, data_off, len(data), 0, 0, 0, 0, 0, 0)
+    path.write_bytes(head + ids + attr + struct.pack("<QQ", ids_off, 8) + data)
+
+
+def best(fn, repeat: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return min(times), out
+
+
+def perf_stats(path: Path) -> tuple[float, dict[str, int]]:
+    def run():
+        return subprocess.run(["perf", "report", "--stats", "-i", str(path)], capture_output=True, text=True,
+                              check=True).stdout
+
+    return run
+
+
+def parse_stats(out: str) -> dict[str, int]:
+    counts, on = {}, False
+    for line in out.splitlines():
+        if line.startswith("Aggregated stats"):
+            on = True
+            continue
+        parts = line.split()
+        if on and len(parts) >= 3 and parts[1] == "events:":
+            if parts[0] != "TOTAL":
+                counts[parts[0]] = int(parts[2])
+        elif on and counts:
+            break
+    return counts
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--file", type=Path, help="an existing perf.data (default: make one)")
+    ap.add_argument("--records", type=int, default=1_000_000, help="records to aim for when making the file")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--keep", action="store_true", help="keep the generated file")
+    args = ap.parse_args()
+    if not shutil.which("perf"):
+        print("perf is not installed: nothing to compare with", file=sys.stderr)
+        return 2
+    tmp = None
+    path = args.file
+    if path is None:
+        tmp = Path(tempfile.mkdtemp(prefix="bench_records."))
+        path = tmp / "sideband.data"
+        how = "perf record -a -e dummy --switch-events -- perf bench sched pipe"
+        if not make_with_perf(path, max(1000, args.records // 4)):
+            how = "written by hand (perf record is not permitted here)"
+            make_by_hand(path, args.records)
+        print(f"file: {path} ({path.stat().st_size / 1e6:.1f} MB), {how}")
+    try:
+        perf_t, perf_out = best(perf_stats(path), args.repeat)
+        theirs = parse_stats(perf_out)
+
+        def walk():
+            with open_perf_data(path) as pd:
+                n = sum(1 for _ in pd.iter_headers())
+                return n, dict(pd.stats)
+
+        def parse():
+            with open_perf_data(path) as pd:
+                return sum(1 for _ in pd.records())
+
+        def parse_fields():
+            with open_perf_data(path) as pd:
+                acc = 0
+                for r in pd.records():
+                    t = r.time
+                    if t is not None:
+                        acc += t + (r.cpu or 0)
+                return acc
+
+        walk_t, (n, ours) = best(walk, args.repeat)
+        rec_t, _ = best(parse, max(1, args.repeat - 1))
+        fld_t, _ = best(parse_fields, 1)
+        total = sum(theirs.values())
+        print(f"records: {n} (perf counts {total}); counts equal perf's: {ours == theirs}")
+        print(f"perf report --stats       {perf_t:7.3f} s  {perf_t / total * 1e6:6.2f} us/record")
+        for label, t in (("iter_headers (fast path)", walk_t), ("records()", rec_t),
+                         ("records() + time/cpu", fld_t)):
+            print(f"{label:25s} {t:7.3f} s  {t / total * 1e6:6.2f} us/record  ratio {t / perf_t:5.2f}x")
+        return 0 if ours == theirs else 1
+    finally:
+        if tmp is not None and not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
