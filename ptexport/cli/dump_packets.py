@@ -28,6 +28,8 @@ def add_arguments(parser) -> None:
                              "that stream), as perf's decoder does, instead of buffer by buffer")
     parser.add_argument("--cpu", metavar="F/M[/S]",
                         help="decode for this CPU family/model[/stepping] (errata); 'none' = spec")
+    parser.add_argument("--perf-time", action="store_true",
+                        help="perf.data: show perf's timestamp (TSC units) on TSC/TMA/MTC packets")
     g = parser.add_argument_group("ptdump options")
     g.add_argument("--no-sync", action="store_true", help="assume a sync point at offset 0")
     g.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -286,6 +288,8 @@ def _run_perf_data(args, opts, warning, out) -> int:
         if warning:
             print(warning, file=out)
         if args.per_cpu:
+            if args.perf_time:
+                raise UsageError("--perf-time goes with buffer-by-buffer dumps (no --per-cpu)")
             _dump_per_cpu(pd, opts, out)
             return 0
         for rec in pd.records():
@@ -294,6 +298,10 @@ def _run_perf_data(args, opts, warning, out) -> int:
             data = pd.aux_data(rec)
             print(f"# aux cpu {rec.cpu} idx {rec.idx} tid {rec.tid} aux_offset {rec.aux_offset:#x}"
                   f" size {rec.size:#x} (file offset {rec.data_offset:#x})", file=out)
+            if args.perf_time:
+                t = opts.timing
+                opts = dataclasses.replace(opts, perf_time=(t.cpuid_0x15_ebx, t.cpuid_0x15_eax,
+                                                            t.mtc_freq, rec.reference))
             for line in ptdump_lines(data, opts, source=f"aux cpu {rec.cpu}"):
                 print(line, file=out)
     return 0

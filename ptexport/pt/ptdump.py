@@ -15,7 +15,7 @@ from ptexport.errors import PacketError
 from ptexport.pt import packets as P
 from ptexport.pt.errata import NO_ERRATA, Errata
 from ptexport.pt.lastip import LastIp, sext48
-from ptexport.pt.time import TimeCal, TimeTracker, TimingConfig, TimeError
+from ptexport.pt.time import PerfTime, TimeCal, TimeTracker, TimingConfig, TimeError
 
 
 @dataclass
@@ -38,6 +38,8 @@ class PtdumpOptions:
     keep_tcal_on_ovf: bool = False
     #: report a packet cut by the end of the buffer (ptdump stops silently)
     report_eos: bool = False
+    #: show perf's timestamp (PerfTime) on TSC/TMA/MTC: (tsc_ctc_n, tsc_ctc_d, mtc_shift, ref_tsc)
+    perf_time: tuple[int, int, int, int] | None = None
     errata: Errata = field(default_factory=lambda: NO_ERRATA)
     timing: TimingConfig = field(default_factory=TimingConfig)
 
@@ -218,6 +220,9 @@ class _Tracking:
         self.tsc = 0
         self.fcr = 0
         self.in_header = False
+        # perf keeps its timestamp over decode errors: created once, never reset
+        if getattr(self, "perf", None) is None:
+            self.perf = PerfTime(*self.opts.perf_time) if self.opts.perf_time else None
 
 
 def ptdump_lines(buf, options: PtdumpOptions | None = None, source: str = "<buffer>",
@@ -301,6 +306,19 @@ def _render(pkt: P.Packet, trk: _Tracking, o: PtdumpOptions, buf, diags: list[st
         else:
             if o.track_time:
                 tid, tpl = _track_time(pkt, trk, o, diags, sideband)
+            if trk.perf is not None and k in (P.K_TSC, P.K_TMA, P.K_MTC):
+                pt = trk.perf
+                if k == P.K_TSC:
+                    pt.update_tsc(pkt.p0)
+                elif k == P.K_TMA:
+                    pt.update_tma(pkt.p0, pkt.p1)
+                else:
+                    pt.update_mtc(pkt.p0)
+                extra = f"{pt.timestamp:016x}"
+                if tid:
+                    tpl = f"{tpl}  perf {extra}"
+                else:
+                    tid, tpl = "perf", extra
             skip = o.no_timing
     if skip:
         return None

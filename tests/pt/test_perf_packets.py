@@ -147,3 +147,12 @@ def test_quipper_per_cpu_stream(quipper):
     b = [ln for ln in per_cpu.getvalue().splitlines() if not ln.startswith("#")]
     assert a == b and len(a) == 105109  # one AUXTRACE buffer per CPU here
     assert "# aux cpu 3: 1 buffer(s), 0x21a00 bytes" in per_cpu.getvalue()
+
+
+def test_quipper_perf_time_column(quipper):
+    out = io.StringIO()
+    assert main(["dump", "packets", str(quipper), "--perf-time"], out) == 0
+    lines = [" ".join(ln.split()) for ln in out.getvalue().splitlines()]
+    assert "0000000000000085 mtc 48 perf 000000bc4cd2d080" in lines
+    assert "0000000000000036 tsc bc4cd2cfe8 perf 000000bc4cd2cfe8" in lines
+    assert sum(1 for ln in lines if " perf " in ln) == 2826 + 24  # TSC + MTC + TMA lines
