@@ -205,17 +205,11 @@ class TimeCal:
     def have_fcr(self) -> bool:
         return self.min_fcr <= self.max_fcr
 
-    def fcr_value(self) -> int:
-        return self.fcr
-
-    def fcr_or_raise(self) -> int:
+    def fcr_get(self) -> int:
+        """The calibrated FastCounter/cycles ratio (<< FCR_SHR); TimeError "no_time" before any."""
         if not self.have_fcr():
             raise TimeError("no_time")
         return self.fcr
-
-    # libipt name
-    def fcr_get(self) -> int:
-        return self.fcr_or_raise()
 
     def set_fcr(self, fcr: int) -> None:
         self.fcr = fcr
