@@ -26,15 +26,16 @@ class CallPathTable:
 
     __slots__ = ("kernel_start", "parent", "sym", "ip", "in_kernel", "db_id", "_index", "last_db_id", "_rows")
 
-    def __init__(self, kernel_start: int = 1 << 63, *, first_db_id: int = 0) -> None:
+    def __init__(self, kernel_start: int = 1 << 63, *, first_db_id: int = 0, root_db_id: int = 0) -> None:
+        """``root_db_id``: the root's id when the caller has already written its row (then not exported)."""
         self.kernel_start = kernel_start
         self.parent: list[int] = [-1]
         self.sym: list[int] = [0]
         self.ip: list[int] = [0]
         self.in_kernel: list[bool] = [False]
-        self.db_id: list[int] = [0]
+        self.db_id: list[int] = [root_db_id]
         self._index: dict[tuple[int, int, int], int] = {}
-        self.last_db_id = first_db_id
+        self.last_db_id = max(first_db_id, root_db_id)
         self._rows: list[tuple[int, int, int, int]] = []
 
     def __len__(self) -> int:

@@ -392,6 +392,7 @@ class FastCallTree:
         retpoline_syms: Iterable[int] = (),
         first_call_id: int = 0,
         first_call_path_id: int = 0,
+        root_call_path_id: int = 0,
         capacity: int = 1024,
     ) -> None:
         if not HAVE_NUMBA:  # pragma: no cover
@@ -404,9 +405,10 @@ class FastCallTree:
         self.O = np.zeros((4 * capacity, len(CALLS_COLUMNS)), dtype=np.int64)
         self.G = np.zeros(9, dtype=np.int64)
         self.G[G_CALL_ID] = first_call_id
-        self.G[G_CP_ID] = first_call_path_id
+        self.G[G_CP_ID] = max(first_call_path_id, root_call_path_id)
         self.G[G_NCP] = 1  # node 0: the root
         self.P[0, P_PARENT] = -1
+        self.P[0, P_DBID] = root_call_path_id  # nonzero: its row is written by the caller
         self.G[G_FREE] = -1
         self.G[G_KS] = np.uint64(kernel_start).view(np.int64)
         self.G[G_RSTATE0] = 1 if x86 else 0

@@ -174,8 +174,10 @@ class CallTree:
 
     ``kernel_start`` splits user from kernel addresses (perf: 1 << 63 on
     x86_64); ``x86`` enables retpoline handling; ``retpoline_syms`` are the
-    symbol ids of ``__x86_indirect_thunk_*`` functions.  ``first_call_id`` and
-    ``call_paths`` let an export continue numbering.
+    symbol ids of ``__x86_indirect_thunk_*`` functions.  ``first_call_id``,
+    ``first_call_path_id`` and ``call_paths`` let an export continue numbering;
+    ``root_call_path_id`` says the root call path row is already written with
+    that id (perf's root is 1), so it is not exported again.
     """
 
     def __init__(
@@ -185,10 +187,13 @@ class CallTree:
         x86: bool = True,
         retpoline_syms: Iterable[int] = (),
         first_call_id: int = 0,
+        first_call_path_id: int = 0,
+        root_call_path_id: int = 0,
         call_paths: CallPathTable | None = None,
     ) -> None:
         self.kernel_start = kernel_start
-        self.paths = call_paths if call_paths is not None else CallPathTable(kernel_start)
+        self.paths = call_paths if call_paths is not None else CallPathTable(
+            kernel_start, first_db_id=first_call_path_id, root_db_id=root_call_path_id)
         self.rstate0 = _RETPOLINE_POSSIBLE if x86 else _NONE
         self.retpoline_syms = frozenset(int(s) for s in retpoline_syms if s)
         self.last_call_id = first_call_id

@@ -154,3 +154,18 @@ def test_fast_set_trace_nr_and_depth():
         fast.set_trace_nr(t, 99)
         assert fast.depth(t) == ref.depth(t) == 0
     assert fast.take_calls()["id"].tolist() == ref.take_calls()["id"].tolist()
+
+
+@pytest.mark.parametrize("cls", [CallTree, FastCallTree])
+def test_root_written_by_the_caller_is_not_exported_again(cls):
+    batch = random_stream(11, 300)
+    plain = cls()
+    plain.process_batch(batch)
+    plain.flush_all()
+    own = cls(root_call_path_id=1, first_call_path_id=1)
+    own.process_batch(batch)
+    own.flush_all()
+    p0, p1 = plain.take_call_paths(), own.take_call_paths()
+    assert p0["id"][0] == 1 and p0["parent_id"][0] == 0 and p0["symbol_id"][0] == 0
+    assert p1["id"].tolist() == p0["id"][1:].tolist() and p1["parent_id"].tolist() == p0["parent_id"][1:].tolist()
+    assert own.take_calls()["call_path_id"].tolist() == plain.take_calls()["call_path_id"].tolist()
