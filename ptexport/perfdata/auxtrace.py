@@ -44,8 +44,13 @@ class IntelPTInfo(AuxtraceInfo):
     max_non_turbo_ratio: int | None = None
     filter_str_len: int | None = None
     filter: str = ""
-    #: u64 words after the filter string (newer perf versions may add fields there)
+    #: u64 words after the filter string: perf >= 5.18 writes cap_event_trace there
     extra: tuple[int, ...] = field(default_factory=tuple)
+
+    @property
+    def cap_event_trace(self) -> bool | None:
+        """Whether the PMU could do Event Trace (the first word after the filter string), None if absent."""
+        return bool(self.extra[0]) if self.extra else None
 
     @property
     def vmcs_bit(self) -> int | None:
@@ -146,7 +151,5 @@ class TimeConv:
     def perf_time_to_tsc(self, ns: int) -> int:
         """perf's perf_time_to_tsc."""
         t = (ns - self.time_zero) & ((1 << 64) - 1)
-        if self.cap_user_time_short and self.time_mask is not None:
-            t = (ns - self.time_zero) & ((1 << 64) - 1)  # perf ignores cycles wrap for this direction too
         quot, rem = divmod(t, self.time_mult)
         return (quot << self.time_shift) + (rem << self.time_shift) // self.time_mult

@@ -938,7 +938,7 @@ def _read_exact(f: BinaryIO, n: int) -> bytes:
     chunks = []
     left = n
     while left:
-        b = f.read(left)
+        b = f.read(min(left, 1 << 20))  # bounded reads: a corrupt size must not allocate gigabytes
         if not b:
             break
         chunks.append(b)
