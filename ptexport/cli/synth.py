@@ -55,6 +55,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--elf-path", default="", metavar="DIR",
                    help="directory the MMAP2 records name for the ELFs (default: the absolute "
                         "output directory)")
+    e = p.add_argument_group("faults (per CPU stream; perf reports each as a decoder error)")
+    e.add_argument("--ovf", type=int, default=0, metavar="N",
+                   help="N internal buffer overflows: OVF, packets lost, FUP where tracing goes on")
+    e.add_argument("--corrupt", type=int, default=0, metavar="N",
+                   help="N corrupted spots: a bad-packet byte and PADs up to the next PSB")
+    e.add_argument("--truncate", type=int, default=0, metavar="N",
+                   help="N truncated AUX areas (AUX record flag TRUNCATED, data up to the next "
+                        "PSB missing)")
     p.add_argument("--seed", type=int, default=1, help="seed for the random choices")
     p.add_argument("--check", action="store_true",
                    help="afterwards run perf script and compare it with the ground truth")
@@ -67,7 +75,8 @@ def run(args, out) -> int:
                         tnt=args.tnt, ip_mode=args.ip_mode, timing=args.timing,
                         mtc_period=args.mtc_period, cbr=args.cbr, cpus=args.cpus,
                         psb_period=args.psb_period, seed=args.seed, migrate=args.migrate,
-                        per_thread=args.per_thread,
+                        per_thread=args.per_thread, ovf=args.ovf, corrupt=args.corrupt,
+                        truncate=args.truncate,
                         elf_path=args.elf_path)
     t0 = time.monotonic()
     res = synthesize(args.out, opts)
@@ -83,6 +92,9 @@ def run(args, out) -> int:
         truth, _meta = load_truth(res.out_dir)
         per = "tid" if args.per_thread else "cpu"
         cmp = compare_branches(truth, parse_branches(proc.stdout), per=per)
+        if _meta.get("errors"):
+            print(f"{len(_meta['errors'])} faults placed (see truth.json 'errors'); check them "
+                  "with perf script --itrace=be", file=out)
         print(f"perf script --itrace=b: {cmp.compared} lines compared, {cmp.mismatches} "
               f"mismatches, max time error {cmp.max_time_error_ns} ns"
               + ("" if cmp.ok else f"; first: {cmp.first_mismatch}"), file=out)

@@ -40,6 +40,7 @@ TIME_SHIFT, TIME_MULT, TIME_ZERO = 32, 1 << 31, 0   # 2 GHz TSC: ns = tsc / 2
 TSC_CTC_N, TSC_CTC_D = 80, 1         # 25 MHz crystal clock
 MAX_NONTURBO_RATIO = 20              # 2 GHz / 100 MHz bus clock
 SYSCALL_TICKS = 2000                 # time a thread spends in the kernel per system call
+OVF_LOST_BLOCKS = 60                 # blocks whose packets an overflow loses
 SWITCH_TICKS = 400                   # scheduler time between two threads on one CPU
 
 SAMPLE_DIR = Path(__file__).resolve().parent.parent.parent / "sample_data" / "src"
@@ -69,6 +70,9 @@ class SynthOptions:
     seed: int = 1
     migrate: bool = True             # threads move between CPUs now and then
     elf_path: str = ""               # MMAP2 directory for the ELFs ("" = the output dir, absolute)
+    ovf: int = 0                     # overflows (OVF packets) per CPU stream
+    corrupt: int = 0                 # corrupted bytes per CPU stream
+    truncate: int = 0                # truncated AUX areas per CPU stream
     insn_truth_limit: int = 3_000_000  # write truth_insns.npz when there are at most this many
 
     def validate(self) -> None:
@@ -89,6 +93,9 @@ class SynthOptions:
             raise UsageError("--psb-period must be at least 256 bytes")
         if self.cbr and not 1 <= self.cbr <= 255:
             raise UsageError("--cbr must be 1..255")
+        for name in ("ovf", "corrupt", "truncate"):
+            if not 0 <= getattr(self, name) <= 1000:
+                raise UsageError(f"--{name} must be 0..1000")
 
 
 def find_program(name: str) -> Path:
@@ -169,6 +176,11 @@ class GroundTruth:
     def __len__(self) -> int:
         return len(self.kind)
 
+    def truncate(self, n: int) -> None:
+        for col in (self.time, self.cpu, self.tid, self.from_ip, self.to_ip, self.kind,
+                    self.exec_time):
+            del col[n:]
+
     def arrays(self) -> dict[str, np.ndarray]:
         tsc = np.array(self.time, dtype=np.uint64)
         return {
@@ -203,7 +215,17 @@ class CpuEncoder:
         self.cyc_last = 0
         self.psb_offsets: list[int] = []
         self.psb_marks: list[tuple[int, int]] = []   # (offset, tsc) of each PSB
+        self.psb_ends: list[int] = []                # offset after each PSBEND
+        self.psb_truth: list[int] = []               # ground-truth rows before each PSB
         self.end_time = 0
+        # overflows: after these PSBs (1-based numbers) the trace loses some packets
+        self.ovf_at = {2 + 2 * k for k in range(opts.ovf)}
+        self.ovf_arm: int | None = None
+        self.errors: list[dict] = []
+        # (offset after, truth rows after, target, tsc) of each TIP of an indirect branch
+        self.tip_marks: list[tuple[int, int, int, int]] = []
+        self.psb_fup: list[int | None] = []          # the FUP IP in each PSB+ (None: none)
+        self.truncated_at: list[int] = []            # AUX chunks that end truncated here
 
     # timing helpers
     def _ctc(self, t: int) -> tuple[int, int]:
@@ -219,12 +241,13 @@ class CpuEncoder:
             self.next_mtc = (t // self.mtc_ticks + 1) * self.mtc_ticks
         self.cyc_last = t
 
-    def _mtcs_upto(self, t: int) -> None:
+    def _mtcs_upto(self, t: int, emit: bool = True) -> None:
         if self.opts.timing == "tsc":
             return
         while self.next_mtc <= t:
             ctc = self.next_mtc // (TSC_CTC_N // TSC_CTC_D)
-            self.w.mtc(ctc >> self.opts.mtc_period)
+            if emit:
+                self.w.mtc(ctc >> self.opts.mtc_period)
             self.next_mtc += self.mtc_ticks
 
     def _cyc(self, t: int) -> None:
@@ -238,13 +261,18 @@ class CpuEncoder:
         self.psb_offsets.append(w.psb())
         self.last_psb = self.psb_offsets[-1]
         self.psb_marks.append((self.last_psb, t))
+        self.psb_truth.append(len(self.truth))
+        if len(self.psb_marks) in self.ovf_at:
+            self.ovf_arm = 40
         self._tsc_tma(t)
         if self.opts.cbr:
             w.cbr(self.opts.cbr)
         if ip is not None:
             w.mode_exec64()
             w.fup(ip)
+        self.psb_fup.append(ip)
         w.psbend()
+        self.psb_ends.append(len(w.buf))
         self.stack.clear()
 
     def encode_slice(self, p: Placed) -> None:
@@ -273,6 +301,9 @@ class CpuEncoder:
         # Direct branches make no packet: perf can only time them by the packet before
         # them, so their ground-truth "time" is that packet's (exec_time is their own).
         t_pkt = t
+        last_pkt_row, last_pkt_ip = len(truth), addrs[0]
+        lose_until = -1
+        ovf_time = t
         for i in range(n):
             b = cache.get(addrs[i], sizes[i])
             t += len(b.insns) * tpi
@@ -281,6 +312,41 @@ class CpuEncoder:
                 nxt = addrs[i + 1]
             else:
                 nxt = None
+            if self.ovf_arm is not None:
+                self.ovf_arm -= 1
+                if (self.ovf_arm <= 0 and end in (END_JCC, END_JMP_IND, END_CALL_IND, END_RET)
+                        and i + OVF_LOST_BLOCKS + 2 < n):
+                    # Internal buffer overflow: the packets of this branch and of the next
+                    # blocks are lost; then OVF and a FUP where tracing goes on.
+                    self.ovf_arm = None
+                    lose_until = i + OVF_LOST_BLOCKS
+                    # perf fetches the next packet (the OVF) right after the last one it
+                    # used, so the direct branches since then are not reported either
+                    truth.truncate(last_pkt_row)
+                    ovf_time = t_pkt
+            if lose_until >= i:
+                if end == END_CALL or end == END_CALL_IND:
+                    stack.append(b.fallthrough)
+                elif end == END_RET and stack:
+                    stack.pop()
+                self._mtcs_upto(t, emit=False)
+                if i == lose_until:
+                    w.flush_tnt()
+                    off = w.ovf_offset = len(w.buf)
+                    w.ovf()
+                    self._tsc_tma(t)     # timing resumes with the trace
+                    w.last_ip = 0
+                    w.fup(nxt)
+                    stack.clear()
+                    # perf reports the error where its decoder stood (after the last branch
+                    # it could decode), then a trace begin at the FUP
+                    self.errors.append({"kind": "overflow", "code": 7, "cpu": cpu, "tid": tid,
+                                        "offset": off, "time": int(tsc_to_ns(ovf_time)),
+                                        "ip": last_pkt_ip, "resume_ip": nxt})
+                    truth.add(t, cpu, tid, 0, nxt, KIND_TR_STRT)
+                    t_pkt = t
+                    last_pkt_row, last_pkt_ip = len(truth), nxt
+                continue
             if end == 0:
                 pass
             elif end == END_JCC:
@@ -303,6 +369,7 @@ class CpuEncoder:
                 self._mtcs_upto(t)
                 self._cyc(t)
                 w.tip(nxt)
+                self.tip_marks.append((len(w.buf), len(truth) + 1, nxt, t))
                 if end == END_CALL_IND:
                     stack.append(b.fallthrough)
                     if len(stack) > 64:
@@ -320,12 +387,14 @@ class CpuEncoder:
                 else:
                     self._cyc(t)
                     w.tip(nxt)
+                    self.tip_marks.append((len(w.buf), len(truth) + 1, nxt, t))
                 truth.add(t, cpu, tid, b.last_ip, nxt, KIND_RET)
             elif end == END_SYSCALL:
                 if i + 1 != n:
                     raise SynthError(f"syscall in the middle of a slice at {b.last_ip:#x}")
             if end and end != END_JMP and end != END_CALL:
                 t_pkt = t
+                last_pkt_row, last_pkt_ip = len(truth), nxt
             if nxt is not None and len(w.buf) - self.last_psb >= opts.psb_period:
                 self.psb_plus(t, nxt)
         # the slice ends at its syscall: tracing stops (user-only), IP suppressed
@@ -423,6 +492,14 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
             encoders[p.cpu].encode_slice(p)
     for enc in encoders:
         enc.w.flush_tnt()
+    if opts.corrupt or opts.truncate:
+        from ptexport.synth import faults
+
+        for enc in reversed(encoders):   # later streams first: rows before them stay put
+            if opts.corrupt:
+                faults.corrupt(enc, truth, opts.corrupt)
+            if opts.truncate:
+                faults.truncate(enc, truth, opts.truncate)
 
     from ptexport.synth.sideband import write_perf_data
     perf_path = out_dir / "perf.data"
@@ -450,6 +527,7 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
         "elfs": sorted(elf_names.values()),
         "instructions": int(n_insns),
         "output": emu.output.decode("utf-8", "replace")[-200:],
+        "errors": [e for enc in encoders for e in enc.errors],
     }
     (out_dir / "truth.json").write_text(json.dumps(meta, indent=1) + "\n")
     return SynthResult(out_dir, perf_path, len(truth), meta["pt_bytes"], meta)

@@ -17,6 +17,7 @@ from pathlib import Path
 from ptexport.errors import SynthError
 from ptexport.perfdata.constants import (
     PERF_RECORD_MISC_COMM_EXEC, PERF_RECORD_MISC_SWITCH_OUT, PERF_RECORD_MISC_USER, AttrFlag,
+    AuxFlag,
     AttrType, Feature, IntelPTConfig, RecordType, SampleType, SoftwareEvent,
 )
 from ptexport.synth import generate as G
@@ -202,30 +203,33 @@ def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int
         if not buf:
             continue
         cpu = enc.cpu
-        cuts = [o for o, _t in enc.psb_marks] + [len(buf)]
-        times = [t for _o, t in enc.psb_marks]
+        trunc = dict(enc.truncated_at)
+        bounds = {o: t for o, t in enc.psb_marks}
+        bounds.update(trunc)
+        bounds[len(buf)] = enc.end_time + 200
+        cuts = sorted(bounds)
         start = 0
         k = 0
         while start < len(buf):
-            end = start
-            while k + 1 < len(cuts) and cuts[k + 1] - start <= AUX_CHUNK:
+            # the chunk ends at the last boundary within AUX_CHUNK, or at a truncation
+            k += 1
+            while (k + 1 < len(cuts) and cuts[k] not in trunc
+                   and cuts[k + 1] - start <= AUX_CHUNK):
                 k += 1
-                end = cuts[k]
-            if end <= start:       # one PSB period larger than a chunk
-                k += 1
-                end = cuts[k]
-            t_end = times[k] if k < len(times) else enc.end_time + 200
+            end = cuts[k]
+            t_end = bounds[end]
+            flags = AuxFlag.TRUNCATED if end in trunc else 0
             chunk = bytes(buf[start:end])
             # reference = the TSC when perf read the buffer
             if opts.per_thread:
                 idx = tids.index(enc.tid)
                 recs.add_raw(t_end, ("AUXTRACE", chunk, start, t_end + 100, idx, enc.tid, -1))
                 pid = emu.threads[enc.tid].pid
-                recs.add(t_end, RecordType.AUX, 0, aux_body(start, len(chunk), 0),
+                recs.add(t_end, RecordType.AUX, 0, aux_body(start, len(chunk), flags),
                          pid=pid, tid=enc.tid, cpu=0, pt_event=True)
             else:
                 recs.add_raw(t_end, ("AUXTRACE", chunk, start, t_end + 100, cpu, -1, cpu))
-                recs.add(t_end, RecordType.AUX, 0, aux_body(start, len(chunk), 0),
+                recs.add(t_end, RecordType.AUX, 0, aux_body(start, len(chunk), flags),
                          pid=-1 & 0xFFFFFFFF, tid=-1 & 0xFFFFFFFF, cpu=cpu, pt_event=True)
             start = end
 

@@ -180,3 +180,60 @@ def compare_instructions(out_dir: Path, perf_data: Path | None = None, per: str 
         mism += nb
         compared += n
     return Comparison(compared, mism, first, 0, True)
+
+
+_ERR = re.compile(r"instruction trace error type \d+ time (\d+)\.(\d+) cpu (-?\d+) pid (-?\d+) "
+                  r"tid (-?\d+) ip (0x[0-9a-f]+|0) code (\d+): (.*)$")
+
+
+def parse_errors(lines: list[str]) -> list[dict]:
+    """perf's ``instruction trace error`` lines (from ``--itrace=be`` output)."""
+    out = []
+    for line in lines:
+        m = _ERR.search(line)
+        if m:
+            out.append({"time": int(m[1]) * 1_000_000_000 + int(m[2].ljust(9, "0")[:9]),
+                        "cpu": int(m[3]), "tid": int(m[5]), "ip": int(m[6], 16),
+                        "code": int(m[7]), "text": m[8]})
+    return out
+
+
+def perf_dump(perf_data: Path) -> str:
+    """The text of ``perf report -D`` (records and PT packets with their offsets)."""
+    perf = shutil.which("perf")
+    if perf is None:
+        raise SynthError("perf is not installed")
+    proc = subprocess.run([perf, "report", "-D", "-i", str(perf_data)], capture_output=True,
+                          text=True, timeout=600)
+    return proc.stdout
+
+
+def dump_offsets(dump: str, needle: str) -> list[tuple[int, int]]:
+    """(cpu, offset in that CPU's AUX stream) of every packet line of a ``perf report -D``
+    text containing ``needle`` (e.g. "OVF", "Bad packet!")."""
+    base = 0
+    cpu = -1
+    out = []
+    aux = re.compile(r"PERF_RECORD_AUXTRACE size: (0x[0-9a-f]+|0)\s+offset: (0x[0-9a-f]+|0)"
+                     r".*cpu: (-?\d+)")
+    for line in dump.splitlines():
+        m = aux.search(line)
+        if m:
+            base = int(m[2], 16)
+            cpu = int(m[3])
+            continue
+        if needle in line and line.startswith(".  "):
+            out.append((cpu, base + int(line.split(":")[0][3:], 16)))
+    return out
+
+
+def aux_truncations(dump: str) -> list[tuple[int, int]]:
+    """(cpu, end offset) of every AUX record with the TRUNCATED flag in a ``perf report -D`` text."""
+    out = []
+    pat = re.compile(r"^(-?\d+) .*PERF_RECORD_AUX offset: (0x[0-9a-f]+|0) size: (0x[0-9a-f]+) "
+                     r"flags: (0x[0-9a-f]+)")
+    for line in dump.splitlines():
+        m = pat.search(line)
+        if m and int(m[4], 16) & 1:
+            out.append((int(m[1]), int(m[2], 16) + int(m[3], 16)))
+    return out

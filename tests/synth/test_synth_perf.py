@@ -19,7 +19,8 @@ def _check(out, *, itrace="b", kinds=None, per="cpu", max_err=MTC_PERIOD_NS, exp
     assert proc.returncode == 0, proc.stderr
     perf = parse_branches(proc.stdout)
     truth, meta = load_truth(out)
-    assert not perf.other, perf.other[:5]
+    if not expect_errors:
+        assert not perf.other, perf.other[:5]
     cmp = compare_branches(truth, perf, per=per, kinds=kinds)
     assert cmp.mismatches == 0, cmp.first_mismatch
     assert cmp.compared == (len(truth["kind"]) if kinds is None
@@ -160,3 +161,36 @@ def test_fork_exec(tmp_path, cpus):
     # the child runs both programs: forkexec's code before the exec, calls' after it
     child = perf.tid == 1001
     assert child.sum() > 1000 and (perf.tid == 1000).sum() > 10
+
+
+@pytest.mark.parametrize("prog,cpus,retcomp", [("calls", 1, True), ("threads", 2, False)])
+def test_error_variants(tmp_path, prog, cpus, retcomp):
+    from ptexport.synth.verify import aux_truncations, dump_offsets, parse_errors, perf_dump
+
+    synthesize(tmp_path, SynthOptions(program=prog, branches=60_000, cpus=cpus, retcomp=retcomp,
+                                      ovf=2, corrupt=2, truncate=1, psb_period=2048))
+    truth, meta, perf = _check(tmp_path, itrace="be", expect_errors=True)
+    errs = meta["errors"]
+    kinds = [e["kind"] for e in errs]
+    assert kinds.count("overflow") >= 2 * cpus - 1 and "bad packet" in kinds
+    assert "lost trace data" in kinds
+    # the faults sit at the offsets the generator put them, as perf's packet dump shows
+    dump = perf_dump(tmp_path / "perf.data")
+    where = lambda kind: sorted((e["cpu"], e["offset"]) for e in errs if e["kind"] == kind)
+    assert sorted(dump_offsets(dump, "OVF")) == where("overflow")
+    assert sorted(dump_offsets(dump, "Bad packet!")) == where("bad packet")
+    assert sorted(aux_truncations(dump)) == where("lost trace data")
+    # and perf reports each error where its decoder stood: same code, CPU, IP and time
+    perr = parse_errors(perf.other)
+    for e in errs:
+        hits = [p for p in perr if p["code"] == e["code"] and p["cpu"] == e["cpu"]
+                and p["ip"] == e["ip"] and abs(p["time"] - e["time"]) < MTC_PERIOD_NS]
+        assert len(hits) == 1, (e, perr)
+    # the only other errors: "Trace doesn't match instruction" where perf meets the PSB
+    # after a bad packet or a truncation, on that CPU right after it stopped
+    stops = [(e["cpu"], e["stop_time"]) for e in errs if "stop_time" in e]
+    follow = [p for p in perr if p["code"] == 6]
+    assert all(any(c == p["cpu"] and 0 <= p["time"] - t < MTC_PERIOD_NS for c, t in stops)
+               for p in follow), follow
+    assert len(follow) >= kinds.count("bad packet")
+    assert len(perr) == len(errs) + len(follow)
