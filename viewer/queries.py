@@ -131,8 +131,9 @@ def vcpus(s: Session, machine_id: int | None = None) -> list[VcpuRow]:
     sql = (f"SELECT v.machine_id, v.{vcol}, {'v.' + tcol if tcol else '0'}, COALESCE(t.pid, -1), COALESCE(t.tid, -1) "
            f"FROM vcpus v LEFT JOIN threads t ON t.id = {'v.' + tcol if tcol else '0'}")
     params: dict[str, Any] = {}
+    sql += f" WHERE v.machine_id > 0 AND v.{vcol} >= 0"
     if machine_id is not None:
-        sql += " WHERE v.machine_id = :m"
+        sql += " AND v.machine_id = :m"
         params["m"] = machine_id
     return [VcpuRow(*r) for r in s.rows(sql + f" ORDER BY v.machine_id, v.{vcol}", params)]
 

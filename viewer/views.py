@@ -381,6 +381,7 @@ class TableReport(Report):
         self.view.setAlternatingRowColors(True)
         self.view.verticalHeader().setDefaultSectionSize(20)
         self.view.horizontalHeader().setStretchLastSection(True)
+        self.view.horizontalHeader().setResizeContentsPrecision(50)
         self.fetch_bar = FetchMoreBar(self.model)
         self.find_bar = FindBar()
         self.find_bar.edit.setPlaceholderText("text in any cell (exact) or pattern with * and ?")
@@ -520,6 +521,7 @@ class TopCallsReport(Report):
         self.view.setSelectionMode(QAbstractItemView.ExtendedSelection)
         self.view.setAlternatingRowColors(True)
         self.view.verticalHeader().setDefaultSectionSize(20)
+        self.view.horizontalHeader().setResizeContentsPrecision(50)
         self.message = QLabel("Loading...")
         self.message.setWordWrap(True)
         lay = QVBoxLayout(self)
@@ -570,6 +572,7 @@ class SqlConsole(Report):
         self.view.setSelectionMode(QAbstractItemView.ExtendedSelection)
         self.view.setAlternatingRowColors(True)
         self.view.verticalHeader().setDefaultSectionSize(20)
+        self.view.horizontalHeader().setResizeContentsPrecision(50)
         bar = QHBoxLayout()
         for w in (self.run_button, self.cancel_button, self.limit, self.csv_button):
             bar.addWidget(w)
