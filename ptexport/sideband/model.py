@@ -77,9 +77,9 @@ class Thread:
         return comms[max(i, 0)]
 
     def comm_name(self, time: int | None = None) -> str:
-        """The name perf shows: the comm at ``time`` (latest when None), else ``:tid``."""
-        if not self.comms:
-            return f":{self.tid}"
+        """The name perf shows at ``time`` (latest when None); ``:tid`` before the first comm."""
+        if not self.comms or (time is not None and time < self.comms[0].start):
+            return f":{self.tid}"  # perf's default comm until the first one is set
         c = self.comms[-1] if time is None else self.comm_at(time)
         assert c is not None
         return c.comm
@@ -87,11 +87,13 @@ class Thread:
     def exec_comm(self, time: int | None = None) -> Comm | None:
         """perf's thread__exec_comm as seen at ``time`` (comms set later are not there yet).
 
+        None when no comm was set by then: perf then shows the default ``:tid``.
+
         The latest exec comm; without one, the first comm - except that a first
         comm with no time (copied from the parent by a synthesized FORK) gives way
         to the next one for a main thread, as perf 6.1 does.
         """
-        comms = [c for c in self.comms if time is None or c.start <= time] or list(self.comms[:1])
+        comms = [c for c in self.comms if time is None or c.start <= time]
         for c in reversed(comms):
             if c.exec:
                 return c

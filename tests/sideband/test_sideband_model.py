@@ -189,3 +189,12 @@ def test_map_lookup_is_bisect_not_scan():
     for i in range(0, 20000, 7):
         assert sb.map_at(1, 0x10000 + i * 0x2000 + 5, 10**6).filename == f"/lib/l{i}.so"
     assert _t.perf_counter() - t0 < 0.5
+
+
+def test_thread_seen_before_its_first_comm_shows_perfs_default_name():
+    # a switch names tid 70 before its COMM arrives (perf script prints ":70" then)
+    recs = [R.switch_cpu_wide(0, 100, 1, 1, out=True, next_prev_pid=70, next_prev_tid=70), R.comm(70, 70, "late", 200)]
+    th = build_sideband(recs).host.thread(70)
+    assert (th.comm_name(150), th.comm_name(200), th.comm_name()) == (":70", "late", "late")
+    assert th.exec_comm(150) is None and th.exec_comm(250).comm == "late"
+    assert th.comm_at(150).comm == "late"  # perf's thread__comm_by_time falls back to the oldest
