@@ -1,6 +1,6 @@
-"""perf's sample flag bits (``PERF_IP_FLAG_*``) and every name perf gives them.
+"""perf's sample flag bits (``PERF_IP_FLAG_*``) and the names perf gives them.
 
-Three renderings of the same 32-bit value are needed:
+Two renderings of the same 32-bit value live here:
 
 * :func:`format_flags` - the text ``perf script -F flags`` prints (perf 6.1's
   ``perf_sample__sprintf_flags``): a short name for known branch kinds
