@@ -87,6 +87,9 @@ EVB_FUP = 4
 EVB_FUP_BOUND = 8
 EVB_EXSTOP = 16
 EVB_CFE = 32
+# PWRE waits for the next PWRE/PWRX (or a flush at OVF/PSB) to be published.
+EVB_PWR = 64
+EVB_ALL = 0x7F
 
 EVQ_CAPACITY = 6
 

@@ -157,13 +157,14 @@ class InsnDecoder:
                 return self._status(EVENT_PENDING)
             if t == "disabled" and not ev.status_update:
                 self.enabled = True
+                self.event = ev
                 self.status = q.status_flags()
-                return self._check_ip_event(None)
+                return self._bind()
             if t == "overflow":
                 self.status = q.status_flags()
                 return self._check_ip_event(None)
             ip = ev.frm if t == "async_branch" else ev.ip
-            if not ev.ip_suppressed and not ev.status_update and t != "async_disabled":
+            if not ev.ip_suppressed and t not in ("async_disabled", "disabled"):
                 self.ip = ip
                 self.enabled = True
                 self.status = q.status_flags()
@@ -172,15 +173,26 @@ class InsnDecoder:
 
     # -- event plumbing --------------------------------------------------------
     def _event_pending(self) -> bool:
+        """Is an event waiting?  Peeks at the query's event without taking it.
+
+        The event is taken from the query only when it binds (:meth:`_bind`),
+        so an error before that point leaves it for :meth:`resync` and the
+        reported trace offset where libipt reports it.
+        """
         if self.process_event:
             return True
         if not (self.status & EVENT_PENDING):
             return False
-        ev, status = self.query.next_event()
-        self.event = ev
-        self.process_event = True
-        self.status = status
+        self.event = self.query.event
         return True
+
+    def _bind(self) -> int:
+        """Take the peeked event from the query: it is now being processed."""
+        if not self.process_event:
+            _, status = self.query.next_event()
+            self.status = status
+            self.process_event = True
+        return self._status(EVENT_PENDING)
 
     def _decode(self, ip: int):
         """(size, iclass, special, disp) at ``ip`` in the current mode; raises."""
@@ -289,7 +301,7 @@ class InsnDecoder:
         if not self.process_insn:
             self.process_insn = True
             self.insn = insn
-        return self._status(EVENT_PENDING)
+        return self._bind()
 
     def _clear_postponed(self) -> None:
         self.process_insn = False
@@ -323,7 +335,7 @@ class InsnDecoder:
                     raise
                 if insn.iclass in (CALL, FAR_CALL):
                     self.ip = insn.ip + insn.size
-            return self._status(EVENT_PENDING)
+            return self._bind()
         if t == "paging":
             if self.bound_paging or not ic.binds_to_pip(insn.iclass, insn.special):
                 return 0
@@ -405,51 +417,54 @@ class InsnDecoder:
             return self._status(0)
         ev = self.event
         t = ev.type
-        pending = self._status(EVENT_PENDING)
         enabled = self.enabled
         if t == "disabled":
             if ev.status_update:
-                return pending
-        elif t in ("enabled", "overflow", "stop", "pwre", "pwrx", "tick", "cbr", "mnt"):
-            return pending
+                return self._bind()
+        elif t == "enabled":
+            if ev.status_update and enabled and not ev.ip_suppressed and ev.ip != self.ip:
+                return self._status(0)
+            return self._bind()
+        elif t in ("overflow", "stop", "pwre", "pwrx", "tick", "cbr", "mnt"):
+            return self._bind()
         elif t == "async_disabled":
             if ev.at != self.ip:
                 return self._status(0)
             if self.config.errata.skd022 and self._skd022():
                 return self._status(0)
-            return pending
+            return self._bind()
         elif t == "tsx":
             if self._postpone_tsx(insn, ev):
                 return self._status(0)
-            return pending
+            return self._bind()
         elif t == "async_branch":
             if ev.frm != self.ip:
                 return self._status(0)
-            return pending
+            return self._bind()
         elif t in ("exec_mode", "iflags", "interrupt", "smi", "init", "vmexit", "shutdown",
                    "uintr"):
             if enabled and not ev.ip_suppressed and ev.ip != self.ip:
                 return self._status(0)
-            return pending
+            return self._bind()
         elif t in ("async_paging", "async_vmcs"):
             if not ev.ip_suppressed and ev.ip != self.ip:
                 return self._status(0)
-            return pending
+            return self._bind()
         elif t in ("paging", "vmcs", "ptwrite", "iret", "vmentry", "uiret"):
             if enabled:
                 return self._status(0)
-            return pending
+            return self._bind()
         elif t in ("exstop", "mwait"):
             if not ev.ip_suppressed and enabled and self.ip != ev.ip:
                 return self._status(0)
-            return pending
+            return self._bind()
         elif t in ("rsm", "sipi"):
             if not ev.ip_suppressed:
                 raise FlowError(st.INTERNAL)
-            return pending
+            return self._bind()
         elif t == "trig":
             if ev.ip_suppressed:
-                return pending
+                return self._bind()
             if not ev.ip:
                 if not self.has_icnt:
                     raise FlowError(st.BAD_PACKET)
@@ -461,7 +476,7 @@ class InsnDecoder:
                 return self._status(0)
             if enabled and ev.ip != self.ip:
                 return self._status(0)
-            return pending
+            return self._bind()
         elif t in ("tip", "tnt"):
             raise FlowError(st.INTERNAL)
         return self._status(0)
@@ -489,6 +504,12 @@ class InsnDecoder:
             if self.status & EOS_FLAG:
                 raise FlowError(st.EOS)
             raise FlowError(st.NO_ENABLE)
+        q = self.query
+        if q.status < 0 and q.status != -st.EOS and not q.tnt_index:
+            # A deferred trace error is reported before the next instruction
+            # once the TNT bits before it are used up (libipt reports errors
+            # at the end of a block).
+            raise FlowError(-q.status)
         ip = self.ip
         size, iclass, special, disp = self._decode(ip)
         insn = Insn(ip, size, iclass, special, disp, self.mode, self.speculative)

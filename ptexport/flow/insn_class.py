@@ -52,6 +52,7 @@ SYSRET = 14
 ERETS = 15
 ERETU = 16
 UIRET = 17
+JMPABS = 18
 
 # Execution modes (pt_exec_mode).
 MODE_UNKNOWN = 0
@@ -137,8 +138,8 @@ def decode(code: bytes, ip: int, mode: int) -> tuple[int, int, int, int | None] 
     md = _disassembler(mode)
     for insn in md.disasm(code, ip, 1):
         opcode = insn.opcode
-        prefix = insn.prefix
-        iclass, special = classify(opcode, insn.modrm, prefix[0], prefix[2] == 0x66)
+        f2f3, osz = _legacy_prefixes(code, mode)
+        iclass, special = classify(opcode, insn.modrm, f2f3, osz)
         disp = None
         if iclass in _DIRECT and insn.imm_size and not (opcode[0] == 0xFF):
             raw = insn.bytes[insn.imm_offset: insn.imm_offset + insn.imm_size]
@@ -148,7 +149,33 @@ def decode(code: bytes, ip: int, mode: int) -> tuple[int, int, int, int | None] 
     return _decode_fallback(code)
 
 
+_LEGACY = frozenset((0xF0, 0xF2, 0xF3, 0x2E, 0x36, 0x3E, 0x26, 0x64, 0x65, 0x66, 0x67))
+
+
+def _legacy_prefixes(code: bytes, mode: int) -> tuple[int, bool]:
+    """(last F2/F3 prefix or 0, operand-size prefix seen) from the raw bytes.
+
+    Capstone folds some prefixes into the mnemonic and drops them from its
+    prefix list (F3 0F 01 CA decodes as "clac"), so look at the bytes.
+    """
+    last = 0
+    osz = False
+    for b in code:
+        if b in _LEGACY:
+            if b == 0xF2 or b == 0xF3:
+                last = b
+            elif b == 0x66:
+                osz = True
+            continue
+        break
+    return last, osz
+
+
 def _decode_fallback(code: bytes):
+    # JMPABS (REX2 D5 with M0=0, W=0, opcode A1, 64-bit absolute target): a
+    # direct jump that the trace treats like an indirect one (it gets a TIP).
+    if len(code) >= 11 and code[0] == 0xD5 and not (code[1] & 0x88) and code[2] == 0xA1:
+        return (11, JUMP, JMPABS, None)
     # UIRET (F3 0F 01 EC), ERETS (F2 0F 01 CA), ERETU (F3 0F 01 CA).
     if code[:4] == b"\xf3\x0f\x01\xec":
         return (4, FAR_RETURN, UIRET, None)

@@ -196,6 +196,7 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions) -> Iterator[str]:
     sync = None
     need_sync = True
     status = 0
+    last_resync = None
     while True:
         if need_sync:
             try:
@@ -252,6 +253,12 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions) -> Iterator[str]:
             if blocks is not None:
                 blocks.open = False
             if opts.resync_on_error:
+                # Resync must make progress; the same spot twice means it cannot.
+                here = (dec.offset, id(dec.query.event))
+                if here == last_resync:
+                    need_sync = True
+                    continue
+                last_resync = here
                 try:
                     status = dec.resync()
                     continue

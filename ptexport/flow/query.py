@@ -28,7 +28,9 @@ from ptexport.flow.events import (
     EVB_EXSTOP,
     EVB_FUP,
     EVB_FUP_BOUND,
+    EVB_ALL,
     EVB_PSBEND,
+    EVB_PWR,
     EVB_TIP,
     Event,
     EventQueue,
@@ -308,8 +310,9 @@ class EventDecoder:
             ev.iflag = iflag
 
     def _decode_psb(self) -> int:
-        if len(self.evq):
+        if self.evq.pending(EVB_ALL & ~EVB_PWR & ~EVB_EXSTOP):
             raise FlowError(st.BAD_CONTEXT)
+        self.evq.clear()
         self.ip.reset()
         self.enabled = False
         status_ev = self._enqueue(EVB_PSBEND, "")
@@ -838,7 +841,7 @@ class EventDecoder:
             if k == FUP:
                 self.packet = pkt
                 if tsx is not None:
-                    ev = self._enqueue(EVB_FUP, "tsx")
+                    ev = self._enqueue(EVB_FUP_BOUND, "tsx")
                     ev.speculative, ev.aborted = tsx
                 return self._recover_ovf_at_ip(cur, pkt, pkt, time)
             if k == TIP:
@@ -923,10 +926,27 @@ class EventDecoder:
                 return 1
             continue
 
+    def _publish_pending(self, evb: int) -> bool:
+        """Publish the oldest queued event bound to ``evb`` (IP suppressed), if any."""
+        ev = self.evq.dequeue(evb)
+        if ev is None:
+            return False
+        if ev.type not in ("pwre", "mwait", "exstop", "ptwrite", "tsx", "overflow"):
+            # Partial events (async branches, CFE/EVD halves) die with the overflow.
+            return self._publish_pending(evb)
+        if ev.type == "overflow":
+            return self._publish_pending(evb)
+        ev.ip_suppressed = True
+        self._event_time(ev)
+        self.event = ev
+        return True
+
     def _decode_ovf(self) -> int:
         status = self._decode_psbend()
         if status <= 0:
             return status
+        if self._publish_pending(EVB_ALL):
+            return 0
         time = self.time
         cur = self.cur
         packet = self.packet
@@ -1020,8 +1040,14 @@ class EventDecoder:
             ev.hints, ev.ext = pkt.p0, pkt.p1
             return 1
         if k == PWRE:
-            return self._decode_simple("pwre", state=pkt.p0, sub_state=pkt.p1, hw=bool(pkt.p2))
+            if self._publish_pending(EVB_PWR):
+                return 0
+            ev = self._enqueue(EVB_PWR, "pwre")
+            ev.state, ev.sub_state, ev.hw = pkt.p0, pkt.p1, bool(pkt.p2)
+            return 1
         if k == PWRX:
+            if self._publish_pending(EVB_PWR):
+                return 0
             w = pkt.p2
             return self._decode_simple("pwrx", last=pkt.p0, deepest=pkt.p1,
                                        interrupt=bool(w & 1), store=bool(w & 4),
