@@ -708,6 +708,56 @@ class PerfData:
             yield from self._iter_source(src)
         self._stats = _counts_to_stats(self._live_counts or [], self._live_extra)
 
+    def ordered_records(self) -> Iterator[Record]:
+        """Records in the order perf delivers them (its ordered-events queue): user records (>= 64) and
+        records without a timestamp come at once; timed records are held and released at each
+        FINISHED_ROUND up to the highest time seen before the previous round, sorted by time (stable),
+        and the rest at the end. Memory holds at most about two rounds. For the multi-file directory
+        format each file is ordered this way and the files are merged by time."""
+        if self._stream is None and len(self._sources) > 1:
+            import heapq
+
+            its = [self._ordered(self._iter_source(src)) for src in self._sources]
+            self._live_counts = None
+            self._live_extra = {}
+            seq = iter(range(1 << 62))
+            keyed = [((_timestamp(r) or 0, next(seq), r) for r in it) for it in its]
+            for _t, _n, r in heapq.merge(*keyed):
+                yield r
+            self._stats = _counts_to_stats(self._live_counts or [], self._live_extra)
+            return
+        yield from self._ordered(self.records())
+
+    @staticmethod
+    def _ordered(records: Iterator[Record]) -> Iterator[Record]:
+        import heapq
+
+        heap: list = []
+        push, pop = heapq.heappush, heapq.heappop
+        seq = 0
+        next_flush = 0
+        max_ts = 0
+        finished_round = int(RecordType.FINISHED_ROUND)
+        for rec in records:
+            t = rec.type
+            if t >= USER_START:
+                yield rec
+                if t == finished_round:
+                    while heap and heap[0][0] <= next_flush:
+                        yield pop(heap)[2]
+                    next_flush = max_ts
+                continue
+            ts = _timestamp(rec)
+            if ts is None:
+                yield rec
+                continue
+            if not heap or ts >= max_ts:
+                max_ts = ts
+            seq += 1
+            push(heap, (ts, seq, rec))
+        while heap:
+            yield pop(heap)[2]
+
     def _records_stream(self) -> Iterator[Record]:
         if self._stream_used:
             raise PerfDataError("a stream can be read only once", source=self.path)
@@ -925,6 +975,14 @@ class _Decompressor:
         if self.pending:
             raise TruncatedError(f"{len(self.pending)} decompressed bytes left over: the last record is cut",
                                  source=self.name, offset=self.last_off, what="record COMPRESSED")
+
+
+def _timestamp(rec: Record) -> int | None:
+    """The time perf orders a record by (sample time, or the sample_id trailer's), None if it has none."""
+    if rec.type == 9:  # PERF_RECORD_SAMPLE
+        return rec.time
+    sid = rec.sample_id
+    return None if sid is None else sid.time
 
 
 def perf_data_from_bytes(data: bytes, name: str = "<bytes>", *, strict: bool = False) -> PerfData:

@@ -184,3 +184,14 @@ def test_kcore_directory_made_from_a_real_file(made, tmp_path):
     with open_perf_data(d) as pd, open_perf_data(made["plain"]) as ref:
         assert pd.kcore_dir == d / "kcore_dir"
         assert dict(pd.stats) == dict(ref.stats) == P.perf_stats(d)
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "threads_dir"])
+def test_ordered_records_follow_perfs_delivery_order(made, kind):
+    """perf script -D dumps kernel records as its ordered-events queue delivers them."""
+    path = made[kind]
+    theirs = [(d.offset, d.type, d.size) for d in P.perf_dump(path) if d.type < 64]
+    with open_perf_data(path) as pd:
+        ours = [_key(pd, r) for r in pd.ordered_records() if r.type < 64]
+        assert dict(pd.stats) == P.perf_stats(path)
+    assert ours == theirs

@@ -185,3 +185,12 @@ def test_features_match_perf_header_only(pd, quipper):
     assert hv["data offset"] == str(pd.header["data_offset"]) and hv["data size"] == str(pd.header["data_size"])
     maps = dict(p.split(" = ") for p in hv["pmu mappings"].split(", "))
     assert {int(v): k for k, v in maps.items()} == f["pmu_mappings"]
+
+
+@needs_perf
+def test_ordered_records_follow_perfs_delivery_order(pd, dump):
+    theirs = [(d.offset, d.type) for d in dump if d.type < 64]
+    ours = [(r.offset, r.type) for r in pd.ordered_records() if r.type < 64]
+    assert ours == theirs
+    times = [r.sample_id.time for r in pd.ordered_records() if r.type < 64 and r.sample_id is not None]
+    assert times == sorted(times)

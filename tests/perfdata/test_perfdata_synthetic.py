@@ -498,3 +498,28 @@ def test_perf_config_terms_intel_pt_layout():
 
 def test_errors_are_ptexport_errors():
     assert issubclass(TruncatedError, PtExportError)
+
+
+def test_ordered_records_round_semantics_and_dir_merge(tmp_path):
+    a = W.attr(sample_type=ST_A, flags=SID_ALL)
+
+    def comm(t, name=None):
+        return W.record(RT.COMM, struct.pack("<ii", t, t) + W.cstr(name or f"t{t}"), trailer=trailer_a(t, t, t, 0, 10))
+
+    fr = W.record(RT.FINISHED_ROUND, b"")
+    data = comm(5) + comm(3) + fr + comm(4) + fr + comm(1)
+    pd = perf_data_from_bytes(W.file_mode([(a, [10])], data), "o.data")
+    got = [r.comm if r.name == "COMM" else r.name for r in pd.ordered_records()]
+    # perf releases a round's records at the *next* FINISHED_ROUND, up to the previous round's max time
+    assert got == ["FINISHED_ROUND", "FINISHED_ROUND", "t3", "t4", "t5", "t1"]
+    assert pd.stats["COMM"] == 4
+    d = tmp_path / "dir.data"
+    d.mkdir()
+    (d / "data").write_bytes(W.file_mode([(a, [10])], W.record(RT.FINISHED_INIT, b""),
+                                         {Feature.DIR_FORMAT: struct.pack("<Q", 1)}))
+    (d / "data.0").write_bytes(comm(2) + comm(6))
+    (d / "data.1").write_bytes(comm(1) + comm(7))
+    with open_perf_data(d) as pd:
+        got = [r.comm for r in pd.ordered_records() if r.name == "COMM"]
+        assert got == ["t1", "t2", "t6", "t7"]
+        assert pd.stats["COMM"] == 4
