@@ -50,7 +50,8 @@ class Thread:
     ``uid`` is unique in the trace (a tid reused after exit is another Thread).
     """
 
-    __slots__ = ("uid", "machine_pid", "pid", "tid", "ppid", "ptid", "start", "end", "start_known", "comms")
+    __slots__ = ("uid", "machine_pid", "pid", "tid", "ppid", "ptid", "start", "end", "start_known", "comms",
+                 "_comm_starts")
 
     def __init__(self, uid: int, machine_pid: int, pid: int, tid: int, start: int, start_known: bool) -> None:
         self.uid = uid
@@ -63,6 +64,17 @@ class Thread:
         self.end: int | None = None  # EXIT time
         self.start_known = start_known  # True when a FORK record gave the start
         self.comms: tuple[Comm, ...] | list[Comm] = []
+        self._comm_starts: list[int] | None = None  # set when the model is frozen
+
+    def _starts(self) -> list[int]:
+        st = self._comm_starts
+        if st is None or len(st) != len(self.comms):
+            st = self._comm_starts = [c.start for c in self.comms]
+        return st
+
+    def _visible(self, time: int) -> int:
+        """How many comms were set at or before ``time``."""
+        return bisect_right(self._starts(), time)
 
     @property
     def is_main(self) -> bool:
@@ -73,7 +85,7 @@ class Thread:
         comms = self.comms
         if not comms:
             return None
-        i = bisect_right([c.start for c in comms], time) - 1
+        i = self._visible(time) - 1
         return comms[max(i, 0)]
 
     def comm_name(self, time: int | None = None) -> str:
@@ -93,7 +105,7 @@ class Thread:
         comm with no time (copied from the parent by a synthesized FORK) gives way
         to the next one for a main thread, as perf 6.1 does.
         """
-        comms = [c for c in self.comms if time is None or c.start <= time]
+        comms = self.comms if time is None else self.comms[: self._visible(time)]
         for c in reversed(comms):
             if c.exec:
                 return c
@@ -457,6 +469,14 @@ class Sideband:
         g = self.machines.get(machine_pid)
         tid = g.vcpu_threads.get(vcpu) if g is not None else None
         return None if tid is None else self.host.thread(tid, time)
+
+    def thread_for_stream(self, stream: tuple[str, int], time: int) -> Thread | None:
+        """Who the trace of an AUX stream belongs to at ``time``: the thread itself in per-thread
+        mode (("thread", tid)), else whoever ran on the CPU (("cpu", n))."""
+        kind, key = stream
+        if kind == "thread":
+            return self.host.thread(key, time)
+        return self.thread_on_cpu(key, time)
 
     def cpus(self) -> list[int]:
         return sorted(self.host.cpus)

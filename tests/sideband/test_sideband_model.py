@@ -164,12 +164,15 @@ def test_aux_records_and_auxtrace_streams():
         R.aux(0, 100, 0, 0x100), R.aux(0, 200, 0x100, 0x80, flags=1),
         R.auxtrace(0, 5, 0x180, data_offset=0x1000), R.auxtrace(2, 5, 0x40, data_offset=0x2000),
         R.auxtrace(0xFFFFFFFF, 77, 0x10, data_offset=0x3000),  # per-thread mode: cpu -1 as u32
+        R.comm(77, 77, "traced", 0),
     ]
     sb = build_sideband(recs)
     assert [e.truncated for e in sb.aux_events[0]] == [False, True]
     streams = sb.aux_streams()
     assert sorted(streams) == [("cpu", 0), ("cpu", 2), ("thread", 77)]
     assert streams[("cpu", 0)][0].size == 0x180 and streams[("thread", 77)][0].cpu == -1
+    assert sb.thread_for_stream(("thread", 77), 10).tid == 77  # per-thread mode: the stream's own thread
+    assert sb.thread_for_stream(("cpu", 0), 10) is None  # no switch/itrace_start seen on cpu 0
 
 
 def test_builder_is_single_use():
