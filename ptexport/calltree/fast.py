@@ -423,14 +423,16 @@ class FastCallTree:
     def _slot_keys(self, thread_id, cpu, pid, tid) -> np.ndarray:
         idle = (pid == 0) & (tid == 0)
         cpu_key = np.where(idle, np.maximum(cpu, 0), -1)
-        keys = np.stack([thread_id, cpu_key], axis=1)
-        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        # one int64 per (thread, cpu key): thread ids stay far below 2**43, CPUs below 2**20
+        packed = (thread_id << 20) | (cpu_key + 1)
+        uniq, inv = np.unique(packed, return_inverse=True)
         slot_of = np.empty(len(uniq), dtype=np.int64)
-        for j, (t, c) in enumerate(uniq.tolist()):
-            s = self.slots.get((t, c))
+        for j, key in enumerate(uniq.tolist()):
+            k = (key >> 20, (key & 0xFFFFF) - 1)
+            s = self.slots.get(k)
             if s is None:
                 s = len(self.slots)
-                self.slots[(t, c)] = s
+                self.slots[k] = s
             slot_of[j] = s
         if len(self.slots) > self.S.shape[0]:
             self.S = _grow(self.S, len(self.slots))
