@@ -220,6 +220,11 @@ class InsnDecoder:
         self.icnt += 1
         if self.process_event:
             ev = self.event
+        elif self.status & EVENT_PENDING:
+            ev = self.query.event      # peeked, not yet taken
+        else:
+            ev = None
+        if ev is not None:
             if ev.type == "trig" and ev.ip == ip:
                 if not ev.icnt:
                     raise FlowError(st.INTERNAL)
@@ -442,7 +447,7 @@ class InsnDecoder:
                 return self._status(0)
             return self._bind()
         elif t in ("exec_mode", "iflags", "interrupt", "smi", "init", "vmexit", "shutdown",
-                   "uintr"):
+                   "uintr", "swintr", "syscall"):
             if enabled and not ev.ip_suppressed and ev.ip != self.ip:
                 return self._status(0)
             return self._bind()
@@ -509,7 +514,9 @@ class InsnDecoder:
             # A deferred trace error is reported before the next instruction
             # once the TNT bits before it are used up (libipt reports errors
             # at the end of a block).
-            raise FlowError(-q.status)
+            err = FlowError(-q.status)
+            err.at_block_start = True
+            raise err
         ip = self.ip
         size, iclass, special, disp = self._decode(ip)
         insn = Insn(ip, size, iclass, special, disp, self.mode, self.speculative)
@@ -581,7 +588,7 @@ class InsnDecoder:
             if ev.status_update or self.enabled:
                 raise FlowError(st.BAD_CONTEXT)
         elif t in ("exstop", "iflags", "interrupt", "smi", "init", "vmexit", "shutdown",
-                   "uintr"):
+                   "uintr", "swintr", "syscall"):
             if not ev.ip_suppressed:
                 if self.enabled and self.ip != ev.ip:
                     raise FlowError(st.BAD_QUERY)

@@ -141,6 +141,10 @@ def format_event(ev: Event, opts: PtxedOptions, offset: int = 0) -> str:
         s += ip_tail
     elif t == "uintr":
         s = f"uintr {ev.vector}" + ip_tail
+    elif t == "swintr":
+        s = f"swintr {ev.vector}" + ip_tail
+    elif t == "syscall":
+        s = "syscall" + ip_tail
     elif t == "trig":
         s = f"trig {ev.trbv:02x}"
         if ev.mult:
@@ -197,6 +201,7 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions) -> Iterator[str]:
     need_sync = True
     status = 0
     last_resync = None
+    decoded = False
     while True:
         if need_sync:
             try:
@@ -211,6 +216,7 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions) -> Iterator[str]:
                 sync = new_sync
                 continue
             need_sync = False
+            decoded = False
             if blocks is not None:
                 blocks.open = False
         ip = 0
@@ -244,11 +250,14 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions) -> Iterator[str]:
                 if not quiet:
                     yield ("? " if spec else "") + f"{ip:016x}"
                 ninsn += 1
+                decoded = True
                 if blocks is not None:
                     blocks.after_insn(iclass, True)
         except FlowError as e:
             if e.code == st.EOS:
                 break
+            if getattr(e, "at_block_start", False) and not decoded:
+                ip = 0      # ptxed has no instruction (IP) yet for this error
             yield _diag(dec, ip, "error", e.code)
             if blocks is not None:
                 blocks.open = False
@@ -261,6 +270,7 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions) -> Iterator[str]:
                 last_resync = here
                 try:
                     status = dec.resync()
+                    decoded = False
                     continue
                 except FlowError as e2:
                     if e2.code == st.EOS:

@@ -56,7 +56,7 @@ NO_PACKET = -1
 # CFE types (Intel SDM, Event Trace).
 CFE_INTR, CFE_IRET, CFE_SMI, CFE_RSM, CFE_SIPI, CFE_INIT = 1, 2, 3, 4, 5, 6
 CFE_VMENTRY, CFE_VMEXIT, CFE_VMEXIT_INTR, CFE_SHUTDOWN = 7, 8, 9, 10
-CFE_UINTR, CFE_UIRET = 12, 13
+CFE_UINTR, CFE_UIRET, CFE_SWINTR, CFE_SYSCALL = 12, 13, 14, 15
 # EVD types.
 EVD_CR2, EVD_VMXQ, EVD_VMXR = 0, 1, 2
 
@@ -389,7 +389,7 @@ class EventDecoder:
     # -- FUP ------------------------------------------------------------------
     _FUP_IP_EVENTS = ("tsx", "exstop", "mwait", "ptwrite", "exec_mode", "iflags", "interrupt",
                       "iret", "smi", "init", "vmentry", "vmexit", "shutdown", "uintr", "uiret",
-                      "trig")
+                      "trig", "swintr", "syscall")
 
     def _decode_fup(self, pkt) -> int:
         while True:
@@ -675,7 +675,8 @@ class EventDecoder:
             return self._fetch_packet()
         names = {CFE_IRET: "iret", CFE_SMI: "smi", CFE_RSM: "rsm", CFE_SIPI: "sipi",
                  CFE_INIT: "init", CFE_VMENTRY: "vmentry", CFE_SHUTDOWN: "shutdown",
-                 CFE_UINTR: "uintr", CFE_UIRET: "uiret"}
+                 CFE_UINTR: "uintr", CFE_UIRET: "uiret", CFE_SWINTR: "swintr",
+                 CFE_SYSCALL: "syscall"}
         name = names.get(ctype)
         if name is None:
             if ev is not None:
@@ -689,19 +690,19 @@ class EventDecoder:
             raise FlowError(st.BAD_PACKET)
         if ip_flag:
             ev = self._enqueue(EVB_FUP_BOUND, name)
-            if name == "uintr":
+            if name in ("uintr", "swintr"):
                 ev.vector = vector
             return 1
         # These wait for a FUP while tracing is enabled; the others stand alone.
-        if self.enabled and name in ("smi", "rsm", "sipi", "init", "uintr"):
+        if self.enabled and name in ("smi", "rsm", "sipi", "init", "uintr", "swintr", "syscall"):
             ev = self._enqueue(EVB_FUP, name)
             if name in ("rsm", "sipi"):
                 ev.ip_suppressed = True
-            if name in ("sipi", "uintr"):
+            if name in ("sipi", "uintr", "swintr"):
                 ev.vector = vector
             return 1
         ev = self._standalone(name)
-        if name in ("sipi", "uintr"):
+        if name in ("sipi", "uintr", "swintr"):
             ev.vector = vector
         ev.ip_suppressed = True
         self._event_time(ev)
