@@ -134,3 +134,21 @@ def test_letters_round_trip():
     for text in ["bep", "ce", "i10usg8e+o", "rxwpoI", "cr", "d+as5qq", "ifmtaMAZ"]:
         o = parse_itrace(text)
         assert parse_itrace(o.letters()) == o
+
+
+@needs_perf
+def test_random_strings_accepted_or_rejected_like_perf():
+    import random
+
+    alpha = list("ibcrxwpoIedfmtaMgGlLsqAZ0123456789 ,+-nusyTk")
+    rng = random.Random(2026)
+    for _ in range(150):
+        text = "".join(rng.choice(alpha) for _ in range(rng.randint(1, 7)))
+        rc = subprocess.run(["perf", "script", f"--itrace={text}", "-i", "/nonexistent/perf.data"],
+                            capture_output=True).returncode
+        try:
+            parse_itrace(text)
+            ours = 255
+        except UsageError:
+            ours = 129
+        assert (text, ours) == (text, rc)
