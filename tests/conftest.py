@@ -31,3 +31,15 @@ def libipt_dir() -> Path:
     if not LIBIPT.exists():
         pytest.skip(f"shared libipt corpus not found at {LIBIPT}")
     return LIBIPT
+
+
+def perf_python_env() -> dict[str, str]:
+    """Environment for perf's embedded (Debian) Python, e.g. for export-to-sqlite.py.
+
+    perf's embedded interpreter finds its prefix through the first ``python3`` on
+    PATH; with pyenv or a virtualenv first it would load that library, which has
+    no PySide2.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYENV", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"))}
+    env["PATH"] = "/usr/bin:/bin:" + env.get("PATH", "")
+    return env

@@ -25,6 +25,7 @@ from ptexport.errors import PtExportError
 
 # Module names under ptexport.cli, in --help order.
 SUBCOMMANDS: tuple[str, ...] = (
+    "export",
     "dump",
     "upgrade",
     "info",

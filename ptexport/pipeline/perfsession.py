@@ -90,7 +90,7 @@ _OP_FLAGS = {
 _OP_FLAGS = {k: int(v) for k, v in _OP_FLAGS.items()}
 
 _COLUMNS = ("kind", "tsc", "time", "cpu", "pid", "tid", "ip", "addr", "flags", "insn_cnt", "cyc_cnt",
-            "period", "code", "payload", "queue", "offset", "nr", "obj")
+            "period", "code", "payload", "queue", "offset", "nr", "insn_len", "trace_nr", "obj")
 
 _DEFAULTS = {"obj": -1}
 
@@ -119,6 +119,8 @@ class SampleColumns:
     queue: np.ndarray
     offset: np.ndarray  # trace offset in the queue (errors, psb)
     nr: np.ndarray  # 1 when the sample is in a guest (non-root)
+    insn_len: np.ndarray  # length of the branch instruction (0 for async branches)
+    trace_nr: np.ndarray  # decoder trace number: a change is a discontinuity
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -161,11 +163,12 @@ class _CpuIndex:
 class _MapLookup:
     """The walker's view of memory: the maps of process ``pid`` at perf time ``time``."""
 
-    __slots__ = ("machine", "objects", "pid", "time")
+    __slots__ = ("machine", "objects", "build_ids", "pid", "time")
 
-    def __init__(self, machine: Any, objects: CodeObjects) -> None:
+    def __init__(self, machine: Any, objects: CodeObjects, build_ids: dict[str, bytes]) -> None:
         self.machine = machine
         self.objects = objects
+        self.build_ids = build_ids
         self.pid = -1
         self.time = 0
 
@@ -175,7 +178,7 @@ class _MapLookup:
         e = self.machine.map_at(self.pid, ip, self.time, kernel=kernel)
         if e is None:
             return None
-        return e.start, e.end, e.pgoff, self.objects.get(e.filename, e.build_id)
+        return e.start, e.end, e.pgoff, self.objects.get(e.filename, e.build_id or self.build_ids.get(e.filename))
 
 
 @dataclass
@@ -249,6 +252,12 @@ class PerfSession:
         self.kernel_start = default_kernel_start([e.start for e in host.kernel_maps.entries])
         self.objects = CodeObjects(config.symfs, config.buildid_dir,
                                    config.search_dirs or (os.path.dirname(os.path.abspath(pd.path)),))
+        # The header's build-id list names objects whose mmaps carry none (perf reads it too).
+        self.build_ids: dict[str, bytes] = {}
+        for entry in pd.features.get("build_id") or ():
+            if entry.filename and entry.build_id:
+                self.build_ids.setdefault(entry.filename, bytes(entry.build_id))
+        self.switches: list[Any] = []  # SWITCH / SWITCH_CPU_WIDE records, file order
         self._cpu_index: dict[int, _CpuIndex] = {}
         self._obj_ids: dict[str, int] = {}
         self._branches_filter = 0
@@ -278,7 +287,10 @@ class PerfSession:
         return 0 if self.timeless else self.tc.tsc_to_perf_time(tsc)
 
     def _lookup(self) -> "_MapLookup":
-        return _MapLookup(self.sb.host, self.objects)
+        return _MapLookup(self.sb.host, self.objects, self.build_ids)
+
+    def build_id_of(self, filename: str, build_id: bytes | None) -> bytes | None:
+        return build_id or self.build_ids.get(filename)
 
     # ------------------------------------------------------------------ queues
 
@@ -345,7 +357,7 @@ class PerfSession:
             flags = self._sample_flags(st)
             ipc_insn, ipc_cyc = st.tot_insn_cnt, st.tot_cyc_cnt
             typ = st.type
-            base = dict(tsc=ptq_ts, time=time, cpu=cpu, pid=pid, tid=tid, queue=qnum)
+            base = dict(tsc=ptq_ts, time=time, cpu=cpu, pid=pid, tid=tid, queue=qnum, trace_nr=st.trace_nr)
             if it.pwr_events:
                 if typ & T_PSB_EVT:
                     rows.add(kind=EV_PSB, ip=st.from_ip, flags=0, payload=st.psb_offset, offset=st.psb_offset, **base)
@@ -382,13 +394,16 @@ class PerfSession:
                     if cyc:
                         ins = ipc_insn - last_br_insn
                         last_br_insn, last_br_cyc = ipc_insn, ipc_cyc
+                    insn_len = 0 if st.flags & (F_ABORT_TX | F_ASYNC) else st.insn_len
                     if st.from_nr != st.to_nr and st.from_ip and st.to_ip:
                         rows.add(kind=EV_BRANCH, ip=st.from_ip, addr=0, flags=flags, insn_cnt=ins, cyc_cnt=cyc,
-                                 nr=int(st.from_nr), **base)
-                        rows.add(kind=EV_BRANCH, ip=0, addr=st.to_ip, flags=flags, nr=int(st.to_nr), **base)
+                                 nr=int(st.from_nr), insn_len=insn_len, **base)
+                        rows.add(kind=EV_BRANCH, ip=0, addr=st.to_ip, flags=flags, nr=int(st.to_nr),
+                                 insn_len=insn_len, **base)
                     else:
                         rows.add(kind=EV_BRANCH, ip=st.from_ip, addr=st.to_ip, flags=flags, insn_cnt=ins,
-                                 cyc_cnt=cyc, nr=int(st.from_nr if st.from_ip else st.to_nr), **base)
+                                 cyc_cnt=cyc, nr=int(st.from_nr if st.from_ip else st.to_nr), insn_len=insn_len,
+                                 **base)
             # ---- next state; the walker reads code as the current thread sees it
             lookup.pid = pid
             lookup.time = time
@@ -487,14 +502,19 @@ def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
     from ptexport.sideband.builder import build_sideband
 
     streams: dict[tuple[str, int], list[Any]] = {}
+    switches: list[Any] = []
 
     def tap(records: Iterable[Any]):
         for rec in records:
             if rec.type == RecordType.AUXTRACE:
                 key = ("cpu", rec.cpu) if rec.cpu != -1 and rec.cpu != 0xFFFFFFFF else ("thread", rec.tid)
                 streams.setdefault(key, []).append(rec)
+            elif rec.type in (RecordType.SWITCH, RecordType.SWITCH_CPU_WIDE):
+                switches.append(rec)
             yield rec
 
     sb = build_sideband(tap(pd.records()), time_conv=getattr(pd, "time_conv", None),
                         auxtrace_info=getattr(pd, "auxtrace_info", None), exec_clears_maps=False)
-    return PerfSession(pd, sb, config, streams)
+    session = PerfSession(pd, sb, config, streams)
+    session.switches = switches
+    return session

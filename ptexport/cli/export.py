@@ -1,0 +1,55 @@
+"""``ptexport TRACE --db DB``: decode a recording and export it into SQLite or PostgreSQL."""
+
+from __future__ import annotations
+
+import sys
+
+NAME = "export"
+HELP = "decode TRACE and export it into a database (SQLite path or postgresql:// URL)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("trace", help="perf.data file, pipe-mode file, directory, or - for stdin")
+    parser.add_argument("--db", required=True, metavar="DB", help="SQLite file or postgresql://user@host/dbname")
+    parser.add_argument("--itrace", default=None, metavar="OPTS",
+                        help="perf's --itrace letters (default: all branches, errors and power events)")
+    parser.add_argument("--calls", dest="calls", action="store_true", default=True,
+                        help="build calls and call_paths (default)")
+    parser.add_argument("--no-calls", dest="calls", action="store_false", help="skip call trees")
+    parser.add_argument("--cpu", metavar="LIST", help="only these CPUs (e.g. 0,2-3)")
+    parser.add_argument("--symfs", metavar="DIR", help="look for binaries under DIR")
+    parser.add_argument("--buildid-dir", metavar="DIR", help="build-id cache (default ~/.debug)")
+    parser.add_argument("-f", "--force", action="store_true", help="replace an existing database")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary")
+
+
+def run(args, out) -> int:
+    from ptexport.cli.dump_branches import parse_cpu_list
+    from ptexport.pipeline.export import ExportConfig, export_trace
+    from ptexport.samples.itrace import export_default, parse_itrace
+
+    itrace = parse_itrace(args.itrace) if args.itrace else export_default()
+    cfg = ExportConfig(itrace=itrace, calls=args.calls, force=args.force, symfs=args.symfs,
+                       buildid_dir=args.buildid_dir, cpus=parse_cpu_list(args.cpu))
+    progress = None
+    bar = None
+    if not args.quiet and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=0, unit=" samples", unit_scale=True, mininterval=0.1, file=sys.stderr)
+
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.n = done
+            bar.refresh()
+
+    try:
+        summary = export_trace(args.trace, args.db, cfg, progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    if not args.quiet:
+        rows = ", ".join(f"{k} {v}" for k, v in summary.rows.items())
+        out.write(f"{summary.target}: {rows}; {summary.errors} decode errors; "
+                  f"{summary.seconds:.2f} s (decode {summary.decode_seconds:.2f} s)\n")
+    return 0

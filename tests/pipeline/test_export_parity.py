@@ -1,0 +1,79 @@
+"""``ptexport TRACE --db DB`` writes the rows perf's export-to-sqlite.py writes.
+
+perf 6.1's exporter (Debian linux-perf + python3-pyside2.qtsql) runs on the same
+generated trace; every perf table must hold the same rows with the same ids.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sqlite3
+import subprocess
+
+import pytest
+
+from conftest import needs_perf, perf_python_env
+from ptexport.cli import main
+
+EXPORTER = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
+PERF_TABLES = ["machines", "threads", "comms", "comm_threads", "dsos", "symbols", "selected_events", "samples",
+               "calls", "call_paths", "context_switches", "branch_types"]
+
+
+def _have_exporter() -> bool:
+    if not os.path.exists(EXPORTER):
+        return False
+    proc = subprocess.run(["/usr/bin/python3", "-c", "import PySide2.QtSql"], capture_output=True)
+    return proc.returncode == 0
+
+
+needs_exporter = pytest.mark.skipif(not _have_exporter(), reason="perf's export-to-sqlite.py needs python3-pyside2.qtsql")
+
+
+def perf_export(trace, db) -> None:
+    subprocess.run(["perf", "script", "-i", str(trace), "--itrace=bep", "-s", EXPORTER, str(db), "branches", "calls"],
+                   check=True, capture_output=True, timeout=600, env=perf_python_env())
+
+
+def table_rows(db, table: str, columns: list[str]) -> list[tuple]:
+    con = sqlite3.connect(db)
+    try:
+        rows = con.execute(f"SELECT {','.join(columns)} FROM {table} ORDER BY id").fetchall()
+    finally:
+        con.close()
+    return [tuple(None if v == "" else v for v in r) for r in rows]
+
+
+def columns(db, table: str) -> list[str]:
+    con = sqlite3.connect(db)
+    try:
+        return [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
+    finally:
+        con.close()
+
+
+@needs_perf
+@needs_exporter
+@pytest.mark.parametrize("program", ["calls", "threads"])
+def test_export_equals_perf_export(tmp_path, program):
+    d = tmp_path / "trace"
+    assert main(["synth", "--out", str(d), "--program", program, "--branches", "20000"], out=io.StringIO()) == 0
+    theirs, ours = tmp_path / "perf.db", tmp_path / "ours.db"
+    perf_export(d / "perf.data", theirs)
+    assert main([str(d / "perf.data"), "--db", str(ours), "-q"], out=io.StringIO()) == 0
+    for table in PERF_TABLES:
+        cols = columns(theirs, table)
+        assert columns(ours, table)[: len(cols)] == cols, f"{table}: column order"
+        assert table_rows(ours, table, cols) == table_rows(theirs, table, cols), table
+    # The extensions are there too, and the database says what wrote it.
+    con = sqlite3.connect(ours)
+    assert con.execute("SELECT count(*) FROM calls").fetchone()[0] > 100
+    assert con.execute("SELECT count(*) FROM samples WHERE vcpu = -1").fetchone()[0] > 0
+
+
+def test_existing_database_needs_force(tmp_path, capsys):
+    db = tmp_path / "x.db"
+    db.write_bytes(b"not a database")
+    assert main(["/nonexistent.data", "--db", str(db)]) != 0
+    assert db.read_bytes() == b"not a database"
