@@ -181,6 +181,18 @@ class SidebandBuilder:
         self._first: int | None = None
         self._last: int | None = None
         self._finished = False
+        self.build_ids: dict[tuple[int, str], bytes] = {}  # (machine pid, filename) -> build-id
+
+    def set_build_ids(self, entries: Iterable[Any] | None) -> None:
+        """Build-ids from the BUILD_ID feature (or HEADER_BUILD_ID records): fill maps whose MMAP had none.
+
+        perf keys them by machine (pid -1 = host) and file name; applied in :meth:`finish`.
+        """
+        for e in entries or ():
+            bid = getattr(e, "build_id", None)
+            if bid:
+                pid = _s32(getattr(e, "pid", -1))
+                self.build_ids[(HOST_PID if pid is None else pid, str(e.filename))] = bytes(bid)
 
     # -- clock sources given out of band (perfdata's pd.time_conv / pd.auxtrace_info) ----------
 
@@ -332,12 +344,21 @@ class SidebandBuilder:
             for ent in getattr(rec, "entries", ()):
                 mp = getattr(ent, "machine_pid", 0) or 0
                 self.id_index[int(ent.id)] = (int(mp), int(getattr(ent, "vcpu", 0) or 0))
+        elif t == RT.HEADER_BUILD_ID:
+            self.set_build_ids([rec])
         elif t == RT.TIME_CONV:
             self.set_time_conv(rec)
         elif t == RT.AUXTRACE_INFO:
             info = getattr(rec, "info", None) or getattr(rec, "priv", None) or rec
             if hasattr(info, "time_mult"):
                 self.set_auxtrace_info(info)
+
+    def _with_build_id(self, mpid: int, entry: MapEntry) -> MapEntry:
+        name = entry.filename
+        bid = self.build_ids.get((mpid, name))
+        if bid is None and name.startswith(("[kernel.kallsyms]", "[guest.kernel.kallsyms]")):
+            bid = self.build_ids.get((mpid, name.split("]", 1)[0] + "]"))
+        return entry if bid is None else _replace(entry, build_id=bid)
 
     def add_all(self, records: Iterable[Any]) -> "SidebandBuilder":
         for r in records:
@@ -389,6 +410,8 @@ class SidebandBuilder:
             if kind == _MMAP:
                 mpid, pid, tid, kernel, entry = p
                 m = mach(mpid)
+                if entry.build_id is None and self.build_ids:
+                    entry = self._with_build_id(mpid, entry)
                 key = KERNEL_MAPS if kernel else pid
                 m.mmap_counts[key] = m.mmap_counts.get(key, 0) + 1
                 if kernel:
@@ -498,10 +521,20 @@ def build_sideband(
 
 
 def sideband_from_perf_data(pd: Any, *, exec_clears_maps: bool = True) -> Sideband:
-    """Build from an open :func:`ptexport.perfdata.open_perf_data` object."""
-    return build_sideband(
-        pd.records(),
-        time_conv=getattr(pd, "time_conv", None),
-        auxtrace_info=getattr(pd, "auxtrace_info", None),
-        exec_clears_maps=exec_clears_maps,
-    )
+    """Build from an open :func:`ptexport.perfdata.open_perf_data` object (one pass over its records)."""
+    b = SidebandBuilder(exec_clears_maps=exec_clears_maps)
+    b.set_time_conv(getattr(pd, "time_conv", None))
+    b.set_auxtrace_info(getattr(pd, "auxtrace_info", None))
+    b.add_all(pd.records())
+    finish_from_perf_data(b, pd)
+    return b.finish()
+
+
+def finish_from_perf_data(b: SidebandBuilder, pd: Any) -> None:
+    """What a builder needs from ``pd`` once its records are read (pipe mode learns features late)."""
+    if b._time_conv is None:
+        b.set_time_conv(getattr(pd, "time_conv", None))
+    if b._pt_time_conv is None:
+        b.set_auxtrace_info(getattr(pd, "auxtrace_info", None))
+    features = getattr(pd, "features", None) or {}
+    b.set_build_ids(features.get("build_id"))

@@ -14,7 +14,7 @@ from typing import Any
 
 from ptexport.perfdata.attr import perf_config_terms
 from ptexport.perfdata.constants import RECORD_NAMES, SampleType
-from ptexport.sideband.builder import SidebandBuilder
+from ptexport.sideband.builder import SidebandBuilder, finish_from_perf_data
 from ptexport.sideband.model import END_OF_TIME, HOST_PID, KERNEL_MAPS, CpuTimeline, Sideband
 
 #: perf's own display names for user record types where they differ from the enum names
@@ -197,6 +197,7 @@ def info_report(pd: Any, *, max_processes: int | None = None) -> dict[str, Any]:
             aux_bytes[key] = aux_bytes.get(key, 0) + int(rec.size)
             aux_buffers += 1
         builder.add(rec)
+    finish_from_perf_data(builder, pd)
     sb = builder.finish()
     # the reader's tally also counts COMPRESSED records themselves (perf does), which records() expands
     stats = getattr(pd, "stats", None)

@@ -244,3 +244,13 @@ def test_guest_machine_from_perf_inject_guest_data(tmp_path):
             seen["host"] += 1
     assert seen["guest"] > 10 and seen["host"] > 10
     assert sorted(sb.machine(vm_pid).cpus) == [0, 1]
+
+
+def test_quipper_maps_get_build_ids_from_the_header(quipper_sb):
+    # MMAP2 records of perf 4.14 carry no build-ids; the BUILD_ID feature (pid -1 = host) has them
+    sb = quipper_sb
+    libc = sb.map_at(3174, 0x7FB36C8BB000, 641257237773)
+    assert libc.build_id.hex() == "93fdba25fc55b597068e81c42f82e7766da372cb"
+    k = sb.map_at(3174, 0xFFFFFFFFB9600000, 0)
+    assert k.build_id.hex() == "672679ceaecf17b7a879e56c56802afc568aa242"  # [kernel.kallsyms]
+    assert sb.map_at(3174, 0x7FFD8FDFE000, 641258000000).build_id.hex() == "2d160c5722251748ef5c2239fb6940195d3c19b7"
