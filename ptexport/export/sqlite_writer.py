@@ -1,13 +1,20 @@
-"""SQLite writer: one big transaction in a temporary file, renamed into place at the end.
+"""SQLite writer: one temporary file next to the target, renamed into place at the end.
 
-The temporary file sits next to the target (``.NAME.ptexport-tmp-PID``) so the
-final ``os.replace`` is an atomic rename on the same file system; it is
-written with the journal off (a crash leaves only that temporary, never a
-target that looks complete) and fsynced before the rename.
+The temporary file (``.NAME.ptexport-tmp-PID``) sits in the target's
+directory so the final ``os.replace`` is an atomic rename on the same file
+system; it is written with the journal off (a crash leaves only that
+temporary, never a target that looks complete) and fsynced before the rename.
 
-Integer column batches are bound by :mod:`ptexport.export._fastsqlite`
-(numba, no per-row Python) and inserted in large chunks; batches with text
-columns, or any batch when numba is missing, go through ``executemany``.
+Three ways in, fastest first, each falling back to the next:
+
+* ``btree`` - the big integer tables (samples, calls, call_paths,
+  context_switches, payload tables) are laid down as B-tree pages directly
+  (:mod:`ptexport.export._btree`) and spliced into the file at the end;
+  needs numba and rows in increasing id order (a batch out of order splices
+  what was spooled and continues through SQL);
+* ``bind`` - int64 matrices bound by a numba loop on the connection's own
+  handle (:mod:`ptexport.export._fastsqlite`);
+* ``executemany`` - plain ``sqlite3``, used for text columns and without numba.
 """
 
 from __future__ import annotations
@@ -20,11 +27,12 @@ from typing import Any
 import numpy as np
 
 from ptexport.errors import DatabaseExistsError, ExportError
-from ptexport.export import _fastsqlite
+from ptexport.export import _btree, _fastsqlite
 from ptexport.export.writer import Writer, is_text_type
 
 #: Rows per bound chunk (bounded memory: one int64 matrix of this many rows).
 CHUNK_ROWS = 1 << 18
+MODES = ("btree", "bind", "executemany")
 
 
 def _quote(name: str) -> str:
@@ -35,7 +43,7 @@ class SqliteWriter(Writer):
     dialect = "sqlite"
 
     def __init__(self, target: str | os.PathLike[str], *, force: bool = False, fast: bool = True,
-                 cache_mib: int = 256) -> None:
+                 mode: str | None = None, cache_mib: int = 256, page_size: int | None = None) -> None:
         self.path = Path(target)
         self.target = str(self.path)
         if self.path.exists() and not force:
@@ -43,39 +51,98 @@ class SqliteWriter(Writer):
         if self.path.is_dir():
             raise ExportError(f"{self.path} is a directory")
         super().__init__()
+        mode = mode or ("btree" if fast else "executemany")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
         parent = self.path.parent if str(self.path.parent) else Path(".")
         if not parent.is_dir():
             raise ExportError(f"{self.path}: directory {parent} does not exist")
         self.tmp_path = parent / f".{self.path.name}.ptexport-tmp-{os.getpid()}"
+        self.cache_mib = cache_mib
+        self._inserters: dict[str, Any] = {}
+        self._spools: dict[str, _btree.LeafSpool] = {}
+        self._handle = None
+        self._want_bind = mode in ("btree", "bind")
+        self.conn: sqlite3.Connection | None = None
         self._remove_tmp()
         try:
-            self.conn = sqlite3.connect(self.tmp_path, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as e:
-            raise ExportError(f"{self.tmp_path}: cannot create the database: {e}") from e
-        self._inserters: dict[str, Any] = {}
-        self._handle = None
-        try:
-            c = self.conn
-            c.execute("PRAGMA journal_mode = OFF")
-            c.execute("PRAGMA synchronous = OFF")
-            c.execute("PRAGMA locking_mode = EXCLUSIVE")
-            c.execute("PRAGMA temp_store = MEMORY")
-            c.execute(f"PRAGMA cache_size = {-1024 * cache_mib}")
+            self._open()
+            c = self._conn()
+            if page_size:
+                c.execute(f"PRAGMA page_size = {int(page_size)}")
             c.execute("BEGIN")
             for sql in self.schema.table_sql.values():
                 c.execute(sql)
             for sql in self.schema.view_sql.values():
                 c.execute(sql)
-            if fast:
-                self._handle = _fastsqlite.connection_handle(c, str(self.tmp_path.resolve()))
+            c.execute("COMMIT")
+            page_size = _btree.check_file(self.tmp_path) if mode == "btree" and _btree.available() else None
+            if page_size:
+                for table, cols in self.schema.tables.items():
+                    if cols[0].name == "id" and not any(is_text_type(x.type) for x in cols):
+                        self._spools[table] = _btree.LeafSpool(self._spool_path(table), len(cols), page_size)
+            c.execute("BEGIN")
             self._write_unknown_rows()
         except sqlite3.Error as e:
             self.abort()
             raise ExportError(f"{self.tmp_path}: cannot create the schema: {e}") from e
+        except BaseException:
+            self.abort()
+            raise
+
+    # ------------------------------------------------------------ connection
+    def _conn(self) -> sqlite3.Connection:
+        assert self.conn is not None
+        return self.conn
+
+    def _open(self) -> None:
+        try:
+            self.conn = sqlite3.connect(self.tmp_path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as e:
+            raise ExportError(f"{self.tmp_path}: cannot create the database: {e}") from e
+        c = self.conn
+        c.execute("PRAGMA journal_mode = OFF")
+        c.execute("PRAGMA synchronous = OFF")
+        c.execute("PRAGMA locking_mode = EXCLUSIVE")
+        c.execute("PRAGMA temp_store = MEMORY")
+        c.execute(f"PRAGMA cache_size = {-1024 * self.cache_mib}")
+        c.execute("PRAGMA threads = 2")  # sorter threads for CREATE INDEX
+        self._handle = _fastsqlite.connection_handle(c, str(self.tmp_path.resolve())) if self._want_bind else None
+
+    def _close(self) -> None:
+        for ins in self._inserters.values():
+            ins.close()
+        self._inserters.clear()
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        self._handle = None
+
+    def _spool_path(self, table: str) -> Path:
+        return self.tmp_path.with_name(f"{self.tmp_path.name}.{table}.pages")
+
+    def _splice(self, tables: list[str]) -> None:
+        """Close the connection, splice the spooled pages of ``tables`` into the file, reopen."""
+        c = self._conn()
+        roots = dict(c.execute("SELECT name, rootpage FROM sqlite_master WHERE type = 'table'").fetchall())
+        c.execute("COMMIT")
+        self._close()
+        for t in tables:
+            spool = self._spools.pop(t)
+            try:
+                _btree.splice(self.tmp_path, roots[t], spool)
+            finally:
+                spool.remove()
+        self._open()
+        self._conn().execute("BEGIN")
 
     @property
     def fast(self) -> bool:
         return self._handle is not None
+
+    @property
+    def mode(self) -> str:
+        return "btree" if self._spools else "bind" if self._handle is not None else "executemany"
 
     # ------------------------------------------------------------ inserts
     def _insert_sql(self, table: str) -> str:
@@ -84,26 +151,44 @@ class SqliteWriter(Writer):
                 f"VALUES ({', '.join('?' * len(cols))})")
 
     def _insert_rows(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        if table in self._spools and all(v is not None and not isinstance(v, str) for r in rows for v in r):
+            mat = np.array(rows, dtype=np.int64).reshape(len(rows), -1)
+            if self._spools[table].fits(mat[:, 0]):
+                self._spools[table].add(mat)
+                return
+        if table in self._spools:
+            self._splice([table])
         try:
-            self.conn.executemany(self._insert_sql(table), rows)
+            self._conn().executemany(self._insert_sql(table), rows)
         except sqlite3.Error as e:
             raise ExportError(f"{self.target}: writing {table}: {e}") from e
+
+    def _matrix(self, table: str, cols: dict[str, Any], start: int, stop: int) -> np.ndarray:
+        """Rows x columns int64, column-major (each column one contiguous copy)."""
+        cdefs = self.schema.tables[table]
+        mat = np.empty((len(cdefs), stop - start), dtype=np.int64)
+        for j, c in enumerate(cdefs):
+            v = cols[c.name]
+            mat[j] = v if np.isscalar(v) else np.asarray(v[start:stop]).astype(np.int64, copy=False)
+        return mat.T
 
     def _insert_columns(self, table: str, cols: dict[str, Any], n: int) -> None:
         cdefs = self.schema.tables[table]
         has_text = any(is_text_type(c.type) for c in cdefs)
         try:
+            if table in self._spools:
+                ids = np.asarray(cols["id"]).astype(np.int64, copy=False)
+                if self._spools[table].fits(ids):
+                    for start in range(0, n, CHUNK_ROWS):
+                        self._spools[table].add(self._matrix(table, cols, start, min(n, start + CHUNK_ROWS)))
+                    return
+                self._splice([table])  # out of order: SQL from here on
             if self._handle is not None and not has_text:
                 ins = self._inserters.get(table)
                 if ins is None:
                     ins = self._inserters[table] = _fastsqlite.BulkInserter(self._handle, self._insert_sql(table))
                 for start in range(0, n, CHUNK_ROWS):
-                    stop = min(n, start + CHUNK_ROWS)
-                    mat = np.empty((stop - start, len(cdefs)), dtype=np.int64)
-                    for j, c in enumerate(cdefs):
-                        v = cols[c.name]
-                        mat[:, j] = v if np.isscalar(v) else np.asarray(v[start:stop]).astype(np.int64, copy=False)
-                    ins.insert(mat)
+                    ins.insert(self._matrix(table, cols, start, min(n, start + CHUNK_ROWS)))
                 return
             lists = []
             for c in cdefs:
@@ -116,17 +201,15 @@ class SqliteWriter(Writer):
                     lists.append(v.tolist())
                 else:
                     lists.append(list(v))
-            self.conn.executemany(self._insert_sql(table), zip(*lists))
+            self._conn().executemany(self._insert_sql(table), zip(*lists))
         except sqlite3.Error as e:
             raise ExportError(f"{self.target}: writing {table}: {e}") from e
 
     # ------------------------------------------------------------ end
     def _finish_database(self) -> None:
-        c = self.conn
         try:
-            for ins in self._inserters.values():
-                ins.close()
-            self._inserters.clear()
+            self._splice(list(self._spools))
+            c = self._conn()
             c.execute("UPDATE comms SET has_calls = 1 WHERE id IN (SELECT DISTINCT comm_id FROM calls)")
             for sql in self.schema.index_sql.values():
                 c.execute(sql)
@@ -135,7 +218,7 @@ class SqliteWriter(Writer):
             c.execute("COMMIT")
             c.execute("PRAGMA analysis_limit = 1000")
             c.execute("ANALYZE")
-            c.close()
+            self._close()
         except sqlite3.Error as e:
             raise ExportError(f"{self.target}: finishing the database: {e}") from e
         fd = os.open(self.tmp_path, os.O_RDONLY)
@@ -146,14 +229,13 @@ class SqliteWriter(Writer):
         os.replace(self.tmp_path, self.path)
 
     def abort(self) -> None:
-        for ins in getattr(self, "_inserters", {}).values():
-            ins.close()
-        conn = getattr(self, "conn", None)
-        if conn is not None:
-            try:
-                conn.close()
-            except sqlite3.Error:  # pragma: no cover
-                pass
+        try:
+            self._close()
+        except sqlite3.Error:  # pragma: no cover
+            pass
+        for spool in self._spools.values():
+            spool.remove()
+        self._spools.clear()
         self._remove_tmp()
 
     def _remove_tmp(self) -> None:
