@@ -16,6 +16,7 @@ from ptexport.calltree.threadstack import (
     CALLS_COLUMNS,
     SAMPLE_COLUMNS,
     CallTree,
+    is_x86_retpoline,
     perf_flush_order,
 )
 
@@ -34,6 +35,7 @@ __all__ = [
     "CallTree",
     "CallPathTable",
     "perf_flush_order",
+    "is_x86_retpoline",
     "CALLS_COLUMNS",
     "SAMPLE_COLUMNS",
     "CALL_RETURN_NO_CALL",

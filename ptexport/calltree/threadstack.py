@@ -51,6 +51,7 @@ from ptexport.samples.flags import IpFlag
 __all__ = [
     "CallTree",
     "perf_flush_order",
+    "is_x86_retpoline",
     "CALL_RETURN_NO_CALL",
     "CALL_RETURN_NO_RETURN",
     "CALL_RETURN_NON_CALL",
@@ -527,3 +528,8 @@ def perf_flush_order(
         return (0 if m == -1 else 1, m, (int(tid_l[i]) & 0xFFFFFFFF) % 256, int(tid_l[i]))
 
     return [ids[i] for i in sorted(range(len(ids)), key=key)]
+
+
+def is_x86_retpoline(name: str) -> bool:
+    """perf 6.1's test for an x86 retpoline thunk symbol (pass their ids as ``retpoline_syms``)."""
+    return name.startswith("__x86_indirect_thunk_") or name == "__indirect_thunk_start"

@@ -293,3 +293,10 @@ def test_perf_flush_order():
     assert perf_flush_order([1, 2, 3, 4, 5, 6], [3174, 1760, 28, 0, -1, 5], [None, -1, -1, -1, -1, 4242]) == [
         4, 3, 1, 2, 5, 6]
     assert perf_flush_order([7, 8], [300, 44]) == [8, 7]  # 300 % 256 = 44: same bucket, by tid
+
+
+def test_retpoline_symbol_names():
+    from ptexport.calltree import is_x86_retpoline
+
+    assert is_x86_retpoline("__x86_indirect_thunk_rax") and is_x86_retpoline("__indirect_thunk_start")
+    assert not is_x86_retpoline("x__x86_indirect_thunk_rax") and not is_x86_retpoline("__x86_return_thunk")
