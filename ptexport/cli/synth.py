@@ -63,6 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--truncate", type=int, default=0, metavar="N",
                    help="N truncated AUX areas (AUX record flag TRUNCATED, data up to the next "
                         "PSB missing)")
+    p.add_argument("--replay", choices=("auto", "on", "off"), default="auto",
+                   help="encode one round of the program and replay it (fast, for large "
+                        "--branches; auto: above 2 M branches)")
     p.add_argument("--seed", type=int, default=1, help="seed for the random choices")
     p.add_argument("--check", action="store_true",
                    help="afterwards run perf script and compare it with the ground truth")
@@ -76,7 +79,7 @@ def run(args, out) -> int:
                         mtc_period=args.mtc_period, cbr=args.cbr, cpus=args.cpus,
                         psb_period=args.psb_period, seed=args.seed, migrate=args.migrate,
                         per_thread=args.per_thread, ovf=args.ovf, corrupt=args.corrupt,
-                        truncate=args.truncate,
+                        truncate=args.truncate, replay=args.replay,
                         elf_path=args.elf_path)
     t0 = time.monotonic()
     res = synthesize(args.out, opts)

@@ -43,6 +43,8 @@ SYSCALL_TICKS = 2000                 # time a thread spends in the kernel per sy
 OVF_LOST_BLOCKS = 60                 # blocks whose packets an overflow loses
 SWITCH_TICKS = 400                   # scheduler time between two threads on one CPU
 
+REPLAY_ABOVE = 2_000_000             # --branches above this replay one encoded round
+
 SAMPLE_DIR = Path(__file__).resolve().parent.parent.parent / "sample_data" / "src"
 
 
@@ -73,6 +75,7 @@ class SynthOptions:
     ovf: int = 0                     # overflows (OVF packets) per CPU stream
     corrupt: int = 0                 # corrupted bytes per CPU stream
     truncate: int = 0                # truncated AUX areas per CPU stream
+    replay: str = "auto"             # on | off | auto (above REPLAY_ABOVE branches)
     insn_truth_limit: int = 3_000_000  # write truth_insns.npz when there are at most this many
 
     def validate(self) -> None:
@@ -93,6 +96,8 @@ class SynthOptions:
             raise UsageError("--psb-period must be at least 256 bytes")
         if self.cbr and not 1 <= self.cbr <= 255:
             raise UsageError("--cbr must be 1..255")
+        if self.replay not in ("on", "off", "auto"):
+            raise UsageError("--replay must be on, off or auto")
         for name in ("ovf", "corrupt", "truncate"):
             if not 0 <= getattr(self, name) <= 1000:
                 raise UsageError(f"--{name} must be 0..1000")
@@ -222,6 +227,10 @@ class CpuEncoder:
         self.ovf_at = {2 + 2 * k for k in range(opts.ovf)}
         self.ovf_arm: int | None = None
         self.errors: list[dict] = []
+        self.f_tsc: list[int] = []       # offsets of timing payloads (for replay patching)
+        self.f_tma: list[int] = []
+        self.f_mtc: list[int] = []
+        self.force_psb = False           # every slice starts behind a fresh PSB+ (replay)
         # (offset after, truth rows after, target, tsc) of each TIP of an indirect branch
         self.tip_marks: list[tuple[int, int, int, int]] = []
         self.psb_fup: list[int | None] = []          # the FUP IP in each PSB+ (None: none)
@@ -234,10 +243,10 @@ class CpuEncoder:
 
     def _tsc_tma(self, t: int) -> None:
         w = self.w
-        w.tsc(t)
+        self.f_tsc.append(w.tsc(t))
         if self.opts.timing in ("mtc", "cyc"):
             ctc, fc = self._ctc(t)
-            w.tma(ctc, fc)
+            self.f_tma.append(w.tma(ctc, fc))
             self.next_mtc = (t // self.mtc_ticks + 1) * self.mtc_ticks
         self.cyc_last = t
 
@@ -247,7 +256,7 @@ class CpuEncoder:
         while self.next_mtc <= t:
             ctc = self.next_mtc // (TSC_CTC_N // TSC_CTC_D)
             if emit:
-                self.w.mtc(ctc >> self.opts.mtc_period)
+                self.f_mtc.append(self.w.mtc(ctc >> self.opts.mtc_period))
             self.next_mtc += self.mtc_ticks
 
     def _cyc(self, t: int) -> None:
@@ -290,7 +299,8 @@ class CpuEncoder:
         addrs = sl.addrs
         sizes = sl.sizes
         n = len(addrs)
-        if len(w.buf) - self.last_psb >= opts.psb_period or not self.psb_offsets:
+        if (len(w.buf) - self.last_psb >= opts.psb_period or not self.psb_offsets
+                or self.force_psb):
             self.psb_plus(t, None)
         else:
             self._mtcs_upto(t)
@@ -452,28 +462,19 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
     prog_path = find_program(opts.program)
     program = Program.load(prog_path)
     extra = _extra_programs(program)
+    replay = opts.replay == "on" or (opts.replay == "auto" and opts.branches > REPLAY_ABOVE)
+    if replay:
+        from ptexport.synth.replay import synthesize_replay
+
+        return synthesize_replay(out_dir, opts, program, extra)
     iterations = _iterations_for(program, opts.branches, extra)
     emu = run_program(program, iterations=iterations, extra_programs=extra)
-
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise SynthError(f"cannot create {out_dir}: {e.strerror}") from e
-    elf_dir = Path(opts.elf_path) if opts.elf_path else out_dir.resolve()
-    elf_names: dict[int, str] = {}
-    for prog in emu.programs:
-        dst = out_dir / prog.name
-        if not dst.exists() or dst.read_bytes() != prog.data:
-            shutil.copyfile(prog.path, dst)
-            dst.chmod(0o755)
-        elf_names[id(prog)] = str(elf_dir / prog.name)
+    elf_names = _copy_elfs(out_dir, opts, emu)
     caches = {id(p): BlockCache(p) for p in emu.programs}
 
     _tag_programs(emu, program)
 
-    # One instruction = one core cycle; the core runs at cbr/max_non_turbo of the TSC rate.
-    ratio = opts.cbr or MAX_NONTURBO_RATIO
-    ticks_per_insn = max(1, round(2 * MAX_NONTURBO_RATIO / ratio))
+    ticks_per_insn = ticks_per_insn_for(opts)
     ninsns = [sum(len(caches[id(sl.program)].get(a, s).insns)
                   for a, s in zip(sl.addrs, sl.sizes)) for sl in emu.slices]
     placed = schedule(emu.slices, ninsns, opts.cpus, ticks_per_insn, opts.migrate)
@@ -531,6 +532,29 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
     }
     (out_dir / "truth.json").write_text(json.dumps(meta, indent=1) + "\n")
     return SynthResult(out_dir, perf_path, len(truth), meta["pt_bytes"], meta)
+
+
+def _copy_elfs(out_dir: Path, opts: SynthOptions, emu) -> dict[int, str]:
+    """Copy the programs next to perf.data; return the MMAP2 file name of each."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SynthError(f"cannot create {out_dir}: {e.strerror}") from e
+    elf_dir = Path(opts.elf_path) if opts.elf_path else out_dir.resolve()
+    elf_names: dict[int, str] = {}
+    for prog in emu.programs:
+        dst = out_dir / prog.name
+        if not dst.exists() or dst.read_bytes() != prog.data:
+            shutil.copyfile(prog.path, dst)
+            dst.chmod(0o755)
+        elf_names[id(prog)] = str(elf_dir / prog.name)
+    return elf_names
+
+
+def ticks_per_insn_for(opts: SynthOptions) -> int:
+    """One instruction = one core cycle; the core runs at cbr/max_non_turbo of the TSC rate."""
+    ratio = opts.cbr or MAX_NONTURBO_RATIO
+    return max(1, round(2 * MAX_NONTURBO_RATIO / ratio))
 
 
 def instruction_truth(placed: list[Placed], caches: dict, per_thread: bool = False

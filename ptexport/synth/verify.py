@@ -70,9 +70,11 @@ def parse_branches(text: str) -> PerfBranches:
 
 
 def load_truth(out_dir: Path) -> tuple[dict[str, np.ndarray], dict]:
+    from ptexport.synth.replay import expand_truth
+
     d = np.load(Path(out_dir) / "truth.npz")
     meta = json.loads((Path(out_dir) / "truth.json").read_text())
-    return {k: d[k] for k in d.files}, meta
+    return expand_truth({k: d[k] for k in d.files}), meta
 
 
 @dataclass

@@ -32,16 +32,16 @@ static long str_len(const char *s)
 
 static void put_str(const char *s) { sys_write(s, str_len(s)); }
 
+/* Always 5 digits, so the branches taken do not depend on the value. */
 static void put_num(u64 v)
 {
-	char buf[24];
-	int i = 23;
-	buf[i] = '\n';
-	do {
-		buf[--i] = '0' + v % 10;
+	char buf[6];
+	for (int i = 4; i >= 0; i--) {
+		buf[i] = '0' + v % 10;
 		v /= 10;
-	} while (v);
-	sys_write(buf + i, 24 - i);
+	}
+	buf[5] = '\n';
+	sys_write(buf, 6);
 }
 
 /* The generator patches this (symbol "ptx_iterations") to set how many
