@@ -66,16 +66,20 @@ PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
 _VCPU_COMM = re.compile(r"^CPU (\d+)/KVM$")
 _U32 = 0xFFFFFFFF
 
+_T_MMAP, _T_MMAP2, _T_COMM, _T_FORK, _T_EXIT = int(RT.MMAP), int(RT.MMAP2), int(RT.COMM), int(RT.FORK), int(RT.EXIT)
+_T_SWITCH, _T_SWITCH_CW, _T_ITRACE = int(RT.SWITCH), int(RT.SWITCH_CPU_WIDE), int(RT.ITRACE_START)
+_T_SAMPLE = int(RT.SAMPLE)
+_NO_TIME = 0xFFFFFFFFFFFFFFFF
+
 # ordered-replay kinds
 _COMM, _FORK, _EXIT, _MMAP, _SWITCH, _ITRACE, _SEEN, _KSYM = range(8)
 
 
 def _s32(v: int | None) -> int | None:
     """perf writes pid/tid/cpu as u32; -1 may arrive as 0xffffffff."""
-    if v is None:
-        return None
-    v = int(v)
-    return v - (1 << 32) if v > 0x7FFFFFFF and v <= _U32 else v
+    if v is None or v <= 0x7FFFFFFF:
+        return v
+    return v - (1 << 32) if v <= _U32 else v
 
 
 class _Space:
@@ -170,6 +174,7 @@ class SidebandBuilder:
     def __init__(self, *, exec_clears_maps: bool = True, id_index: dict[int, tuple[int, int]] | None = None) -> None:
         self.exec_clears_maps = exec_clears_maps
         self.id_index: dict[int, tuple[int, int]] = dict(id_index or {})
+        self._guest_ids = any(mp for mp, _v in self.id_index.values())
         self._events: list[tuple[int, int, int, tuple]] = []
         self._seq = 0
         self._aux: dict[int, list[AuxEvent]] = {}
@@ -215,8 +220,10 @@ class SidebandBuilder:
         self._events.append((time, self._seq, kind, payload))
         self._seq += 1
 
-    def _machine_of(self, rec: Any, pid: int | None) -> tuple[int, int | None]:
+    def _machine_of(self, rec: Any, pid: int | None, misc: int | None = None) -> tuple[int, int | None]:
         """(machine pid, vcpu or None) of a record."""
+        if misc is not None and not self._guest_ids and (misc & 7) < 4:
+            return HOST_PID, None  # fast path: no guest ids, host cpumode
         sid = getattr(rec, "sample_id", None)
         sid_id = getattr(sid, "id", None) if sid is not None else None
         if sid_id is not None:
@@ -235,20 +242,34 @@ class SidebandBuilder:
     def add(self, rec: Any) -> None:
         if self._finished:
             raise RuntimeError("SidebandBuilder.add after finish")
-        t = int(rec.type)
+        t = rec.type
         # perf orders and stamps by the sample time (sample_id), not FORK/EXIT's own time field
-        sid = getattr(rec, "sample_id", None)
-        time = getattr(sid, "time", None) if sid is not None else None
+        sid = rec.sample_id
+        time = sid.time if sid is not None else None
         if time is None:
             time = getattr(rec, "time", None)
-        time = int(time) if time is not None and time != 0xFFFFFFFFFFFFFFFF else 0
+        time = time if time is not None and time != _NO_TIME else 0
         if time:
             if self._first is None or time < self._first:
                 self._first = time
             if self._last is None or time > self._last:
                 self._last = time
-        misc = int(getattr(rec, "misc", 0))
-        if t in (RT.MMAP, RT.MMAP2):
+        misc = rec.misc
+        if t == _T_SWITCH_CW or t == _T_SWITCH:
+            pid, tid, cpu = _s32(rec.pid), _s32(rec.tid), _s32(rec.cpu)
+            mach, vcpu = self._machine_of(rec, pid, misc)
+            if mach != HOST_PID and vcpu is not None:
+                cpu = vcpu
+            if misc & PERF_RECORD_MISC_SWITCH_OUT:
+                if t != _T_SWITCH_CW:
+                    return  # intel_pt ignores per-thread switch-out: the thread stays current
+                kind = CpuTimeline.OUT_PREEMPT if misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT else CpuTimeline.OUT
+                pid, tid = _s32(rec.next_prev_pid), _s32(rec.next_prev_tid)
+            else:
+                kind = CpuTimeline.IN
+            self._events.append((time, self._seq, _SWITCH, (mach, -1 if cpu is None else cpu, pid, tid, kind)))
+            self._seq += 1
+        elif t == _T_MMAP or t == _T_MMAP2:
             pid, tid = _s32(rec.pid), _s32(rec.tid)
             mach, _ = self._machine_of(rec, pid)
             cpumode = misc & 7
@@ -286,20 +307,6 @@ class SidebandBuilder:
             pid, tid = _s32(rec.pid), _s32(rec.tid)
             mach, _ = self._machine_of(rec, pid)
             self._push(time, _EXIT, (mach, pid, tid))
-        elif t in (RT.SWITCH, RT.SWITCH_CPU_WIDE):
-            pid, tid, cpu = _s32(rec.pid), _s32(rec.tid), _s32(getattr(rec, "cpu", None))
-            mach, vcpu = self._machine_of(rec, pid)
-            out = bool(misc & PERF_RECORD_MISC_SWITCH_OUT)
-            if mach != HOST_PID and vcpu is not None:
-                cpu = vcpu
-            if out:
-                if t != RT.SWITCH_CPU_WIDE:
-                    return  # intel_pt ignores per-thread switch-out: the thread stays current
-                kind = CpuTimeline.OUT_PREEMPT if misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT else CpuTimeline.OUT
-                pid, tid = _s32(rec.next_prev_pid), _s32(rec.next_prev_tid)
-            else:
-                kind = CpuTimeline.IN
-            self._push(time, _SWITCH, (mach, -1 if cpu is None else cpu, pid, tid, kind))
         elif t == RT.ITRACE_START:
             pid, tid, cpu = _s32(rec.pid), _s32(rec.tid), _s32(getattr(rec, "cpu", None))
             mach, vcpu = self._machine_of(rec, pid)
@@ -344,6 +351,8 @@ class SidebandBuilder:
             for ent in getattr(rec, "entries", ()):
                 mp = getattr(ent, "machine_pid", 0) or 0
                 self.id_index[int(ent.id)] = (int(mp), int(getattr(ent, "vcpu", 0) or 0))
+                if mp:
+                    self._guest_ids = True
         elif t == RT.HEADER_BUILD_ID:
             self.set_build_ids([rec])
         elif t == RT.TIME_CONV:

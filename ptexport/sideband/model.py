@@ -244,7 +244,7 @@ class CpuTimeline:
     IN, OUT, OUT_PREEMPT, ITRACE_START = 0, 1, 2, 3
     KIND_NAMES = ("in", "out", "out_preempt", "itrace_start")
 
-    __slots__ = ("cpu", "times", "pids", "tids", "kinds")
+    __slots__ = ("cpu", "times", "pids", "tids", "kinds", "_times", "_pids", "_tids")
 
     def __init__(self, cpu: int, points: list[tuple[int, int, int, int]]) -> None:
         self.cpu = cpu
@@ -253,19 +253,23 @@ class CpuTimeline:
         self.pids = np.array([p[1] for p in pts], dtype=np.int64)
         self.tids = np.array([p[2] for p in pts], dtype=np.int64)
         self.kinds = np.array([p[3] for p in pts], dtype=np.uint8)
+        # plain lists for scalar lookups (bisect beats numpy's per-call overhead)
+        self._times = [p[0] for p in pts]
+        self._pids = [p[1] for p in pts]
+        self._tids = [p[2] for p in pts]
 
     def __len__(self) -> int:
         return len(self.times)
 
     def index_at(self, time: int) -> int:
         """Index of the last point at or before ``time`` (-1 if none)."""
-        return int(np.searchsorted(self.times, np.uint64(time), side="right")) - 1
+        return bisect_right(self._times, time) - 1
 
     def at(self, time: int) -> tuple[int, int] | None:
-        i = self.index_at(time)
+        i = bisect_right(self._times, time) - 1
         if i < 0:
             return None
-        return int(self.pids[i]), int(self.tids[i])
+        return self._pids[i], self._tids[i]
 
     def at_array(self, times: np.ndarray) -> np.ndarray:
         """Vectorised: the tid running at each time (-1 before the first point)."""
