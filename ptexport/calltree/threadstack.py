@@ -214,7 +214,7 @@ class CallTree:
                     n = len(col)
                 elif len(col) != n:
                     raise ValueError(f"column {name!r} has {len(col)} rows, expected {n}")
-                cols[name] = col.astype(np.uint64).tolist() if col.dtype == np.uint64 else col.tolist()
+                cols[name] = col.astype(np.uint64 if col.dtype.kind == "u" else np.int64).tolist()
             elif default is None:
                 raise ValueError(f"branch batch lacks column {name!r}")
             else:
