@@ -66,18 +66,42 @@ def synth_batches(n: int, batch: int, seed: int = 1):
         yield samples, calls
 
 
-def run(target: str, n: int, batch: int) -> tuple[float, float, int]:
+def run(target: str, n: int, batch: int, **kw) -> dict:
     # pre-generate so the timing is the writer only
     batches = list(synth_batches(n, batch))
-    t = time.perf_counter()
-    with open_writer(target, force=True) as w:
+    t, c0 = time.perf_counter(), time.process_time()
+    with open_writer(target, force=True, **kw) as w:
         t_open = time.perf_counter() - t
         for s, c in batches:
             w.write_samples(s)
             w.write_calls(c)
-        t_load = time.perf_counter() - t
-    total = time.perf_counter() - t
-    return total, t_load - t_open, sum(len(c["id"]) for _, c in batches)
+        t_load, c_load = time.perf_counter() - t, time.process_time() - c0
+    return {"wall": time.perf_counter() - t, "cpu": time.process_time() - c0, "load": t_load - t_open,
+            "load_cpu": c_load, "calls": sum(len(c["id"]) for _, c in batches)}
+
+
+def perf_layout_size(db: str, out: str) -> int:
+    """Bytes of the same samples/calls rows in perf's exact layout (21-column samples, perf's 2 indexes)."""
+    import sqlite3
+
+    from ptexport.export.schema import load_schema
+
+    sch = load_schema("sqlite")
+    c = sqlite3.connect(db, isolation_level=None)
+    c.execute(f"ATTACH '{out}' AS perf")
+    c.execute("PRAGMA perf.journal_mode = OFF")
+    c.execute("BEGIN")
+    for t, ncol in (("samples", 21), ("calls", 14)):
+        cols = sch.tables[t][:ncol]
+        ddl = ", ".join(f'"{x.name}" {x.type}' + (" NOT NULL PRIMARY KEY" if x.name == "id" else "") for x in cols)
+        c.execute(f"CREATE TABLE perf.{t} ({ddl})")
+        names = ", ".join(f'"{x.name}"' for x in cols)
+        c.execute(f"INSERT INTO perf.{t} ({names}) SELECT {names} FROM main.{t}")
+    c.execute("CREATE INDEX perf.pcpid_idx ON calls (parent_call_path_id)")
+    c.execute("CREATE INDEX perf.pid_idx ON calls (parent_id)")
+    c.execute("COMMIT")
+    c.close()
+    return os.path.getsize(out)
 
 
 def main() -> int:
@@ -86,26 +110,34 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=250_000)
     ap.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432", help="server URL ('' to skip)")
     ap.add_argument("--dir", default=None, help="directory for the SQLite file (default: a temp dir)")
+    ap.add_argument("--modes", default="btree,bind", help="SQLite writer modes to run (btree,bind,executemany)")
     args = ap.parse_args()
     n = args.samples
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
-        db = os.path.join(d, "bench.db")
-        total, load, ncalls = run(db, n, args.batch)
-        size = os.path.getsize(db)
-        print(f"sqlite: {n} samples + {ncalls} calls in {total:.2f} s "
-              f"(load {load:.2f} s, finish {total - load:.2f} s): {n / total / 1e6:.2f} M samples/s "
-              f"({(n + ncalls) / total / 1e6:.2f} M rows/s), {n / total / PERF_SAMPLES_PER_S:.1f}x perf's "
-              f"export-to-sqlite.py")
-        print(f"sqlite: {size / n:.1f} DB bytes/sample (perf: {PERF_BYTES_PER_SAMPLE:.0f}), "
-              f"{size / n / PERF_BYTES_PER_SAMPLE:.2f}x perf's size")
+        for mode in args.modes.split(","):
+            db = os.path.join(d, f"bench-{mode}.db")
+            r = run(db, n, args.batch, mode=mode)
+            rows = n + r["calls"]
+            print(f"sqlite[{mode}]: {n} samples + {r['calls']} calls: wall {r['wall']:.2f} s, cpu {r['cpu']:.2f} s "
+                  f"(load: wall {r['load']:.2f} s, cpu {r['load_cpu']:.2f} s)")
+            print(f"  end to end: {n / r['wall'] / 1e6:.2f} M samples/s wall ({rows / r['wall'] / 1e6:.2f} M rows/s), "
+                  f"{n / r['cpu'] / 1e6:.2f} M samples/s per CPU second; "
+                  f"{n / r['wall'] / PERF_SAMPLES_PER_S:.1f}x perf's export-to-sqlite.py (84 K samples/s)")
+            print(f"  load only (before keys/indexes): {n / r['load'] / 1e6:.2f} M samples/s wall, "
+                  f"{rows / r['load_cpu'] / 1e6:.2f} M rows/s per CPU second")
+            size = os.path.getsize(db)
+            psize = perf_layout_size(db, os.path.join(d, f"perf-layout-{mode}.db"))
+            print(f"  {size / n:.1f} DB bytes/sample; the same rows in perf's layout: {psize / n:.1f} "
+                  f"({size / psize:.2f}x; DESIGN.md's perf run: {PERF_BYTES_PER_SAMPLE:.0f} bytes/sample)")
     if args.pg:
         name = f"ptx_bench_{uuid.uuid4().hex[:8]}"
         url = f"{args.pg.rstrip('/')}/{name}"
         try:
-            total, load, ncalls = run(url, n, args.batch)
+            r = run(url, n, args.batch)
         except Exception as e:  # noqa: BLE001 - a benchmark reports and goes on
             print(f"postgresql: skipped: {e}")
         else:
+            total, load, ncalls = r["wall"], r["load"], r["calls"]
             import psycopg
 
             with psycopg.connect(f"{args.pg.rstrip('/')}/postgres", autocommit=True) as admin:
@@ -113,7 +145,7 @@ def main() -> int:
                 admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
             print(f"postgresql: {n} samples + {ncalls} calls in {total:.2f} s "
                   f"(load {load:.2f} s, keys/indexes {total - load:.2f} s): {n / total / 1e6:.2f} M samples/s, "
-                  f"{size / n:.1f} DB bytes/sample")
+                  f"{size / n:.1f} DB bytes/sample (client cpu {r['cpu']:.2f} s; the server's is not counted)")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {rss:.0f} MiB (includes the pre-generated input columns)")
     return 0

@@ -16,6 +16,9 @@ import sys
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from itertools import chain, repeat
+
+import numpy as _np
 import zstandard
 
 from ptexport.errors import PerfDataError, TruncatedError
@@ -573,8 +576,10 @@ class PerfData:
             comp.finish()
         self._add_counts(counts, extra)
 
-    def _iter_source_headers(self, src: _Source) -> Iterator[tuple[int, int, int, int]]:
-        """The header walk: kernel records are not parsed; user records are (payloads, COMPRESSED)."""
+    def _header_chunks(self, src: _Source) -> Iterator:
+        """The header walk of one file as chunks (lists or zip iterators) of (offset, type, misc, size):
+        kernel records are not parsed; user records are (payloads, COMPRESSED). Chunks let a caller
+        chain them, so runs of same-size records pass through C iterators only."""
         buf = src.buf
         pos = src.start
         end = src.end
@@ -584,47 +589,91 @@ class PerfData:
         counts = [0] * 128
         extra: dict[int, int] = {}
         comp = None
+        run_size = same = 0
+        out: list = []
+        add = out.append
         while pos < end:
             if pos > stop:
+                yield out
                 raise self._cut(src, pos, None, None)
             rtype, misc, size = hdr(buf, pos)
             nxt = pos + size
             if rtype < 64 and nxt <= lim and size >= 8:  # the common case: a whole kernel record
                 counts[rtype] += 1
-                yield (pos, rtype, misc, size)
+                add((pos, rtype, misc, size))
                 pos = nxt
+                if size != run_size:
+                    run_size, same = size, 0
+                    continue
+                same += 1
+                if same < 8 or lim - pos < 64 * size:
+                    continue
+                # sideband streams are long runs of same-size records (SWITCH*, samples of one shape):
+                # check a whole run's headers with numpy and hand them out through zip at C speed
+                k, types, miscs = _same_size_run(buf, pos, size, lim)
+                if k:
+                    bc = _np.bincount(types, minlength=64)
+                    for t in _np.flatnonzero(bc).tolist():
+                        counts[t] += int(bc[t])
+                    yield out
+                    out = []
+                    add = out.append
+                    yield zip(range(pos, pos + k * size, size), types.tolist(), miscs.tolist(), repeat(size, k))
+                    pos += k * size
+                same = 0 if k < 64 else same  # a short run: walk a while before trying again
                 continue
             if size < 8 or nxt > lim:
+                yield out
                 raise self._cut(src, pos, rtype, size)
             try:
                 rec = (PARSERS.get(rtype) or p_unknown)(self._ctx, buf, pos, size, rtype, misc)
+                rec.offset = pos
+                if rtype == T_COMPRESSED or rtype == T_COMPRESSED2:
+                    if comp is None:
+                        comp = _Decompressor(self, src.name)
+                    inner = comp.feed(rec, buf, pos)
+                else:
+                    inner = None
+                    nxt = self._user_extent(src, rec, pos, nxt, lim)
             except BadRecord as e:
+                yield out
                 raise self._error(e.cause, src.name, pos, rtype) from None
             except (struct.error, ValueError, IndexError, OverflowError, UnicodeError) as e:
+                yield out
                 raise self._error(f"malformed record ({e})", src.name, pos, rtype) from None
-            rec.offset = pos
+            except PerfDataError:
+                yield out
+                raise
             if rtype < 128:
                 counts[rtype] += 1
             else:
                 extra[rtype] = extra.get(rtype, 0) + 1
-            if rtype == T_COMPRESSED or rtype == T_COMPRESSED2:
-                if comp is None:
-                    comp = _Decompressor(self, src.name)
-                for r in comp.feed(rec, buf, pos):
+            if inner is not None:
+                for r in inner:
                     t = r.type
                     if t < 128:
                         counts[t] += 1
                     else:
                         extra[t] = extra.get(t, 0) + 1
-                    yield (pos, t, r.misc, r.size)
-                pos = nxt
-                continue
-            nxt = self._user_extent(src, rec, pos, nxt, lim)
-            yield (pos, rtype, misc, size)
+                    add((pos, t, r.misc, r.size))
+            else:
+                add((pos, rtype, misc, size))
             pos = nxt
+            if len(out) >= 256:
+                yield out
+                out = []
+                add = out.append
+        yield out
         if comp is not None:
             comp.finish()
         self._add_counts(counts, extra)
+
+    def _all_header_chunks(self) -> Iterator:
+        self._live_counts = None
+        self._live_extra = {}
+        for src in self._sources:
+            yield from self._header_chunks(src)
+        self._stats = _counts_to_stats(self._live_counts or [], self._live_extra)
 
     def _add_counts(self, counts: list[int], extra: dict[int, int]) -> None:
         if self._live_counts is None:
@@ -788,17 +837,14 @@ class PerfData:
     def iter_headers(self) -> Iterator[tuple[int, int, int, int]]:
         """(offset, type, misc, size) of every record: the fast path (kernel records are not parsed).
 
-        Records inside a COMPRESSED record are reported with that record's offset.
+        Records inside a COMPRESSED record are reported with that record's offset; an AUXTRACE record's
+        size is its header's (its payload follows). Errors are raised at the record they concern, after
+        every record before it has been handed out.
         """
         if self._stream is not None:
-            for rec in self._records_stream():
-                yield (rec.offset, rec.type, rec.misc, rec.size)
-            return
-        self._live_counts = None
-        self._live_extra = {}
-        for src in self._sources:
-            yield from self._iter_source_headers(src)
-        self._stats = _counts_to_stats(self._live_counts or [], self._live_extra)
+            return ((rec.offset, rec.type, rec.misc, rec.size if rec.type != T_AUXTRACE else rec.header_size)
+                    for rec in self._records_stream())
+        return chain.from_iterable(self._all_header_chunks())
 
     @property
     def stats(self) -> RecordStats:
@@ -975,6 +1021,21 @@ class _Decompressor:
         if self.pending:
             raise TruncatedError(f"{len(self.pending)} decompressed bytes left over: the last record is cut",
                                  source=self.name, offset=self.last_off, what="record COMPRESSED")
+
+
+_HDR_DTYPE = _np.dtype([("type", "<u4"), ("misc", "<u2"), ("size", "<u2")])
+_RUN_MAX = 1 << 16
+
+
+def _same_size_run(buf, pos: int, size: int, lim: int):
+    """How many whole kernel records of ``size`` bytes follow each other from ``pos`` (up to _RUN_MAX),
+    with their types and misc values (numpy arrays)."""
+    k_max = min(_RUN_MAX, (lim - pos) // size)
+    arr = _np.ndarray((k_max,), dtype=_HDR_DTYPE, buffer=buf, offset=pos, strides=(size,))
+    types = arr["type"]
+    bad = _np.flatnonzero((arr["size"] != size) | (types >= 64))
+    k = int(bad[0]) if len(bad) else k_max
+    return k, types[:k].copy(), arr["misc"][:k].copy()
 
 
 def _timestamp(rec: Record) -> int | None:

@@ -12,7 +12,7 @@ import struct
 import subprocess
 
 import pytest
-from conftest import HAVE_PERF
+from ptxtest import HAVE_PERF
 
 import perfdata_writer as W
 from ptexport.errors import PtExportError

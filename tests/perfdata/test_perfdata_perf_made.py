@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import HAVE_PERF, REPO
+from ptxtest import HAVE_PERF, REPO
 
 import perf_oracle as P
 from ptexport.perfdata import open_perf_data
@@ -66,8 +66,13 @@ KINDS = ["plain", "system_wide", "compressed", "callgraph_fp", "callgraph_dwarf"
 def test_stats_equal_perf_report_stats(made, kind):
     path = made[kind]
     with open_perf_data(path) as pd:
-        n = sum(1 for _ in pd.records())
+        recs = [(r.offset, r.type, r.misc, r.size if r.type != 71 else r.header_size) for r in pd.records()]
+        n = len(recs)
         ours = dict(pd.stats)
+        if not pd.is_pipe or path.is_file():
+            with open_perf_data(path) as again:
+                assert list(again.iter_headers()) == recs  # the fast path sees the same records
+                assert dict(again.stats) == ours
     assert ours == P.perf_stats(path)
     assert n == sum(v for k, v in ours.items() if k != "COMPRESSED")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import needs_perf
+from ptxtest import needs_perf
 
 import perf_oracle as P
 from ptexport.perfdata import IntelPTInfo, open_perf_data, perf_config_terms

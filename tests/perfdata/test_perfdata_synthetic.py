@@ -523,3 +523,42 @@ def test_ordered_records_round_semantics_and_dir_merge(tmp_path):
         got = [r.comm for r in pd.ordered_records() if r.name == "COMM"]
         assert got == ["t1", "t2", "t6", "t7"]
         assert pd.stats["COMM"] == 4
+
+
+def _switches(n, t0=0, misc=PERF_RECORD_MISC_SWITCH_OUT):
+    return b"".join(W.record(RT.SWITCH_CPU_WIDE, struct.pack("<ii", i, i), misc=misc if i % 3 else 0,
+                             trailer=trailer_a(1, 1, t0 + i, i % 4, 10)) for i in range(n))
+
+
+def test_header_walk_equals_parsed_records_across_same_size_runs():
+    a = W.attr(sample_type=ST_A, flags=SID_ALL)
+    odd = W.record(50, bytes(40))  # an unknown kernel type of the same size inside a run
+    data = (_switches(500) + W.record(RT.MMAP, struct.pack("<iiQQQ", 1, 1, 0, 1, 0) + W.cstr("/x"),
+                                      trailer=trailer_a(1, 1, 1, 0, 10))
+            + _switches(300, 1000) + odd + _switches(70, 2000) + W.record(RT.FINISHED_ROUND, b"")
+            + _switches(2000, 3000))
+    raw = W.file_mode([(a, [10])], data)
+    pd = perf_data_from_bytes(raw, "runs.data")
+    heads = list(pd.iter_headers())
+    stats = dict(pd.stats)
+    recs = list(pd.records())
+    assert heads == [(r.offset, r.type, r.misc, r.size) for r in recs]
+    assert stats == dict(pd.stats) == {"SWITCH_CPU_WIDE": 2870, "MMAP": 1, "UNKNOWN(50)": 1, "FINISHED_ROUND": 1}
+    assert [r.next_prev_pid for r in recs if r.name == "SWITCH_CPU_WIDE"][:3] == [0, 1, 2]
+    # a run cut at the end: every whole record comes out first, then the typed error at the cut one
+    cut = perf_data_from_bytes(raw[:len(raw) - 20], "cut.data")
+    got = []
+    with pytest.raises(TruncatedError) as ei:
+        for h in cut.iter_headers():
+            got.append(h)
+    assert got == heads[:-1] and ei.value.offset == heads[-1][0]
+    # a bad size inside a run
+    bad = bytearray(raw)
+    off = heads[1500][0]
+    bad[off + 6:off + 8] = b"\x00\x00"
+    pd = perf_data_from_bytes(bytes(bad), "bad.data")
+    got = []
+    with pytest.raises(PerfDataError, match="size 0 is smaller") as ei:
+        for h in pd.iter_headers():
+            got.append(h)
+    assert got == heads[:1500] and ei.value.offset == off
