@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, Sequence
 from .db import QueryError, Session, quote_ident
 
 PAGE_SIZE = 1000
+MIN_ID = "_min_id"      # branch_where's hint: no row of the filter has a smaller sample id
 U64 = (1 << 64) - 1   # addresses are stored as signed 64-bit integers
 
 # perf's sample flag bits (tools/perf/util/event.h PERF_IP_FLAG_*).
@@ -95,7 +96,11 @@ def machines(s: Session, with_calls: bool = False) -> list[MachineRow]:
     """Real machines (id > 0): host first, then guests by hypervisor pid."""
     sql = "SELECT id, pid, root_dir FROM machines WHERE id > 0"
     if with_calls and s.db.caps.has_calls:
-        sql += " AND id IN (SELECT DISTINCT machine_id FROM threads WHERE id IN (SELECT thread_id FROM calls))"
+        if s.db.caps.has_column("comms", "has_calls"):   # no scan of calls
+            sql += (" AND id IN (SELECT t.machine_id FROM threads t JOIN comm_threads ct ON ct.thread_id = t.id "
+                    "JOIN comms c ON c.id = ct.comm_id WHERE c.has_calls AND c.id <> 0)")
+        else:
+            sql += " AND id IN (SELECT DISTINCT machine_id FROM threads WHERE id IN (SELECT thread_id FROM calls))"
     rows = s.rows(sql + " ORDER BY CASE WHEN pid = -1 THEN 0 ELSE 1 END, pid, id")
     out = []
     for mid, pid, root in rows:
@@ -107,8 +112,8 @@ def machines(s: Session, with_calls: bool = False) -> list[MachineRow]:
 
 
 def use_machine_level(s: Session) -> bool:
-    """A machine level is shown when there is a guest or a vcpus table."""
-    return s.db.caps.has_vcpus or len(machines(s)) > 1
+    """A machine level is shown when there is a guest machine or a VCPU."""
+    return len(machines(s)) > 1 or bool(vcpus(s))
 
 
 class VcpuRow(NamedTuple):
@@ -516,6 +521,8 @@ def branch_where(s: Session, f: BranchFilter) -> tuple[str, dict[str, Any]]:
             params[f"rhi{i}"] = sample_id_at_time(s, hi, False)
             parts.append(f"(samples.id >= :rlo{i} AND samples.id <= :rhi{i})")
         where.append("(" + " OR ".join(parts) + ")")
+        # SQLite takes one rowid lower bound (the keyset's): start the keyset at the first range
+        params[MIN_ID] = min(params[f"rlo{i}"] for i in range(len(ranges))) - 1
     if f.cpus.strip():
         parts = []
         for i, (lo, hi) in enumerate(parse_ranges(f.cpus)):
@@ -567,6 +574,7 @@ def branches_page(s: Session, where: str = "", params: dict[str, Any] | None = N
     """One page of branch samples after ``after_id``, in id (= time) order."""
     caps = s.db.caps
     p = dict(params or {})
+    after_id = max(after_id, int(p.pop(MIN_ID, 0)))
     p.update(after=after_id, lim=limit)
     cond = "samples.id > :after"
     if evsel_id is not None:

@@ -17,7 +17,7 @@ from . import queries as q
 from .db import Database, Session
 from .views import Report
 
-LABEL_W = 210
+LABEL_W = 250
 AXIS_H = 26
 LANE_H = 22
 LANE_GAP = 3
@@ -60,11 +60,23 @@ def load_chart(s: Session) -> ChartData:
     return ChartData(start, end, lanes, q.point_events(s))
 
 
+PALETTE = [QColor.fromHsv(h, s, v) for h, s, v in (
+    (150, 140, 230), (330, 150, 235), (210, 150, 240), (35, 170, 245), (270, 120, 230), (95, 150, 215),
+    (0, 150, 235), (185, 160, 215), (55, 170, 230), (300, 110, 220), (120, 110, 200), (20, 110, 240))]
+IDLE = QColor(215, 215, 215)
+_colours: dict[int, QColor] = {}
+
+
 def thread_color(thread_id: int, tid: int) -> QColor:
-    if tid == 0:
-        return QColor(215, 215, 215)
-    h = zlib.crc32(str(thread_id).encode()) % 360
-    return QColor.fromHsv(h, 150, 225)
+    """Idle (tid 0) and unknown threads grey; others from a palette in order of appearance."""
+    if tid <= 0 or thread_id <= 0:
+        return IDLE
+    c = _colours.get(thread_id)
+    if c is None:
+        c = PALETTE[len(_colours) % len(PALETTE)] if len(_colours) < len(PALETTE) else \
+            QColor.fromHsv(zlib.crc32(str(thread_id).encode()) % 360, 140, 225)
+        _colours[thread_id] = c
+    return c
 
 
 class ChartWidget(QWidget):
@@ -190,7 +202,7 @@ class ChartWidget(QWidget):
                 if x1 - x0 < 1:
                     x1 = x0 + 1
                 p.fillRect(QRectF(x0, y + 1, x1 - x0, LANE_H - 2), thread_color(iv.thread_id, iv.tid))
-                if x1 - x0 > 60 and iv.tid != 0:
+                if x1 - x0 > 60 and iv.tid > 0 and iv.thread_id > 0:
                     p.setPen(QColor(0, 0, 0))
                     p.drawText(QRectF(x0 + 3, y, x1 - x0 - 6, LANE_H), Qt.AlignVCenter | Qt.AlignLeft,
                                f"{iv.comm} {iv.pid}:{iv.tid}")
@@ -364,7 +376,7 @@ class TimeChartReport(Report):
         seen = {}
         for lane in data.lanes:
             for iv in lane.intervals:
-                if iv.tid > 0:
+                if iv.tid > 0 and iv.thread_id > 0:
                     seen[(iv.thread_id, iv.tid)] = f"{iv.comm} {iv.pid}:{iv.tid}" + (" (guest)" if lane.guest else "")
         self.legend.clear()
         for (th, tid), text in sorted(seen.items(), key=lambda kv: kv[1]):

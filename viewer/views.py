@@ -470,6 +470,12 @@ class BranchesReport(TableReport):
         self.fetch_bar.layout().insertWidget(0, self.follow_box)
         self.view.selectionModel().currentRowChanged.connect(self._row_changed)
         self.disasm_roots: list[str] = []
+        self.model.modelReset.connect(self._mono)
+        self._mono()
+
+    def _mono(self) -> None:
+        if self.model.columns:
+            self.model.mono_columns = {len(self.model.columns) - 1}
 
     def _make_fetch(self) -> Callable:
         flt = self.flt
