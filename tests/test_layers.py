@@ -5,7 +5,7 @@ import subprocess
 from pathlib import Path
 import sys
 
-from conftest import REPO
+from ptxtest import REPO
 
 
 def _lint_imports() -> str:

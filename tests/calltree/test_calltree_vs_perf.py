@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from ptexport.calltree import CALLS_COLUMNS, CallTree, make_call_tree, perf_flush_order
-from tests.conftest import needs_perf
+from ptxtest import needs_perf
 
 EXPORT = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
 U64 = (1 << 64) - 1

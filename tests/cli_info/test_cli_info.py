@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from conftest import HAVE_PERF, needs_perf
+from ptxtest import HAVE_PERF, needs_perf
 from ptexport.cli import main
 from ptexport.sideband.summary import AUXTRACE_INFO_FIELDS
 

@@ -9,32 +9,7 @@ from pathlib import Path
 
 import pytest
 
-PG_BASE = os.environ.get("PTEXPORT_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
-PERF_SCRIPTS = Path("/usr/lib/perf-core/scripts/python")
-
-
-SYSTEM_PYTHON = "/usr/bin/python3"
-
-
-def have_system_pyside2() -> bool:
-    """perf's embedded Python is Debian's: PySide2 must import there, not in this venv."""
-    import subprocess
-
-    if not Path(SYSTEM_PYTHON).exists():
-        return False
-    r = subprocess.run([SYSTEM_PYTHON, "-c", "import PySide2.QtSql, PySide2.QtWidgets"], capture_output=True)
-    return r.returncode == 0
-
-
-def system_python_env() -> dict[str, str]:
-    """Environment for perf's embedded (Debian) Python and Debian's python3.
-
-    Embedded Python finds its prefix through the first ``python3`` on PATH; with a
-    virtualenv/pyenv first it would pick that one's library, which has no PySide2.
-    """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYENV", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"))}
-    env["PATH"] = "/usr/bin:/bin:" + env.get("PATH", "")
-    return env
+from exporttest import PERF_SCRIPTS, PG_BASE, SYSTEM_PYTHON, have_system_pyside2, system_python_env  # noqa: F401
 
 
 def _pg_admin():

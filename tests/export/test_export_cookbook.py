@@ -68,7 +68,7 @@ def test_cookbook_on_sqlite(name, fixture_sqlite):
 def fixture_pg(pg_admin):
     import uuid
 
-    from conftest import PG_BASE
+    from exporttest import PG_BASE
 
     name = f"ptx_cookbook_{uuid.uuid4().hex[:10]}"
     url = f"{PG_BASE}/{name}"

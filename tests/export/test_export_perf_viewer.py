@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PERF_SCRIPTS, SYSTEM_PYTHON, have_system_pyside2, system_python_env
+from exporttest import PERF_SCRIPTS, SYSTEM_PYTHON, have_system_pyside2, system_python_env
 
 from ptexport.cli import main
 

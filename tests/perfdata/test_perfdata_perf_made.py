@@ -53,13 +53,16 @@ def made(tmp_path_factory) -> dict[str, Path]:
     with open(files["inject_pipe"], "wb") as f:
         subprocess.run(["perf", "inject", "-i", str(files["plain"]), "-o", "-"], stdout=f, check=True,
                        stderr=subprocess.DEVNULL)
+    files["stat_record"] = d / "stat.data"
+    _perf_record(["perf", "stat", "record", "-q", "-o", str(files["stat_record"]), "-e",
+                  "task-clock,context-switches", "--"] + WORK)
     files["threads_dir"] = d / "threads.data"
     _perf_record(REC + ["--threads", "-o", str(files["threads_dir"]), "--"] + WORK)
     return files
 
 
 KINDS = ["plain", "system_wide", "compressed", "callgraph_fp", "callgraph_dwarf", "pipe", "inject_pipe",
-         "threads_dir"]
+         "stat_record", "threads_dir"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -104,7 +107,7 @@ def test_records_and_samples_equal_perf_script_D(made, kind):
         their_samples = sorted((d.offset, d.sample["pid"], d.sample["tid"], d.sample["ip"], d.sample["period"],
                                 d.time, d.sample["misc"], tuple(d.callchain)) for d in dump if d.sample)
         assert our_samples == their_samples
-        assert len(our_samples) > 0 or kind == "system_wide"
+        assert len(our_samples) > 0 or kind in ("system_wide", "stat_record")
         if kind == "callgraph_fp":
             assert all(s[-1] for s in our_samples)
         if kind == "callgraph_dwarf":
@@ -200,3 +203,32 @@ def test_ordered_records_follow_perfs_delivery_order(made, kind):
         ours = [_key(pd, r) for r in pd.ordered_records() if r.type < 64]
         assert dict(pd.stats) == P.perf_stats(path)
     assert ours == theirs
+
+
+def test_perf_stat_record_values(made):
+    """STAT_CONFIG / STAT / STAT_ROUND of `perf stat record` against the table `perf script -D` prints."""
+    path = made["stat_record"]
+    out = P.run(["perf", "script", "-D", "-i", str(path)])
+    table = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 7 and parts[0].lstrip("-").isdigit() and parts[2].isdigit():
+            table[parts[6]] = tuple(int(x) for x in parts[:6])
+    with open_perf_data(path) as pd:
+        recs = list(pd.records())
+        names = {}
+        for r in recs:
+            if r.name == "EVENT_UPDATE" and r.event_name:
+                names[r.event_id] = r.event_name
+        for a in pd.attrs:
+            names.setdefault(a.ids[0] if a.ids else None, a.name)
+        stats = [r for r in recs if r.name == "STAT"]
+        (rnd,) = [r for r in recs if r.name == "STAT_ROUND"]
+        assert [r.name for r in recs].count("STAT_CONFIG") == 1
+        assert len(stats) == len(table) == 2
+        for st in stats:
+            a = pd.attr_for_id(st.stat_id)
+            cpu, thread_pid, val, ena, run, t = table[a.name]
+            assert (st.cpu, st.val, st.ena, st.run, rnd.time) == (cpu, val, ena, run, t)
+        tm = [r for r in recs if r.name == "THREAD_MAP"][0]
+        assert tm.entries[0][0] == table[pd.attrs[0].name][1]

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import needs_perf, perf_python_env
+from ptxtest import needs_perf, perf_python_env
 from ptexport.cli import main
 
 EXPORTER = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import QUIPPER, needs_perf
+from ptxtest import QUIPPER, needs_perf
 from ptexport.cli import main
 
 _ERR = re.compile(r"instruction trace error type 1 time (\S+) cpu (-?\d+) pid (-?\d+) tid (-?\d+) ip (\S+) code (\d+): (.*)")

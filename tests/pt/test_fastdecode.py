@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import LIBIPT
+from ptxtest import LIBIPT
 from ptexport.pt.errata import Errata
 from ptexport.pt.fastdecode import decode_columns_fast
 from ptexport.pt.packets import decode_columns

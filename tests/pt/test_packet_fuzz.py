@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 
-from conftest import LIBIPT
+from ptxtest import LIBIPT
 from ptexport.errors import PacketError, PtExportError
 from ptexport.pt.errata import Errata
 from ptexport.pt.packets import PacketDecoder, decode_columns, iter_packets

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import needs_perf
+from ptxtest import needs_perf
 from ptexport.cli import main
 
 try:  # the perf.data reader (engineer A) may land after this test

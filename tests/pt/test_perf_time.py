@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import needs_perf
+from ptxtest import needs_perf
 from ptexport.pt.packets import PacketKind as K, iter_packets
 from ptexport.pt.time import PerfTime, tsc_8b
 

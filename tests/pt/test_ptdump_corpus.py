@@ -13,7 +13,7 @@ import shlex
 
 import pytest
 
-from conftest import LIBIPT
+from ptxtest import LIBIPT
 from ptexport.cli import main
 
 _CPU = re.compile(r"-ptdump(?:-cpu_(\d+)_(\d+)(?:_(\d+))?)?\.exp$")

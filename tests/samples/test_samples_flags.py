@@ -15,7 +15,7 @@ from ptexport.samples.flags import (
     format_flags_array,
     format_flags_field,
 )
-from tests.conftest import needs_perf
+from ptxtest import needs_perf
 
 B, C, R, O = IpFlag.BRANCH, IpFlag.CALL, IpFlag.RETURN, IpFlag.CONDITIONAL
 S, Y, I, A = IpFlag.SYSCALLRET, IpFlag.ASYNC, IpFlag.INTERRUPT, IpFlag.TX_ABORT

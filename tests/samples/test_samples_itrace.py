@@ -16,7 +16,7 @@ from ptexport.samples.itrace import (
     parse_itrace,
     perf_default,
 )
-from tests.conftest import needs_perf
+from ptxtest import needs_perf
 
 ACCEPTED = [
     "ce", "cewpxo", "be", "ibxwpe", "I", "Z", "A", "i10us", "i1i", "i100t", "i10ms", "e+o",

@@ -12,7 +12,7 @@ import pytest
 from ptexport.samples.flags import IpFlag
 from ptexport.samples.itrace import parse_itrace
 from ptexport.samples.select import BranchIpc, InitialSkip, branch_mask, select_branches, split_vm_branches
-from tests.conftest import needs_perf
+from ptxtest import needs_perf
 
 EXPORT = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
 PERF_ENV = dict(os.environ, PATH="/usr/local/bin:/usr/bin:/bin")  # perf's embedded Python finds its prefix via PATH

@@ -10,7 +10,7 @@ import numpy as np
 
 from ptexport.samples.flags import IpFlag
 from ptexport.samples.text import csv_lines, error_line, perf_script_lines, usec_time
-from tests.conftest import needs_perf
+from ptxtest import needs_perf
 
 EXPORT = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
 PERF_ENV = dict(os.environ, PATH="/usr/local/bin:/usr/bin:/bin")  # perf's embedded Python finds its prefix via PATH

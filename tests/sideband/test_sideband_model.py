@@ -25,8 +25,10 @@ def test_fork_exec_exit_and_comms_over_time():
     bash, ls, worker = host.thread(100), host.thread(200), host.thread(201)
     assert (ls.pid, ls.tid, ls.ppid, ls.start, ls.end, ls.start_known) == (200, 200, 100, 1000, 3000, True)
     assert ls.is_main and not worker.is_main and worker.pid == 200
+    assert host.process_of(worker, 2700) is ls and host.process_of(ls) is ls
     # the child inherits the parent's comm at fork time, then exec renames it
     assert [(c.comm, c.start, c.exec) for c in ls.comms] == [("bash", 1000, False), ("ls", 2000, True)]
+    assert [c.inherited for c in ls.comms] == [True, False]
     assert ls.comm_at(1500).comm == "bash" and ls.comm_at(2000).comm == "ls"
     assert ls.comm_at(5).comm == "bash"  # before the first comm: perf answers with the oldest
     assert ls.exec_comm().comm == "ls" and ls.exec_comm(1500).comm == "bash"

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import needs_perf
+from ptxtest import needs_perf
 from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import RecordType as RT
 from ptexport.sideband import CpuTimeline, sideband_from_perf_data

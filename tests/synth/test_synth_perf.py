@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import needs_perf
+from ptxtest import needs_perf
 from ptexport.synth.generate import KIND_CALL, KIND_RET, SynthOptions, synthesize
 from ptexport.synth.verify import compare_branches, load_truth, parse_branches, perf_script
 
