@@ -444,7 +444,7 @@ class SidebandBuilder:
                 child = new_thread(m, pid, tid, time, True)
                 child.ppid, child.ptid = ppid, ptid
                 if parent is not None and parent.comms:
-                    child.comms.append(Comm(parent.comm_name(time), time, False))  # type: ignore[union-attr]
+                    child.comms.append(Comm(parent.comm_name(time), time, False, True))  # type: ignore[union-attr]
                 if pid != ppid and not no_clone and ppid is not None and ppid in m.spaces:
                     m.space(pid).copy_from(m.spaces[ppid], pid, time)
             elif kind == _EXIT:

@@ -42,6 +42,7 @@ class Comm:
     comm: str
     start: int
     exec: bool
+    inherited: bool = False  # copied from the parent at FORK (perf does that too)
 
 
 class Thread:
@@ -128,7 +129,7 @@ class Thread:
             "ptid": self.ptid,
             "start": self.start if self.start_known else None,
             "end": self.end,
-            "comms": [{"comm": c.comm, "start": c.start, "exec": c.exec} for c in self.comms],
+            "comms": [{"comm": c.comm, "start": c.start, "exec": c.exec, "inherited": c.inherited} for c in self.comms],
         }
 
     def __repr__(self) -> str:
@@ -368,6 +369,12 @@ class Machine:
     def process(self, pid: int, time: int | None = None) -> Thread | None:
         """The main thread of process ``pid`` (perf's 'process' = its thread with tid == pid)."""
         return self.thread(pid, time)
+
+    def process_of(self, thread: Thread, time: int | None = None) -> Thread | None:
+        """The main thread of ``thread``'s process (perf's threads.process_id)."""
+        if thread.pid < 0:
+            return None
+        return thread if thread.is_main else self.thread(thread.pid, time)
 
     def processes(self) -> Iterator[Thread]:
         return (t for t in self.threads() if t.is_main)

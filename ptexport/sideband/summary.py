@@ -139,7 +139,7 @@ def _sideband_summary(sb: Sideband, *, max_processes: int | None) -> dict[str, A
             procs.append({
                 "pid": p.pid,
                 "comm": ec.comm if ec else p.comm_name(),
-                "comms": sorted({c.comm for t in members for c in t.comms}),
+                "comms": sorted({c.comm for t in members for c in t.comms if not c.inherited}),
                 "threads": len(members),
                 "mmaps": m.mmap_counts.get(p.pid, 0),
                 "maps_at_end": len(m.maps(p.pid).live_at(END_OF_TIME - 1)),
