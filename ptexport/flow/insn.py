@@ -302,6 +302,11 @@ class InsnDecoder:
             return target == ev.ip
         return True
 
+    @staticmethod
+    def _needs_trace(insn: Insn) -> bool:
+        c = insn.iclass
+        return c == RETURN or c == COND_JUMP or (c in (CALL, JUMP) and insn.disp is None)
+
     def _postpone(self, insn: Insn) -> int:
         if not self.process_insn:
             self.process_insn = True
@@ -331,7 +336,10 @@ class InsnDecoder:
             if ev.status_update:
                 return 0
             if not self._at_disabled_event(ev, insn):
-                return 0
+                # A disable without IP also binds where the flow would need
+                # trace that is not there (the block decoder stops there too).
+                if not (ev.ip_suppressed and self._needs_trace(insn)):
+                    return 0
             try:
                 self.ip = self._next_ip(insn)
             except FlowError as e:
