@@ -42,7 +42,8 @@ def perf_script(perf_data: Path, itrace: str, fields: str = "pid,tid,cpu,time,fl
     perf = shutil.which("perf")
     if perf is None:
         raise SynthError("perf is not installed (Debian: apt-get install linux-perf)")
-    cmd = [perf, "script", "-i", str(perf_data), f"--itrace={itrace}", "-F", fields, "--ns"]
+    cmd = [perf, "script", "-i", str(Path(perf_data).resolve()), f"--itrace={itrace}", "-F", fields,
+           "--ns"]
     cmd += extra or []
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                           cwd=str(Path(perf_data).parent))
