@@ -1169,7 +1169,7 @@ def p_stat(ctx, buf, off, size, rtype, misc):
     _need(size, 48, "the STAT fields")
     r = _new(StatRecord, rtype, misc, size)
     r.sample_id = None
-    r.stat_id, r.cpu, r.thread, r.val, r.ena, r.run = struct.unpack_from("<QIIQQQ", buf, off + 8)
+    r.stat_id, r.cpu, r.thread, r.val, r.ena, r.run = struct.unpack_from("<QiIQQQ", buf, off + 8)
     return r
 
 

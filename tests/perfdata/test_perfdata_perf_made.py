@@ -24,14 +24,23 @@ REC = ["perf", "record", "-q", "-e", "task-clock", "-c", "100000", "--switch-eve
 def _perf_record(args: list[str], out: Path | None = None, stdout=None) -> None:
     r = subprocess.run(args, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.PIPE, text=False)
     if r.returncode != 0:
-        msg = r.stderr.decode(errors="replace").strip().splitlines()
-        pytest.skip(f"perf record cannot record here ({msg[-1] if msg else r.returncode}): "
-                    "perf_event_open not permitted?")
+        msg = r.stderr.decode(errors="replace").strip()
+        pytest.fail(f"{' '.join(args)} failed ({r.returncode}): {msg[-500:]}")
+
+
+def _can_record(d: Path) -> None:
+    """Skip (not fail) only when this machine does not let perf open events."""
+    r = subprocess.run(["perf", "record", "-q", "-e", "task-clock", "-o", str(d / "probe.data"), "--", "true"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        last = r.stderr.strip().splitlines()[-1:] or [str(r.returncode)]
+        pytest.skip(f"perf record cannot open events here ({last[0]}); perf_event_paranoid/capabilities?")
 
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("perfmade")
+    _can_record(d)
     files: dict[str, Path] = {}
     files["plain"] = d / "plain.data"
     _perf_record(REC + ["-o", str(files["plain"]), "--"] + WORK)
@@ -54,7 +63,7 @@ def made(tmp_path_factory) -> dict[str, Path]:
         subprocess.run(["perf", "inject", "-i", str(files["plain"]), "-o", "-"], stdout=f, check=True,
                        stderr=subprocess.DEVNULL)
     files["stat_record"] = d / "stat.data"
-    _perf_record(["perf", "stat", "record", "-q", "-o", str(files["stat_record"]), "-e",
+    _perf_record(["perf", "stat", "record", "-o", str(files["stat_record"]), "-e",
                   "task-clock,context-switches", "--"] + WORK)
     files["threads_dir"] = d / "threads.data"
     _perf_record(REC + ["--threads", "-o", str(files["threads_dir"]), "--"] + WORK)
