@@ -506,6 +506,24 @@ class InsnDecoder:
         return True
 
     # -- the API -----------------------------------------------------------------
+    def next_run(self) -> tuple:
+        """Fast path: the IPs of the plain instructions from here to the next branch.
+
+        Returns () unless nothing can bind in between (no event pending or in
+        progress, no deferred error); otherwise the decoder moves past them
+        and the caller continues with :meth:`next` for the branch.
+        """
+        if (self.process_event or self.process_insn or not self.enabled
+                or self.status & (EVENT_PENDING | EOS_FLAG) or self.query.status < 0):
+            return ()
+        image = self.image
+        ips, end = self.cache.run((id(image), image.generation), self.mode, self.ip, image.read)
+        if ips:
+            self.ip = end
+            if self.has_icnt:
+                self.icnt += len(ips)
+        return ips
+
     def next(self):
         """Decode one instruction: (ip, size, iclass, speculative, status).
 

@@ -218,39 +218,131 @@ def is_vmentry(special: int) -> bool:
     return special in (VMLAUNCH, VMRESUME)
 
 
+_RUN_BYTES = 96
+_MAX_RUN = 512
+
+
+def _classify_raw(code: bytes, size: int, mode: int) -> tuple[int, int, int | None]:
+    """(iclass, special, disp) from an instruction's raw bytes (length known)."""
+    i = 0
+    last_f2f3 = 0
+    osz = False
+    n = size
+    while i < n:
+        b = code[i]
+        if b in _LEGACY:
+            if b == 0xF2 or b == 0xF3:
+                last_f2f3 = b
+            elif b == 0x66:
+                osz = True
+            i += 1
+            continue
+        break
+    if mode == MODE_64 and i < n and 0x40 <= code[i] <= 0x4F:
+        i += 1
+    if i >= n:
+        return OTHER, NONE, None
+    b0 = code[i]
+    if b0 == 0x0F:
+        if i + 1 >= n:
+            return OTHER, NONE, None
+        b1 = code[i + 1]
+        modrm = code[i + 2] if i + 2 < n else 0
+        iclass, special = classify((0x0F, b1), modrm, last_f2f3, osz)
+        if iclass == COND_JUMP:
+            return iclass, special, int.from_bytes(code[i + 2:size], "little", signed=True)
+        return iclass, special, None
+    modrm = code[i + 1] if i + 1 < n else 0
+    iclass, special = classify((b0,), modrm, last_f2f3, osz)
+    if iclass in _DIRECT and b0 != 0xFF:
+        return iclass, special, int.from_bytes(code[i + 1:size], "little", signed=True)
+    return iclass, special, None
+
+
 class InsnCache:
-    """Decoded instructions keyed by (address-space key, mode, ip).
+    """Decoded instructions keyed by (address-space key, mode, ip), and runs.
 
     ``read(ip, n)`` is the address space's memory reader; entries are
     ``(size, iclass, special, disp)`` tuples, or negative ints for "no
-    memory mapped" (-1) and "undecodable bytes" (-2).
+    memory mapped" (-1) and "undecodable bytes" (-2).  A miss decodes the
+    straight-line code from there with one capstone call and caches every
+    instruction of it, so each instruction's bytes are decoded once.
+
+    :meth:`run` gives the basic-block view: the IPs of the consecutive
+    non-branch instructions starting at an IP (the block cache the flow's
+    fast path uses).
     """
 
     NOMAP = -1
     BAD_INSN = -2
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_entries", "_runs")
 
     def __init__(self) -> None:
         self._entries: dict[tuple, object] = {}
+        self._runs: dict[tuple, tuple] = {}
 
     def lookup(self, key, mode: int, ip: int, read):
         k = (key, mode, ip)
         hit = self._entries.get(k)
         if hit is not None:
             return hit
-        code = read(ip, MAX_INSN_SIZE)
+        self._fill(key, mode, ip, read)
+        return self._entries[k]
+
+    def _fill(self, key, mode: int, ip: int, read) -> None:
+        entries = self._entries
+        code = read(ip, _RUN_BYTES)
         if not code:
-            hit = self.NOMAP
-        else:
-            hit = decode(code, ip, mode if mode else MODE_64)
-            if hit is None:
-                hit = self.BAD_INSN
-        self._entries[k] = hit
+            entries[(key, mode, ip)] = self.NOMAP
+            return
+        cmode = mode if mode else MODE_64
+        md = _disassembler(cmode)
+        off = 0
+        first = True
+        for addr, size, _mn, _ops in md.disasm_lite(code, ip):
+            raw = code[off:off + size]
+            if raw[0] == 0xD5 and cmode == MODE_64:
+                break          # REX2: let the careful path handle it
+            iclass, special, disp = _classify_raw(raw, size, cmode)
+            if first and not (iclass == OTHER and special == NONE):
+                # Branches and special instructions go through the careful path.
+                break
+            entries[(key, mode, addr)] = (size, iclass, special, disp)
+            first = False
+            off += size
+            if iclass != OTHER or special != NONE or off + MAX_INSN_SIZE > len(code):
+                break
+        if (key, mode, ip) in entries:
+            return
+        # Careful path: capstone with details for the one instruction at ip,
+        # re-reading across section boundaries (truncated instructions).
+        code = read(ip, MAX_INSN_SIZE)
+        hit = decode(code, ip, cmode)
+        entries[(key, mode, ip)] = self.BAD_INSN if hit is None else hit
+
+    def run(self, key, mode: int, ip: int, read) -> tuple:
+        """(ips, end_ip): consecutive plain instructions from ``ip`` (maybe empty)."""
+        k = (key, mode, ip)
+        hit = self._runs.get(k)
+        if hit is not None:
+            return hit
+        ips = []
+        cur = ip
+        lookup = self.lookup
+        while len(ips) < _MAX_RUN:
+            e = lookup(key, mode, cur, read)
+            if e.__class__ is int or e[1] != OTHER or e[2] != NONE:
+                break
+            ips.append(cur)
+            cur = (cur + e[0]) & 0xFFFFFFFFFFFFFFFF
+        hit = (tuple(ips), cur)
+        self._runs[k] = hit
         return hit
 
     def clear(self) -> None:
         self._entries.clear()
+        self._runs.clear()
 
     def __len__(self) -> int:
         return len(self._entries)

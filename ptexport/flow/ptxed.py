@@ -192,6 +192,10 @@ class _Blocks:
         self.open = False
 
 
+def spec_flag(dec: InsnDecoder) -> bool:
+    return dec.speculative
+
+
 def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions) -> Iterator[str]:
     """Decode the whole trace; yield ptxed's output lines."""
     ninsn = 0
@@ -237,6 +241,18 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions) -> Iterator[str]:
                     line = blocks.before_insn()
                     if line and not quiet:
                         yield line
+                run = dec.next_run()
+                if run:
+                    ninsn += len(run)
+                    decoded = True
+                    if not quiet:
+                        if spec_flag(dec):
+                            for rip in run:
+                                yield f"? {rip:016x}"
+                        else:
+                            for rip in run:
+                                yield f"{rip:016x}"
+                    ip = dec.ip
                 try:
                     ip, size, iclass, spec, status = dec.next()
                 except FlowError as e:
