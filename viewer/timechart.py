@@ -228,13 +228,12 @@ class ChartWidget(QWidget):
                     break
             else:
                 step *= 10
-        first = (self.t0 // step) * step
-        t = first
         base = self.data.start if self.data else 0
+        t = base + -(-(self.t0 - base) // step) * step      # first tick at a round offset from the start
         while t <= self.t1:
-            if t >= self.t0:
-                x = self.x_of(t)
-                p.drawLine(QPointF(x, AXIS_H - 8), QPointF(x, AXIS_H - 4))
+            x = self.x_of(t)
+            p.drawLine(QPointF(x, AXIS_H - 8), QPointF(x, AXIS_H - 4))
+            if x < right - 60:
                 p.drawText(QPointF(x + 2, AXIS_H - 10), f"+{t - base:,} ns")
             t += step
         p.drawText(QPointF(4, AXIS_H - 10), f"start {base}")
