@@ -562,3 +562,16 @@ def test_header_walk_equals_parsed_records_across_same_size_runs():
         for h in pd.iter_headers():
             got.append(h)
     assert got == heads[:1500] and ei.value.offset == off
+
+
+def test_tracing_data_payload_is_skipped_in_files_and_streams():
+    a = W.attr(sample_type=ST_A, flags=SID_ALL)
+    body = (W.header_attr(a, [10]) + W.record(RT.HEADER_TRACING_DATA, struct.pack("<I", 12)) + b"T" * 16
+            + W.record(RT.COMM, struct.pack("<ii", 1, 1) + W.cstr("after"), trailer=trailer_a(1, 1, 5, 0, 10)))
+    raw = W.pipe_mode(body)
+    for pd in (perf_data_from_bytes(raw, "td.data"), open_perf_data_stream(raw)):
+        recs = list(pd.records())
+        assert [r.name for r in recs] == ["ATTR", "TRACING_DATA", "COMM"]
+        assert recs[1].data_size == 12 and recs[2].comm == "after"
+    with pytest.raises(TruncatedError, match="record TRACING_DATA"):
+        list(perf_data_from_bytes(raw[:-(56 + 4)], "td.data").records())
