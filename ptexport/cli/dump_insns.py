@@ -52,7 +52,7 @@ def add_arguments(parser) -> None:
         parser.add_argument(f"--filter:addr{n}_cfg", dest=f"addr{n}_cfg", type=_int, default=0)
         parser.add_argument(f"--filter:addr{n}_a", dest=f"addr{n}_a", type=_int, default=0)
         parser.add_argument(f"--filter:addr{n}_b", dest=f"addr{n}_b", type=_int, default=0)
-    # Timing options (accepted; timing refinement beyond TSC is not modelled yet).
+    # Timing configuration (libipt's pt_config timing fields).
     parser.add_argument("--nom-freq", type=_int)
     parser.add_argument("--mtc-freq", type=_int)
     parser.add_argument("--cpuid-0x15.eax", dest="cpuid_15_eax", type=_int)
@@ -104,7 +104,13 @@ def build(args):
     filters = [(getattr(args, f"addr{n}_cfg"), getattr(args, f"addr{n}_a"),
                 getattr(args, f"addr{n}_b")) for n in range(4)]
     filters = [f for f in filters if f[0]]
-    config = DecoderConfig(errata, keep_tcal_on_ovf=args.keep_tcal,
+    from ptexport.pt.time import TimingConfig
+
+    timing = TimingConfig(mtc_freq=args.mtc_freq or 0, nom_freq=args.nom_freq or 0,
+                          cpuid_0x15_eax=args.cpuid_15_eax or 0,
+                          cpuid_0x15_ebx=args.cpuid_15_ebx or 0,
+                          skl168=bool(getattr(errata, "skl168", False)))
+    config = DecoderConfig(errata, keep_tcal_on_ovf=args.keep_tcal, timing=timing,
                            enable_iflags_events=args.event_iflags,
                            enable_tick_events=args.event_tick, addr_filter=filters,
                            source=args.raw)

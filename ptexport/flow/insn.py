@@ -81,6 +81,7 @@ class InsnDecoder:
         self.event: Event | None = None
         self.cr3 = None
         self.vmcs = None
+        self.last_ev_tsc = 0
         self.retstack.clear()
 
     @property
@@ -189,9 +190,10 @@ class InsnDecoder:
     def _bind(self) -> int:
         """Take the peeked event from the query: it is now being processed."""
         if not self.process_event:
-            _, status = self.query.next_event()
+            ev, status = self.query.next_event()
             self.status = status
             self.process_event = True
+            self.last_ev_tsc = ev.tsc
         return self._status(EVENT_PENDING)
 
     def _decode(self, ip: int):
@@ -241,6 +243,8 @@ class InsnDecoder:
         if c == COND_JUMP:
             taken, status = q.cond_branch()
             self.status = status
+            if self.config.enable_tick_events:
+                self._tick(self.ip)
             if taken:
                 self.ip = (self.ip + insn.disp) & 0xFFFFFFFFFFFFFFFF
             self.has_icnt = True
@@ -256,6 +260,8 @@ class InsnDecoder:
                 taken = None
             if taken is not None:
                 self.status = status
+                if self.config.enable_tick_events:
+                    self._tick(self.ip)
                 if not taken:
                     raise FlowError(st.BAD_RETCOMP)
                 try:
@@ -269,13 +275,27 @@ class InsnDecoder:
             self.ip = (self.ip + insn.disp) & 0xFFFFFFFFFFFFFFFF
             self._update_trig(insn.ip)
             return
+        evip = self.ip
         ip, status = q.indirect_branch()
         self.status = status
+        if self.config.enable_tick_events:
+            self._tick(evip)
         if ip is None:
             raise FlowError(st.NOIP)
         self.ip = ip
         self.has_icnt = True
         self.icnt = 0
+
+    def _tick(self, ip: int) -> None:
+        """Synthesize a tick event when the time moved since the last event."""
+        if not self.enabled or self.process_event:
+            return
+        have, tsc = self.query.last_tsc
+        if tsc == self.last_ev_tsc:
+            return
+        self.event = Event("tick", ip=ip, has_tsc=have, tsc=tsc)
+        self.process_event = True
+        self.last_ev_tsc = tsc
 
     def _at_skl014(self, ev: Event, insn: Insn) -> bool:
         if not ev.ip_suppressed:

@@ -75,7 +75,7 @@ class DecoderConfig:
 
     def __init__(self, errata=None, *, keep_tcal_on_ovf: bool = False,
                  enable_iflags_events: bool = False, enable_tick_events: bool = False,
-                 addr_filter=None, source: str = "<trace>") -> None:
+                 addr_filter=None, source: str = "<trace>", timing=None) -> None:
         from ptexport.pt.errata import NO_ERRATA
 
         self.errata = errata if errata is not None else NO_ERRATA
@@ -85,6 +85,9 @@ class DecoderConfig:
         # addr_filter: list of (cfg, a, b) for addr0..3; cfg 1 = filter, 2 = stop.
         self.addr_filter = addr_filter or []
         self.source = source
+        from ptexport.pt.time import TimingConfig
+
+        self.timing = timing or TimingConfig(skl168=bool(getattr(self.errata, "skl168", False)))
 
     def addr_filter_check(self, ip: int) -> bool:
         """libipt pt_filter_addr_check: is ``ip`` inside an enabled filter range?"""
@@ -100,23 +103,73 @@ class DecoderConfig:
 
 
 class Time:
-    """Trace time state (TSC-based; MTC/CYC refinement not modelled yet)."""
+    """Trace time: libipt's pt_time and pt_time_cal (ptexport.pt.time) side by side."""
 
-    __slots__ = ("tsc", "have_tsc")
+    __slots__ = ("tracker", "cal")
 
-    def __init__(self) -> None:
-        self.tsc = 0
-        self.have_tsc = False
+    def __init__(self, cfg=None) -> None:
+        from ptexport.pt.time import TimeCal, TimeTracker, TimingConfig
+
+        cfg = cfg or TimingConfig()
+        self.tracker = TimeTracker(cfg)
+        self.cal = TimeCal(cfg)
+
+    @property
+    def have_tsc(self) -> bool:
+        return self.tracker.have_tsc
+
+    @property
+    def tsc(self) -> int:
+        return self.tracker.tsc
 
     def copy(self) -> "Time":
-        t = Time()
-        t.tsc, t.have_tsc = self.tsc, self.have_tsc
+        t = Time.__new__(Time)
+        t.tracker = copy.copy(self.tracker)
+        t.cal = copy.copy(self.cal)
         return t
 
-    def apply(self, pkt) -> None:
-        if pkt.kind == TSC:
-            self.tsc = pkt.p0
-            self.have_tsc = True
+    def apply(self, pkt, header: bool = False) -> None:
+        """Apply a timing packet (TSC, CBR, TMA, MTC, CYC); bad timing is not fatal."""
+        from ptexport.pt.time import TimeError
+
+        k = pkt.kind
+        tr, cal = self.tracker, self.cal
+        try:
+            if k == TSC:
+                try:
+                    (cal.header_tsc if header else cal.update_tsc)(pkt.p0)
+                except TimeError:
+                    pass
+                tr.update_tsc(pkt.p0)
+            elif k == CBR:
+                try:
+                    (cal.header_cbr if header else cal.update_cbr)(pkt.p0)
+                except TimeError:
+                    pass
+                tr.update_cbr(pkt.p0)
+            elif k == TMA:
+                tr.update_tma(pkt.p0, pkt.p1)
+            elif k == MTC:
+                try:
+                    cal.update_mtc(pkt.p0)
+                except TimeError:
+                    pass
+                tr.update_mtc(pkt.p0)
+            elif k == CYC:
+                cal.update_cyc(pkt.p0)
+                try:
+                    fcr = cal.fcr_get()
+                except TimeError:
+                    fcr = 0
+                tr.update_cyc(pkt.p0, fcr)
+        except TimeError:
+            pass
+
+    def ovf(self, keep_tcal: bool) -> None:
+        if keep_tcal:
+            self.cal.update_ovf()
+        else:
+            self.cal.reset()
 
 
 class _Cursor:
@@ -161,7 +214,7 @@ class EventDecoder:
         self.csd = False
         self.csl = False
         self.ip = LastIp()
-        self.time = Time()
+        self.time = Time(self.config.timing)
         self.evq = EventQueue()
 
     @property
@@ -345,12 +398,12 @@ class EventDecoder:
                 ev = self._enqueue(EVB_PSBEND, "mnt")
                 ev.payload = pkt.p0
             elif k == CBR:
-                self.time.apply(pkt)
+                self.time.apply(pkt, header=True)
                 ev = self._enqueue(EVB_PSBEND, "cbr")
                 ev.status_update = True
                 ev.ratio = pkt.p0
             elif k in (TSC, TMA, MTC, CYC):
-                self.time.apply(pkt)
+                self.time.apply(pkt, header=True)
             elif k == PSBEND:
                 if self.enabled:
                     status_ev.type = "enabled"
@@ -955,8 +1008,8 @@ class EventDecoder:
         self.cur = cur
         self.packet = packet
         self.status = 0
+        time.ovf(self.config.keep_tcal_on_ovf)
         self.time = time
-        # (timing calibration is not modelled, so keep_tcal_on_ovf has nothing to keep)
         try:
             offset = self._find_ovf_fup()
         except FlowError as e:

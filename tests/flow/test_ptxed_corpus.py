@@ -22,11 +22,10 @@ from ptexport.cli import main  # noqa: E402
 CASES = ptxed_cases(LIBIPT) if (LIBIPT / "manifest.tsv").exists() else []
 
 # Options whose feature is not implemented yet: perf_event sideband (.sb files
-# switching images per process) and MTC/CYC-refined timing for tick events.
+# switching images per process).
 _UNSUPPORTED = {
     "--pevent:": "perf_event sideband images (--pevent/--sb) are not implemented yet",
     "--sb:": "perf_event sideband images (--pevent/--sb) are not implemented yet",
-    "--event:tick": "tick events need MTC/CYC-refined time, not implemented yet",
 }
 
 
