@@ -145,6 +145,12 @@ class Record:
         return self.misc & PERF_RECORD_MISC_CPUMODE_MASK
 
     @property
+    def guest(self) -> bool:
+        """The record comes from a guest (cpumode GUEST_KERNEL or GUEST_USER): it belongs to a guest
+        machine (see PerfData.machine_pid_of)."""
+        return self.misc & PERF_RECORD_MISC_CPUMODE_MASK in (4, 5)
+
+    @property
     def pid(self):
         sid = self.sample_id
         return None if sid is None else sid.pid
