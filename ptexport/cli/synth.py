@@ -50,6 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--cpus", type=_positive, default=1, help="CPUs to schedule threads on")
     s.add_argument("--per-thread", action="store_true",
                    help="perf record --per-thread layout: one AUX buffer per thread, no CPU")
+    s.add_argument("--pipe", action="store_true",
+                   help="pipe-mode perf.data, as perf record -o - writes it")
+    s.add_argument("--kcore", action="store_true",
+                   help="the perf record --kcore directory form: OUT/data and OUT/kcore_dir/")
     s.add_argument("--no-migrate", dest="migrate", action="store_false",
                    help="threads stay on their first CPU")
     s.add_argument("--elf-path", default="", metavar="DIR",
@@ -79,7 +83,8 @@ def run(args, out) -> int:
                         mtc_period=args.mtc_period, cbr=args.cbr, cpus=args.cpus,
                         psb_period=args.psb_period, seed=args.seed, migrate=args.migrate,
                         per_thread=args.per_thread, ovf=args.ovf, corrupt=args.corrupt,
-                        truncate=args.truncate, replay=args.replay,
+                        truncate=args.truncate, replay=args.replay, pipe=args.pipe,
+                        kcore=args.kcore,
                         elf_path=args.elf_path)
     t0 = time.monotonic()
     res = synthesize(args.out, opts)

@@ -75,6 +75,8 @@ class SynthOptions:
     ovf: int = 0                     # overflows (OVF packets) per CPU stream
     corrupt: int = 0                 # corrupted bytes per CPU stream
     truncate: int = 0                # truncated AUX areas per CPU stream
+    pipe: bool = False               # pipe-mode perf.data (perf record -o -)
+    kcore: bool = False              # perf record --kcore directory form: OUT/data + kcore_dir
     replay: str = "auto"             # on | off | auto (above REPLAY_ABOVE branches)
     insn_truth_limit: int = 3_000_000  # write truth_insns.npz when there are at most this many
 
@@ -503,7 +505,7 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
                 faults.truncate(enc, truth, opts.truncate)
 
     from ptexport.synth.sideband import write_perf_data
-    perf_path = out_dir / "perf.data"
+    perf_path = perf_data_path(out_dir, opts)
     write_perf_data(perf_path, opts, emu, placed, encoders, elf_names)
 
     n_insns = sum(ninsns)
@@ -549,6 +551,16 @@ def _copy_elfs(out_dir: Path, opts: SynthOptions, emu) -> dict[int, str]:
             dst.chmod(0o755)
         elf_names[id(prog)] = str(elf_dir / prog.name)
     return elf_names
+
+
+def perf_data_path(out_dir: Path, opts: SynthOptions) -> Path:
+    """Where the recording goes: OUT/perf.data, or OUT/data with OUT/kcore_dir for --kcore."""
+    if opts.kcore:
+        from ptexport.synth.sideband import write_kcore_dir
+
+        write_kcore_dir(out_dir / "kcore_dir")
+        return out_dir / "data"
+    return out_dir / "perf.data"
 
 
 def ticks_per_insn_for(opts: SynthOptions) -> int:

@@ -177,7 +177,8 @@ def synthesize_replay(out_dir, opts, program, extra):
             psb_marks.append((a + j * n + o, t + j * period))
     psb_marks += [(o + tail_at, t) for o, t in tail_enc.psb_marks]
     stream = _Stream(0, buf, psb_marks, p3.end)
-    write_perf_data(out_dir / "perf.data", opts, emu, [p0, pu, p3], [stream], elf_names)
+    perf_path = G.perf_data_path(out_dir, opts)
+    write_perf_data(perf_path, opts, emu, [p0, pu, p3], [stream], elf_names)
 
     arrays = truth.arrays()
     parts = {"head": slice(0, head_rows), "unit": slice(head_rows, head_rows + unit_rows),
@@ -202,4 +203,4 @@ def synthesize_replay(out_dir, opts, program, extra):
         "errors": [],
     }
     (out_dir / "truth.json").write_text(json.dumps(meta, indent=1) + "\n")
-    return G.SynthResult(out_dir, out_dir / "perf.data", int(branches), len(buf), meta)
+    return G.SynthResult(out_dir, perf_path, int(branches), len(buf), meta)

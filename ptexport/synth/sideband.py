@@ -9,9 +9,7 @@ the AUX record the kernel would have emitted for that part of the buffer.
 
 from __future__ import annotations
 
-import os
-import platform
-import random
+import struct
 from pathlib import Path
 
 from ptexport.errors import SynthError
@@ -218,17 +216,18 @@ def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int
                 k += 1
             end = cuts[k]
             t_end = bounds[end]
+            t_start = bounds[start]
             flags = AuxFlag.TRUNCATED if end in trunc else 0
             chunk = bytes(buf[start:end])
             # reference = the TSC when perf read the buffer
             if opts.per_thread:
                 idx = tids.index(enc.tid)
-                recs.add_raw(t_end, ("AUXTRACE", chunk, start, t_end + 100, idx, enc.tid, -1))
+                recs.add_raw(t_start, ("AUXTRACE", chunk, start, t_end + 100, idx, enc.tid, -1))
                 pid = emu.threads[enc.tid].pid
                 recs.add(t_end, RecordType.AUX, 0, aux_body(start, len(chunk), flags),
                          pid=pid, tid=enc.tid, cpu=0, pt_event=True)
             else:
-                recs.add_raw(t_end, ("AUXTRACE", chunk, start, t_end + 100, cpu, -1, cpu))
+                recs.add_raw(t_start, ("AUXTRACE", chunk, start, t_end + 100, cpu, -1, cpu))
                 recs.add(t_end, RecordType.AUX, 0, aux_body(start, len(chunk), flags),
                          pid=-1 & 0xFFFFFFFF, tid=-1 & 0xFFFFFFFF, cpu=cpu, pt_event=True)
             start = end
@@ -257,7 +256,20 @@ def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int
     except OSError as e:
         raise SynthError(f"cannot write {path}: {e.strerror}") from e
     with f:
-        w = PerfDataWriter(f, [pt, dummy])
+        if opts.pipe:
+            # perf record -o -: attrs and features as records, no feature sections, no
+            # AUXTRACE index (perf queues each AUXTRACE buffer as it reads it)
+            pipe_feats = {k: v for k, v in features.items()
+                          if k not in (Feature.BUILD_ID, Feature.AUXTRACE)}
+            w = PerfDataWriter(f, [pt, dummy], pipe=True, features=pipe_feats)
+            for prog in emu.programs:
+                if prog.build_id:
+                    w.write(build_id_record(-1, prog.build_id, elf_names[id(prog)]))
+            # the end of the features (HEADER_LAST_FEATURE, as perf writes it)
+            w.write(record(RecordType.HEADER_FEATURE, 0, struct.pack("<Q", Feature.PMU_CAPS + 1)))
+            w.write(record(RecordType.FINISHED_INIT, 0, b""))
+        else:
+            w = PerfDataWriter(f, [pt, dummy])
         w.write(auxtrace_info_record(auxtrace_priv(opts, pt)))
         w.write(time_conv_record(G.TIME_SHIFT, G.TIME_MULT, G.TIME_ZERO))
         since_round = 0
@@ -273,3 +285,28 @@ def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int
                 since_round = 0
         w.write(finished_round())
         w.close(features)
+
+
+def write_kcore_dir(path: Path) -> None:
+    """The ``kcore_dir`` of ``perf record --kcore``: kallsyms, modules and kcore.
+
+    The generated traces are user space only, so these describe a tiny kernel
+    that no sample falls in; perf only opens them to map kernel addresses.
+    """
+    import struct
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        base = 0xFFFFFFFF81000000
+        syms = [(base, "T", "_stext"), (base, "T", "_text"), (base + 0x1000, "T", "__switch_to"),
+                (base + 0x2000, "T", "entry_SYSCALL_64"), (base + 0x100000, "T", "_etext")]
+        (path / "kallsyms").write_text("".join(f"{a:016x} {t} {n}\n" for a, t, n in syms))
+        (path / "modules").write_text("")
+        # ELF64 core file with one PT_LOAD of zeroed "kernel text"
+        text = b"\xcc" * 0x1000
+        ehdr = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01" + b"\0" * 9, 4, 62, 1,
+                           0, 64, 0, 0, 64, 56, 1, 64, 0, 0)
+        phdr = struct.pack("<IIQQQQQQ", 1, 5, 64 + 56, base, 0, len(text), len(text), 0x1000)
+        (path / "kcore").write_bytes(ehdr + phdr + text)
+    except OSError as e:
+        raise SynthError(f"cannot write {path}: {e.strerror}") from e

@@ -45,8 +45,31 @@ def perf_script(perf_data: Path, itrace: str, fields: str = "pid,tid,cpu,time,fl
     cmd = [perf, "script", "-i", str(Path(perf_data).resolve()), f"--itrace={itrace}", "-F", fields,
            "--ns"]
     cmd += extra or []
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          cwd=str(Path(perf_data).parent))
+    cwd = str(Path(perf_data).parent)
+    if is_pipe_format(perf_data):
+        # perf 6.1 reads a pipe-mode file given with -i FILE at a wrong offset after the
+        # first AUXTRACE record (it lseeks with a position 16 bytes short); through a real
+        # pipe, as perf record -o - | perf script -i - runs, it is right.
+        cmd[cmd.index("-i") + 1] = "-"
+        with open(perf_data, "rb") as src:
+            cat = subprocess.Popen(["cat"], stdin=src, stdout=subprocess.PIPE)
+            try:
+                return subprocess.run(cmd, stdin=cat.stdout, capture_output=True, text=True,
+                                      timeout=timeout, cwd=cwd)
+            finally:
+                cat.stdout.close()
+                cat.wait()
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def is_pipe_format(perf_data: Path) -> bool:
+    """A pipe-mode perf.data: the 16-byte header of ``perf record -o -``."""
+    p = Path(perf_data)
+    if p.is_dir():
+        return False
+    with open(p, "rb") as f:
+        head = f.read(16)
+    return len(head) == 16 and head[:8] == b"PERFILE2" and int.from_bytes(head[8:], "little") == 16
 
 
 def parse_branches(text: str) -> PerfBranches:

@@ -217,3 +217,26 @@ def test_replay_rate(tmp_path):
     assert res.branches / dt > 5_000_000, f"{res.branches / dt:.0f} branches/s"
     assert (tmp_path / "truth.npz").stat().st_size < 100_000   # stored as head/round/tail
     assert (tmp_path / "perf.data").stat().st_size > 10_000_000
+
+
+@pytest.mark.parametrize("pipe,kcore", [(True, False), (False, True), (True, True)])
+def test_pipe_mode_and_kcore_dir(tmp_path, pipe, kcore):
+    from ptexport.synth.verify import is_pipe_format
+
+    res = synthesize(tmp_path, SynthOptions(program="threads", branches=20_000, cpus=2,
+                                            pipe=pipe, kcore=kcore))
+    data = tmp_path / ("data" if kcore else "perf.data")
+    assert res.perf_data == data
+    assert is_pipe_format(data) == pipe
+    if kcore:
+        assert sorted(p.name for p in (tmp_path / "kcore_dir").iterdir()) == [
+            "kallsyms", "kcore", "modules"]
+        # perf takes the directory itself as input and reads OUT/data
+        proc = perf_script(tmp_path, "b") if not pipe else perf_script(data, "b")
+    else:
+        proc = perf_script(data, "b")
+    assert proc.returncode == 0, proc.stderr
+    perf = parse_branches(proc.stdout)
+    truth, _ = load_truth(tmp_path)
+    cmp = compare_branches(truth, perf)
+    assert cmp.mismatches == 0 and cmp.compared == len(truth["kind"]), cmp.first_mismatch
