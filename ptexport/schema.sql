@@ -24,7 +24,10 @@
 -- "id integer NOT NULL PRIMARY KEY" is SQLite's rowid alias; for PostgreSQL
 -- it becomes "id bigint NOT NULL" and the primary key is added after loading.
 -- The "-- " comment after a column is its documentation (PostgreSQL gets it as
--- COMMENT ON COLUMN).
+-- COMMENT ON COLUMN).  A DEFAULT on trailing columns lets the SQLite bulk
+-- writer leave those values out of a row's record when they equal the
+-- default (SQLite reads missing trailing values as the default), so host
+-- samples pay nothing for vcpu/machine_pid.
 
 -- ---------------------------------------------------------------- perf's tables
 
@@ -106,8 +109,8 @@ CREATE TABLE samples (
     insn_count      bigint,                       -- instructions since the previous sample (with cycle-accurate mode)
     cyc_count       bigint,                       -- cycles since the previous sample (with CYC packets)
     flags           integer,                      -- all PERF_IP_FLAG_* bits of the sample
-    vcpu            integer,                      -- ptexport: guest VCPU number, -1 when not in a guest
-    machine_pid     integer                       -- ptexport: machines.pid of machine_id (-1 host), for filtering without a join
+    vcpu            integer DEFAULT -1,           -- ptexport: guest VCPU number, -1 when not in a guest
+    machine_pid     integer DEFAULT -1            -- ptexport: machines.pid of machine_id (-1 host), for filtering without a join
 );
 
 CREATE TABLE call_paths (
@@ -130,8 +133,8 @@ CREATE TABLE calls (
     parent_call_path_id bigint,                   -- call_paths.id of the caller
     flags           integer,                      -- 1 no call, 2 no return, 4 tail-call (6 = jump), as perf's thread-stack
     parent_id       bigint,                       -- calls.id of the caller's call (0 = none)
-    insn_count      bigint,                       -- instructions in the call, callees included
-    cyc_count       bigint                        -- cycles in the call, callees included
+    insn_count      bigint DEFAULT 0,             -- instructions in the call, callees included
+    cyc_count       bigint DEFAULT 0              -- cycles in the call, callees included
 );
 
 CREATE TABLE ptwrite (
@@ -243,6 +246,24 @@ CREATE TABLE iflag (
     id              integer NOT NULL PRIMARY KEY, -- samples.id of the interrupt-flag sample
     iflag           boolean,                      -- new value of the interrupt flag
     via_branch      boolean                       -- changed by a branch (else by CLI/STI/POPF)
+);
+
+-- Time-range "zone maps" (block range indexes): rows are grouped by id >> 10
+-- (1024 ids per block) with the time span of each block, so a time-range query
+-- reads only the id ranges of the blocks that overlap it (see docs/cookbook.md).
+-- Samples are in time order, so their blocks do not overlap.  A fraction of the
+-- size of an index on time.
+CREATE TABLE samples_time_blocks (
+    id              integer NOT NULL PRIMARY KEY, -- block number: the samples with id / 1024 = this id
+    min_time        bigint,                       -- smallest samples.time in the block
+    max_time        bigint                        -- largest samples.time in the block
+);
+
+CREATE TABLE calls_time_blocks (
+    id              integer NOT NULL PRIMARY KEY, -- block number: the calls with id / 1024 = this id
+    min_call_time   bigint,                       -- smallest calls.call_time in the block
+    max_call_time   bigint,                       -- largest calls.call_time in the block
+    max_return_time bigint                        -- largest calls.return_time in the block
 );
 
 CREATE TABLE schema_version (
@@ -575,8 +596,6 @@ INNER JOIN samples ON samples.id = iflag.id;
 -- call graph (children of a call path), pid_idx the call tree (children of a call):
 CREATE INDEX pcpid_idx ON calls (parent_call_path_id);
 CREATE INDEX pid_idx ON calls (parent_id);
--- time-range queries over calls
-CREATE INDEX calls_time_idx ON calls (call_time);
 -- call_paths children and the (parent, symbol, ip) key
 CREATE INDEX call_paths_parent_idx ON call_paths (parent_id, symbol_id, ip);
 -- comm -> threads (viewer level 1)

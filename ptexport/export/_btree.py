@@ -10,7 +10,10 @@ format (https://www.sqlite.org/fileformat2.html, sections 1.3 B-tree pages,
 
 * :class:`LeafSpool` turns int64 matrices (column 0 = rowid, strictly
   increasing) into full table-leaf pages (type 0x0D) with a numba kernel and
-  appends them to a spool file; it keeps each leaf's largest rowid;
+  appends them to a spool file; it keeps each leaf's largest rowid.  Trailing
+  values equal to their column's declared DEFAULT are left out of the record
+  (section 2.1: missing trailing values read as the default), as SQLite itself
+  stores rows written before an ALTER TABLE ADD COLUMN;
 * :func:`splice` (with the SQLite connection closed) appends the leaves to
   the database file, builds the interior pages (type 0x05) above them, writes
   the top page over the table's (empty) root page and updates the header
@@ -61,7 +64,7 @@ if numba is not None:
         return n
 
     @numba.njit(cache=True, nogil=True)
-    def _build_leaves(mat, page_size, out, maxrow):  # pragma: no cover - compiled
+    def _build_leaves(mat, page_size, out, maxrow, has_def, defs):  # pragma: no cover - compiled
         """Fill ``out`` (pages * page_size bytes) with leaf pages; returns the number of pages."""
         n, k = mat.shape
         cell = np.empty(16 + k * 9, dtype=np.uint8)
@@ -73,11 +76,15 @@ if numba is not None:
         base = 0
         for r in range(n):
             rowid = mat[r, 0]
+            # trailing values equal to their column's DEFAULT are left out of the record
+            kk = k
+            while kk > 1 and has_def[kk - 1] and mat[r, kk - 1] == defs[kk - 1]:
+                kk -= 1
             # record: header (size varint + one serial type per column), then the body
             body = 0
             stypes[0] = 0  # the INTEGER PRIMARY KEY is stored as NULL, its value is the rowid
             sizes[0] = 0
-            for j in range(1, k):
+            for j in range(1, kk):
                 v = mat[r, j]
                 if v == 0:
                     t, s = 8, 0
@@ -98,16 +105,16 @@ if numba is not None:
                 stypes[j] = t
                 sizes[j] = s
                 body += s
-            hdr = 1 + k  # k < 127: every varint is one byte
+            hdr = 1 + kk  # kk < 127: every varint is one byte
             payload = hdr + body
             p = _varint(cell, 0, payload)
             p += _varint(cell, p, rowid)
             cell[p] = hdr
             p += 1
-            for j in range(k):
+            for j in range(kk):
                 cell[p] = stypes[j]
                 p += 1
-            for j in range(1, k):
+            for j in range(1, kk):
                 s = sizes[j]
                 v = mat[r, j]
                 for b in range(s):
@@ -149,9 +156,12 @@ if numba is not None:
 class LeafSpool:
     """Leaf pages of one rowid table, built from int64 batches and spooled to a file."""
 
-    def __init__(self, path: Path, ncols: int, page_size: int) -> None:
+    def __init__(self, path: Path, ncols: int, page_size: int, defaults: list[int | None] | None = None) -> None:
         if ncols >= 126:
             raise ValueError("too many columns for the one-byte record header")
+        defaults = defaults or [None] * ncols
+        self.has_def = np.array([d is not None for d in defaults], dtype=np.bool_)
+        self.defs = np.array([0 if d is None else d for d in defaults], dtype=np.int64)
         self.path = path
         self.ncols = ncols
         self.page_size = page_size
@@ -178,7 +188,7 @@ class LeafSpool:
         cap = n // per_page + 2
         out = np.zeros(cap * self.page_size, dtype=np.uint8)
         maxrow = np.zeros(cap, dtype=np.int64)
-        pages = _build_leaves(np.asarray(mat, dtype=np.int64), self.page_size, out, maxrow)
+        pages = _build_leaves(np.asarray(mat, dtype=np.int64), self.page_size, out, maxrow, self.has_def, self.defs)
         self._f.write(memoryview(out)[: pages * self.page_size])
         self.maxrows.append(maxrow[:pages].copy())
         self.npages += pages

@@ -102,6 +102,9 @@ def build_fixture_db(target: str, *, force: bool = False) -> dict[str, Any]:
             cyc[sym_name[s]] += int(c)
     expected["ipc"] = sorted(((n, round(insn[n] / cyc[n], 2)) for n in cyc), key=lambda r: (-r[1], r[0]))
     expected["samples"] = int(len(samples["id"]))
+    in_range = (samples["time"] >= 1000) & (samples["time"] < 2000)
+    per_tid = Counter(tid_of[t] for t in samples["thread_id"][in_range])
+    expected["samples_in_range"] = sorted(per_tid.items())
     return expected
 
 

@@ -26,7 +26,8 @@ DIALECTS = ("sqlite", "postgresql")
 _CREATE_TABLE = re.compile(r"^CREATE TABLE (\w+) \(", re.M)
 _CREATE_VIEW = re.compile(r"^CREATE VIEW (\w+) AS", re.M)
 _CREATE_INDEX = re.compile(r"^CREATE INDEX (\w+) ON (\w+)", re.M)
-_COLUMN = re.compile(r'^\s+("?\w+"?)\s+([a-z]+(?:\(\d+\))?)[^-]*?(?:--\s*(.*))?$')
+_COLUMN = re.compile(r'^\s+("?\w+"?)\s+([a-z]+(?:\(\d+\))?)(?:\s+NOT NULL)?(?:\s+PRIMARY KEY)?'
+                     r'(?:\s+DEFAULT\s+(-?\d+))?\s*,?\s*(?:--\s*(.*))?$')
 _PK = "integer NOT NULL PRIMARY KEY"
 
 
@@ -35,6 +36,7 @@ class Column:
     name: str
     type: str
     doc: str
+    default: int | None = None
 
 
 @dataclass
@@ -112,7 +114,8 @@ def load_schema(dialect: str) -> Schema:
                     ctype = cm.group(2)
                     if dialect == "postgresql" and _PK in line:
                         ctype = "bigint"
-                    cols.append(Column(cm.group(1).strip('"'), ctype, (cm.group(3) or "").strip()))
+                    default = int(cm.group(3)) if cm.group(3) is not None else None
+                    cols.append(Column(cm.group(1).strip('"'), ctype, (cm.group(4) or "").strip(), default))
             sch.tables[name] = cols
             if dialect == "postgresql":
                 stmt = stmt.replace(_PK, "bigint NOT NULL")

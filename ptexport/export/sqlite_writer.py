@@ -80,7 +80,8 @@ class SqliteWriter(Writer):
             if page_size:
                 for table, cols in self.schema.tables.items():
                     if cols[0].name == "id" and not any(is_text_type(x.type) for x in cols):
-                        self._spools[table] = _btree.LeafSpool(self._spool_path(table), len(cols), page_size)
+                        self._spools[table] = _btree.LeafSpool(self._spool_path(table), len(cols), page_size,
+                                                               [x.default for x in cols])
             c.execute("BEGIN")
             self._write_unknown_rows()
         except sqlite3.Error as e:

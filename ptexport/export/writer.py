@@ -42,6 +42,13 @@ COLUMN_DEFAULTS: dict[tuple[str, str], Any] = {
     ("evt", "vector"): -1,
 }
 
+#: Rows per block of the *_time_blocks zone maps: block = id >> TIME_BLOCK_SHIFT.
+TIME_BLOCK_SHIFT = 10
+TIME_BLOCK_COLUMNS: dict[str, list[tuple[str, Any]]] = {
+    "samples": [("time", np.minimum), ("time", np.maximum)],
+    "calls": [("call_time", np.minimum), ("call_time", np.maximum), ("return_time", np.maximum)],
+}
+
 #: perf's id-0 "unknown" rows (and ours), written when a database is created.
 UNKNOWN_ROWS: dict[str, tuple[Any, ...]] = {
     "selected_events": (0, "unknown"),
@@ -83,6 +90,7 @@ class Writer:
         self.branch_type_values: set[int] = set()
         self.row_counts: dict[str, int] = {}
         self._finished = False
+        self._time_blocks: dict[str, dict[int, list[int]]] = {t: {} for t in TIME_BLOCK_COLUMNS}
 
     # ------------------------------------------------------------ public API
     def columns(self, table: str) -> list[str]:
@@ -120,6 +128,8 @@ class Writer:
                 if len(v) != n:
                     raise ValueError(f"{table}.{c.name}: {len(v)} values, id has {n}")
                 full[c.name] = v
+        if table in TIME_BLOCK_COLUMNS:
+            self._note_time_blocks(table, full, n)
         if table == "samples":
             bt = full["branch_type"]
             vals = np.unique(np.asarray(bt, dtype=np.int64)) if not np.isscalar(bt) else [bt]
@@ -155,11 +165,41 @@ class Writer:
         if self._finished:
             return
         self._insert_rows("branch_types", branch_type_rows(self.branch_type_values))
+        for table, blocks in self._time_blocks.items():
+            rows = [(b, *blocks[b]) for b in sorted(blocks)]
+            if rows:
+                self._insert_rows(f"{table}_time_blocks", rows)
         self._finish_database()
         self._finished = True
 
     def abort(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
+
+    def _note_time_blocks(self, table: str, cols: dict[str, Any], n: int) -> None:
+        """Keep each block's (id >> 10) min/max of the time columns (the *_time_blocks tables)."""
+        ids = np.asarray(cols["id"], dtype=np.int64)
+        keep = ids > 0  # not the id-0 "unknown" row
+        blocks = ids[keep] >> TIME_BLOCK_SHIFT
+        if blocks.size == 0:
+            return
+        order = None if np.all(blocks[1:] >= blocks[:-1]) else np.argsort(blocks, kind="stable")
+        if order is not None:
+            blocks = blocks[order]
+        uniq, start = np.unique(blocks, return_index=True)
+        stats = []
+        for name, func in TIME_BLOCK_COLUMNS[table]:
+            v = cols[name]
+            v = np.full(n, v, dtype=np.int64) if np.isscalar(v) else np.asarray(v, dtype=np.int64)
+            v = v[keep] if order is None else v[keep][order]
+            stats.append((func.reduceat(v, start), func))
+        have = self._time_blocks[table]
+        for i, b in enumerate(uniq.tolist()):
+            new = [int(s[0][i]) for s in stats]
+            old = have.get(b)
+            if old is None:
+                have[b] = new
+            else:
+                have[b] = [int(f(o, x)) for o, x, (_, f) in zip(old, new, stats)]
 
     # ------------------------------------------------------------ helpers for subclasses
     def _write_unknown_rows(self) -> None:

@@ -37,6 +37,9 @@ def check(name: str, rows: list[tuple], expected: dict) -> None:
     elif name == "slow_calls":
         assert [(r[0], r[1]) for r in rows] == expected["slow_calls"]
         assert {r[4] for r in rows} == {100, 101}
+    elif name == "samples_in_range":
+        assert [tuple(r) for r in rows] == expected["samples_in_range"]
+        assert sum(r[1] for r in rows) > 10
     elif name == "branch_mix":
         assert [tuple(r) for r in rows] == expected["branch_mix"]
     elif name == "ipc":

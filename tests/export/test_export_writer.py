@@ -43,6 +43,10 @@ def test_fixture_database_has_perfs_unknown_rows_and_our_extensions(fixture_sqli
     assert q("SELECT version FROM schema_version") == [(1,)]
     assert len(q("SELECT name FROM ptexport_migrations")) >= 4
     assert q("PRAGMA integrity_check") == [("ok",)]
+    # zone maps: one block here (ids < 1024), spanning the data
+    assert q("SELECT * FROM samples_time_blocks") == q("SELECT 0, MIN(time), MAX(time) FROM samples WHERE id > 0")
+    assert q("SELECT * FROM calls_time_blocks") == \
+        q("SELECT 0, MIN(call_time), MAX(call_time), MAX(return_time) FROM calls WHERE id > 0")
 
 
 def _write_small(target, **kw):
@@ -69,6 +73,21 @@ def test_fast_and_executemany_paths_write_the_same_rows(tmp_path):
     c = sqlite3.connect(tmp_path / "fast.db")
     assert c.execute("SELECT ip, vcpu, machine_pid, cpu FROM samples WHERE id = 5").fetchone() == \
         (0xFFFFFFFF81000010 - (1 << 64), -1, -1, -1)
+
+
+def test_time_blocks_merge_across_batches_and_orders(tmp_path):
+    target = tmp_path / "b.db"
+    with open_writer(str(target)) as w:
+        for ids in (np.arange(1, 1500), np.arange(2500, 3000), np.arange(1500, 2500)):  # last batch out of order
+            w.write_samples({"id": ids, "time": ids * 10 + (ids % 7)})
+            w.write_calls({"id": ids, "call_time": 5000 - ids, "return_time": 6000 + ids})
+    c = sqlite3.connect(target)
+    want = c.execute("SELECT id / 1024, MIN(time), MAX(time) FROM samples WHERE id > 0 GROUP BY 1").fetchall()
+    assert c.execute("SELECT * FROM samples_time_blocks ORDER BY id").fetchall() == want
+    want = c.execute("SELECT id / 1024, MIN(call_time), MAX(call_time), MAX(return_time) FROM calls"
+                     " WHERE id > 0 GROUP BY 1").fetchall()
+    assert c.execute("SELECT * FROM calls_time_blocks ORDER BY id").fetchall() == want
+    assert c.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
 def test_existing_database_is_never_overwritten_without_force(tmp_path):
@@ -124,8 +143,11 @@ def test_postgres_has_the_same_rows_as_sqlite(fixture_sqlite, pg_url):
     assert sorted(pg) == sorted(lite)
     for t in lite:
         assert pg[t] == lite[t], t
-    assert keys == 25  # every table with an id column (not schema_version, ptexport_migrations)
-    assert {"pcpid_idx", "pid_idx", "calls_time_idx"} <= idx
+    from ptexport.export.schema import load_schema
+
+    # every table with an id column (all but schema_version, ptexport_migrations)
+    assert keys == len(load_schema("postgresql").primary_key_sql()) == len(lite) - 2
+    assert {"pcpid_idx", "pid_idx"} <= idx
     assert "VCPU" in doc
 
 
