@@ -28,7 +28,6 @@ Semantics follow perf (tools/perf/util/machine.c, thread.c, intel-pt.c):
 from __future__ import annotations
 
 import dataclasses
-import re
 from bisect import bisect_left, bisect_right
 from typing import Any, Iterable
 
@@ -49,6 +48,7 @@ from ptexport.sideband.model import (
     END_OF_TIME,
     HOST_PID,
     KERNEL_MAPS,
+    VCPU_COMM,
     AuxEvent,
     AuxtraceBuffer,
     Comm,
@@ -63,7 +63,6 @@ from ptexport.sideband.model import (
 from ptexport.sideband.timeconv import TimeConversion
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
-_VCPU_COMM = re.compile(r"^CPU (\d+)/KVM$")
 _U32 = 0xFFFFFFFF
 
 _T_MMAP, _T_MMAP2, _T_COMM, _T_FORK, _T_EXIT = int(RT.MMAP), int(RT.MMAP2), int(RT.COMM), int(RT.FORK), int(RT.EXIT)
@@ -496,7 +495,7 @@ class SidebandBuilder:
                 if th.pid != pid:
                     continue
                 for c in th.comms:
-                    hit = _VCPU_COMM.match(c.comm)
+                    hit = VCPU_COMM.match(c.comm)
                     if hit:
                         mm.vcpu_threads.setdefault(int(hit.group(1)), th.tid)
         self._events = []

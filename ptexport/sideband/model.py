@@ -19,6 +19,7 @@ its hypervisor process's pid (0 when unknown: perf's default guest).
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -28,6 +29,8 @@ import numpy as np
 from ptexport.sideband.timeconv import TimeConversion
 
 HOST_PID = -1
+#: QEMU/KVM names the host thread that runs VCPU n "CPU n/KVM"
+VCPU_COMM = re.compile(r"^CPU (\d+)/KVM$")
 DEFAULT_GUEST_PID = 0
 #: key of the kernel's maps in ``Machine.mmap_counts``
 KERNEL_MAPS = "kernel"
@@ -474,6 +477,28 @@ class Sideband:
         if self.time_conv is None:
             raise ValueError("no TIME_CONV/AUXTRACE_INFO clock in this recording: TSC cannot be converted")
         return self.thread_on_cpu(cpu, self.time_conv.tsc_to_perf_time(tsc), machine)
+
+    def vcpu_of_host_thread(self, tid: int, time: int | None = None) -> tuple[int, int] | None:
+        """(hypervisor pid, VCPU number) when host thread ``tid`` is a KVM VCPU thread ("CPU n/KVM"),
+        whether or not the guest's own sideband was merged; else None."""
+        th = self.host.thread(tid, time)
+        if th is None or th.pid < 0:
+            return None
+        for c in reversed(th.comms if time is None else th.comms[: th._visible(time)]):
+            hit = VCPU_COMM.match(c.comm)
+            if hit:
+                return th.pid, int(hit.group(1))
+        return None
+
+    def hypervisors(self) -> dict[int, dict[int, int]]:
+        """Every host process with KVM VCPU threads: {pid: {vcpu: host tid}}."""
+        out: dict[int, dict[int, int]] = {}
+        for th in self.host.threads():
+            for c in th.comms:
+                hit = VCPU_COMM.match(c.comm)
+                if hit and th.pid >= 0:
+                    out.setdefault(th.pid, {}).setdefault(int(hit.group(1)), th.tid)
+        return out
 
     def vcpu_thread(self, machine_pid: int, vcpu: int, time: int | None = None) -> Thread | None:
         """The host thread that runs VCPU ``vcpu`` of guest ``machine_pid`` ("CPU n/KVM" of that process)."""

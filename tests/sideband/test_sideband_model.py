@@ -203,3 +203,16 @@ def test_thread_seen_before_its_first_comm_shows_perfs_default_name():
     assert (th.comm_name(150), th.comm_name(200), th.comm_name()) == (":70", "late", "late")
     assert th.exec_comm(150) is None and th.exec_comm(250).comm == "late"
     assert th.comm_at(150).comm == "late"  # perf's thread__comm_by_time falls back to the oldest
+
+
+def test_kvm_vcpu_threads_without_guest_sideband():
+    recs = [
+        R.comm(900, 900, "qemu-system-x86", 0),
+        R.fork(900, 901, 900, 900, 10), R.comm(900, 901, "CPU 0/KVM", 11),
+        R.fork(900, 902, 900, 900, 12), R.comm(900, 902, "CPU 1/KVM", 13),
+    ]
+    sb = build_sideband(recs)
+    assert sb.hypervisors() == {900: {0: 901, 1: 902}}
+    assert sb.vcpu_of_host_thread(902, 20) == (900, 1)
+    assert sb.vcpu_of_host_thread(902, 12) is None  # still named after qemu at that time
+    assert sb.vcpu_thread(900, 0) is None  # no guest machine 900 without its sideband

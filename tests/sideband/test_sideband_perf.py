@@ -218,6 +218,9 @@ def test_guest_machine_from_perf_inject_guest_data(tmp_path):
         sb = sideband_from_perf_data(pd)
     assert sorted(sb.machines) == [-1, vm_pid]
     assert {v: sb.vcpu_thread(vm_pid, v).tid for v in (0, 1)} == perf_vcpus
+    assert sb.hypervisors() == {vm_pid: perf_vcpus}
+    assert {sb.vcpu_of_host_thread(t) for t in perf_vcpus.values()} == {(vm_pid, 0), (vm_pid, 1)}
+    assert sb.vcpu_of_host_thread(vm_pid) is None  # the main thread runs no VCPU
 
     out = subprocess.run(["perf", "script", "-i", str(merged), "--show-switch-events", "--show-task-events",
                           "-F", "machine_pid,vcpu,cpu,pid,tid,comm,time", "--ns"],
