@@ -90,7 +90,7 @@ _OP_FLAGS = {
 _OP_FLAGS = {k: int(v) for k, v in _OP_FLAGS.items()}
 
 _COLUMNS = ("kind", "tsc", "time", "cpu", "pid", "tid", "ip", "addr", "flags", "insn_cnt", "cyc_cnt",
-            "period", "code", "payload", "queue", "offset", "nr", "insn_len", "trace_nr", "obj")
+            "period", "code", "payload", "queue", "offset", "nr", "insn_len", "trace_nr", "obj", "step")
 
 _DEFAULTS = {"obj": -1}
 
@@ -136,6 +136,10 @@ class _Rows:
     def __init__(self) -> None:
         self.cols: dict[str, list] = {c: [] for c in _COLUMNS}
         self.setup_failures: list[int] = []  # object ids that failed before the first timestamp
+        # Every decode result after setup, in order: (is_error, queue timestamp after it).
+        # Rows carry the index of the result they came from in their "step" column.
+        self.items_err: list[bool] = []
+        self.items_ts: list[int] = []
 
     def add(self, **kw: int) -> None:
         for c in _COLUMNS:
@@ -258,6 +262,8 @@ class PerfSession:
             if entry.filename and entry.build_id:
                 self.build_ids.setdefault(entry.filename, bytes(entry.build_id))
         self.switches: list[Any] = []  # SWITCH / SWITCH_CPU_WIDE records, file order
+        self.buffer_nr: dict[int, int] = {}  # id(AUXTRACE record) -> place among all AUXTRACE records
+        self.event_tscs: list[tuple[int, bool]] = []  # timestamped records as TSC, perf's order
         self._cpu_index: dict[int, _CpuIndex] = {}
         self._obj_ids: dict[str, int] = {}
         self._branches_filter = 0
@@ -306,9 +312,12 @@ class PerfSession:
     def _buffers(self, bufs: list[Any]) -> list[Buffer]:
         out = []
         pos = 0
+        # perf numbers a trace by its first buffer's place among all AUXTRACE buffers (+1).
+        trace_nr = self.buffer_nr.get(id(bufs[0]), 0) + 1 if bufs else 1
         for i, b in enumerate(bufs):
             data = self.pd.aux_data(b)
-            out.append(Buffer(data=data, ref_timestamp=b.reference, consecutive=i > 0, trace_nr=1, offset=pos))
+            out.append(Buffer(data=data, ref_timestamp=b.reference, consecutive=i > 0, trace_nr=trace_nr,
+                              offset=pos))
             pos += len(data)
         return out
 
@@ -346,6 +355,9 @@ class PerfSession:
             if st.timestamp or self.timeless:
                 break
         ptq_ts = st.timestamp
+        step = 0
+        rows.items_err.append(False)
+        rows.items_ts.append(ptq_ts)
         last_br_insn = last_br_cyc = 0
         last_in_insn = last_in_cyc = 0
         last_insn_cnt = 0
@@ -357,7 +369,8 @@ class PerfSession:
             flags = self._sample_flags(st)
             ipc_insn, ipc_cyc = st.tot_insn_cnt, st.tot_cyc_cnt
             typ = st.type
-            base = dict(tsc=ptq_ts, time=time, cpu=cpu, pid=pid, tid=tid, queue=qnum, trace_nr=st.trace_nr)
+            base = dict(tsc=ptq_ts, time=time, cpu=cpu, pid=pid, tid=tid, queue=qnum, trace_nr=st.trace_nr,
+                        step=step)
             if it.pwr_events:
                 if typ & T_PSB_EVT:
                     rows.add(kind=EV_PSB, ip=st.from_ip, flags=0, payload=st.psb_offset, offset=st.psb_offset, **base)
@@ -415,8 +428,12 @@ class PerfSession:
                 if st.err == ERR_NODATA:
                     return rows
                 ptq_ts = st.est_timestamp  # perf dates an error by the decoder's estimate
+                step += 1
+                rows.items_err.append(True)
+                rows.items_ts.append(ptq_ts)
                 base["tsc"] = ptq_ts
                 base["time"] = self._perf_time(ptq_ts)
+                base["step"] = step
                 obj = self._obj_id(walker.fail_obj) if walker.fail_obj is not None else -1
                 if it.errors and not (
                     (st.err == ERR_OVR and "o" in it.error_minus) or (st.err == ERR_LOST and "l" in it.error_minus)
@@ -426,6 +443,9 @@ class PerfSession:
                     rows.add(kind=-1, obj=obj, **base)  # counts toward perf's failure budget only
             if st.timestamp > ptq_ts:
                 ptq_ts = st.timestamp
+            step += 1
+            rows.items_err.append(False)
+            rows.items_ts.append(ptq_ts)
 
     @staticmethod
     def _sample_flags(st: Any) -> int:
@@ -458,27 +478,130 @@ class PerfSession:
             return rows
         events = [ev for evs in self.sb.aux_events.values() for ev in evs]
         for ev in sorted(events, key=lambda e: e.time):
-            if ev.truncated:
+            if ev.lost_data:
                 tsc = self.tc.perf_time_to_tsc(ev.time) if not self.timeless else 0
                 rows.add(kind=EV_ERROR, tsc=tsc, time=ev.time, cpu=ev.cpu, pid=getattr(ev, "pid", -1),
                          tid=ev.tid, code=ERR_LOST, queue=-1)
         return rows
 
     def decode(self) -> SampleColumns:
-        parts = []
-        for qnum, (key, bufs) in enumerate(self.queues()):
-            parts.append(self.decode_queue(qnum, key, bufs))
-        parts.append(self.lost_data_rows())
+        parts = [self.decode_queue(qnum, key, bufs) for qnum, (key, bufs) in enumerate(self.queues())]
+        lost = self.lost_data_rows()
+        allp = parts + [lost]
         cols = {c: np.concatenate([np.asarray(p.cols[c], dtype=np.int64 if c not in ("tsc", "ip", "addr", "payload") else np.uint64)
-                                   for p in parts]) if parts else np.zeros(0) for c in _COLUMNS}
+                                   for p in allp]) for c in _COLUMNS}
         if not self.timeless and len(cols["kind"]):
-            # Merge queues by timestamp; a lost-data error comes before samples at its time.
-            order = np.lexsort((np.arange(len(cols["kind"])), cols["queue"], cols["tsc"]))
+            order = self._perf_order(parts, len(lost), cols)
             cols = {c: v[order] for c, v in cols.items()}
         keep = self._perf_failure_budget(cols, [f for p in parts for f in p.setup_failures])
         cols = {c: v[keep] for c, v in cols.items()}
-        del cols["obj"]
+        del cols["obj"], cols["step"]
         return SampleColumns(**cols)
+
+    def _perf_order(self, parts: list[_Rows], n_lost: int, cols: dict[str, np.ndarray]) -> np.ndarray:
+        """Row order perf produces: its queue heap run up to each sideband event's time.
+
+        perf decodes a queue until its timestamp reaches the next queue's (plus 1)
+        or the next event's, keeping the state that crossed the limit pending; a
+        pending state is emitted when its queue next runs.  Which of two queues
+        at the same timestamp runs first follows perf's binary heap exactly.
+        """
+        emitted: list[tuple[int, int]] = []  # (queue, step) or (-1, lost index), in emission order
+        heap: list[list[int]] = []  # [ordinal, queue]
+
+        def push(q: int, ordinal: int) -> None:
+            heap.append([ordinal, q])
+            pos = len(heap) - 1
+            while pos:
+                parent = (pos - 1) >> 1
+                if ordinal >= heap[parent][0]:
+                    break
+                heap[pos] = heap[parent]
+                pos = parent
+            heap[pos] = [ordinal, q]
+
+        def pop() -> None:
+            cnt = len(heap)
+            last = heap[-1]
+            pos = 0
+            while True:
+                left = 2 * pos + 1
+                if left >= cnt - 1:
+                    break
+                right = left + 1
+                if right >= cnt - 1 or heap[left][0] < heap[right][0]:
+                    heap[pos] = heap[left]
+                    pos = left
+                else:
+                    heap[pos] = heap[right]
+                    pos = right
+            # Re-insert the last item at the hole, sifting up (perf's auxtrace_heap__pop).
+            heap.pop()
+            if pos < len(heap):
+                heap[pos] = last
+                while pos:
+                    parent = (pos - 1) >> 1
+                    if last[0] >= heap[parent][0]:
+                        break
+                    heap[pos] = heap[parent]
+                    pos = parent
+                heap[pos] = last
+
+        nxt = [0] * len(parts)  # next item to decode per queue (item 0 is the pending first state)
+        for q, p in enumerate(parts):
+            if p.items_ts:
+                push(q, p.items_ts[0])
+
+        def run(q: int, limit: int) -> int | None:
+            p = parts[q]
+            cur = nxt[q]
+            emitted.append((q, cur))  # the pending state
+            i = cur + 1
+            err, ts = p.items_err, p.items_ts
+            while i < len(ts):
+                if err[i]:
+                    emitted.append((q, i))
+                    i += 1
+                    continue
+                if ts[i] >= limit:
+                    nxt[q] = i
+                    return ts[i]
+                emitted.append((q, i))
+                i += 1
+            nxt[q] = i
+            return None
+
+        def process(limit: int) -> None:
+            while heap and heap[0][0] < limit:
+                q = heap[0][1]
+                pop()
+                ts = min(heap[0][0] + 1, limit) if heap else limit
+                ordinal = run(q, ts)
+                if ordinal is not None:
+                    push(q, ordinal)
+
+        lost_i = 0
+        for tsc, is_lost in self.event_tscs:
+            if tsc:
+                process(tsc)
+            if is_lost and lost_i < n_lost:
+                emitted.append((-1, lost_i))
+                lost_i += 1
+        process(1 << 64)
+        while lost_i < n_lost:
+            emitted.append((-1, lost_i))
+            lost_i += 1
+        # Rows of each emitted item keep their order inside the item.
+        key_rank = {k: r for r, k in enumerate(emitted)}
+        queue = cols["queue"]
+        step = cols["step"]
+        lost_base = sum(len(p) for p in parts)
+        ranks = np.empty(len(queue), dtype=np.int64)
+        for i in range(len(queue)):
+            q = int(queue[i])
+            k = (q, int(step[i])) if q >= 0 else (-1, i - lost_base)
+            ranks[i] = key_rank.get(k, len(emitted))
+        return np.lexsort((np.arange(len(queue)), ranks))
 
     @staticmethod
     def _perf_failure_budget(cols: dict[str, np.ndarray], setup_failures: list[int]) -> np.ndarray:
@@ -503,18 +626,28 @@ def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
 
     streams: dict[tuple[str, int], list[Any]] = {}
     switches: list[Any] = []
+    buffer_nr: dict[int, int] = {}
+    events: list[tuple[int, bool]] = []  # (perf time, AUX record reporting lost data)
 
     def tap(records: Iterable[Any]):
         for rec in records:
             if rec.type == RecordType.AUXTRACE:
                 key = ("cpu", rec.cpu) if rec.cpu != -1 and rec.cpu != 0xFFFFFFFF else ("thread", rec.tid)
+                buffer_nr[id(rec)] = len(buffer_nr)
                 streams.setdefault(key, []).append(rec)
-            elif rec.type in (RecordType.SWITCH, RecordType.SWITCH_CPU_WIDE):
-                switches.append(rec)
+            elif rec.type < 64 and rec.time:
+                events.append((rec.time, rec.type == RecordType.AUX and bool(rec.flags & 0x09)))
+                if rec.type in (RecordType.SWITCH, RecordType.SWITCH_CPU_WIDE):
+                    switches.append(rec)
             yield rec
 
     sb = build_sideband(tap(pd.records()), time_conv=getattr(pd, "time_conv", None),
                         auxtrace_info=getattr(pd, "auxtrace_info", None), exec_clears_maps=False)
     session = PerfSession(pd, sb, config, streams)
     session.switches = switches
+    session.buffer_nr = buffer_nr
+    events.sort(key=lambda e: e[0])  # perf's ordered events: by time, file order within a time
+    if not session.timeless and session.tc is not None:
+        tscs = session.tc.perf_time_to_tsc_array(np.array([t for t, _ in events], dtype=np.uint64)).tolist()
+        session.event_tscs = [(int(t), lost) for t, (_, lost) in zip(tscs, events)]
     return session
