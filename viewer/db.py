@@ -157,8 +157,14 @@ class Session:
             raise QueryCancelled("cancelled")
         self._deadline = time.monotonic() + self.timeout if self.timeout else None
         try:
-            if not self.db.is_sqlite and self.timeout:
-                self.conn.exec_driver_sql(f"SET statement_timeout = {int(self.timeout * 1000)}")
+            if not self.db.is_sqlite:
+                # pooled connections keep their setting: set it whenever it differs from what is wanted
+                want = int(self.timeout * 1000) if self.timeout else 0
+                info = self.conn.connection.info
+                if info.get("ptv_statement_timeout", 0) != want:
+                    self.conn.exec_driver_sql(f"SET statement_timeout = {want}")
+                    self.conn.commit()
+                    info["ptv_statement_timeout"] = want
             result = self.conn.execute(sa.text(sql), params or {})
             if not result.returns_rows:
                 return [], []

@@ -345,7 +345,13 @@ class _CallModelBase(LazyTreeModel):
 
 
 class CallGraphModel(_CallModelBase):
-    """perf's context-sensitive call graph: comm > thread > call path, aggregated."""
+    """perf's context-sensitive call graph: comm > thread > call path, aggregated
+    (over the calls overlapping ``window`` when one is given)."""
+
+    def __init__(self, db: Database, parent: QObject | None = None,
+                 window: tuple[int, int] | None = None) -> None:
+        self.window = window
+        super().__init__(db, parent)
 
     def make_headers(self) -> list[str]:
         if self.ipc:
@@ -360,7 +366,7 @@ class CallGraphModel(_CallModelBase):
         else:
             parent_cp = node.key
             pv = node.values
-        kids = q.call_graph_children(s, ctx["comm_id"], ctx["thread_id"], parent_cp, ctx.get("vcpu"))
+        kids = q.call_graph_children(s, ctx["comm_id"], ctx["thread_id"], parent_cp, ctx.get("vcpu"), self.window)
         return self.rows_with_percent(kids, pv, "path", ctx, lambda k: str(k.count))
 
 

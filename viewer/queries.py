@@ -203,15 +203,25 @@ def _vcpu_filter(s: Session, vcpu: int | None, params: dict[str, Any]) -> str:
 
 
 def call_graph_children(s: Session, comm_id: int, thread_id: int, parent_call_path_id: int,
-                        vcpu: int | None = None) -> list[CallNode]:
-    """Children of a call path for one comm and thread, aggregated (perf's call graph level 3+)."""
+                        vcpu: int | None = None, window: tuple[int, int] | None = None) -> list[CallNode]:
+    """Children of a call path for one comm and thread, aggregated (perf's call graph level 3+).
+
+    With ``window`` = (start, end) only calls overlapping it count, and their time is clipped to it
+    (instruction, cycle and branch counts are the calls' own: they cannot be clipped).
+    """
     caps = s.db.caps
     ipc_cols = "SUM(calls.insn_count), SUM(calls.cyc_count)" if caps.calls_ipc else "0, 0"
     params: dict[str, Any] = {"p": parent_call_path_id, "c": comm_id, "t": thread_id}
     extra = _vcpu_filter(s, vcpu, params)
+    elapsed = "calls.return_time - calls.call_time"
+    if window is not None:
+        params["wa"], params["wb"] = window
+        extra += " AND calls.return_time > :wa AND calls.call_time < :wb"
+        elapsed = ("(CASE WHEN calls.return_time > :wb THEN :wb ELSE calls.return_time END) - "
+                   "(CASE WHEN calls.call_time < :wa THEN :wa ELSE calls.call_time END)")
     rows = s.rows(
         f"SELECT calls.call_path_id, COALESCE(symbols.name, ''), COALESCE(dsos.short_name, ''), COUNT(calls.id), "
-        f"SUM(calls.return_time - calls.call_time), {ipc_cols}, SUM(calls.branch_count) "
+        f"SUM({elapsed}), {ipc_cols}, SUM(calls.branch_count) "
         "FROM calls JOIN call_paths ON calls.call_path_id = call_paths.id "
         "LEFT JOIN symbols ON call_paths.symbol_id = symbols.id "
         "LEFT JOIN dsos ON symbols.dso_id = dsos.id "
@@ -344,6 +354,7 @@ class CallFilter:
     symbols: list[str] = field(default_factory=list)
     sql: str = ""
     limit: int = 100
+    time_window: tuple[int, int] | None = None   # a followed selection: calls overlapping it
 
 
 TOP_CALLS_COLUMNS = ("Command", "PID", "TID", "Symbol", "Object", "Call Time", "Return Time",
@@ -372,6 +383,9 @@ def top_calls(s: Session, f: CallFilter) -> tuple[tuple[str, ...], list[tuple]]:
         where.append(_in_list("dsos.short_name", f.dsos, "ds", params))
     if f.symbols:
         where.append(_in_list("symbols.name", f.symbols, "sy", params))
+    if f.time_window is not None:
+        where.append("calls.return_time > :wa AND calls.call_time < :wb")
+        params["wa"], params["wb"] = f.time_window
     if f.sql.strip():
         where.append(f"({f.sql})")
     params["lim"] = int(f.limit) if f.limit else 100

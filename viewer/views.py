@@ -350,6 +350,38 @@ class CallGraphReport(TreeReport):
     model_class = CallGraphModel
     finder = staticmethod(q.find_in_call_graph)
 
+    def __init__(self, db: Database, parent: QWidget | None = None) -> None:
+        super().__init__(db, parent)
+        self.follow_box = QCheckBox("Follow time selection")
+        self.range_label = QLabel()
+        bar = QHBoxLayout()
+        bar.setContentsMargins(2, 2, 2, 0)
+        bar.addWidget(self.follow_box)
+        bar.addWidget(self.range_label, 1)
+        self.layout().insertLayout(0, bar)
+        self.time_window: tuple[int, int] | None = None
+        self.follow_box.toggled.connect(lambda on: self._rebuild(self.time_window if on else None, force=True))
+
+    def follow(self, r: tuple[int, int] | None) -> None:
+        self.time_window = r
+        if self.follow_box.isChecked():
+            self._rebuild(r)
+
+    def _rebuild(self, window: tuple[int, int] | None, force: bool = False) -> None:
+        """A new model over the calls overlapping ``window`` (all calls when None)."""
+        if not force and window == self.model.window:
+            return
+        self.model.cancel()
+        old = self.model
+        self.model = CallGraphModel(self.db, self, window)
+        self.model.failed.connect(self.show_error)
+        self.view.setModel(self.model)
+        old.deleteLater()
+        self.hits = []
+        self.range_label.setText("" if window is None else
+                                 f"calls overlapping {window[0]} .. {window[1]}, time clipped to it")
+        self.model.fetchMore(QModelIndex())
+
 
 class CallTreeReport(TreeReport):
     title = "Call Tree"
@@ -530,14 +562,27 @@ class TopCallsReport(Report):
         self.view.horizontalHeader().setResizeContentsPrecision(50)
         self.message = QLabel("Loading...")
         self.message.setWordWrap(True)
+        self.follow_box = QCheckBox("Follow time selection")
+        self.follow_box.toggled.connect(lambda _: self.reload())
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.follow_box)
+        bottom.addWidget(self.message, 1)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.view, 1)
-        lay.addWidget(self.message)
+        lay.addLayout(bottom)
+        self.time_window: tuple[int, int] | None = None
         self.reload()
 
+    def follow(self, r: tuple[int, int] | None) -> None:
+        self.time_window = r
+        if self.follow_box.isChecked():
+            self.reload()
+
     def reload(self) -> None:
-        self.run(q.top_calls, self.flt, on_result=self._loaded, on_error=self._error)
+        import dataclasses
+        flt = dataclasses.replace(self.flt, time_window=self.time_window if self.follow_box.isChecked() else None)
+        self.run(q.top_calls, flt, on_result=self._loaded, on_error=self._error)
 
     def _loaded(self, result: tuple) -> None:
         cols, rows = result

@@ -35,26 +35,30 @@ class _Relay(QObject):
         super().__init__()
         self.cb = (on_result, on_error, on_progress, on_finished)
 
+    def _call(self, i: int, *args: Any) -> None:
+        if self.cb[i]:
+            try:
+                self.cb[i](*args)
+            except RuntimeError as e:   # the widget that asked was closed meanwhile: drop the answer
+                if "already deleted" not in str(e):
+                    raise
+
     @Slot(object)
     def result(self, v: Any) -> None:
-        if self.cb[0]:
-            self.cb[0](v)
+        self._call(0, v)
 
     @Slot(str)
     def error(self, v: str) -> None:
-        if self.cb[1]:
-            self.cb[1](v)
+        self._call(1, v)
 
     @Slot(int)
     def progress(self, v: int) -> None:
-        if self.cb[2]:
-            self.cb[2](v)
+        self._call(2, v)
 
     @Slot()
     def finished(self) -> None:
         try:
-            if self.cb[3]:
-                self.cb[3]()
+            self._call(3)
         finally:
             with Job._live_lock:
                 Job._live.discard(self.job)

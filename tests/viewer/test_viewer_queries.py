@@ -314,3 +314,14 @@ def test_perf_exported_database(perf_export_path):
             assert len(rows) == 5 and rows[0][7] >= rows[-1][7]
     finally:
         d.close()
+
+
+def test_cancel_from_another_thread(db):
+    import threading
+
+    slow = ("WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT COUNT(*) FROM r"
+            if db.is_sqlite else "SELECT pg_sleep(30)")
+    with db.session() as s:
+        threading.Timer(0.3, s.cancel).start()
+        with pytest.raises(QueryCancelled, match="cancelled"):
+            q.run_sql(s, slow)

@@ -418,3 +418,57 @@ def test_reports_on_other_databases(qtbot, request, source, tmp_path):
             rep.shutdown()
         win.close()
         db.close()
+
+
+def test_call_graph_and_top_calls_follow_the_selection(qtbot, window):
+    cg = window.open_call_graph()
+    cg.follow_box.setChecked(True)
+    top = window.open_top_calls(q.CallFilter(limit=20))
+    top.follow_box.setChecked(True)
+    idle(qtbot, top)
+    window.selection.set((1200, 1600))
+    idle(qtbot, cg)
+    idle(qtbot, top)
+    assert cg.range_label.text().startswith("calls overlapping 1200 .. 1600")
+    window.tabs.setCurrentWidget(cg)
+    model, view = cg.model, cg.view
+    host = child(model, QModelIndex(), "host")
+    expand(qtbot, view, host)
+    app = child(model, host, "app")
+    expand(qtbot, view, app)
+    th = child(model, app, "100:100")
+    expand(qtbot, view, th)
+    main = child(model, th, "main")
+    assert model.data(model.index(main.row(), 3, th)) == "400"          # clipped to the selection
+    expand(qtbot, view, main)
+    assert [(model.data(model.index(r, 0, main)), model.data(model.index(r, 3, main)))
+            for r in range(model.rowCount(main))] == [("foo", "100"), ("bar", "200")]
+    # calls entirely outside (thread 101's bar at 2100..2600, foo at 1920) are gone from top calls
+    assert sorted(r[3] for r in top.model.rows) == ["bar", "do_syscall_64", "foo", "gmain", "gwork", "main",
+                                                    "printf"]
+    window.selection.set(None)
+    idle(qtbot, top)
+    assert len(top.model.rows) == 9
+
+
+def test_entry_point(tmp_path, fixture_path, capsys, monkeypatch):
+    from ptexport_viewer.app import main
+
+    assert main([str(tmp_path / "missing.db")]) == 1
+    assert "ptexport-viewer:" in capsys.readouterr().err
+    monkeypatch.setenv("PTEXPORT_VIEWER_NO_LOOP", "1")
+    assert main([str(fixture_path), "--in-memory", "--report", "call-graph", "--report", "time-chart"]) == 0
+
+
+def test_cancel_from_the_gui_thread(qtbot, fixture_database):
+    from ptexport_viewer import workers
+
+    errors, results = [], []
+    slow = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT COUNT(*) FROM r"
+    job = workers.start(fixture_database, q.run_sql, slow, on_result=results.append, on_error=errors.append)
+    qtbot.wait(200)
+    assert not job.done.is_set()
+    job.cancel()
+    qtbot.waitUntil(job.done.is_set, timeout=TIMEOUT)
+    qtbot.wait(50)
+    assert results == [] and errors == []          # a cancelled job reports nothing
