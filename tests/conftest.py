@@ -6,7 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from ptxtest import LIBIPT, QUIPPER
+from ptxtest import (  # noqa: F401 - re-exported for tests that import them from here
+    HAVE_PERF,
+    LIBIPT,
+    QUIPPER,
+    REPO,
+    SHARED,
+    TESTDATA,
+    needs_perf,
+    perf_python_env,
+)
 
 
 @pytest.fixture(scope="session")
