@@ -59,6 +59,24 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cpuid-0x15.ebx", dest="cpuid_15_ebx", type=_int)
     parser.add_argument("--insn:keep-tcal-on-ovf", dest="keep_tcal", action="store_true")
     parser.add_argument("--block:keep-tcal-on-ovf", dest="keep_tcal", action="store_true")
+    # perf_event sideband (ptxed's --pevent:* and --sb:* options).
+    parser.add_argument("--pevent:primary", "--pevent", dest="pevent_primary", action="append",
+                        default=[], metavar="FILE", help="primary perf_event sideband file")
+    parser.add_argument("--pevent:secondary", dest="pevent_secondary", action="append",
+                        default=[], metavar="FILE")
+    parser.add_argument("--pevent:sample-type", dest="pevent_sample_type", type=_int)
+    parser.add_argument("--pevent:time-zero", dest="pevent_time_zero", type=_int)
+    parser.add_argument("--pevent:time-shift", dest="pevent_time_shift", type=_int)
+    parser.add_argument("--pevent:time-mult", dest="pevent_time_mult", type=_int)
+    parser.add_argument("--pevent:kernel-start", dest="pevent_kernel_start", type=_int)
+    parser.add_argument("--pevent:sysroot", dest="pevent_sysroot")
+    parser.add_argument("--sb:compact", "--sb", dest="sb_compact", action="store_true")
+    parser.add_argument("--sb:verbose", dest="sb_verbose", action="store_true")
+    parser.add_argument("--sb:filename", dest="sb_filename", action="store_true")
+    parser.add_argument("--sb:offset", dest="sb_offset", action="store_true")
+    parser.add_argument("--sb:time", dest="sb_time", action="store_true")
+    parser.add_argument("--sb:switch", dest="sb_switch", action="store_true")
+    parser.add_argument("--sb:warn", dest="sb_warn", action="store_true")
 
 
 def _parse_image(spec: str):
@@ -125,6 +143,35 @@ def build(args):
     return dec, opts, warnings
 
 
+def _session(args):
+    """The pevent sideband session for ``args``, or None."""
+    import os
+
+    from ptexport.cli.dump_packets import _pevent_config
+    from ptexport.flow.pevent_session import PeventSession
+    from ptexport.pt.pevent import SidebandPrinter, load_pevent
+
+    files = [(p, True) for p in args.pevent_primary] + [(p, False) for p in args.pevent_secondary]
+    if not files:
+        return None
+    records = []
+    for path, primary in files:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise InputError(f"cannot read: {e.strerror}", source=path) from e
+        records.extend(load_pevent(data, _pevent_config(path, args), path, primary))
+    printer = SidebandPrinter([], verbose=args.sb_verbose,
+                              compact=args.sb_compact or not args.sb_verbose,
+                              show_filename=args.sb_filename, show_offset=args.sb_offset,
+                              show_time=args.sb_time, warn=args.sb_warn,
+                              enabled=not args.quiet and (args.sb_compact or args.sb_verbose))
+    root = args.pevent_sysroot or os.path.dirname(os.path.abspath(files[0][0]))
+    return PeventSession(records, printer, kernel_start=args.pevent_kernel_start, root=root,
+                         show_switch=args.sb_switch)
+
+
 def run(args, out) -> int:
     from ptexport.flow.ptxed import ptxed_lines
 
@@ -135,6 +182,8 @@ def run(args, out) -> int:
     for line in warnings:
         out.write(line + "\n")
     write = out.write
-    for line in ptxed_lines(dec, opts):
+    session = _session(args)
+    sideband = session.on_event if session is not None else None
+    for line in ptxed_lines(dec, opts, sideband):
         write(line + "\n")
     return 0

@@ -84,6 +84,10 @@ class InsnDecoder:
         self.last_ev_tsc = 0
         self.retstack.clear()
 
+    def set_image(self, image) -> None:
+        """Decode from ``image`` (anything with ``read(ip, n)`` and ``generation``) from now on."""
+        self.image = image
+
     @property
     def offset(self) -> int:
         return self.query.offset

@@ -196,8 +196,13 @@ def spec_flag(dec: InsnDecoder) -> bool:
     return dec.speculative
 
 
-def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions) -> Iterator[str]:
-    """Decode the whole trace; yield ptxed's output lines."""
+def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions, sideband=None) -> Iterator[str]:
+    """Decode the whole trace; yield ptxed's output lines.
+
+    ``sideband(event) -> (lines, image or None)`` is called for every event
+    (status updates too), like ptxed's pt_sb_event: its lines follow the
+    event's and a returned image becomes the decoder's.
+    """
     ninsn = 0
     blocks = _Blocks(opts) if opts.block_decoder else None
     quiet = opts.quiet
@@ -232,6 +237,11 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions) -> Iterator[str]:
                         blocks.event()
                     if not quiet and not ev.status_update:
                         yield format_event(ev, opts)
+                    if sideband is not None:
+                        sb_lines, image = sideband(ev)
+                        yield from sb_lines
+                        if image is not None:
+                            dec.set_image(image)
                 if status & EOS_FLAG:
                     if not (status & IP_SUPPRESSED_FLAG) and not quiet:
                         yield "[end of trace]"

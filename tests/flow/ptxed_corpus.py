@@ -47,6 +47,9 @@ def ptxed_cases(libipt: Path):
                     continue
                 argv.append(o)
                 i += 1
+            for sb in row.get("sb_files", "").split():
+                kind = "--pevent:secondary" if "-pevent-secondary," in sb else "--pevent:primary"
+                argv += [kind, str(d / sb)]
             cases.append((d / exp, argv, row))
     return cases
 

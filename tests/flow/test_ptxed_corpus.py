@@ -1,7 +1,8 @@
 """Golden test: ``ptexport dump insns`` against every libipt ptxed .exp file.
 
 One test per expected file (ids are the .exp names), for every CPU model the
-manifest lists.  Content is compared line by line with runs of whitespace
+manifest lists, with the options ptxed was run with (including the perf_event
+sideband files of the pevent tests).  Content is compared line by line with runs of whitespace
 collapsed: IP sequences, events, errors (with their trace offsets) and stats.
 """
 
@@ -21,26 +22,8 @@ from ptexport.cli import main  # noqa: E402
 
 CASES = ptxed_cases(LIBIPT) if (LIBIPT / "manifest.tsv").exists() else []
 
-# Options whose feature is not implemented yet: perf_event sideband (.sb files
-# switching images per process).
-_UNSUPPORTED = {
-    "--pevent:": "perf_event sideband images (--pevent/--sb) are not implemented yet",
-    "--sb:": "perf_event sideband images (--pevent/--sb) are not implemented yet",
-}
-
-
-def _unsupported(opts: str) -> str | None:
-    for key, why in _UNSUPPORTED.items():
-        if key in opts:
-            return why
-    return None
-
-
 @pytest.mark.parametrize("exp,argv,row", CASES, ids=[c[0].name for c in CASES])
 def test_ptxed_exp(exp, argv, row):
-    why = _unsupported(row["ptxed_opts"])
-    if why:
-        pytest.xfail(why)
     out = io.StringIO()
     rc = main(argv, out)
     assert rc == 0
