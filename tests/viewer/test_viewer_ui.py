@@ -252,7 +252,7 @@ def test_tables_browser(qtbot, qtmodeltester, window, tmp_path):
     assert {a.text() for a in menu.actions()} == set(window.db.table_names())
 
 
-def test_top_calls_report(qtbot, window, tmp_path):
+def test_top_calls_report(qtbot, qtmodeltester, window, tmp_path):
     d = window.ask_top_calls()
     d.edits["comms"].setText("app")
     d.limit.setValue(3)
@@ -261,6 +261,7 @@ def test_top_calls_report(qtbot, window, tmp_path):
     idle(qtbot, rep)
     assert [(r[3], r[7]) for r in rep.model.rows] == [("main", 1000), ("bar", 500), ("bar", 500)]
     assert rep.model.columns[7] == "Elapsed Time (ns)"
+    qtmodeltester.check(rep.model)
     non_blank(window, tmp_path / "top_calls.png")
     d = window.ask_top_calls()
     d.edits["sql"].setText("calls.nope > 1")
@@ -270,13 +271,14 @@ def test_top_calls_report(qtbot, window, tmp_path):
     assert "nope" in rep.message.text() and rep.model.rows == []
 
 
-def test_sql_console(qtbot, window, tmp_path):
+def test_sql_console(qtbot, qtmodeltester, window, tmp_path):
     rep = window.open_sql_console()
     rep.editor.setPlainText("SELECT id, comm FROM comms WHERE id BETWEEN 1 AND 3 ORDER BY id")
     rep.run_button.click()
     idle(qtbot, rep)
     assert rep.model.rows == [(1, "swapper"), (2, "app"), (3, "qemu")]
     assert rep.status.text().startswith("3 rows")
+    qtmodeltester.check(rep.model)
     out = tmp_path / "out.csv"
     assert rep.export_csv(str(out)) == 3
     assert out.read_text().splitlines() == ["id,comm", "1,swapper", "2,app", "3,qemu"]
@@ -411,6 +413,16 @@ def test_reports_on_other_databases(qtbot, request, source, tmp_path):
         tb = win.open_table("samples")
         idle(qtbot, tb)
         assert tb.model.rows
+        top = win.open_top_calls(q.CallFilter(limit=3))
+        idle(qtbot, top)
+        assert len(top.model.rows) == 3 and top.model.rows[0][7] >= top.model.rows[2][7]
+        fg = win.open_flame_graph()
+        idle(qtbot, fg)
+        assert fg.flame.root.value > 0 and fg.flame.root.children
+        sel = win.open_branches(q.BranchFilter(cpus="1-3", tids=[3174 if source == "perf" else 101]), name="sel")
+        idle(qtbot, sel)
+        assert sel.model.rows and all(1 <= r[2] <= 3 and r[5] == (3174 if source == "perf" else 101)
+                                      for r in sel.model.rows)
         win.tabs.setCurrentWidget(cg)
         non_blank(win, tmp_path / f"{source}.png")
     finally:
