@@ -179,7 +179,13 @@ class LeafSpool:
             return False
         return bool(ids.size == 1 or np.all(ids[1:] > ids[:-1]))
 
+    def reserve(self, ids: np.ndarray) -> None:
+        """Record that rows up to ``ids[-1]`` are on their way (called before :meth:`add`, in order)."""
+        if ids.size:
+            self.last_rowid = int(ids[-1])
+
     def add(self, mat: np.ndarray) -> None:
+        """Build and spool the leaf pages of ``mat`` (may run in a background thread)."""
         n = mat.shape[0]
         if n == 0:
             return
@@ -193,7 +199,6 @@ class LeafSpool:
         self.maxrows.append(maxrow[:pages].copy())
         self.npages += pages
         self.rows += n
-        self.last_rowid = int(mat[-1, 0])
 
     def close(self) -> None:
         if not self._f.closed:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,8 @@ from ptexport.export.writer import Writer, is_text_type
 #: Rows per bound chunk (bounded memory: one int64 matrix of this many rows).
 CHUNK_ROWS = 1 << 18
 MODES = ("btree", "bind", "executemany")
+#: Batches queued for the background page builder before write_* waits.
+MAX_PENDING = 2
 
 
 def _quote(name: str) -> str:
@@ -61,6 +65,11 @@ class SqliteWriter(Writer):
         self.cache_mib = cache_mib
         self._inserters: dict[str, Any] = {}
         self._spools: dict[str, _btree.LeafSpool] = {}
+        # page building runs in one background thread (numba releases the GIL), so the
+        # caller's next batch is prepared while this one is laid down; at most
+        # MAX_PENDING batches wait (bounded memory)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: deque[Future[None]] = deque()
         self._handle = None
         self._want_bind = mode in ("btree", "bind")
         self.conn: sqlite3.Connection | None = None
@@ -122,8 +131,22 @@ class SqliteWriter(Writer):
     def _spool_path(self, table: str) -> Path:
         return self.tmp_path.with_name(f"{self.tmp_path.name}.{table}.pages")
 
+    def _spool_add(self, table: str, mat: np.ndarray) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptexport-btree")
+        while len(self._pending) >= MAX_PENDING:
+            self._pending.popleft().result()
+        self._spools[table].reserve(mat[:, 0])
+        self._pending.append(self._pool.submit(self._spools[table].add, mat))
+
+    def _drain(self) -> None:
+        """Wait for the background page building; re-raises its error."""
+        while self._pending:
+            self._pending.popleft().result()
+
     def _splice(self, tables: list[str]) -> None:
         """Close the connection, splice the spooled pages of ``tables`` into the file, reopen."""
+        self._drain()
         c = self._conn()
         roots = dict(c.execute("SELECT name, rootpage FROM sqlite_master WHERE type = 'table'").fetchall())
         c.execute("COMMIT")
@@ -155,7 +178,7 @@ class SqliteWriter(Writer):
         if table in self._spools and all(v is not None and not isinstance(v, str) for r in rows for v in r):
             mat = np.array(rows, dtype=np.int64).reshape(len(rows), -1)
             if self._spools[table].fits(mat[:, 0]):
-                self._spools[table].add(mat)
+                self._spool_add(table, mat)
                 return
         if table in self._spools:
             self._splice([table])
@@ -181,7 +204,7 @@ class SqliteWriter(Writer):
                 ids = np.asarray(cols["id"]).astype(np.int64, copy=False)
                 if self._spools[table].fits(ids):
                     for start in range(0, n, CHUNK_ROWS):
-                        self._spools[table].add(self._matrix(table, cols, start, min(n, start + CHUNK_ROWS)))
+                        self._spool_add(table, self._matrix(table, cols, start, min(n, start + CHUNK_ROWS)))
                     return
                 self._splice([table])  # out of order: SQL from here on
             if self._handle is not None and not has_text:
@@ -210,6 +233,9 @@ class SqliteWriter(Writer):
     def _finish_database(self) -> None:
         try:
             self._splice(list(self._spools))
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
             c = self._conn()
             c.execute("UPDATE comms SET has_calls = 1 WHERE id IN (SELECT DISTINCT comm_id FROM calls)")
             for sql in self.schema.index_sql.values():
@@ -230,6 +256,15 @@ class SqliteWriter(Writer):
         os.replace(self.tmp_path, self.path)
 
     def abort(self) -> None:
+        for f in self._pending:
+            f.cancel()
+        try:
+            self._drain()
+        except BaseException:  # noqa: BLE001 - aborting anyway; the temporary goes
+            pass
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         try:
             self._close()
         except sqlite3.Error:  # pragma: no cover

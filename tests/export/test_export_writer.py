@@ -169,3 +169,31 @@ def test_postgres_existing_database_needs_force_and_failed_export_cleans_up(pg_u
     with psycopg.connect(url) as c:
         assert c.execute("SELECT COUNT(*) FROM samples").fetchone() == (1001,)
     _write_small(url, force=True)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_undecodable_trace_still_gives_sideband_tables_and_its_decode_errors(tmp_path, backend, request):
+    """No samples at all (nothing decoded): the database is complete, with sideband rows and the errors."""
+    target = str(tmp_path / "s.db") if backend == "sqlite" else request.getfixturevalue("pg_url")()
+    m = ExportModel()
+    with open_writer(target) as w:
+        mid = m.machine(-1)
+        t = m.thread(mid, 5, 5)
+        m.comm("app", t, 10, True)
+        m.dso(mid, "/bin/app")
+        m.flush(w)
+        w.write_rows("context_switches", [(1, mid, 100, 0, t, 1, 0, 0, 1)])
+        w.write_rows("decode_errors", [(1, 0, 0x10, "nosync", "no PSB in the AUX data", 100, 0, 0, 0, 0)])
+        w.write_rows("stats", [(1, "decode_errors", -1, 1, "error", "rows in decode_errors")])
+    if backend == "sqlite":
+        c = sqlite3.connect(target)
+    else:
+        import psycopg
+
+        c = psycopg.connect(target)
+    assert c.execute("SELECT COUNT(*) FROM samples").fetchone() == (1,)  # the id-0 row only
+    assert c.execute("SELECT tid FROM threads WHERE id > 0").fetchall() == [(5,)]
+    assert c.execute("SELECT kind, message FROM decode_errors").fetchall() == [("nosync", "no PSB in the AUX data")]
+    assert c.execute("SELECT COUNT(*) FROM schema_version").fetchone() == (1,)
+    assert c.execute("SELECT COUNT(*) FROM samples_time_blocks").fetchone() == (0,)
+    c.close()
