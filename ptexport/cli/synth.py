@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR",
                    help="output directory: perf.data, the program ELFs, truth.npz, truth.json")
     p.add_argument("--program", default="loops", metavar="NAME",
-                   help="sample program (loops, calls, threads, forkexec) or a path to a static "
+                   help="sample program (loops, calls, threads, forkexec, events) or a path to a static "
                         "x86-64 ELF (default: loops)")
     p.add_argument("--branches", type=_positive, default=20_000, metavar="N",
                    help="about how many branches the trace holds (default 20000; k/M suffixes)")
@@ -39,6 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "bytes (full), 6-byte forms, or any valid form at random (mixed)")
     g.add_argument("--psb-period", type=_positive, default=4096, metavar="BYTES",
                    help="bytes of trace between PSB+ (default 4096)")
+    g.add_argument("--ptwrite", choices=("off", "fup", "nofup"), default="off",
+                   help="PTW packets for the program's PTWRITE instructions, with a FUP "
+                        "(fup_on_ptw) or without (try --program events)")
+    g.add_argument("--power", action="store_true",
+                   help="power events (pwr_evt): MWAIT, PWRE, EXSTOP and PWRX around the "
+                        "program's TPAUSE waits, CBR in PSB+")
     t = p.add_argument_group("timing")
     t.add_argument("--timing", choices=("tsc", "mtc", "cyc"), default="mtc",
                    help="TSC in PSB+ only; plus MTC with TMA (default); plus CYC")
@@ -84,7 +90,7 @@ def run(args, out) -> int:
                         psb_period=args.psb_period, seed=args.seed, migrate=args.migrate,
                         per_thread=args.per_thread, ovf=args.ovf, corrupt=args.corrupt,
                         truncate=args.truncate, replay=args.replay, pipe=args.pipe,
-                        kcore=args.kcore,
+                        kcore=args.kcore, ptwrite=args.ptwrite, power=args.power,
                         elf_path=args.elf_path)
     t0 = time.monotonic()
     res = synthesize(args.out, opts)

@@ -26,6 +26,7 @@ class BlockInfo:
     fallthrough: int         # address after the block
     target: int | None       # direct target of a jcc/jmp/call
     zero_len_call: bool      # call to the next instruction (not pushed for return compression)
+    waits: tuple[tuple[int, int], ...] = ()   # (insn index, ip) of TPAUSE/UMWAIT (power events)
 
 
 class BlockCache:
@@ -89,5 +90,7 @@ class BlockCache:
         elif capstone.CS_GRP_INT in groups or capstone.CS_GRP_IRET in groups:
             raise SynthError(f"program {self.program.name}: {last.mnemonic} at {last.address:#x} "
                              "is not supported by the generator")
+        waits = tuple((k, i.address) for k, i in enumerate(insns)
+                      if i.id in (X.X86_INS_TPAUSE, X.X86_INS_UMWAIT))
         return BlockInfo(addr, size, tuple(i.address for i in insns), end, last.address,
-                         addr + size, target, zero)
+                         addr + size, target, zero, waits)

@@ -123,6 +123,7 @@ class Slice:
     new_tid: int | None = None      # clone/fork: the child's tid
     exec_program: "Program | None" = None  # execve: the program now running
     program: "Program | None" = None  # the program this slice ran (set by the generator)
+    ptwrites: list = field(default_factory=list)  # (block index, ip, value) of each PTWRITE
 
 
 @dataclass
@@ -216,6 +217,7 @@ def run_program(program: Program, *, iterations: int | None = None, max_blocks: 
 
     cur_addrs = array("Q")
     cur_sizes = array("I")
+    cur_ptw: list = []
     sys_ip = [0]
 
     def on_block(uc, address, size, _ud):
@@ -226,9 +228,21 @@ def run_program(program: Program, *, iterations: int | None = None, max_blocks: 
         sys_ip[0] = uc.reg_read(UC_X86_REG_RIP)
         uc.emu_stop()
 
+    def on_invalid(uc, _ud):
+        # unicorn has no PTWRITE: do it here (value from its register operand), skip it
+        rip = uc.reg_read(UC_X86_REG_RIP)
+        ptw = _decode_ptwrite(bytes(uc.mem_read(rip, 8)))
+        if ptw is None:
+            return False
+        length, reg = ptw
+        cur_ptw.append((len(cur_addrs) - 1, rip, uc.reg_read(reg)))
+        uc.reg_write(UC_X86_REG_RIP, rip + length)
+        return True
+
     def attach(uc) -> None:
         uc.hook_add(U.UC_HOOK_BLOCK, on_block)
         uc.hook_add(U.UC_HOOK_INSN, on_syscall, None, 1, 0, UC_X86_INS_SYSCALL)
+        uc.hook_add(U.UC_HOOK_INSN_INVALID, on_invalid)
 
     pid = first_pid
     uc = _new_uc(program, iterations)
@@ -249,6 +263,7 @@ def run_program(program: Program, *, iterations: int | None = None, max_blocks: 
         start = uc.reg_read(UC_X86_REG_RIP)
         cur_addrs = array("Q")
         cur_sizes = array("I")
+        cur_ptw = []
         sys_ip[0] = 0
         try:
             uc.emu_start(start, 0xFFFF_FFFF_FFFF_FFFF, 0, max(1, max_blocks - blocks_total) * 64)
@@ -267,7 +282,7 @@ def run_program(program: Program, *, iterations: int | None = None, max_blocks: 
         nr = uc.reg_read(UC_X86_REG_RAX)
         a0, a1, a2 = (uc.reg_read(r) for r in (UC_X86_REG_RDI, UC_X86_REG_RSI, UC_X86_REG_RDX))
         resume = uc.reg_read(UC_X86_REG_RIP)
-        sl = Slice(info.pid, tid, cur_addrs, cur_sizes, nr, sys_ip[0], resume)
+        sl = Slice(info.pid, tid, cur_addrs, cur_sizes, nr, sys_ip[0], resume, ptwrites=cur_ptw)
         slices.append(sl)
         keep_running = True
         ret = 0
@@ -367,6 +382,31 @@ def run_program(program: Program, *, iterations: int | None = None, max_blocks: 
     if waiting:
         raise SynthError(f"program {program.name}: threads {sorted(waiting)} wait forever")
     return Emulation(programs, threads, slices, bytes(output))
+
+
+_REGS64 = ("RAX", "RCX", "RDX", "RBX", "RSP", "RBP", "RSI", "RDI",
+           "R8", "R9", "R10", "R11", "R12", "R13", "R14", "R15")
+
+
+def _decode_ptwrite(b: bytes):
+    """(length, unicorn register) of ``ptwrite reg`` (F3 [REX] 0F AE /4, register form)."""
+    from unicorn import x86_const as X
+
+    if len(b) < 4 or b[0] != 0xF3:
+        return None
+    i = 1
+    rex = 0
+    if 0x40 <= b[i] <= 0x4F:
+        rex = b[i]
+        i += 1
+    if b[i:i + 2] != b"\x0f\xae" or len(b) < i + 3:
+        return None
+    modrm = b[i + 2]
+    if (modrm >> 6) != 3 or ((modrm >> 3) & 7) != 4:
+        return None
+    rm = (modrm & 7) | (8 if rex & 1 else 0)
+    name = _REGS64[rm] if rex & 8 else "E" + _REGS64[rm][1:] if rm < 8 else _REGS64[rm] + "D"
+    return i + 3, getattr(X, "UC_X86_REG_" + name)
 
 
 def _read_cstr(uc, addr: int) -> str:

@@ -40,6 +40,9 @@ TIME_SHIFT, TIME_MULT, TIME_ZERO = 32, 1 << 31, 0   # 2 GHz TSC: ns = tsc / 2
 TSC_CTC_N, TSC_CTC_D = 80, 1         # 25 MHz crystal clock
 MAX_NONTURBO_RATIO = 20              # 2 GHz / 100 MHz bus clock
 SYSCALL_TICKS = 2000                 # time a thread spends in the kernel per system call
+EV_PTWRITE, EV_MWAIT, EV_PWRE, EV_EXSTOP, EV_PWRX = range(5)
+EV_NAMES = ("ptwrite", "mwait", "pwre", "exstop", "pwrx")
+WAIT_TICKS = 400                     # how long a TPAUSE waits
 OVF_LOST_BLOCKS = 60                 # blocks whose packets an overflow loses
 SWITCH_TICKS = 400                   # scheduler time between two threads on one CPU
 
@@ -77,6 +80,8 @@ class SynthOptions:
     truncate: int = 0                # truncated AUX areas per CPU stream
     pipe: bool = False               # pipe-mode perf.data (perf record -o -)
     kcore: bool = False              # perf record --kcore directory form: OUT/data + kcore_dir
+    ptwrite: str = "off"             # off | fup | nofup: PTW packets (with FUP or not)
+    power: bool = False              # power events (pwr_evt): MWAIT, PWRE, EXSTOP, PWRX
     replay: str = "auto"             # on | off | auto (above REPLAY_ABOVE branches)
     insn_truth_limit: int = 3_000_000  # write truth_insns.npz when there are at most this many
 
@@ -98,6 +103,8 @@ class SynthOptions:
             raise UsageError("--psb-period must be at least 256 bytes")
         if self.cbr and not 1 <= self.cbr <= 255:
             raise UsageError("--cbr must be 1..255")
+        if self.ptwrite not in ("off", "fup", "nofup"):
+            raise UsageError("--ptwrite must be off, fup or nofup")
         if self.replay not in ("on", "off", "auto"):
             raise UsageError("--replay must be on, off or auto")
         for name in ("ovf", "corrupt", "truncate"):
@@ -232,6 +239,7 @@ class CpuEncoder:
         self.f_tsc: list[int] = []       # offsets of timing payloads (for replay patching)
         self.f_tma: list[int] = []
         self.f_mtc: list[int] = []
+        self.events: list[tuple] = []    # (tsc, cpu, tid, ip, EV_*, payload)
         self.force_psb = False           # every slice starts behind a fresh PSB+ (replay)
         # (offset after, truth rows after, target, tsc) of each TIP of an indirect branch
         self.tip_marks: list[tuple[int, int, int, int]] = []
@@ -276,8 +284,8 @@ class CpuEncoder:
         if len(self.psb_marks) in self.ovf_at:
             self.ovf_arm = 40
         self._tsc_tma(t)
-        if self.opts.cbr:
-            w.cbr(self.opts.cbr)
+        if self.opts.cbr or self.opts.power:
+            w.cbr(self.opts.cbr or MAX_NONTURBO_RATIO)
         if ip is not None:
             w.mode_exec64()
             w.fup(ip)
@@ -285,6 +293,46 @@ class CpuEncoder:
         w.psbend()
         self.psb_ends.append(len(w.buf))
         self.stack.clear()
+
+    def _events(self, b, ptws, t: int, tid: int, dec_ip: int) -> tuple[int, int]:
+        """PTWRITE and TPAUSE inside block ``b`` (which starts at ``t``): their packets,
+        bound to a FUP with the instruction's IP.  ``dec_ip`` is where perf's decoder
+        stands (a PTW without FUP is reported there).  Returns ``t`` advanced by the
+        waits and the decoder's new position."""
+        w = self.w
+        opts = self.opts
+        ev = self.events
+        order = sorted([(b.insns.index(ip), "ptw", ip, val) for ip, val in ptws]
+                       + [(k, "wait", ip, 0) for k, ip in b.waits])
+        for k, kind, ip, val in order:
+            tk = t + (k + 1) * self.tpi
+            if kind == "ptw" and opts.ptwrite != "off":
+                self._mtcs_upto(tk)
+                self._cyc(tk)
+                fup = opts.ptwrite == "fup"
+                w.ptwrite(val, 8, ip=fup)
+                if fup:
+                    w.fup(ip)
+                    dec_ip = ip
+                ev.append((tk, self.cpu, tid, dec_ip, EV_PTWRITE, val))
+            elif kind == "wait":
+                if opts.power:
+                    self._mtcs_upto(tk)
+                    self._cyc(tk)
+                    w.mwait(0x00, 0x1)            # TPAUSE C0.2
+                    w.pwre(False, 0, 2)
+                    w.exstop(True)
+                    w.fup(ip)
+                    dec_ip = ip
+                    ev += [(tk, self.cpu, tid, ip, EV_MWAIT, 0x100),
+                            (tk, self.cpu, tid, ip, EV_PWRE, 0x0002),
+                            (tk, self.cpu, tid, ip, EV_EXSTOP, 0)]
+                t += WAIT_TICKS
+                if opts.power:
+                    self._mtcs_upto(tk + WAIT_TICKS)
+                    w.pwrx(0, 0, 2)                # woken by the TSC deadline
+                    ev.append((tk + WAIT_TICKS, self.cpu, tid, ip, EV_PWRX, 0x002))
+        return t, dec_ip
 
     def encode_slice(self, p: Placed) -> None:
         sl = p.sl
@@ -316,8 +364,15 @@ class CpuEncoder:
         last_pkt_row, last_pkt_ip = len(truth), addrs[0]
         lose_until = -1
         ovf_time = t
+        ptw_at: dict[int, list] = {}
+        for bi, ip, val in sl.ptwrites:
+            ptw_at.setdefault(bi, []).append((ip, val))
         for i in range(n):
             b = cache.get(addrs[i], sizes[i])
+            if (b.waits or i in ptw_at) and lose_until < i:
+                t, last_pkt_ip = self._events(b, ptw_at.get(i, ()), t, tid, last_pkt_ip)
+                t_pkt = t
+                last_pkt_row = len(truth)
             t += len(b.insns) * tpi
             end = b.end
             if i + 1 < n:
@@ -515,6 +570,13 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
     arrays = truth.arrays()
     order = np.lexsort((np.arange(len(arrays["time"])), arrays["time"]))
     arrays = {k: v[order] for k, v in arrays.items()}
+    evs = sorted((e for enc in encoders for e in enc.events), key=lambda e: e[0])
+    if evs:
+        cols = list(zip(*evs))
+        arrays.update(ev_time=tsc_to_ns(np.array(cols[0], dtype=np.uint64)),
+                      ev_cpu=np.array(cols[1], np.int32), ev_tid=np.array(cols[2], np.int32),
+                      ev_ip=np.array(cols[3], np.int64), ev_kind=np.array(cols[4], np.uint8),
+                      ev_payload=np.array(cols[5], np.uint64))
     np.savez_compressed(out_dir / "truth.npz", **arrays)
     meta = {
         "options": asdict(opts),
@@ -523,6 +585,7 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
         "branches": int(len(truth)),
         "pt_bytes": int(sum(len(e.w.buf) for e in encoders)),
         "kinds": list(KIND_NAMES),
+        "event_kinds": list(EV_NAMES),
         "threads": {str(t): {"pid": i.pid, "comm": i.comm} for t, i in emu.threads.items()},
         "time_conv": {"shift": TIME_SHIFT, "mult": TIME_MULT, "zero": TIME_ZERO},
         "ipbytes_used": {str(k): sum(e.w.ipbytes_used.get(k, 0) for e in encoders)

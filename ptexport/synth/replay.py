@@ -112,7 +112,8 @@ def synthesize_replay(out_dir, opts, program, extra):
     from ptexport.synth.emulate import run_program
     from ptexport.synth.sideband import write_perf_data
 
-    if opts.per_thread or opts.ovf or opts.corrupt or opts.truncate:
+    if (opts.per_thread or opts.ovf or opts.corrupt or opts.truncate or opts.power
+            or opts.ptwrite != "off"):
         raise SynthError("replay (large --branches) works with the per-CPU layout and no "
                          "faults; use --replay off or fewer branches")
     out_dir = Path(out_dir)

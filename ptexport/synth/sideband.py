@@ -40,6 +40,12 @@ def pt_config(opts) -> int:
         c |= 1 << IntelPTConfig.CYC
     if not opts.retcomp:
         c |= 1 << IntelPTConfig.NORETCOMP
+    if opts.ptwrite != "off":
+        c |= 1 << IntelPTConfig.PTW
+    if opts.ptwrite == "fup":
+        c |= 1 << IntelPTConfig.FUP_ON_PTW
+    if opts.power:
+        c |= 1 << IntelPTConfig.PWR_EVT
     psb = max(0, min(15, opts.psb_period.bit_length() - 12))
     c |= psb << IntelPTConfig.PSB_PERIOD
     return c

@@ -263,3 +263,41 @@ def aux_truncations(dump: str) -> list[tuple[int, int]]:
         if m and int(m[4], 16) & 1:
             out.append((int(m[1]), int(m[2], 16) + int(m[3], 16)))
     return out
+
+
+_EVENT = re.compile(r"^\s*(-?\d+)\s+\[(-?\d+)\]\s+(\d+)\.(\d+):\s+(ptwrite|mwait|pwre|exstop|pwrx):"
+                    r"\s+(.*?)\s+([0-9a-f]+)\s*$")
+_NUM = re.compile(r"([a-z -]+):\s+(0x[0-9a-f]+|\d+)")
+
+
+def parse_events(text: str) -> dict[str, np.ndarray]:
+    """PTWRITE and power event samples of ``perf script --itrace=wp -F tid,cpu,time,synth,ip,event``
+    as arrays shaped like the truth's ``ev_*`` (payloads packed as the generator packs them)."""
+    from ptexport.synth.generate import EV_NAMES
+
+    rows = []
+    for line in text.splitlines():
+        m = _EVENT.match(line)
+        if not m:
+            continue
+        f = {k.strip().split()[-1] if k.strip() else k: int(v, 0) for k, v in _NUM.findall(m[6])}
+        kind = m[5]
+        if kind == "ptwrite":
+            payload = f.get("payload", 0)
+        elif kind == "mwait":
+            payload = f.get("hints", 0) | f.get("extensions", 0) << 8
+        elif kind == "pwre":
+            payload = f.get("hw", 0) << 8 | f.get("cstate", 0) << 4 | f.get("sub-cstate", 0)
+        elif kind == "pwrx":
+            payload = f.get("cstate", 0) << 4 | f.get("reason", 0)
+            m2 = re.search(r"deepest cstate: (\d+) last cstate: (\d+)", m[6])
+            if m2:
+                payload = int(m2[1]) << 8 | int(m2[2]) << 4 | f.get("reason", 0)
+        else:
+            payload = 0
+        rows.append((int(m[3]) * 1_000_000_000 + int(m[4]), int(m[2]), int(m[1]), int(m[7], 16),
+                     EV_NAMES.index(kind), payload))
+    cols = list(zip(*rows)) if rows else [[]] * 6
+    return {"ev_time": np.array(cols[0], np.int64), "ev_cpu": np.array(cols[1], np.int32),
+            "ev_tid": np.array(cols[2], np.int32), "ev_ip": np.array(cols[3], np.int64),
+            "ev_kind": np.array(cols[4], np.uint8), "ev_payload": np.array(cols[5], np.uint64)}

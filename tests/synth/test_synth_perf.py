@@ -240,3 +240,27 @@ def test_pipe_mode_and_kcore_dir(tmp_path, pipe, kcore):
     truth, _ = load_truth(tmp_path)
     cmp = compare_branches(truth, perf)
     assert cmp.mismatches == 0 and cmp.compared == len(truth["kind"]), cmp.first_mismatch
+
+
+@pytest.mark.parametrize("ptwrite,power", [("fup", False), ("nofup", False), ("off", True),
+                                           ("fup", True)])
+def test_ptwrite_and_power_events(tmp_path, ptwrite, power):
+    from ptexport.synth.generate import EV_NAMES
+    from ptexport.synth.verify import parse_events
+
+    synthesize(tmp_path, SynthOptions(program="events", branches=8_000, ptwrite=ptwrite,
+                                      power=power))
+    _check(tmp_path)                                     # branches are unchanged by events
+    proc = perf_script(tmp_path / "perf.data", "bwp", fields="tid,cpu,time,synth,ip,event")
+    got = parse_events(proc.stdout)
+    truth, meta = load_truth(tmp_path)
+    kinds = set(truth["ev_kind"].tolist())
+    assert ("ptwrite" in {EV_NAMES[k] for k in kinds}) == (ptwrite != "off")
+    assert ({"mwait", "pwre", "exstop", "pwrx"} <= {EV_NAMES[k] for k in kinds}) == power
+    for col in ("ev_cpu", "ev_tid", "ev_ip", "ev_kind", "ev_payload"):
+        assert np.array_equal(got[col], truth[col]), col
+    assert np.abs(got["ev_time"] - truth["ev_time"]).max() < MTC_PERIOD_NS
+    cfg = perf_data_config(tmp_path)
+    assert bool(cfg & (1 << 12)) == (ptwrite != "off")   # ptw
+    assert bool(cfg & (1 << 5)) == (ptwrite == "fup")    # fup_on_ptw
+    assert bool(cfg & (1 << 4)) == power                 # pwr_evt
