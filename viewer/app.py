@@ -44,8 +44,7 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"{db.display_name} ({kind}, read-only)")
         self.selection.changed.connect(self._selection_changed)
         self.dialog = None
-        with db.session() as s:
-            self.branch_events = q.branch_events(s) if db.caps.has("selected_events") else []
+        self.branch_events = db.caps.branch_events
         self._menus()
 
     # -- menus -----------------------------------------------------------------
@@ -183,11 +182,8 @@ class MainWindow(QMainWindow):
         w.deleteLater()
 
     def about(self) -> None:
-        with self.db.session() as s:
-            version = s.scalar("SELECT sqlite_version()" if self.db.is_sqlite else "SELECT version()")
         QMessageBox.about(self, "About ptexport viewer",
-                          f"ptexport viewer\n\nDatabase: {self.db.display_name}\n"
-                          f"{'SQLite' if self.db.is_sqlite else 'PostgreSQL'} {version}\n"
+                          f"ptexport viewer\n\nDatabase: {self.db.display_name}\n{self.db.caps.server_version}\n"
                           f"Schema: {'ptexport' if self.db.caps.ptexport else 'perf export'}")
 
     def closeEvent(self, e) -> None:

@@ -68,6 +68,8 @@ class Capabilities:
 
     tables: dict[str, list[str]] = field(default_factory=dict)  # table -> columns
     views: dict[str, list[str]] = field(default_factory=dict)
+    branch_events: list[tuple[int, str]] = field(default_factory=list)   # selected_events named *branches*
+    server_version: str = ""
 
     def has(self, name: str) -> bool:
         return name in self.tables or name in self.views
@@ -337,6 +339,12 @@ class Database:
                     "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
                     "AND table_name = :t ORDER BY ordinal_position", {"t": name})]
                 (caps.views if kind == "VIEW" else caps.tables)[name] = cols
+        # read once at opening, so the window itself never queries in the GUI thread
+        if "selected_events" in caps.tables:
+            caps.branch_events = [(int(i), n) for i, n in s.rows(
+                "SELECT id, name FROM selected_events WHERE id > 0 AND name LIKE '%branches%' ORDER BY id")]
+        version = s.scalar("SELECT sqlite_version()" if self.is_sqlite else "SELECT version()", default="")
+        caps.server_version = ("SQLite " if self.is_sqlite else "") + str(version)
         return caps
 
     def table_names(self) -> list[str]:

@@ -4,6 +4,7 @@ for this thread at this time'."""
 
 from __future__ import annotations
 
+import bisect
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,10 @@ class Lane:
     cpu: int
     guest: bool
     intervals: list[q.Interval] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)      # interval starts, for bisect
+
+    def __post_init__(self) -> None:
+        self.starts = [iv.start for iv in self.intervals]
 
 
 @dataclass
@@ -175,7 +180,8 @@ class ChartWidget(QWidget):
             return None
         lane = self.data.lanes[i]
         t = self.t_of(x)
-        for iv in lane.intervals:
+        k = bisect.bisect_right(lane.starts, t) - 1
+        for iv in lane.intervals[max(0, k - 1):k + 1]:
             if iv.start <= t < iv.end or (iv.start == iv.end == t):
                 return lane, iv
         return None
@@ -194,14 +200,20 @@ class ChartWidget(QWidget):
             p.setPen(QColor(40, 40, 40) if not lane.guest else QColor(30, 80, 160))
             p.drawText(QRectF(4, y, LABEL_W - 8, LANE_H), Qt.AlignVCenter | Qt.AlignLeft, lane.label)
             p.fillRect(QRectF(LABEL_W, y, right - LABEL_W, LANE_H), QColor(246, 246, 246))
-            for iv in lane.intervals:
-                if iv.end < self.t0 or iv.start > self.t1:
+            first = max(0, bisect.bisect_right(lane.starts, self.t0) - 1)
+            last = bisect.bisect_right(lane.starts, self.t1)
+            prev_x1 = -1.0
+            for iv in lane.intervals[first:last]:
+                if iv.end < self.t0:
                     continue
+                if self.x_of(iv.end) < prev_x1 + 1 and iv.end > iv.start and self.x_of(iv.start) >= prev_x1 - 1:
+                    continue          # below a pixel and hidden by the previous one: skip (zoomed-out traces)
                 x0 = max(LABEL_W, self.x_of(iv.start))
                 x1 = min(right, self.x_of(iv.end))
                 if x1 - x0 < 1:
                     x1 = x0 + 1
                 p.fillRect(QRectF(x0, y + 1, x1 - x0, LANE_H - 2), thread_color(iv.thread_id, iv.tid))
+                prev_x1 = x1
                 if x1 - x0 > 60 and iv.tid > 0 and iv.thread_id > 0:
                     p.setPen(QColor(0, 0, 0))
                     p.drawText(QRectF(x0 + 3, y, x1 - x0 - 6, LANE_H), Qt.AlignVCenter | Qt.AlignLeft,
