@@ -522,6 +522,12 @@ class PerfData:
 
     def _iter_source(self, src: _Source) -> Iterator[Record]:
         """Parse every record of one file's record region, in file order."""
+        return chain.from_iterable(self._record_chunks(src))
+
+    def _record_chunks(self, src: _Source) -> Iterator[list[Record]]:
+        """Parse one file's records in file order, handed out in lists of up to 128 (chained by the
+        caller: one generator resume per chunk, not per record). An error is raised after the records
+        before it have been handed out."""
         buf = src.buf
         pos = src.start
         end = src.end
@@ -533,47 +539,59 @@ class PerfData:
         extra: dict[int, int] = {}
         comp = None
         srcname = None if src is self._sources[0] else src.name
-        while pos < end:
-            if pos + 8 > lim:
-                raise self._cut(src, pos, None, None)
-            rtype, misc, size = hdr(buf, pos)
-            nxt = pos + size
-            if size < 8 or nxt > lim:
-                raise self._cut(src, pos, rtype, size)
-            try:
-                rec = (parsers.get(rtype) or p_unknown)(ctx, buf, pos, size, rtype, misc)
-            except BadRecord as e:
-                raise self._error(e.cause, src.name, pos, rtype) from None
-            except (struct.error, ValueError, IndexError, OverflowError, UnicodeError) as e:
-                raise self._error(f"malformed record ({e})", src.name, pos, rtype) from None
-            rec.offset = pos
-            if srcname is not None:
-                rec.src = srcname
-            if rtype < 128:
-                counts[rtype] += 1
-            else:
-                extra[rtype] = extra.get(rtype, 0) + 1
-            if rtype >= USER_START:
-                if rtype == T_COMPRESSED or rtype == T_COMPRESSED2:
-                    if comp is None:
-                        comp = _Decompressor(self, src.name)
-                    inner = comp.feed(rec, buf, pos)
-                    for r in inner:
-                        t = r.type
-                        if t < 128:
-                            counts[t] += 1
-                        else:
-                            extra[t] = extra.get(t, 0) + 1
-                        if srcname is not None:
-                            r.src = srcname
-                    yield from inner
-                    pos = nxt
-                    continue
-                nxt = self._user_extent(src, rec, pos, nxt, lim)
-            yield rec
-            pos = nxt
-        if comp is not None:
-            comp.finish()
+        out: list[Record] = []
+        add = out.append
+        try:
+            while pos < end:
+                if pos + 8 > lim:
+                    raise self._cut(src, pos, None, None)
+                rtype, misc, size = hdr(buf, pos)
+                nxt = pos + size
+                if size < 8 or nxt > lim:
+                    raise self._cut(src, pos, rtype, size)
+                try:
+                    rec = (parsers.get(rtype) or p_unknown)(ctx, buf, pos, size, rtype, misc)
+                except BadRecord as e:
+                    raise self._error(e.cause, src.name, pos, rtype) from None
+                except (struct.error, ValueError, IndexError, OverflowError, UnicodeError) as e:
+                    raise self._error(f"malformed record ({e})", src.name, pos, rtype) from None
+                rec.offset = pos
+                if srcname is not None:
+                    rec.src = srcname
+                if rtype < 128:
+                    counts[rtype] += 1
+                else:
+                    extra[rtype] = extra.get(rtype, 0) + 1
+                if rtype >= USER_START:
+                    if rtype == T_COMPRESSED or rtype == T_COMPRESSED2:
+                        if comp is None:
+                            comp = _Decompressor(self, src.name)
+                        inner = comp.feed(rec, buf, pos)
+                        for r in inner:
+                            t = r.type
+                            if t < 128:
+                                counts[t] += 1
+                            else:
+                                extra[t] = extra.get(t, 0) + 1
+                            if srcname is not None:
+                                r.src = srcname
+                        out.extend(inner)
+                        pos = nxt
+                        continue
+                    nxt = self._user_extent(src, rec, pos, nxt, lim)
+                add(rec)
+                pos = nxt
+                if len(out) >= 128:
+                    yield out
+                    out = []
+                    add = out.append
+            if comp is not None:
+                comp.finish()
+        except PerfDataError:
+            if out:
+                yield out
+            raise
+        yield out
         self._add_counts(counts, extra)
 
     def _header_chunks(self, src: _Source) -> Iterator:
@@ -747,14 +765,17 @@ class PerfData:
     def records(self) -> Iterator[Record]:
         """Every record in file order (main data, then ``data.N`` files of a directory), COMPRESSED ones
         expanded; header records (HEADER_ATTR, HEADER_FEATURE, ...) are folded into attrs/features as they
-        come and still yielded. Unknown types come as :class:`UnknownRecord`."""
+        come and still yielded. Unknown types come as :class:`UnknownRecord`. Records are parsed a chunk
+        (up to 128) ahead of the caller."""
         if self._stream is not None:
-            yield from self._records_stream()
-            return
+            return self._records_stream()
+        return chain.from_iterable(self._all_record_chunks())
+
+    def _all_record_chunks(self) -> Iterator[list[Record]]:
         self._live_counts = None
         self._live_extra = {}
         for src in self._sources:
-            yield from self._iter_source(src)
+            yield from self._record_chunks(src)
         self._stats = _counts_to_stats(self._live_counts or [], self._live_extra)
 
     def ordered_records(self) -> Iterator[Record]:

@@ -9,6 +9,7 @@ its buffer.  Parsers raise :class:`BadRecord` with a cause; the reader turns it 
 from __future__ import annotations
 
 import struct
+from operator import itemgetter as _itemgetter
 from typing import TYPE_CHECKING, Callable
 
 from ptexport.perfdata.constants import (
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 
 PERF_SAMPLE_BRANCH_HW_INDEX = 1 << 17
 PERF_RECORD_MISC_BUILD_ID_SIZE = 1 << 15
+
+
+_tuple_new = tuple.__new__
 
 
 class BadRecord(Exception):
@@ -67,26 +71,32 @@ def cstr(buf, start: int, end: int) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
-class SampleId:
-    """The identifying fields perf appends to non-sample records (attr.sample_id_all)."""
+class SampleId(tuple):
+    """The identifying fields perf appends to non-sample records (attr.sample_id_all), or a SAMPLE's own.
 
-    __slots__ = ("pid", "tid", "time", "id", "stream_id", "cpu", "identifier")
+    An immutable tuple (pid, tid, time, id, stream_id, cpu, identifier) with those names as attributes;
+    absent fields are None."""
 
-    def __init__(self, pid=None, tid=None, time=None, id=None, stream_id=None, cpu=None, identifier=None):
-        self.pid = pid
-        self.tid = tid
-        self.time = time
-        self.id = id
-        self.stream_id = stream_id
-        self.cpu = cpu
-        self.identifier = identifier
+    __slots__ = ()
+    _fields = ("pid", "tid", "time", "id", "stream_id", "cpu", "identifier")
+
+    def __new__(cls, pid=None, tid=None, time=None, id=None, stream_id=None, cpu=None, identifier=None):
+        return _tuple_new(cls, (pid, tid, time, id, stream_id, cpu, identifier))
+
+    pid = property(_itemgetter(0), doc="pid (PERF_SAMPLE_TID)")
+    tid = property(_itemgetter(1), doc="tid (PERF_SAMPLE_TID)")
+    time = property(_itemgetter(2), doc="perf time (PERF_SAMPLE_TIME)")
+    id = property(_itemgetter(3), doc="event id (PERF_SAMPLE_ID, else PERF_SAMPLE_IDENTIFIER)")
+    stream_id = property(_itemgetter(4), doc="PERF_SAMPLE_STREAM_ID")
+    cpu = property(_itemgetter(5), doc="cpu (PERF_SAMPLE_CPU)")
+    identifier = property(_itemgetter(6), doc="PERF_SAMPLE_IDENTIFIER")
 
     def __repr__(self) -> str:
-        parts = [f"{k}={getattr(self, k)}" for k in self.__slots__ if getattr(self, k) is not None]
+        parts = [f"{k}={v}" for k, v in zip(self._fields, self) if v is not None]
         return f"SampleId({', '.join(parts)})"
 
-    def __eq__(self, other) -> bool:
-        return isinstance(other, SampleId) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+    def __getnewargs__(self):
+        return tuple(self)
 
 
 class TrailerLayout:
@@ -110,10 +120,11 @@ class TrailerLayout:
             vals["id"] = vals["identifier"]
         st = struct.Struct(fmt)
         self.size = st.size
-        args = ", ".join(vals.get(k, "None") for k in SampleId.__slots__)
+        args = ", ".join(vals.get(k, "None") for k in SampleId._fields)
         # one specialised function per layout: unpack and build the SampleId in one go
-        src = f"def parse(buf, end):\n    v = unpack(buf, end - {st.size})\n    return SampleId({args})\n"
-        ns = {"unpack": st.unpack_from, "SampleId": SampleId}
+        src = (f"def parse(buf, end):\n    v = unpack(buf, end - {st.size})\n"
+               f"    return tnew(SampleId, ({args}))\n")
+        ns = {"unpack": st.unpack_from, "SampleId": SampleId, "tnew": _tuple_new}
         exec(src, ns)  # noqa: S102 - generated from the fixed field table above, no input involved
         self.parse = ns["parse"]
 
@@ -822,7 +833,7 @@ _S_ALL_BITS = (1 << 25) - 1
 class _SampleHead:
     """The fixed-size leading fields of a SAMPLE for one sample_type: one struct unpack."""
 
-    __slots__ = ("size", "unpack", "names", "tail", "has_period")
+    __slots__ = ("size", "unpack", "names", "tail", "has_period", "fill")
 
     def __init__(self, st: int):
         fmt, names = "<", []
@@ -840,6 +851,21 @@ class _SampleHead:
         self.size = S.size
         self.unpack = S.unpack_from
         self.names = tuple(names)
+        # a generated function assigns the head fields and builds the SampleId without touching unset slots
+        have = set(names)
+        idv = "id" if "id" in have else ("identifier" if "identifier" in have else "None")
+        sid = ", ".join(n if n in have else "None" for n in ("pid", "tid", "time")) + f", {idv}, " + ", ".join(
+            n if n in have else "None" for n in ("stream_id", "cpu", "identifier"))
+        lines = ["def fill(r, buf, off):"]
+        if names:
+            lines.append(f"    {', '.join(names)}, = unpack(buf, off)")
+            lines += [f"    r.{n} = {n}" for n in names]
+        if "id" not in have and "identifier" in have:
+            lines.append("    r.id = identifier")
+        lines.append(f"    r.sample_id = tnew(SampleId, ({sid}))")
+        ns = {"unpack": S.unpack_from, "tnew": _tuple_new, "SampleId": SampleId}
+        exec("\n".join(lines), ns)  # noqa: S102 - generated from the fixed field table above, no input involved
+        self.fill = ns["fill"]
         self.tail = bool(st & _S_ALL_BITS & ~_S_HEAD_BITS)
         self.has_period = bool(st & SampleType.PERIOD)
 
@@ -857,8 +883,7 @@ def p_sample(ctx, buf, off, size, rtype, misc):
     if head.size + 8 > size:
         raise BadRecord(f"size {size} is too small for the sample fields of sample_type {attr.sample_type:#x} "
                         f"({head.size + 8} bytes)")
-    for n, v in zip(head.names, head.unpack(buf, off + 8)):
-        setattr(r, n, v)
+    head.fill(r, buf, off + 8)
     if not head.has_period:
         r.period = attr.sample_period  # perf's default when PERF_SAMPLE_PERIOD is not sampled
     if head.tail:
@@ -871,11 +896,6 @@ def p_sample(ctx, buf, off, size, rtype, misc):
         if p > end:
             raise BadRecord(f"size {size} is too small for the sample fields of sample_type "
                             f"{attr.sample_type:#x}", p - off)
-    ident = r.identifier
-    sid = r.id
-    if sid is None and ident is not None:
-        r.id = sid = ident
-    r.sample_id = SampleId(r.pid, r.tid, r.time, sid, r.stream_id, r.cpu, ident)
     return r
 
 
