@@ -49,7 +49,7 @@ def branch_type_name(flags: int) -> str:
         if core or not parts:
             parts.append(_BASE_NAMES[core])
     elif core & (1 << 12):
-        parts.append("vm exit" + (" (async)" if core & (1 << 5) else ""))
+        parts.append("vm exit" + (" (asynchronous)" if core & (1 << 5) else ""))
     elif core & (1 << 11):
         parts.append("vm entry")
     else:

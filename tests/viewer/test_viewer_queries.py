@@ -170,7 +170,7 @@ def test_branch_type_names():
     assert q.branch_type_name(3) == "call"
     assert q.branch_type_name(259) == "trace begin / call"
     assert q.branch_type_name(517) == "return / trace end"
-    assert q.branch_type_name(4131) == "vm exit (async)"
+    assert q.branch_type_name(4131) == "vm exit (asynchronous)"
     assert q.branch_type_name(1024 + 9) == "conditional jump (in tx)"
 
 

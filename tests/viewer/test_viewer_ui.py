@@ -484,3 +484,44 @@ def test_cancel_from_the_gui_thread(qtbot, fixture_database):
     qtbot.waitUntil(job.done.is_set, timeout=TIMEOUT)
     qtbot.wait(50)
     assert results == [] and errors == []          # a cancelled job reports nothing
+
+
+def test_shared_fixture_through_the_ui(qtbot, tmp_path):
+    """The database ptexport's own writer produces (engineer F's fixture), through the windows."""
+    fixture = pytest.importorskip("ptexport.export.fixture")
+    path = tmp_path / "shared.db"
+    fixture.build_fixture_db(str(path))
+    db = Database(path)
+    win = MainWindow(db)
+    qtbot.addWidget(win)
+    win.show()
+    try:
+        cg = win.open_call_graph()
+        idle(qtbot, cg)
+        model, view = cg.model, cg.view
+        assert rows_of(model) == ["host", "guest (hypervisor pid 200) /var/lib/guests/vm0"]
+        host = child(model, QModelIndex(), "host")
+        expand(qtbot, view, host)
+        app = child(model, host, "app")
+        expand(qtbot, view, app)
+        th = child(model, app, "100:100")
+        expand(qtbot, view, th)
+        main = child(model, th, "main")
+        expand(qtbot, view, main)
+        assert [(model.data(model.index(r, 0, main)), model.data(model.index(r, 3, main)))
+                for r in range(model.rowCount(main))] == [("foo", "400"), ("baz", "300")]
+        guest = model.index(1, 0)
+        expand(qtbot, view, guest)
+        assert rows_of(model, guest) == ["VCPU 0 (host thread 200:201)"]
+        tc = win.open_time_chart()
+        idle(qtbot, tc)
+        assert [lane.label for lane in tc.chart.data.lanes] == ["host CPU 0", "host CPU 1"]
+        br = win.open_branches()
+        idle(qtbot, br)
+        assert "vm exit (asynchronous)" in {r[6] for r in br.model.rows}
+        non_blank(win, tmp_path / "shared_branches.png")
+    finally:
+        for rep in win.reports():
+            rep.shutdown()
+        win.close()
+        db.close()
