@@ -29,6 +29,14 @@ def _int(text: str) -> int:
 
 def add_arguments(parser) -> None:
     parser.add_argument("perf_data", nargs="?", help="perf.data file (not with --raw)")
+    parser.add_argument("--symfs", help="root of a copy of the traced system's files")
+    parser.add_argument("--buildid-dir", dest="buildid_dir", help="build-id cache (~/.debug)")
+    parser.add_argument("--kcore", help="perf record --kcore directory (kcore, kallsyms)")
+    parser.add_argument("--vmlinux", help="vmlinux for kernel code")
+    parser.add_argument("--kallsyms", help="kallsyms for the vmlinux KASLR offset")
+    parser.add_argument("--kernel-start", dest="kernel_start", type=_int,
+                        default=0xFFFF800000000000,
+                        help="lowest kernel address (perf.data input; default %(default)#x)")
     parser.add_argument("--raw", metavar="FILE.pt", help="raw Intel PT trace file")
     parser.add_argument("--image", metavar="FILE[:OFFSET]:ADDR", action="append", default=[],
                         help="code image: ELF by segments at base ADDR, else raw bytes at ADDR")
@@ -172,12 +180,106 @@ def _session(args):
                          show_switch=args.sb_switch)
 
 
+class _SbRec:
+    """A perf.data sideband record in the shape the pevent session applies."""
+
+    __slots__ = ("type", "misc", "tsc", "fields", "sample", "filename", "offset")
+
+    def __init__(self, rec, tsc, fields, sample, filename):
+        self.type = rec.type
+        self.misc = rec.misc
+        self.tsc = tsc
+        self.fields = fields
+        self.sample = sample
+        self.filename = filename
+        self.offset = rec.offset
+
+
+def _perf_streams(args, opts_factory):
+    """Yield (label, InsnDecoder, PeventSession) per AUX queue of a perf.data file."""
+    import os
+
+    from ptexport.flow.insn import InsnDecoder
+    from ptexport.flow.pevent_session import PeventSession
+    from ptexport.images.image import Image
+    from ptexport.images.lookup import ObjectFinder
+    from ptexport.images.section import SectionCache
+    from ptexport.perfdata import open_perf_data
+
+    path = args.perf_data
+    base = os.path.dirname(os.path.abspath(path))
+    finder = ObjectFinder(symfs=args.symfs, buildid_dir=args.buildid_dir,
+                          kcore_dir=args.kcore, vmlinux=args.vmlinux, kallsyms=args.kallsyms)
+    with open_perf_data(path) as pd:
+        tc = pd.time_conv
+        to_tsc = (lambda t: tc.perf_time_to_tsc(t)) if tc is not None else (lambda t: t)
+        build_ids = {}
+        for entry in (pd.features.get("BUILD_ID") or []):
+            if hasattr(entry, "filename"):
+                build_ids[entry.filename] = entry.build_id.hex().rstrip("0") or None
+
+        def resolve(name):
+            found = finder.find(name, build_ids.get(name))
+            if found is None and not os.path.isabs(name):
+                cand = os.path.join(base, name)
+                found = cand if os.path.isfile(cand) else None
+            return found
+
+        global_recs = []
+        cpu_recs: dict = {}
+        aux: dict = {}
+        for rec in pd.records():
+            sid = rec.sample_id
+            t = rec.type
+            time = sid.time if sid is not None and sid.time is not None else 0
+            cpu = sid.cpu if sid is not None else None
+            sample = [("pid", sid.pid), ("tid", sid.tid)] if sid is not None and sid.pid is not None else []
+            if t in (1, 10):
+                fields = [("pid", rec.pid), ("tid", rec.tid), ("addr", rec.addr), ("len", rec.len),
+                          ("pgoff", rec.pgoff), ("filename", rec.filename)]
+                global_recs.append(_SbRec(rec, to_tsc(time), fields, sample, path))
+            elif t == 3:
+                global_recs.append(_SbRec(rec, to_tsc(time), [("pid", rec.pid), ("tid", rec.tid)],
+                                          sample, path))
+            elif t in (4, 7):
+                global_recs.append(_SbRec(rec, to_tsc(time), [("pid", rec.pid), ("ppid", rec.ppid),
+                                                              ("tid", rec.tid), ("ptid", rec.ptid)],
+                                          sample, path))
+            elif t == 12:
+                cpu_recs.setdefault(cpu, []).append(
+                    _SbRec(rec, to_tsc(time), [("pid", rec.pid), ("tid", rec.tid)], sample, path))
+            elif t in (14, 15):
+                fields = []
+                if t == 15:
+                    fields = [("next pid" if rec.out else "prev pid", rec.next_prev_pid)]
+                cpu_recs.setdefault(cpu, []).append(_SbRec(rec, to_tsc(time), fields, sample, path))
+            elif t == 71:  # AUXTRACE
+                key = rec.cpu if rec.cpu is not None and rec.cpu >= 0 else ("tid", rec.tid)
+                aux.setdefault(key, []).append(bytes(pd.aux_data(rec)))
+        cache = SectionCache()
+        kernel = None
+        if args.kcore or args.vmlinux:
+            kernel = finder.kernel_image(Image("kernel", cache))
+        for key in sorted(aux, key=str):
+            buf = b"".join(aux[key])
+            recs = global_recs + cpu_recs.get(key if not isinstance(key, tuple) else None, [])
+            recs.sort(key=lambda r: (r.tsc, r.offset))
+            session = PeventSession(recs, None, kernel_start=args.kernel_start, resolve=resolve,
+                                    cache=cache)
+            if kernel is not None:
+                session.kernel = kernel
+            label = f"cpu {key}" if not isinstance(key, tuple) else f"tid {key[1]}"
+            dec = InsnDecoder(buf, Image("none", cache), opts_factory(label))
+            yield label, dec, session
+
+
 def run(args, out) -> int:
     from ptexport.flow.ptxed import ptxed_lines
 
     if not args.raw:
-        raise UsageError("dump insns: give --raw FILE.pt --image FILE:ADDR "
-                         "(perf.data input is not supported by this command yet)")
+        if not args.perf_data:
+            raise UsageError("dump insns: give a perf.data file, or --raw FILE.pt --image FILE:ADDR")
+        return _run_perf(args, out)
     dec, opts, warnings = build(args)
     for line in warnings:
         out.write(line + "\n")
@@ -187,3 +289,42 @@ def run(args, out) -> int:
     for line in ptxed_lines(dec, opts, sideband):
         write(line + "\n")
     return 0
+
+
+def _run_perf(args, out) -> int:
+    """The libipt-style flow of each AUX queue of a perf.data file, one after the other."""
+    from ptexport.flow.ptxed import ptxed_lines
+    from ptexport.flow.query import DecoderConfig
+    from ptexport.pt.errata import NO_ERRATA, UnknownCpuError, errata_for_cpu, parse_cpu
+
+    errata = NO_ERRATA
+    if args.cpu:
+        try:
+            errata = errata_for_cpu(*parse_cpu(args.cpu))
+        except UnknownCpuError:
+            out.write("[0, 0: config error: unknown cpu]\n")
+    _, opts, _ = _options_only(args)
+
+    def config(label):
+        return DecoderConfig(errata, enable_iflags_events=args.event_iflags,
+                             enable_tick_events=args.event_tick, source=f"{args.perf_data} {label}")
+
+    write = out.write
+    for label, dec, session in _perf_streams(args, config):
+        write(f"[{label}]\n")
+        for line in ptxed_lines(dec, opts, session.on_event):
+            write(line + "\n")
+    return 0
+
+
+def _options_only(args):
+    from ptexport.flow.ptxed import PtxedOptions
+
+    opts = PtxedOptions(
+        quiet=args.quiet, stat=args.stat, stat_insn=args.stat_insn,
+        stat_blocks=args.stat_blocks, event_ip=args.event_ip, event_time=args.event_time,
+        event_tick=args.event_tick, event_iflags=args.event_iflags,
+        resync_on_error=args.resync_on_error, block_decoder=args.block_decoder,
+        show_blocks=args.show_blocks, end_on_call=args.end_on_call,
+        end_on_jump=args.end_on_jump, print_offset=args.print_offset)
+    return None, opts, []

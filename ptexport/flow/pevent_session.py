@@ -68,7 +68,7 @@ class ProcessImage:
 class PeventSession:
     def __init__(self, records: Iterable, printer=None, *, kernel_start: int | None = None,
                  root: str = ".", show_switch: bool = False,
-                 cache: SectionCache | None = None) -> None:
+                 cache: SectionCache | None = None, resolve=None) -> None:
         # Each file in its own order, files merged by TSC (libipt's pt_sb session).
         streams: dict[str, list] = {}
         for r in records:
@@ -82,6 +82,7 @@ class PeventSession:
         self.kernel_start = kernel_start
         self.root = root
         self.show_switch = show_switch
+        self.resolve = resolve
         self.cache = cache or SectionCache()
         self.kernel = Image("kernel", self.cache)
         self.procs: dict[int, ProcessImage] = {}
@@ -94,7 +95,9 @@ class PeventSession:
             p = self.procs[pid] = ProcessImage(pid, self.kernel, self.cache)
         return p
 
-    def _path(self, name: str) -> str:
+    def _path(self, name: str) -> str | None:
+        if self.resolve is not None:
+            return self.resolve(name)
         return name if os.path.isabs(name) else os.path.join(self.root, name)
 
     def _apply(self, r) -> list[tuple[str, str]]:
@@ -114,8 +117,11 @@ class PeventSession:
                 return diags
             img = (self.kernel if self.kernel_start is not None and addr >= self.kernel_start
                    else self._proc(pid).own)
+            path = self._path(name)
             try:
-                img.add_raw(self._path(name), addr, offset=pgoff, size=size)
+                if path is None:
+                    raise ImageError("not found", source=name)
+                img.add_raw(path, addr, offset=pgoff, size=size)
             except ImageError:
                 diags.append(("warning", "image section lost"))
         elif t == REC_AUX:
