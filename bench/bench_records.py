@@ -6,14 +6,17 @@
 
 The file is a system-wide `perf record -a -e dummy --switch-events` of `perf bench sched pipe` (two
 context switches per loop, one SWITCH_CPU_WIDE record each); when perf cannot record here, a file of the
-same shape is written by hand. Prints wall times (best of --repeat) and the ratios ours / perf for:
-the header walk (`iter_headers`, the fast path), `records()` (every record parsed into an object) and
-`records()` plus reading each record's time and cpu.
+same shape is written by hand. Prints wall and CPU times (best of --repeat; CPU = user+sys of this
+process and its children, which is steadier than wall time on a shared machine) and the ratios
+ours / perf for: the header walk (`iter_headers`, the fast path), `records()` (every record parsed into
+an object) and `records()` plus reading each record's time and cpu.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
+import os
 import shutil
 import struct
 import subprocess
@@ -54,16 +57,25 @@ def make_by_hand(path: Path, n: int) -> None:
     path.write_bytes(head + ids + attr + struct.pack("<QQ", ids_off, 8) + data)
 
 
-def best(fn, repeat: int) -> tuple[float, object]:
-    times, out = [], None
+def best(fn, repeat: int) -> tuple[float, float, object]:
+    """Best wall time and best CPU time (this process plus its children) of ``repeat`` runs."""
+    walls, cpus, out = [], [], None
     for _ in range(repeat):
+        c0 = _cpu()
         t = time.perf_counter()
         out = fn()
-        times.append(time.perf_counter() - t)
-    return min(times), out
+        walls.append(time.perf_counter() - t)
+        cpus.append(_cpu() - c0)
+    return min(walls), min(cpus), out
 
 
-def perf_stats(path: Path) -> tuple[float, dict[str, int]]:
+def _cpu() -> float:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def perf_stats(path: Path):
     def run():
         return subprocess.run(["perf", "report", "--stats", "-i", str(path)], capture_output=True, text=True,
                               check=True).stdout
@@ -107,7 +119,7 @@ def main() -> int:
             make_by_hand(path, args.records)
         print(f"file: {path} ({path.stat().st_size / 1e6:.1f} MB), {how}")
     try:
-        perf_t, perf_out = best(perf_stats(path), args.repeat)
+        perf_t, perf_c, perf_out = best(perf_stats(path), args.repeat)
         theirs = parse_stats(perf_out)
 
         def walk():
@@ -128,15 +140,18 @@ def main() -> int:
                         acc += t + (r.cpu or 0)
                 return acc
 
-        walk_t, (n, ours) = best(walk, args.repeat)
-        rec_t, _ = best(parse, max(1, args.repeat - 1))
-        fld_t, _ = best(parse_fields, 1)
+        walk_t, walk_c, (n, ours) = best(walk, args.repeat)
+        rec_t, rec_c, _ = best(parse, max(1, args.repeat - 1))
+        fld_t, fld_c, _ = best(parse_fields, 1)
         total = sum(theirs.values())
         print(f"records: {n} (perf counts {total}); counts equal perf's: {ours == theirs}")
-        print(f"perf report --stats       {perf_t:7.3f} s  {perf_t / total * 1e6:6.2f} us/record")
-        for label, t in (("iter_headers (fast path)", walk_t), ("records()", rec_t),
-                         ("records() + time/cpu", fld_t)):
-            print(f"{label:25s} {t:7.3f} s  {t / total * 1e6:6.2f} us/record  ratio {t / perf_t:5.2f}x")
+        print(f"{'':26s} {'wall':>8s} {'us/rec':>7s} {'ratio':>6s}   {'cpu':>8s} {'ratio':>6s}")
+        print(f"{'perf report --stats':26s} {perf_t:7.3f}s {perf_t / total * 1e6:7.2f} {1:6.2f}x  "
+              f"{perf_c:7.3f}s {1:6.2f}x")
+        for label, t, c in (("iter_headers (fast path)", walk_t, walk_c), ("records()", rec_t, rec_c),
+                            ("records() + time/cpu", fld_t, fld_c)):
+            print(f"{label:26s} {t:7.3f}s {t / total * 1e6:7.2f} {t / perf_t:6.2f}x  {c:7.3f}s {c / perf_c:6.2f}x")
+        print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cpus")
         return 0 if ours == theirs else 1
     finally:
         if tmp is not None and not args.keep:
