@@ -216,7 +216,10 @@ def _perf_streams(args, opts_factory):
         build_ids = {}
         for entry in (pd.features.get("BUILD_ID") or []):
             if hasattr(entry, "filename"):
-                build_ids[entry.filename] = entry.build_id.hex().rstrip("0") or None
+                bid = bytes(entry.build_id)
+                if len(bid) > 20 and not any(bid[20:]):
+                    bid = bid[:20]          # perf pads SHA-1 build-ids to 24 bytes
+                build_ids[entry.filename] = bid.hex() or None
 
         def resolve(name):
             found = finder.find(name, build_ids.get(name))
@@ -304,6 +307,9 @@ def _run_perf(args, out) -> int:
         except UnknownCpuError:
             out.write("[0, 0: config error: unknown cpu]\n")
     _, opts, _ = _options_only(args)
+    # perf's recovery: after an error, go on at the next IP the trace gives, with
+    # an empty return stack (not at the next PSB as ptxed does).
+    opts.resync_on_error = True
 
     def config(label):
         return DecoderConfig(errata, enable_iflags_events=args.event_iflags,

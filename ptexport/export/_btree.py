@@ -153,6 +153,111 @@ if numba is not None:
         return npages
 
 
+if numba is not None:
+
+    @numba.njit(cache=True, nogil=True)
+    def _int_serial(v):  # pragma: no cover - compiled
+        if v == 0:
+            return 8, 0
+        if v == 1:
+            return 9, 0
+        if -128 <= v <= 127:
+            return 1, 1
+        if -32768 <= v <= 32767:
+            return 2, 2
+        if -8388608 <= v <= 8388607:
+            return 3, 3
+        if -2147483648 <= v <= 2147483647:
+            return 4, 4
+        if -140737488355328 <= v <= 140737488355327:
+            return 5, 6
+        return 6, 8
+
+    @numba.njit(cache=True, nogil=True)
+    def _index_record(cell, p, key, rowid):  # pragma: no cover - compiled
+        """Payload size varint + record (key, rowid) at cell[p:]; returns the new end."""
+        t1, s1 = _int_serial(key)
+        t2, s2 = _int_serial(rowid)
+        cell[p] = 3 + s1 + s2  # payload size (< 128)
+        cell[p + 1] = 3  # header size
+        cell[p + 2] = t1
+        cell[p + 3] = t2
+        q = p + 4
+        for b in range(s1):
+            cell[q + s1 - 1 - b] = (key >> (8 * b)) & 0xFF
+        q += s1
+        for b in range(s2):
+            cell[q + s2 - 1 - b] = (rowid >> (8 * b)) & 0xFF
+        return q + s2
+
+    @numba.njit(cache=True, nogil=True)
+    def _build_index_leaves(keys, rowids, page_size, out, seps):  # pragma: no cover - compiled
+        """Index-leaf pages (0x0A) of sorted (key, rowid) entries.
+
+        An index B-tree holds every entry once: after each full leaf the next
+        entry is promoted to the parent level (``seps[i]`` = entry index between
+        leaf i and i+1).  Returns (pages, separators).
+        """
+        n = keys.size
+        cell = np.empty(24, dtype=np.uint8)
+        npages = 0
+        nsep = 0
+        i = 0
+        while i < n:
+            base = npages * page_size
+            out[base] = 0x0A
+            ncell = 0
+            content = page_size
+            last = 0
+            while i < n:
+                p = _index_record(cell, 0, keys[i], rowids[i])
+                if ncell > 0 and 8 + 2 * (ncell + 1) + (page_size - content) + p > page_size:
+                    break
+                content -= p
+                for b in range(p):
+                    out[base + content + b] = cell[b]
+                ptr = base + 8 + 2 * ncell
+                out[ptr] = (content >> 8) & 0xFF
+                out[ptr + 1] = content & 0xFF
+                ncell += 1
+                last = p
+                i += 1
+            if i == n - 1 and ncell > 1:
+                # one entry left: it cannot be both a separator and the right leaf; give
+                # back this leaf's last entry as the separator instead
+                ncell -= 1
+                content += last
+                i -= 1
+            out[base + 3] = (ncell >> 8) & 0xFF
+            out[base + 4] = ncell & 0xFF
+            out[base + 5] = (content >> 8) & 0xFF
+            out[base + 6] = content & 0xFF
+            npages += 1
+            if i < n:
+                seps[nsep] = i
+                nsep += 1
+                i += 1
+        return npages, nsep
+
+
+def index_record(key: int, rowid: int) -> bytes:
+    """Python twin of the kernel's record: payload size varint + (key, rowid) record."""
+    def serial(v: int) -> tuple[int, bytes]:
+        if v == 0:
+            return 8, b""
+        if v == 1:
+            return 9, b""
+        for t, size in ((1, 1), (2, 2), (3, 3), (4, 4), (5, 6), (6, 8)):
+            if -(1 << (8 * size - 1)) <= v < (1 << (8 * size - 1)):
+                return t, v.to_bytes(size, "big", signed=True)
+        raise ValueError(v)
+
+    t1, b1 = serial(key)
+    t2, b2 = serial(rowid)
+    rec = bytes([3, t1, t2]) + b1 + b2
+    return bytes([len(rec)]) + rec
+
+
 class LeafSpool:
     """Leaf pages of one rowid table, built from int64 batches and spooled to a file."""
 
@@ -265,6 +370,125 @@ def check_file(path: str | os.PathLike[str]) -> int | None:
     if reserved or schema_format != 4 or autovacuum_root:
         return None
     return page_size
+
+
+class _PageFile:
+    """Appends pages to a database file, skipping the pending-byte page; tracks the page count."""
+
+    def __init__(self, db, page_size: int) -> None:
+        self.db = db
+        self.ps = page_size
+        db.seek(0)
+        self.hdr = bytearray(db.read(100))
+        db.seek(0, os.SEEK_END)
+        self.npages = db.tell() // page_size
+        self.pending_page = PENDING_BYTE // page_size + 1
+
+    def append(self, data: bytes | memoryview, count: int = 1) -> list[int]:
+        """Write ``count`` pages of ``data`` at the end; returns their page numbers."""
+        numbers: list[int] = []
+        done = 0
+        while done < count:
+            first = self.npages + 1
+            if first == self.pending_page:
+                self.db.seek((first - 1) * self.ps)
+                self.db.write(bytes(self.ps))
+                self.npages += 1
+                continue
+            k = count - done
+            if first < self.pending_page <= first + k - 1:
+                k = self.pending_page - first
+            self.db.seek((first - 1) * self.ps)
+            self.db.write(data[done * self.ps: (done + k) * self.ps])
+            numbers.extend(range(first, first + k))
+            self.npages += k
+            done += k
+        return numbers
+
+    def write_page(self, pgno: int, data: bytes | memoryview) -> None:
+        self.db.seek((pgno - 1) * self.ps)
+        self.db.write(data)
+
+    def close(self) -> None:
+        counter = (struct.unpack(">I", self.hdr[24:28])[0] + 1) & 0xFFFFFFFF
+        struct.pack_into(">I", self.hdr, 24, counter)
+        struct.pack_into(">I", self.hdr, 28, self.npages)
+        struct.pack_into(">I", self.hdr, 92, counter)
+        self.db.seek(0)
+        self.db.write(self.hdr)
+
+
+def _index_interior(ps: int, cells: list[bytes], right: int) -> bytes:
+    page = bytearray(ps)
+    content = ps
+    ptrs = bytearray()
+    for c in cells:
+        content -= len(c)
+        page[content: content + len(c)] = c
+        ptrs += struct.pack(">H", content)
+    page[0] = 0x02
+    struct.pack_into(">HHHB", page, 1, 0, len(cells), content if content < 65536 else 0, 0)
+    struct.pack_into(">I", page, 8, right)
+    page[12: 12 + len(ptrs)] = ptrs
+    return bytes(page)
+
+
+def splice_index(db_path: str | os.PathLike[str], root_page: int, page_size: int,
+                 keys: np.ndarray, rowids: np.ndarray) -> None:
+    """Make the (empty) index whose root is ``root_page`` hold (key, rowid) for every row.
+
+    Entries are sorted here (key, then rowid: SQLite's order for an integer
+    column); the leaves are built by a numba kernel, the interior pages
+    (0x02, each cell a left child and a promoted entry) in Python.
+    """
+    n = int(keys.size)
+    if n == 0:
+        return
+    order = np.lexsort((rowids, keys))
+    keys = np.ascontiguousarray(keys[order], dtype=np.int64)
+    rowids = np.ascontiguousarray(rowids[order], dtype=np.int64)
+    ps = page_size
+    cap = n // max(1, (ps - 8) // 26) + 2
+    out = np.zeros(cap * ps, dtype=np.uint8)
+    seps = np.zeros(cap, dtype=np.int64)
+    npages, nsep = _build_index_leaves(keys, rowids, ps, out, seps)
+    with open(db_path, "r+b") as db:
+        pf = _PageFile(db, ps)
+        if npages == 1:
+            pf.write_page(root_page, memoryview(out)[:ps])
+            pf.close()
+            return
+        children = pf.append(memoryview(out), npages)
+        entries = [index_record(int(keys[i]), int(rowids[i])) for i in seps[:nsep].tolist()]
+        while True:
+            # children[j] | entries[j] | children[j + 1] ...; pack pages, promoting one entry per page break
+            pages: list[tuple[list[bytes], int]] = []
+            promoted: list[bytes] = []
+            cells: list[bytes] = []
+            used = 12
+            j = 0
+            m = len(entries)
+            while j < m:
+                cell = struct.pack(">I", children[j]) + entries[j]
+                if cells and used + 2 + len(cell) > ps:
+                    if j == m - 1 and len(cells) > 1:  # keep a cell for the last page
+                        cells.pop()
+                        j -= 1
+                    pages.append((cells, children[j]))
+                    promoted.append(entries[j])
+                    cells, used = [], 12
+                    j += 1
+                    continue
+                cells.append(cell)
+                used += 2 + len(cell)
+                j += 1
+            pages.append((cells, children[m]))
+            if len(pages) == 1:
+                pf.write_page(root_page, _index_interior(ps, pages[0][0], pages[0][1]))
+                break
+            children = [pf.append(_index_interior(ps, c, r))[0] for c, r in pages]
+            entries = promoted
+        pf.close()
 
 
 def splice(db_path: str | os.PathLike[str], root_page: int, spool: LeafSpool) -> None:

@@ -20,6 +20,7 @@ Three ways in, fastest first, each falling back to the next:
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,6 +36,10 @@ from ptexport.export.writer import Writer, is_text_type
 #: Rows per bound chunk (bounded memory: one int64 matrix of this many rows).
 CHUNK_ROWS = 1 << 18
 MODES = ("btree", "bind", "executemany")
+#: Rows of a table up to which its single-column indexes are sorted in memory and
+#: laid down as pages (16 bytes per row per index); beyond, SQLite builds them.
+INDEX_SPLICE_MAX_ROWS = 40_000_000
+_SINGLE_COLUMN_INDEX = re.compile(r"^CREATE INDEX (\w+) ON \w+ \((\w+)\)$")
 #: Batches queued for the background page builder before write_* waits.
 MAX_PENDING = 2
 
@@ -65,6 +70,12 @@ class SqliteWriter(Writer):
         self.cache_mib = cache_mib
         self._inserters: dict[str, Any] = {}
         self._spools: dict[str, _btree.LeafSpool] = {}
+        self._page_size = 0
+        self._index_plan: dict[str, list[tuple[str, int]]] = {}  # table -> [(index, column number)]
+        self._index_keys: dict[str, list[np.ndarray]] = {}
+        self._index_ids: dict[str, list[np.ndarray]] = {}
+        self._built_indexes: set[str] = set()
+        self._dropped_indexes: set[str] = set()
         # page building runs in one background thread (numba releases the GIL), so the
         # caller's next batch is prepared while this one is laid down; at most
         # MAX_PENDING batches wait (bounded memory)
@@ -91,6 +102,8 @@ class SqliteWriter(Writer):
                     if cols[0].name == "id" and not any(is_text_type(x.type) for x in cols):
                         self._spools[table] = _btree.LeafSpool(self._spool_path(table), len(cols), page_size,
                                                                [x.default for x in cols])
+                self._page_size = page_size
+                self._plan_index_splices()
             c.execute("BEGIN")
             self._write_unknown_rows()
         except sqlite3.Error as e:
@@ -137,6 +150,7 @@ class SqliteWriter(Writer):
         while len(self._pending) >= MAX_PENDING:
             self._pending.popleft().result()
         self._spools[table].reserve(mat[:, 0])
+        self._collect_index_keys(table, mat)
         self._pending.append(self._pool.submit(self._spools[table].add, mat))
 
     def _drain(self) -> None:
@@ -144,11 +158,45 @@ class SqliteWriter(Writer):
         while self._pending:
             self._pending.popleft().result()
 
+    def _plan_index_splices(self) -> None:
+        """Single integer-column indexes of bulk tables are built as pages too (created empty now)."""
+        c = self._conn()
+        for name, sql in self.schema.index_sql.items():
+            m = _SINGLE_COLUMN_INDEX.search(sql)
+            table = self.schema.index_table[name]
+            if not m or table not in self._spools:
+                continue
+            col = m.group(2)
+            j = self.schema.columns(table).index(col)
+            c.execute(sql)
+            self._index_plan.setdefault(table, []).append((name, j))
+            self._index_keys[name] = []
+            self._index_ids.setdefault(table, [])
+
+    def _collect_index_keys(self, table: str, mat: np.ndarray) -> None:
+        plan = self._index_plan.get(table)
+        if not plan:
+            return
+        ids = self._index_ids[table]
+        if sum(a.size for a in ids) + mat.shape[0] > INDEX_SPLICE_MAX_ROWS:
+            # too many to sort in memory: SQLite (external sort) builds these at the end
+            for name, _ in plan:
+                self._index_keys.pop(name, None)
+                self._dropped_indexes.add(name)
+            del self._index_plan[table]
+            self._index_ids.pop(table, None)
+            return
+        ids.append(np.array(mat[:, 0], dtype=np.int64))
+        for name, j in plan:
+            self._index_keys[name].append(np.array(mat[:, j], dtype=np.int64))
+
     def _splice(self, tables: list[str]) -> None:
-        """Close the connection, splice the spooled pages of ``tables`` into the file, reopen."""
+        """Close the connection, splice the spooled pages of ``tables`` (and their indexes), reopen."""
         self._drain()
         c = self._conn()
-        roots = dict(c.execute("SELECT name, rootpage FROM sqlite_master WHERE type = 'table'").fetchall())
+        roots = dict(c.execute("SELECT name, rootpage FROM sqlite_master WHERE type IN ('table', 'index')"
+                               " AND rootpage > 0").fetchall())
+        drop = [n for n in self._dropped_indexes if n in roots and self.schema.index_table[n] in tables]
         c.execute("COMMIT")
         self._close()
         for t in tables:
@@ -157,8 +205,18 @@ class SqliteWriter(Writer):
                 _btree.splice(self.tmp_path, roots[t], spool)
             finally:
                 spool.remove()
+            ids_list = self._index_ids.pop(t, None)
+            for name, _ in self._index_plan.pop(t, []):
+                keys_list = self._index_keys.pop(name)
+                if ids_list:
+                    _btree.splice_index(self.tmp_path, roots[name], self._page_size,
+                                        np.concatenate(keys_list), np.concatenate(ids_list))
+                self._built_indexes.add(name)
         self._open()
-        self._conn().execute("BEGIN")
+        c = self._conn()
+        c.execute("BEGIN")
+        for name in drop:  # emptied while the table filled: rebuilt by SQLite at the end
+            c.execute(f"DROP INDEX {name}")
 
     @property
     def fast(self) -> bool:
@@ -238,8 +296,9 @@ class SqliteWriter(Writer):
                 self._pool = None
             c = self._conn()
             c.execute("UPDATE comms SET has_calls = 1 WHERE id IN (SELECT DISTINCT comm_id FROM calls)")
-            for sql in self.schema.index_sql.values():
-                c.execute(sql)
+            for name, sql in self.schema.index_sql.items():
+                if name not in self._built_indexes:
+                    c.execute(sql)
             c.execute("INSERT INTO schema_version VALUES (?, ?, ?)", self._version_row())
             c.executemany("INSERT INTO ptexport_migrations VALUES (?, ?)", self._migration_rows())
             c.execute("COMMIT")

@@ -109,6 +109,17 @@ class PeventSession:
         if t in (REC_MMAP, REC_MMAP2):
             pid, addr, size, pgoff = f["pid"], f["addr"], f["len"], f["pgoff"]
             name = f["filename"]
+            if name == "[vdso]" and self.resolve is not None:
+                # perf.data: the vdso comes from the build-id cache, if anywhere.
+                path = self.resolve(name)
+                if path is None:
+                    diags.append(("warning", "image section lost"))
+                    return diags
+                try:
+                    self._proc(pid).own.add_raw(path, addr, offset=pgoff, size=size)
+                except ImageError:
+                    diags.append(("warning", "image section lost"))
+                return diags
             if name == "[vdso]":
                 diags.append(("error", "bad configuration"))
                 return diags

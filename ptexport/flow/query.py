@@ -575,14 +575,11 @@ class EventDecoder:
             if t == "ignore":
                 # Nothing to report; the TIP.PGD itself comes next.
                 self.event = None
-                return self._decode_tip_pgd_again(pkt)
+                return self._decode_tip_pgd(pkt)
         else:
             raise FlowError(st.BAD_CONTEXT)
         self._event_time(ev)
         return 0
-
-    def _decode_tip_pgd_again(self, pkt) -> int:
-        return self._decode_tip_pgd(pkt)
 
     def _decode_tnt(self, pkt) -> int:
         if not self.enabled:

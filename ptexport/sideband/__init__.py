@@ -7,6 +7,11 @@
     sb.map_at(pid, addr, time)                  # MapEntry covering addr in process pid
     sb.host.thread(tid, time).comm_at(time)     # names over time; exec_comm() as perf's export uses
     sb.time_conv.tsc_to_perf_time(tsc)          # exact perf arithmetic
+    sb.aux_streams()                            # AUXTRACE buffers per ("cpu", n) / ("thread", tid)
+    sb.thread_for_stream(stream, time)          # whose trace a stream carries at a time
+    sb.aux_events[cpu]                          # PERF_RECORD_AUX (truncated -> "Lost trace data")
+    sb.machines / sb.guests()                   # host pid -1, guests by hypervisor pid
+    sb.hypervisors(), sb.vcpu_of_host_thread()  # KVM "CPU n/KVM" threads -> (pid, vcpu)
 
 The model is built in one pass and read-only afterwards; queries bisect.
 """

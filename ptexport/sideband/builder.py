@@ -243,7 +243,7 @@ class SidebandBuilder:
             raise RuntimeError("SidebandBuilder.add after finish")
         t = rec.type
         # perf orders and stamps by the sample time (sample_id), not FORK/EXIT's own time field
-        sid = rec.sample_id
+        sid = getattr(rec, "sample_id", None)
         time = sid.time if sid is not None else None
         if time is None:
             time = getattr(rec, "time", None)
@@ -320,7 +320,8 @@ class SidebandBuilder:
         elif t == RT.AUX:
             cpu = _s32(getattr(rec, "cpu", None))
             cpu = -1 if cpu is None else cpu
-            ev = AuxEvent(time=time, cpu=cpu, tid=_s32(getattr(rec, "tid", None)) or -1,
+            tid = _s32(getattr(rec, "tid", None))
+            ev = AuxEvent(time=time, cpu=cpu, tid=-1 if tid is None else tid,
                           aux_offset=int(rec.aux_offset), aux_size=int(rec.aux_size), flags=int(rec.flags))
             self._aux.setdefault(cpu, []).append(ev)
         elif t == RT.AUXTRACE:
@@ -405,6 +406,8 @@ class SidebandBuilder:
                 if (pid is not None and pid >= 0 and th.pid < 0):
                     th.pid = pid
                 return th
+            if pid is not None and pid >= 0 and pid != tid and not m.threads.get(pid):
+                new_thread(m, pid, pid, time, False)  # perf creates the process's main thread with it
             return new_thread(m, pid if pid is not None and pid >= 0 else -1, tid, time, False)
 
         def register_idle(m: _MachineBuild) -> None:

@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import REPO
+from ptxtest import REPO
 from ptexport.cli import main
 
 SAMPLES = REPO / "sample_data"

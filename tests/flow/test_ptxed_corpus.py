@@ -2,8 +2,9 @@
 
 One test per expected file (ids are the .exp names), for every CPU model the
 manifest lists, with the options ptxed was run with (including the perf_event
-sideband files of the pevent tests).  Content is compared line by line with runs of whitespace
-collapsed: IP sequences, events, errors (with their trace offsets) and stats.
+sideband files of the pevent tests).  Content is compared line by line with
+runs of whitespace collapsed: IP sequences, events, errors (with their trace
+offsets) and stats.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ptxtest import LIBIPT  # noqa: E402
 from ptexport.cli import main  # noqa: E402
 
 CASES = ptxed_cases(LIBIPT) if (LIBIPT / "manifest.tsv").exists() else []
+
 
 @pytest.mark.parametrize("exp,argv,row", CASES, ids=[c[0].name for c in CASES])
 def test_ptxed_exp(exp, argv, row):
