@@ -29,7 +29,7 @@ EVENTS_H = 46
 class Lane:
     label: str
     machine_id: int
-    cpu: int
+    cpu: int                 # CPU (host), VCPU (guest), -1 for a host thread lane
     guest: bool
     intervals: list[q.Interval] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)      # interval starts, for bisect
@@ -51,17 +51,34 @@ def load_chart(s: Session) -> ChartData:
     start, end = q.time_bounds(s)
     machines = {m.id: m for m in q.machines(s)}
     vcpu_host = {(v.machine_id, v.vcpu): v for v in q.vcpus(s)}
-    lanes = []
+    host_lanes: list[Lane] = []
+    guest_lanes: list[Lane] = []
     for mid, cpu in q.switch_cpus(s):
         m = machines.get(mid)
         guest = m is not None and m.pid != -1
         if guest:
-            v = vcpu_host.get((mid, cpu))
-            host = f" (host {v.host_pid}:{v.host_tid})" if v is not None and v.host_tid >= 0 else ""
-            label = f"guest {m.pid} VCPU {cpu}{host}"
+            label = f"guest {m.pid} VCPU {cpu}"
+            guest_lanes.append(Lane(label, mid, cpu, True, q.cpu_intervals(s, mid, cpu, start, end)))
         else:
             label = f"CPU {cpu}" if len(machines) <= 1 else f"host CPU {cpu}"
-        lanes.append(Lane(label, mid, cpu, guest, q.cpu_intervals(s, mid, cpu, start, end)))
+            host_lanes.append(Lane(label, mid, cpu, False, q.cpu_intervals(s, mid, cpu, start, end)))
+    # VCPU lanes go under their host threads: a lane of when the host thread ran (on any CPU),
+    # then the guest's own view of that VCPU.
+    lanes = list(host_lanes)
+    placed = set()
+    for (mid, vcpu), v in sorted(vcpu_host.items()):
+        glane = next((g for g in guest_lanes if (g.machine_id, g.cpu) == (mid, vcpu)), None)
+        if v.thread_id > 0:
+            runs = sorted((iv for lane in host_lanes for iv in lane.intervals if iv.thread_id == v.thread_id),
+                          key=lambda iv: iv.start)
+            comm = runs[0].comm if runs else ""
+            lanes.append(Lane(f"host {v.host_pid}:{v.host_tid} {comm}".rstrip(), 0, -1, False, runs))
+            if glane is not None:
+                glane.label = f"  \u2514 guest {machines[mid].pid if mid in machines else '?'} VCPU {vcpu}"
+        if glane is not None:
+            lanes.append(glane)
+            placed.add(id(glane))
+    lanes += [g for g in guest_lanes if id(g) not in placed]
     return ChartData(start, end, lanes, q.point_events(s))
 
 

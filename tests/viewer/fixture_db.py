@@ -22,8 +22,9 @@ additions when ``extensions=True`` (``vcpus`` table, trailing
 * 30 branch samples (20 on cpu 0 for 100:100 at 1000..1950 step 50, 6 on
   cpu 1 for 100:101 at 2100..2600 step 100, 4 guest samples on VCPU 0 at
   1200..2100 step 300), 2 cbr samples, 1 ptwrite sample; ids in time order
-* context switches: cpu 0 runs 100:100 from 900 to 2050, cpu 1 runs 100:101
-  from 2050 to 2700; the guest's cpu 0 runs gapp from 1150 to 2450.
+* context switches: cpu 0 runs 100:100 from 900 to 2050; cpu 1 runs qemu's
+  VCPU thread 1000:1001 from 1100 to 2050, then 100:101 until 2700; the
+  guest's cpu 0 (VCPU 0) runs gapp from 1150 to 2050.
 """
 
 from __future__ import annotations
@@ -213,12 +214,14 @@ CONTEXT_SWITCHES = [
     (2, 1, 900, 0, 1, 1, 2, 2, 0),      # cpu 0: app 100:100 in
     (3, 1, 2050, 0, 2, 2, 1, 1, 3),     # cpu 0: app out (preempt)
     (4, 1, 2050, 0, 2, 2, 1, 1, 0),     # cpu 0: swapper in
-    (5, 1, 2050, 1, 1, 1, 3, 2, 1),     # cpu 1: swapper out
-    (6, 1, 2050, 1, 1, 1, 3, 2, 0),     # cpu 1: app 100:101 in
-    (7, 1, 2700, 1, 3, 2, 1, 1, 1),     # cpu 1: app out
-    (8, 1, 2700, 1, 3, 2, 1, 1, 0),     # cpu 1: swapper in
-    (9, 2, 1150, 0, 7, 6, 6, 5, 0),     # guest cpu 0: gapp in
-    (10, 2, 2450, 0, 6, 5, 7, 6, 0),    # guest cpu 0: swapper in
+    (5, 1, 1100, 1, 1, 1, 5, 4, 1),     # cpu 1: swapper out
+    (6, 1, 1100, 1, 1, 1, 5, 4, 0),     # cpu 1: qemu's VCPU thread 1000:1001 in (runs guest VCPU 0)
+    (7, 1, 2050, 1, 5, 4, 3, 2, 3),     # cpu 1: VCPU thread out (preempt)
+    (8, 1, 2050, 1, 5, 4, 3, 2, 0),     # cpu 1: app 100:101 in
+    (9, 1, 2700, 1, 3, 2, 1, 1, 1),     # cpu 1: app out
+    (10, 1, 2700, 1, 3, 2, 1, 1, 0),    # cpu 1: swapper in
+    (11, 2, 1150, 0, 7, 6, 6, 5, 0),    # guest cpu 0: gapp in
+    (12, 2, 2050, 0, 6, 5, 7, 6, 0),    # guest cpu 0: swapper in
 ]
 VCPUS = [(1, 2, 0, 5, 0x1234000, 1_000_000)]
 

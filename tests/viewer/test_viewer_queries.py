@@ -228,10 +228,11 @@ def test_time_chart_data(db):
             (900, 2050, 100, 100, "app"), (2050, 2700, 0, 0, "swapper")]
         iv = q.cpu_intervals(s, 1, 1, 900, 2700)
         assert [(i.start, i.end, i.tid, i.comm) for i in iv] == [
-            (900, 2050, 0, "swapper"), (2050, 2700, 101, "app"), (2700, 2700, 0, "swapper")]
+            (900, 1100, 0, "swapper"), (1100, 2050, 1001, "CPU 0/KVM"), (2050, 2700, 101, "app"),
+            (2700, 2700, 0, "swapper")]
         iv = q.cpu_intervals(s, 2, 0, 900, 2700)
         assert [(i.start, i.end, i.tid, i.comm) for i in iv] == [
-            (900, 1150, 0, "swapper"), (1150, 2450, 50, "gapp"), (2450, 2700, 0, "swapper")]
+            (900, 1150, 0, "swapper"), (1150, 2050, 50, "gapp"), (2050, 2700, 0, "swapper")]
         ev = q.point_events(s)
         assert [(e.time, e.kind, e.value) for e in ev] == [
             (1000, "cbr", "2000 MHz (50%)"), (1600, "ptwrite", "0xdeadbeef"), (1800, "cbr", "3000 MHz (75%)")]

@@ -307,11 +307,14 @@ def test_time_chart_and_shared_selection(qtbot, window, tmp_path):
     rep = window.open_time_chart()
     idle(qtbot, rep)
     chart = rep.chart
-    assert [lane.label for lane in chart.data.lanes] == ["host CPU 0", "host CPU 1",
-                                                         "guest 1000 VCPU 0 (host 1000:1001)"]
+    assert [lane.label for lane in chart.data.lanes] == ["host CPU 0", "host CPU 1", "host 1000:1001 CPU 0/KVM",
+                                                         "  \u2514 guest 1000 VCPU 0"]
+    # the VCPU's host thread lane: when qemu's VCPU thread ran (here on host CPU 1)
+    assert [(iv.start, iv.end) for iv in chart.data.lanes[2].intervals] == [(1100, 2050)]
+    assert [(iv.start, iv.end, iv.tid) for iv in chart.data.lanes[3].intervals if iv.tid] == [(1150, 2050, 50)]
     assert (chart.t0, chart.t1) == (900, 2700)
     assert [rep.legend.item(i).text() for i in range(rep.legend.count())] == [
-        "app 100:100", "app 100:101", "gapp 50:50 (guest)"]
+        "CPU 0/KVM 1000:1001", "app 100:100", "app 100:101", "gapp 50:50 (guest)"]
     chart.resize(1000, 300)
     # a flame graph and a branches view that follow the selection
     flame = window.open_flame_graph()
@@ -515,7 +518,7 @@ def test_shared_fixture_through_the_ui(qtbot, tmp_path):
         assert rows_of(model, guest) == ["VCPU 0 (host thread 200:201)"]
         tc = win.open_time_chart()
         idle(qtbot, tc)
-        assert [lane.label for lane in tc.chart.data.lanes] == ["host CPU 0", "host CPU 1"]
+        assert [lane.label for lane in tc.chart.data.lanes] == ["host CPU 0", "host CPU 1", "host 200:201 CPU 0/KVM"]
         br = win.open_branches()
         idle(qtbot, br)
         assert "vm exit (asynchronous)" in {r[6] for r in br.model.rows}
