@@ -92,14 +92,21 @@ def test_switch_timeline_gives_the_tid_of_every_sample(tmp_path):
         sb = sideband_from_perf_data(pd)
         samples = [(r.cpu, r.time, r.pid, r.tid) for r in pd.records() if r.type == RT.SAMPLE]
     assert len(samples) > 50
-    checked = 0
+    checked, wrong = 0, []
     for cpu, time, pid, tid in samples:
         got = sb.tid_on_cpu(cpu, time)
         if got is None:  # before the first switch on that CPU
             continue
-        assert got == (pid, tid), (cpu, time)
+        if got != (pid, tid):
+            wrong.append((cpu, time, pid, tid, got))
         checked += 1
     assert checked >= 0.9 * len(samples)
+    if sb.lost:
+        # a loaded machine can make the kernel drop records (PERF_RECORD_LOST): a lost switch
+        # leaves the timeline behind until the next one
+        assert len(wrong) <= 0.05 * checked, (sb.lost[:3], wrong[:3])
+    else:
+        assert not wrong, wrong[:5]
 
 
 @needs_perf
@@ -240,7 +247,7 @@ def test_guest_machine_from_perf_inject_guest_data(tmp_path):
         assert (th.comm_name(time) if th else f":{tid}") == comm, line  # same thread, same name, on the same machine
         if kind == "PERF_RECORD_SWITCH_CPU_WIDE" and vm:
             seen["guest"] += 1
-            nxt = re.search(r"(?:next|prev) pid/tid:\s*(\d+)/(\d+)", rest)
+            nxt = re.search(r"(?:next|prev) pid/tid:\s*(-?\d+)/(-?\d+)", rest)
             expect = (int(nxt.group(1)), int(nxt.group(2))) if " OUT " in rest else (int(pid), int(tid))
             assert sb.tid_on_cpu(int(vcpu), time, machine=mpid) == expect, line  # guest timeline by VCPU
         elif kind == "PERF_RECORD_SWITCH_CPU_WIDE":
