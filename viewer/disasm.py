@@ -29,6 +29,7 @@ class Block:
     long_name: str
     build_id: str
     is_kernel: bool
+    root_dir: str = ""       # a guest machine's root directory (its files seen from the host)
 
 
 class NoBlock(Exception):
@@ -39,12 +40,13 @@ def branch_block(s: Session, sample_id: int) -> Block:
     """Where the block that starts at the branch target of ``sample_id`` lies."""
     rows = s.rows(
         "SELECT samples.cpu, samples.to_ip, samples.to_dso_id, samples.to_symbol_id, samples.to_sym_offset, "
-        "symbols.sym_start, dsos.short_name, dsos.long_name, dsos.build_id, samples.evsel_id "
+        "symbols.sym_start, dsos.short_name, dsos.long_name, dsos.build_id, samples.evsel_id, "
+        "(SELECT root_dir FROM machines WHERE machines.id = dsos.machine_id AND machines.pid <> -1) "
         "FROM samples LEFT JOIN dsos ON dsos.id = samples.to_dso_id "
         "LEFT JOIN symbols ON symbols.id = samples.to_symbol_id WHERE samples.id = :i", {"i": sample_id})
     if not rows:
         raise NoBlock(f"no sample {sample_id}")
-    cpu, to_ip, dso, sym, off, sym_start, short, long, build_id, evsel = rows[0]
+    cpu, to_ip, dso, sym, off, sym_start, short, long, build_id, evsel, root_dir = rows[0]
     if not dso:
         raise NoBlock("the branch target is in an unknown object")
     nxt = s.rows("SELECT ip, dso_id FROM samples WHERE id > :i AND cpu = :c AND evsel_id = :e ORDER BY id LIMIT 1",
@@ -64,7 +66,8 @@ def branch_block(s: Session, sample_id: int) -> Block:
         file_addr = ((int(sym_start) & U64) + int(off or 0)) & U64
     elif is_kernel:
         file_addr = start
-    return Block(sample_id, int(cpu), start, end, file_addr, short or "", long or "", build_id or "", is_kernel)
+    return Block(sample_id, int(cpu), start, end, file_addr, short or "", long or "", build_id or "", is_kernel,
+                 root_dir or "")
 
 
 def candidate_files(block: Block, roots: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
@@ -77,11 +80,15 @@ def candidate_files(block: Block, roots: Sequence[str | os.PathLike[str]] = ()) 
         if block.long_name.startswith("/"):
             out.append(home / block.long_name.lstrip("/") / bid / "elf")
     if block.is_kernel:
-        out += [Path("/proc/kcore")]
+        if not block.root_dir:          # the host's kernel only: a guest's is not in our /proc/kcore
+            out += [Path("/proc/kcore")]
     elif block.long_name.startswith("/"):
+        if block.root_dir:
+            out.append(Path(block.root_dir) / block.long_name.lstrip("/"))
         for r in roots:
             out.append(Path(r) / block.long_name.lstrip("/"))
-        out.append(Path(block.long_name))
+        if not block.root_dir:
+            out.append(Path(block.long_name))
     return out
 
 

@@ -146,3 +146,15 @@ def test_shared_fixture_database(shared_fixture):
             assert {"cbr", "ptwrite", "pwrx"} <= kinds
     finally:
         db.close()
+
+
+def test_guest_objects_are_looked_up_under_the_guest_root():
+    guest = disasm.Block(1, 0, 0x2100, 0x2110, 0x2100, "gapp", "/usr/bin/gapp", "", False, "/guests/vm1")
+    paths = [str(p) for p in disasm.candidate_files(guest)]
+    assert "/guests/vm1/usr/bin/gapp" in paths and "/usr/bin/gapp" not in paths
+    kernel = disasm.Block(1, 0, 0xffffffff81000000, 0xffffffff81000010, None, "[kernel.kallsyms]",
+                          "[kernel.kallsyms]", "", True, "/guests/vm1")
+    assert "/proc/kcore" not in [str(p) for p in disasm.candidate_files(kernel)]
+    host_kernel = disasm.Block(1, 0, 0xffffffff81000000, 0xffffffff81000010, None, "[kernel.kallsyms]",
+                               "[kernel.kallsyms]", "", True)
+    assert "/proc/kcore" in [str(p) for p in disasm.candidate_files(host_kernel)]
