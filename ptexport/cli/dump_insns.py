@@ -270,7 +270,7 @@ def _perf_streams(args, opts_factory):
             session = PeventSession(recs, None, kernel_start=args.kernel_start, resolve=resolve,
                                     cache=cache)
             if kernel is not None:
-                session.kernel = kernel
+                session.set_kernel(kernel)
             label = f"cpu {key}" if not isinstance(key, tuple) else f"tid {key[1]}"
             dec = InsnDecoder(buf, Image("none", cache), opts_factory(label))
             yield label, dec, session

@@ -58,6 +58,7 @@ class InsnDecoder:
         self.image = image
         self.cache = cache if cache is not None else ic.InsnCache()
         self.retstack = RetStack()
+        self._key = None
         self._reset()
 
     # -- state ---------------------------------------------------------------
@@ -200,10 +201,17 @@ class InsnDecoder:
             self.last_ev_tsc = ev.tsc
         return self._status(EVENT_PENDING)
 
+    def _image_key(self):
+        image = self.image
+        gen = image.generation
+        k = self._key
+        if k is None or k[0] is not image or k[1] != gen:
+            k = self._key = (image, gen, (id(image), gen))
+        return k[2]
+
     def _decode(self, ip: int):
         """(size, iclass, special, disp) at ``ip`` in the current mode; raises."""
-        image = self.image
-        hit = self.cache.lookup((id(image), image.generation), self.mode, ip, image.read)
+        hit = self.cache.lookup(self._image_key(), self.mode, ip, self.image.read)
         if hit.__class__ is int:
             raise FlowError(st.NOMAP if hit == ic.InsnCache.NOMAP else st.BAD_INSN)
         return hit
@@ -540,8 +548,7 @@ class InsnDecoder:
         if (self.process_event or self.process_insn or not self.enabled
                 or self.status & (EVENT_PENDING | EOS_FLAG) or self.query.status < 0):
             return ()
-        image = self.image
-        ips, end = self.cache.run((id(image), image.generation), self.mode, self.ip, image.read)
+        ips, end = self.cache.run(self._image_key(), self.mode, self.ip, self.image.read)
         if ips:
             self.ip = end
             if self.has_icnt:

@@ -36,35 +36,6 @@ MISC_SWITCH_OUT = 0x2000
 MISC_COMM_EXEC = 0x2000
 
 
-class ProcessImage:
-    """A process's own sections over the shared kernel image."""
-
-    def __init__(self, pid: int, kernel: Image, cache: SectionCache) -> None:
-        self.pid = pid
-        self.own = Image(f"pid-{pid}", cache)
-        self.kernel = kernel
-
-    @property
-    def generation(self):
-        return (id(self.own), self.own.generation, self.kernel.generation)
-
-    def reset(self) -> None:
-        """exec: the process gets a fresh address space (the kernel stays)."""
-        self.own = Image(f"pid-{self.pid}", self.own.cache)
-
-    def read(self, addr: int, size: int) -> bytes:
-        out = self.own.read(addr, size)
-        if out:
-            return out
-        return self.kernel.read(addr, size)
-
-    def copy(self, pid: int) -> "ProcessImage":
-        p = ProcessImage(pid, self.kernel, self.own.cache)
-        for s, e, sec, off in self.own.mappings():
-            p.own.add_section(sec, s, sec_offset=off, size=e - s)
-        return p
-
-
 class PeventSession:
     def __init__(self, records: Iterable, printer=None, *, kernel_start: int | None = None,
                  root: str = ".", show_switch: bool = False,
@@ -85,15 +56,32 @@ class PeventSession:
         self.resolve = resolve
         self.cache = cache or SectionCache()
         self.kernel = Image("kernel", self.cache)
-        self.procs: dict[int, ProcessImage] = {}
+        self.procs: dict[int, Image] = {}
         self.current: int | None = None
         self.pending: int | None = None
 
-    def _proc(self, pid: int) -> ProcessImage:
-        p = self.procs.get(pid)
-        if p is None:
-            p = self.procs[pid] = ProcessImage(pid, self.kernel, self.cache)
-        return p
+    def _proc(self, pid: int) -> Image:
+        """The image of process ``pid``: its own sections over the kernel's."""
+        img = self.procs.get(pid)
+        if img is None:
+            img = self.procs[pid] = Image(f"pid-{pid}", self.cache)
+            self._add_kernel(img)
+        return img
+
+    def _add_kernel(self, img: Image) -> None:
+        for s, e, sec, off in self.kernel.mappings():
+            img.add_section(sec, s, sec_offset=off, size=e - s)
+
+    def _add_kernel_section(self, path: str, addr: int, pgoff: int, size: int) -> None:
+        self.kernel.add_raw(path, addr, offset=pgoff, size=size)
+        for img in self.procs.values():
+            img.add_raw(path, addr, offset=pgoff, size=size)
+
+    def set_kernel(self, kernel: Image) -> None:
+        """Use ``kernel`` (kcore, vmlinux) as every process's kernel code."""
+        self.kernel = kernel
+        for img in self.procs.values():
+            self._add_kernel(img)
 
     def _path(self, name: str) -> str | None:
         if self.resolve is not None:
@@ -116,7 +104,7 @@ class PeventSession:
                     diags.append(("warning", "image section lost"))
                     return diags
                 try:
-                    self._proc(pid).own.add_raw(path, addr, offset=pgoff, size=size)
+                    self._proc(pid).add_raw(path, addr, offset=pgoff, size=size)
                 except ImageError:
                     diags.append(("warning", "image section lost"))
                 return diags
@@ -126,13 +114,14 @@ class PeventSession:
             if name.startswith("[") or name.startswith("//"):
                 diags.append(("warning", "image section lost"))
                 return diags
-            img = (self.kernel if self.kernel_start is not None and addr >= self.kernel_start
-                   else self._proc(pid).own)
             path = self._path(name)
             try:
                 if path is None:
                     raise ImageError("not found", source=name)
-                img.add_raw(path, addr, offset=pgoff, size=size)
+                if self.kernel_start is not None and addr >= self.kernel_start:
+                    self._add_kernel_section(path, addr, pgoff, size)
+                else:
+                    self._proc(pid).add_raw(path, addr, offset=pgoff, size=size)
             except ImageError:
                 diags.append(("warning", "image section lost"))
         elif t == REC_AUX:
@@ -141,12 +130,17 @@ class PeventSession:
         elif t == REC_LOST:
             diags.append(("warning", "sideband lost"))
         elif t == REC_COMM and r.misc & MISC_COMM_EXEC:
-            self._proc(f["pid"]).reset()
+            img = self._proc(f["pid"])
+            img.clear()
+            self._add_kernel(img)
         elif t == REC_FORK:
             parent = self.procs.get(f["ppid"])
             pid = f["pid"]
             if pid not in self.procs:
-                self.procs[pid] = parent.copy(pid) if parent else self._proc(pid)
+                child = self._proc(pid)
+                if parent is not None:
+                    for s_, e_, sec, off in parent.mappings():
+                        child.add_section(sec, s_, sec_offset=off, size=e_ - s_)
         elif t == REC_ITRACE_START:
             self.pending = f["pid"]
         elif t == REC_SWITCH:

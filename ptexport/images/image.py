@@ -57,6 +57,12 @@ class Image:
         self._starts = [m[0] for m in kept]
         self.generation += 1
 
+    def clear(self) -> None:
+        """Unmap everything (an exec'd process starts over)."""
+        self._maps = []
+        self._starts = []
+        self.generation += 1
+
     def add_bytes(self, data: bytes, vaddr: int, name: str = "<bytes>") -> None:
         self.add_section(Section(name, 0, len(data), data=bytes(data)), vaddr)
 
