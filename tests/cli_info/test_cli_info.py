@@ -19,6 +19,7 @@ import pytest
 
 from ptxtest import HAVE_PERF, needs_perf
 from ptexport.cli import main
+from ptexport.perfdata.constants import AttrFlag
 from ptexport.sideband.summary import AUXTRACE_INFO_FIELDS
 
 # perf report --stats on perf.data.intel_pt-4.14 (perf 6.1)
@@ -34,6 +35,9 @@ QUIPPER_AUXTRACE_INFO = {
     "TSC:CTC numerator": "100", "TSC:CTC denominator": "2", "CYC bit": "0x2", "Max non-turbo ratio": "12",
     "Filter string len.": "0",
 }
+
+
+_ATTR_FLAG_NAMES = {f.name.lower() for f in AttrFlag}
 
 
 def run_info(*args: str) -> tuple[int, str]:
@@ -79,6 +83,33 @@ def text_auxtrace_info(text: str) -> dict[str, str]:
     return parse_auxtrace_info_lines(block.splitlines())
 
 
+def check_header_against_perf(path, r: dict) -> None:
+    """Features and events of ``ptexport info --json`` against ``perf report --header-only -I``."""
+    hdr = subprocess.run(["perf", "report", "--header-only", "-I", "-i", str(path)], capture_output=True,
+                         text=True, timeout=60).stdout
+    fields = dict(re.findall(r"^# ([a-z ]+?)\s*: (.*)$", hdr, re.M))
+    f = r["features"]
+    for perf_name, ours in (("hostname", "hostname"), ("os release", "osrelease"), ("arch", "arch"),
+                            ("cpuid", "cpuid"), ("cpudesc", "cpudesc")):
+        if perf_name in fields:
+            assert fields[perf_name] == f[ours], perf_name
+    if "cmdline" in fields:
+        cmd = f["cmdline"] if isinstance(f["cmdline"], str) else " ".join(f["cmdline"])
+        assert fields["cmdline"].strip() == cmd.strip()
+    if "nrcpus online" in fields:
+        assert int(fields["nrcpus online"]) == f["nrcpus"]["nr_cpus_online"]
+    events = re.findall(r"^# event : name = ([^,]+), , id = \{ ([\d, ]+) \}(.*)$", hdr, re.M)
+    assert events, hdr[:300]
+    assert [e[0] for e in events] == [e["name"] for e in r["events"]]
+    for (name, ids, rest), ev in zip(events, r["events"]):
+        assert [int(i) for i in ids.split(",")] == ev["ids"], name
+        m = re.search(r"config = (0x[0-9a-f]+)", rest)
+        assert (int(m.group(1), 16) if m else 0) == ev["config"], name
+        assert f"sample_type = {ev['sample_type']}," in rest
+        perf_flags = {k for k, v in re.findall(r"(\w+) = (\d+)", rest) if k in _ATTR_FLAG_NAMES}
+        assert perf_flags == set(ev["flags"]), name
+
+
 # --------------------------------------------------------------------------------------------- quipper
 
 
@@ -122,21 +153,7 @@ def test_quipper_text(quipper):
 def test_quipper_against_live_perf(quipper):
     r = info_json(quipper)
     assert r["records"] == perf_stats(quipper)
-    hdr = subprocess.run(["perf", "report", "--header-only", "-I", "-i", str(quipper)], capture_output=True,
-                         text=True, timeout=60).stdout
-    fields = dict(re.findall(r"^# ([a-z ]+?)\s*: (.*)$", hdr, re.M))
-    f = r["features"]
-    assert fields["hostname"] == f["hostname"] and fields["os release"] == f["osrelease"]
-    assert fields["arch"] == f["arch"] and fields["cpuid"] == f["cpuid"] and fields["cpudesc"] == f["cpudesc"]
-    assert fields["cmdline"].strip() == f["cmdline"] if isinstance(f["cmdline"], str) else " ".join(f["cmdline"])
-    assert int(fields["nrcpus online"]) == f["nrcpus"]["nr_cpus_online"]
-    events = re.findall(r"^# event : name = ([^,]+), , id = \{ ([\d, ]+) \}(.*)$", hdr, re.M)
-    assert [e[0] for e in events] == [e["name"] for e in r["events"]]
-    for (name, ids, rest), ev in zip(events, r["events"]):
-        assert [int(i) for i in ids.split(",")] == ev["ids"], name
-        m = re.search(r"config = (0x[0-9a-f]+)", rest)
-        assert (int(m.group(1), 16) if m else 0) == ev["config"], name
-        assert f"sample_type = {ev['sample_type']}," in rest
+    check_header_against_perf(quipper, r)
     # perf script -D prints AUXTRACE_INFO among the first records
     proc = subprocess.Popen(["perf", "script", "-D", "-i", str(quipper)], stdout=subprocess.PIPE, text=True,
                             stderr=subprocess.DEVNULL)
@@ -197,6 +214,8 @@ def test_record_counts_equal_perf_report_stats(recordings, name):
         pytest.skip(recordings[name])
     r = info_json(recordings[name])
     assert r["records"] == perf_stats(recordings[name])
+    if name not in ("pipe", "inject", "directory"):
+        check_header_against_perf(recordings[name], r)
     assert r["pipe_mode"] == (name in ("pipe", "inject"))
     if name == "compressed":
         assert r["records"]["COMPRESSED"] >= 1
