@@ -969,16 +969,37 @@ class PerfData:
         return f"<PerfData {self.path!r} {mode} attrs={len(self.attrs)}>"
 
 
+class _Sink:
+    """Collects decompressed bytes; refuses more than ``cap`` per record (a zstd bomb must not eat memory)."""
+
+    def __init__(self, cap: int):
+        self.buf = bytearray()
+        self.cap = cap
+
+    def write(self, b) -> int:
+        self.buf += b
+        if len(self.buf) > self.cap:
+            raise _TooBig(len(self.buf))
+        return len(b)
+
+
+class _TooBig(Exception):
+    pass
+
+
 class _Decompressor:
     """Expands COMPRESSED records: one zstd stream across records; a record may be cut at a record
     boundary and continue in the next COMPRESSED record (perf keeps the remainder, so do we)."""
 
-    MAX_OUT = 256 << 20
-
     def __init__(self, pd: PerfData, name: str):
         self.pd = pd
         self.name = name
-        self.dobj = zstandard.ZstdDecompressor().decompressobj(read_across_frames=True)
+        comp = pd.features.get("compressed")
+        mmap_len = getattr(comp, "mmap_len", 0) or 0
+        # perf never puts more than one mmap buffer (mmap_len) into one COMPRESSED record
+        self.max_out = max(64 << 20, 4 * mmap_len)
+        self.sink = _Sink(self.max_out)
+        self.writer = zstandard.ZstdDecompressor().stream_writer(self.sink)
         self.pending = b""
         self.inner = 0  # decompressed bytes handed out so far (offset of pending[0])
         self.last_off = 0
@@ -991,12 +1012,14 @@ class _Decompressor:
         else:
             data = bytes(buf[off + 8:off + rec.size])
         try:
-            out = self.dobj.decompress(data)
+            self.writer.write(data)
         except zstandard.ZstdError as e:
             raise PerfDataError(f"zstd: {e}", source=self.name, offset=pos, what="record COMPRESSED") from None
-        if len(out) > self.MAX_OUT:
-            raise PerfDataError(f"decompresses to {len(out)} bytes (limit {self.MAX_OUT})", source=self.name,
-                                offset=pos, what="record COMPRESSED")
+        except _TooBig:
+            raise PerfDataError(f"decompresses to more than {self.max_out} bytes", source=self.name, offset=pos,
+                                what="record COMPRESSED") from None
+        out = bytes(self.sink.buf)
+        self.sink.buf.clear()
         b = self.pending + out if self.pending else out
         recs: list[Record] = []
         p = 0

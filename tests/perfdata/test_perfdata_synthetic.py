@@ -575,3 +575,13 @@ def test_tracing_data_payload_is_skipped_in_files_and_streams():
         assert recs[1].data_size == 12 and recs[2].comm == "after"
     with pytest.raises(TruncatedError, match="record TRACING_DATA"):
         list(perf_data_from_bytes(raw[:-(56 + 4)], "td.data").records())
+
+
+def test_compressed_bomb_is_refused_without_eating_memory():
+    import zstandard
+
+    a = W.attr(sample_type=ST_A, flags=SID_ALL)
+    bomb = zstandard.ZstdCompressor(level=1).compress(bytes(80 << 20))  # 80 MiB of zeros in a few KiB
+    raw = W.file_mode([(a, [10])], W.record(RT.COMPRESSED, bomb, pad=False))
+    with pytest.raises(PerfDataError, match="decompresses to more than"):
+        list(perf_data_from_bytes(raw, "bomb.data").records())
