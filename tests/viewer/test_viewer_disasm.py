@@ -98,12 +98,28 @@ def test_missing_object_names_what_was_tried(fixture_database):
     assert "/usr/bin/app" in text and ".build-id/bb/" in text
 
 
-@pytest.fixture(scope="module")
-def shared_fixture(tmp_path_factory):
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def shared_fixture(request, tmp_path_factory):
+    """engineer F's fixture written by ptexport's own SQLite and PostgreSQL writers."""
     fixture = pytest.importorskip("ptexport.export.fixture")
-    path = tmp_path_factory.mktemp("shared") / "shared.db"
-    expected = fixture.build_fixture_db(str(path))
-    return path, expected
+    if request.param == "sqlite":
+        path = tmp_path_factory.mktemp("shared") / "shared.db"
+        yield path, fixture.build_fixture_db(str(path))
+        return
+    import uuid
+
+    from conftest import PG_ADMIN
+    psycopg = pytest.importorskip("psycopg")
+    try:
+        admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3)
+    except Exception as e:
+        pytest.skip(f"no PostgreSQL server at {PG_ADMIN}: {e}")
+    url = f"{PG_ADMIN.rsplit('/', 1)[0]}/ptv_shared_{uuid.uuid4().hex[:12]}"
+    try:
+        yield url, fixture.build_fixture_db(url)
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+        admin.close()
 
 
 def test_shared_fixture_database(shared_fixture):
@@ -133,6 +149,8 @@ def test_shared_fixture_database(shared_fixture):
                 got.update(paths(comms["app"], th, root))
             got.update(paths(comms["gapp"], q.threads_of_comm(s, comms["gapp"])[0][0], root))
             assert sorted(got.items(), key=lambda kv: (-kv[1], kv[0])) == expected["call_paths"]
+            hits = q.find_in_call_graph(s, "ba*", pattern=True)
+            assert len(hits) == 4 and hits[0][:2] == [comms["app"], threads["100:100"]]
             tree = q.call_tree_children(s, comms["app"], threads["100:100"], 0)
             assert [(n.name, n.count, n.time) for n in tree] == [("main", 1000, 1000)]
             assert [(n.name, n.count) for n in q.call_tree_children(s, comms["app"], threads["100:100"], tree[0].id)] \
