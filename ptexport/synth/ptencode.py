@@ -92,7 +92,9 @@ class PacketWriter:
 
     def _choose_ipbytes(self, ip: int) -> int:
         last = self.last_ip
-        valid = [IPB_64, IPB_48]
+        valid = [IPB_64]
+        if ip >> 48 == last >> 48:
+            valid.append(IPB_48)
         if _canonical_sext48(ip):
             valid.append(IPB_48_SEXT)
         if ip >> 32 == last >> 32:
@@ -103,7 +105,7 @@ class PacketWriter:
         if mode == "full":
             return IPB_64
         if mode == "upd48":
-            return IPB_48
+            return IPB_48 if IPB_48 in valid else IPB_64
         if mode == "sext48":
             return IPB_48_SEXT if IPB_48_SEXT in valid else IPB_64
         if mode == "mixed":
