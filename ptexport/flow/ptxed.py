@@ -158,10 +158,6 @@ def format_event(ev: Event, opts: PtxedOptions, offset: int = 0) -> str:
     return "[" + "".join(parts) + "]"
 
 
-def _diag(dec: InsnDecoder, ip: int, errtype: str, code: int) -> str:
-    return f"[{dec.offset:x}, {ip:x}: {errtype}: {st.ERRSTR.get(code, 'internal error.')}]"
-
-
 class _Blocks:
     """ptxed's block decoder view: where blocks end (for [block] lines and counts)."""
 
@@ -192,20 +188,25 @@ class _Blocks:
         self.open = False
 
 
-def spec_flag(dec: InsnDecoder) -> bool:
-    return dec.speculative
+# Items of :func:`walk`.
+RUN = 0      # (RUN, ips, speculative): plain instructions (the block-cache fast path)
+INSN = 1     # (INSN, ip, iclass, speculative)
+EVENT = 2    # (EVENT, event)
+SIDEBAND = 3 # (SIDEBAND, line)
+ERROR = 4    # (ERROR, offset, ip, code, kind) with kind "error", "sync error", "resync error"
+EOT = 5      # (EOT,): "[end of trace]" (tracing was enabled when the trace ended)
+SYNC = 6     # (SYNC, offset): decoding (re)started at the PSB at offset
 
 
-def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions, sideband=None) -> Iterator[str]:
-    """Decode the whole trace; yield ptxed's output lines.
+def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None):
+    """Decode the whole trace; yield the flow as small tuples (see RUN ... SYNC).
 
-    ``sideband(event) -> (lines, image or None)`` is called for every event
-    (status updates too), like ptxed's pt_sb_event: its lines follow the
-    event's and a returned image becomes the decoder's.
+    Recovery after an error is libipt's: restart at the next PSB, or with
+    ``resync_on_error`` continue at the next IP the trace provides (perf's
+    way).  ``sideband(event) -> (lines, image or None)`` is called for every
+    event (status updates too), like ptxed's pt_sb_event: its lines follow the
+    event and a returned image becomes the decoder's.
     """
-    ninsn = 0
-    blocks = _Blocks(opts) if opts.block_decoder else None
-    quiet = opts.quiet
     sync = None
     need_sync = True
     status = 0
@@ -217,51 +218,37 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions, sideband=None) -> Iterator
                 status = dec.sync_forward()
             except FlowError as e:
                 if e.code == st.EOS:
-                    break
-                yield _diag(dec, 0, "sync error", e.code)
+                    return
+                yield (ERROR, dec.offset, 0, e.code, "sync error")
                 new_sync = dec.offset
                 if sync is not None and new_sync <= sync:
-                    break
+                    return
                 sync = new_sync
                 continue
             need_sync = False
             decoded = False
-            if blocks is not None:
-                blocks.open = False
+            yield (SYNC, dec.sync_offset)
         ip = 0
         try:
             while True:
                 while status & EVENT_PENDING:
                     ev, status = dec.take_event()
-                    if blocks is not None:
-                        blocks.event()
-                    if not quiet and not ev.status_update:
-                        yield format_event(ev, opts)
+                    yield (EVENT, ev)
                     if sideband is not None:
                         sb_lines, image = sideband(ev)
-                        yield from sb_lines
+                        for line in sb_lines:
+                            yield (SIDEBAND, line)
                         if image is not None:
                             dec.set_image(image)
                 if status & EOS_FLAG:
-                    if not (status & IP_SUPPRESSED_FLAG) and not quiet:
-                        yield "[end of trace]"
+                    if not (status & IP_SUPPRESSED_FLAG):
+                        yield (EOT,)
                     raise FlowError(st.EOS)
                 ip = dec.ip
-                if blocks is not None:
-                    line = blocks.before_insn()
-                    if line and not quiet:
-                        yield line
                 run = dec.next_run()
                 if run:
-                    ninsn += len(run)
                     decoded = True
-                    if not quiet:
-                        if spec_flag(dec):
-                            for rip in run:
-                                yield f"? {rip:016x}"
-                        else:
-                            for rip in run:
-                                yield f"{rip:016x}"
+                    yield (RUN, run, dec.speculative)
                     ip = dec.ip
                 try:
                     ip, size, iclass, spec, status = dec.next()
@@ -269,25 +256,17 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions, sideband=None) -> Iterator
                     got = getattr(e, "insn", None)
                     if got is not None:
                         ip, size, iclass, spec = got
-                        if not quiet:
-                            yield ("? " if spec else "") + f"{ip:016x}"
-                        ninsn += 1
+                        yield (INSN, ip, iclass, spec)
                     raise
-                if not quiet:
-                    yield ("? " if spec else "") + f"{ip:016x}"
-                ninsn += 1
                 decoded = True
-                if blocks is not None:
-                    blocks.after_insn(iclass, True)
+                yield (INSN, ip, iclass, spec)
         except FlowError as e:
             if e.code == st.EOS:
-                break
+                return
             if getattr(e, "at_block_start", False) and not decoded:
                 ip = 0      # ptxed has no instruction (IP) yet for this error
-            yield _diag(dec, ip, "error", e.code)
-            if blocks is not None:
-                blocks.open = False
-            if opts.resync_on_error:
+            yield (ERROR, dec.offset, ip, e.code, "error")
+            if resync_on_error:
                 # Resync must make progress; the same spot twice means it cannot.
                 here = (dec.offset, id(dec.query.event))
                 if here == last_resync:
@@ -300,9 +279,61 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions, sideband=None) -> Iterator
                     continue
                 except FlowError as e2:
                     if e2.code == st.EOS:
-                        break
-                    yield _diag(dec, ip, "resync error", e2.code)
+                        return
+                    yield (ERROR, dec.offset, ip, e2.code, "resync error")
             need_sync = True
+
+
+def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions, sideband=None) -> Iterator[str]:
+    """Decode the whole trace; yield ptxed's output lines."""
+    ninsn = 0
+    blocks = _Blocks(opts) if opts.block_decoder else None
+    quiet = opts.quiet
+    for item in walk(dec, resync_on_error=opts.resync_on_error, sideband=sideband):
+        kind = item[0]
+        if kind == RUN:
+            run = item[1]
+            ninsn += len(run)
+            if blocks is not None:
+                line = blocks.before_insn()
+                if line and not quiet:
+                    yield line
+            if not quiet:
+                if item[2]:
+                    for rip in run:
+                        yield f"? {rip:016x}"
+                else:
+                    for rip in run:
+                        yield f"{rip:016x}"
+        elif kind == INSN:
+            ninsn += 1
+            if blocks is not None:
+                line = blocks.before_insn()
+                if line and not quiet:
+                    yield line
+            if not quiet:
+                yield ("? " if item[3] else "") + f"{item[1]:016x}"
+            if blocks is not None:
+                blocks.after_insn(item[2], True)
+        elif kind == EVENT:
+            ev = item[1]
+            if blocks is not None:
+                blocks.event()
+            if not quiet and not ev.status_update:
+                yield format_event(ev, opts)
+        elif kind == SIDEBAND:
+            yield item[1]
+        elif kind == ERROR:
+            _, offset, ip, code, what = item
+            if blocks is not None:
+                blocks.open = False
+            yield f"[{offset:x}, {ip:x}: {what}: {st.ERRSTR.get(code, 'internal error.')}]"
+        elif kind == EOT:
+            if not quiet:
+                yield "[end of trace]"
+        elif kind == SYNC:
+            if blocks is not None:
+                blocks.open = False
     if opts.stat:
         specific = opts.stat_insn or opts.stat_blocks
         if opts.stat_insn or not specific:

@@ -167,3 +167,48 @@ def test_image_errors(tmp_path):
     bad.write_bytes(b"\x7fELF" + b"\x00" * 8)
     with pytest.raises(ImageError):
         img.add_file(str(bad), 0)
+
+
+def test_flow_batches_equal_ptxed_lines(libipt_dir):
+    """The columnar form carries the same instructions, events and errors as the text."""
+    import numpy as np
+
+    from ptexport.flow.columns import flow_batches
+    from ptexport.flow.insn import InsnDecoder
+    from ptexport.flow.ptxed import PtxedOptions, format_event, ptxed_lines
+    from ptexport.flow.query import DecoderConfig
+
+    d = libipt_dir / "ptt"
+    for name, org in (("loop-tnt", 0x100000), ("ptxed-resync-nomap-tip", 0x100000),
+                      ("tsx-abort", 0x100000)):
+        def fresh():
+            image = Image()
+            image.add_bytes((d / f"{name}.bin").read_bytes(), org)
+            return InsnDecoder((d / f"{name}.pt").read_bytes(), image, DecoderConfig())
+
+        opts = PtxedOptions(resync_on_error=True)
+        want = list(ptxed_lines(fresh(), opts))
+        batches = list(flow_batches(fresh(), batch_rows=4))
+        assert all(len(b) <= 4 + 64 for b in batches)
+        got = []
+        for b in batches:
+            marks = sorted([(r, 0, i) for i, (r, _) in enumerate(b.events)]
+                           + [(e[0], 0, 1000 + i) for i, e in enumerate(b.errors)])
+            row = 0
+            for r, _, idx in marks:
+                while row < r:
+                    got.append(("? " if b.speculative[row] else "") + f"{int(b.ip[row]):016x}")
+                    row += 1
+                if idx < 1000:
+                    ev = b.events[idx][1]
+                    if not ev.status_update:
+                        got.append(format_event(ev, opts))
+                else:
+                    _, off, ip, code, kind = b.errors[idx - 1000]
+                    from ptexport.flow.status import ERRSTR
+                    got.append(f"[{off:x}, {ip:x}: {kind}: {ERRSTR[code]}]")
+            while row < len(b):
+                got.append(("? " if b.speculative[row] else "") + f"{int(b.ip[row]):016x}")
+                row += 1
+            assert b.ip.dtype == np.uint64 and b.iclass.dtype == np.uint8
+        assert got == want, name
