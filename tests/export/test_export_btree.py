@@ -95,3 +95,62 @@ def test_spool_files_are_removed_on_abort(tmp_path):
             w.write_samples({"id": np.arange(1, 1000)})
             raise RuntimeError
     assert list(tmp_path.iterdir()) == []
+
+
+def _index_db(tmp_path, n, page_size, keys):
+    """A table filled and indexed through the page builders; returns the connection."""
+    from pathlib import Path
+
+    p = tmp_path / f"ix{n}_{page_size}.db"
+    c = sqlite3.connect(p, isolation_level=None)
+    c.execute(f"PRAGMA page_size = {page_size}")
+    c.execute("CREATE TABLE t (id integer PRIMARY KEY, k integer)")
+    c.execute("CREATE INDEX ti ON t (k)")
+    roots = dict(c.execute("SELECT name, rootpage FROM sqlite_master"))
+    c.close()
+    ps = _btree.check_file(p)
+    assert ps == page_size
+    ids = np.arange(1, n + 1, dtype=np.int64)
+    sp = _btree.LeafSpool(Path(f"{p}.pages"), 2, ps)
+    sp.reserve(ids)
+    sp.add(np.column_stack([ids, keys]))
+    _btree.splice(p, roots["t"], sp)
+    sp.remove()
+    _btree.splice_index(p, roots["ti"], ps, keys, ids)
+    return sqlite3.connect(p)
+
+
+@pytest.mark.parametrize("page_size", [512, 1024])
+def test_index_pages_are_valid_for_every_size_around_page_breaks(tmp_path, page_size):
+    """Leaf/interior breaks, the last-entry edge case and several interior levels."""
+    rng = np.random.default_rng(page_size)
+    sizes = sorted({*range(1, 80), *rng.integers(80, 40000, 12).tolist(), 25000})
+    for n in sizes:
+        keys = rng.integers(-3, 1 << 40, n, dtype=np.int64)
+        keys[rng.random(n) < 0.3] = 7  # many duplicates: entries then ordered by rowid
+        c = _index_db(tmp_path, n, page_size, keys)
+        assert c.execute("PRAGMA integrity_check").fetchall() == [("ok",)], n
+        assert c.execute("SELECT COUNT(*) FROM t INDEXED BY ti WHERE k = 7").fetchone()[0] == int((keys == 7).sum())
+        got = [r[0] for r in c.execute("SELECT k FROM t INDEXED BY ti WHERE k > -100 ORDER BY k, id")]
+        assert got == sorted(keys.tolist())
+        c.close()
+
+
+def test_index_record_matches_the_kernel():
+    for key, rowid in ((0, 1), (1, 0), (-1, 300), (1 << 40, 2), (-(1 << 63), (1 << 62))):
+        cell = np.zeros(24, dtype=np.uint8)
+        end = _btree._index_record(cell, 0, np.int64(key), np.int64(rowid))
+        assert bytes(cell[:end]) == _btree.index_record(key, rowid)
+
+
+def test_index_collection_gives_way_to_sqlite_beyond_the_memory_limit(tmp_path, monkeypatch):
+    from ptexport.export import sqlite_writer
+
+    monkeypatch.setattr(sqlite_writer, "INDEX_SPLICE_MAX_ROWS", 2500)
+    batches = [np.arange(1, 2000), np.arange(2000, 4000)]
+    _write(tmp_path / "b.db", "btree", batches)
+    _write(tmp_path / "s.db", "executemany", batches)
+    _check(tmp_path / "b.db")
+    assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
+    c = sqlite3.connect(tmp_path / "b.db")
+    assert {"pcpid_idx", "pid_idx"} <= {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
