@@ -152,6 +152,21 @@ class Session:
         return 0
 
     # -- statements --------------------------------------------------------
+    def execute_user(self, sql: str, fetch: int | None = None) -> tuple[list[str], list[tuple]]:
+        """Run a statement the user typed: exactly one statement, and on PostgreSQL inside a
+        READ ONLY transaction that is always rolled back (so even ``SET`` does not outlive it)."""
+        if has_two_statements(sql):
+            raise QueryError("one statement at a time (remove the ';' between statements)", sql)
+        if self.db.is_sqlite:
+            return self.execute(sql, None, fetch)
+        try:
+            self._rollback()
+            self._apply_timeout()
+            self.conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+            return self.execute(sql, None, fetch)
+        finally:
+            self._rollback()
+
     def execute(self, sql: str, params: dict[str, Any] | None = None, fetch: int | None = None
                 ) -> tuple[list[str], list[tuple]]:
         """Run ``sql`` with bound ``params``; return (column names, rows)."""
@@ -159,14 +174,7 @@ class Session:
             raise QueryCancelled("cancelled")
         self._deadline = time.monotonic() + self.timeout if self.timeout else None
         try:
-            if not self.db.is_sqlite:
-                # pooled connections keep their setting: set it whenever it differs from what is wanted
-                want = int(self.timeout * 1000) if self.timeout else 0
-                info = self.conn.connection.info
-                if info.get("ptv_statement_timeout", 0) != want:
-                    self.conn.exec_driver_sql(f"SET statement_timeout = {want}")
-                    self.conn.commit()
-                    info["ptv_statement_timeout"] = want
+            self._apply_timeout()
             result = self.conn.execute(sa.text(sql), params or {})
             if not result.returns_rows:
                 return [], []
@@ -195,6 +203,17 @@ class Session:
     def scalar(self, sql: str, params: dict[str, Any] | None = None, default: Any = None) -> Any:
         rows = self.execute(sql, params, fetch=1)[1]
         return rows[0][0] if rows and rows[0][0] is not None else default
+
+    def _apply_timeout(self) -> None:
+        """PostgreSQL: pooled connections keep their setting; set it whenever it differs."""
+        if self.db.is_sqlite:
+            return
+        want = int(self.timeout * 1000) if self.timeout else 0
+        info = self.conn.connection.info
+        if info.get("ptv_statement_timeout", 0) != want:
+            self.conn.exec_driver_sql(f"SET statement_timeout = {want}")
+            self.conn.commit()
+            info["ptv_statement_timeout"] = want
 
     def _timed_out(self, e: sa.exc.DBAPIError) -> bool:
         text = str(e.orig).lower()
@@ -349,6 +368,44 @@ class Database:
 
     def table_names(self) -> list[str]:
         return sorted(list(self.caps.tables) + list(self.caps.views))
+
+
+def has_two_statements(sql: str) -> bool:
+    """True when ``sql`` holds a ';' followed by more SQL, outside strings, quoted names and comments."""
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c in "'\"":
+            j = sql.find(c, i + 1)
+            while j != -1 and j + 1 < n and sql[j + 1] == c:      # doubled quote inside
+                j = sql.find(c, j + 2)
+            if j == -1:
+                return False
+            i = j + 1
+            continue
+        if sql.startswith("--", i):
+            j = sql.find("\n", i)
+            i = n if j == -1 else j + 1
+            continue
+        if sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            i = n if j == -1 else j + 2
+            continue
+        if c == "$":
+            end = sql.find("$", i + 1)
+            tag = sql[i:end + 1] if end != -1 else ""
+            if tag and (tag == "$$" or tag[1:-1].isidentifier()):
+                j = sql.find(tag, end + 1)
+                if j == -1:
+                    return False
+                i = j + len(tag)
+                continue
+        if c == ";":
+            rest = sql[i + 1:]
+            return bool(rest.strip()) and not all(
+                ln.strip().startswith("--") or not ln.strip() for ln in rest.splitlines())
+        i += 1
+    return False
 
 
 def quote_ident(name: str) -> str:

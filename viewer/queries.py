@@ -685,7 +685,7 @@ def run_sql(s: Session, sql: str, limit: int = 10000) -> tuple[list[str], list[t
     text = sql.strip().rstrip(";").strip()
     if not text:
         return [], [], False
-    cols, rows = s.execute(text, fetch=limit + 1)
+    cols, rows = s.execute_user(text, fetch=limit + 1)
     return cols, rows[:limit], len(rows) > limit
 
 

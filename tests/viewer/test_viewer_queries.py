@@ -204,8 +204,28 @@ def test_sql_console_is_read_only(db):
         with pytest.raises(QueryError) as e:
             q.run_sql(s, "SELEC nonsense")
         assert "syntax" in str(e.value).lower()
+        # no way out of read-only: one statement at a time, settings do not outlive the statement
+        with pytest.raises(QueryError, match="one statement"):
+            q.run_sql(s, "SELECT 1; DELETE FROM comms")
+        q.run_sql(s, "PRAGMA query_only = OFF" if db.is_sqlite else "SET default_transaction_read_only = off")
+        with pytest.raises(QueryError):
+            q.run_sql(s, "DELETE FROM comms")
+        assert q.run_sql(s, "SELECT 'a;b' AS x; -- trailing comment")[1] == [("a;b",)]
     with db.session() as s:
         assert s.scalar("SELECT COUNT(*) FROM comms") == 7
+
+
+def test_statement_splitting():
+    from ptexport_viewer.db import has_two_statements as two
+
+    assert not two("SELECT 1")
+    assert not two("SELECT 1;")
+    assert not two("SELECT ';' FROM t;  \n -- done")
+    assert not two('SELECT "a;b" FROM t')
+    assert not two("SELECT $$;$$, 'it''s; fine' /* ; */")
+    assert two("SELECT 1; SELECT 2")
+    assert two("SELECT ';'; DROP TABLE t")
+    assert two("SELECT 1 -- x\n; COMMIT")
 
 
 def test_statement_timeout(db):
