@@ -50,7 +50,7 @@ def _time(ns: int) -> str:
 
 def run(args, out) -> int:
     from ptexport.perfdata import open_perf_data
-    from ptexport.pipeline.perfsession import EV_BRANCH, EV_ERROR, EVENT_NAMES, DecodeConfig, open_session
+    from ptexport.pipeline.perfsession import EV_BRANCH, EV_ERROR, EVENT_NAMES, DecodeConfig, open_session  # noqa: F401
     from ptexport.samples.flags import format_flags_field
     from ptexport.samples.itrace import parse_itrace
 
@@ -85,7 +85,10 @@ def run(args, out) -> int:
             write(f" instruction trace error type 1 time {_time(times[i]).lstrip()} cpu {cpus[i]} pid {pids[i]} "
                   f"tid {tids[i]} ip {ips[i]:#x} code {codes[i]}: {cols.error_message(codes[i])}\n")
             continue
-        event = "" if k == EV_BRANCH else f" {EVENT_NAMES[k]}:"
-        write(f"{pids[i]:>5}/{tids[i]:<5} [{cpus[i]:03d}] {_time(times[i])}:{event} "
-              f"{format_flags_field(flags[i])} {ips[i]:>16x} => {addrs[i]:>16x}\n")
+        # perf script: branch events print "ip => addr", other events "addr ip".
+        if k == EV_BRANCH:
+            tail = f"{ips[i]:>16x} => {addrs[i]:>16x}"
+        else:
+            tail = f"{addrs[i]:>16x} {ips[i]:>16x}"
+        write(f"{pids[i]:>5}/{tids[i]:<5} [{cpus[i]:03d}] {_time(times[i])}: {format_flags_field(flags[i])} {tail}\n")
     return 0

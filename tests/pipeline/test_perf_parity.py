@@ -103,3 +103,24 @@ def test_bad_trace_is_a_clean_error(tmp_path, capsys):
     assert main(["dump", "branches", str(bad)]) != 0
     err = capsys.readouterr().err
     assert "ptexport: error:" in err and "Traceback" not in err
+
+
+def _collapse(text: str) -> list[str]:
+    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+
+
+@needs_perf
+@pytest.mark.parametrize("itrace", ["cr", "i1i", "p", "bep"])
+@pytest.mark.parametrize("program", ["calls", "threads"])
+def test_generated_itrace_kinds_equal_perf_text(generated, program, itrace):
+    """Whole output of each --itrace kind, line for line (runs of blanks aside)."""
+    path = generated(program)
+    proc = subprocess.run(
+        ["perf", "script", "-i", str(path), f"--itrace={itrace}", "-F", "pid,tid,cpu,time,ip,addr,flags", "--ns"],
+        capture_output=True, text=True, check=True,
+    )
+    out = io.StringIO()
+    assert main(["dump", "branches", str(path), f"--itrace={itrace}"], out=out) == 0
+    theirs, mine = _collapse(proc.stdout), _collapse(out.getvalue())
+    assert len(theirs) > 0
+    assert mine == theirs
