@@ -7,16 +7,15 @@ reader, one record at a time.
 
 from __future__ import annotations
 
-import io
+import heapq
 import mmap
 import os
 import re
 import struct
 import sys
+from itertools import chain, repeat
 from pathlib import Path
 from typing import BinaryIO, Iterator
-
-from itertools import chain, repeat
 
 import numpy as _np
 import zstandard
@@ -225,16 +224,14 @@ class PerfData:
             return
         if not p.exists():
             raise PerfDataError("no such file", source=str(p))
-        try:
-            st = p.stat()
-        except OSError as e:
-            raise PerfDataError(f"cannot stat: {e.strerror}", source=str(p)) from e
-        if not (p.is_file()):
+        if not p.is_file():
             # a FIFO or character device: stream it
-            f = open(p, "rb")  # noqa: SIM115 - closed in close()
+            try:
+                f = open(p, "rb")  # noqa: SIM115 - closed in close()
+            except OSError as e:
+                raise PerfDataError(f"cannot open: {e.strerror}", source=str(p)) from e
             self._open_stream(f, str(p), owned=True)
             return
-        del st
         main = _Source(p, str(p))
         self._sources.append(main)
         self._open_main(main)
@@ -407,7 +404,6 @@ class PerfData:
         # read the preamble records so attrs/features are known before records() is called
         total = 0
         it = self._iter_stream()
-        self._stream_preamble = True
         while len(self._prefetched) < _PREFETCH_MAX_RECORDS and total < _PREFETCH_MAX_BYTES:
             rec = next(it, None)
             if rec is None:
@@ -785,8 +781,6 @@ class PerfData:
         and the rest at the end. Memory holds at most about two rounds. For the multi-file directory
         format each file is ordered this way and the files are merged by time."""
         if self._stream is None and len(self._sources) > 1:
-            import heapq
-
             its = [self._ordered(self._iter_source(src)) for src in self._sources]
             self._live_counts = None
             self._live_extra = {}
@@ -800,8 +794,6 @@ class PerfData:
 
     @staticmethod
     def _ordered(records: Iterator[Record]) -> Iterator[Record]:
-        import heapq
-
         heap: list = []
         push, pop = heapq.heappush, heapq.heappop
         seq = 0

@@ -585,3 +585,26 @@ def test_compressed_bomb_is_refused_without_eating_memory():
     raw = W.file_mode([(a, [10])], W.record(RT.COMPRESSED, bomb, pad=False))
     with pytest.raises(PerfDataError, match="decompresses to more than"):
         list(perf_data_from_bytes(raw, "bomb.data").records())
+
+
+def test_fifo_is_streamed(tmp_path):
+    import os
+    import threading
+
+    a = W.attr(sample_type=ST_A, flags=SID_ALL)
+    raw = W.pipe_mode(W.header_attr(a, [10]) + W.record(RT.COMM, struct.pack("<ii", 1, 1) + W.cstr("fifo"),
+                                                        trailer=trailer_a(1, 1, 5, 0, 10)))
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def writer():
+        with open(fifo, "wb") as f:
+            f.write(raw)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    with open_perf_data(fifo) as pd:
+        assert pd.is_pipe and [r.name for r in pd.records()] == ["ATTR", "COMM"]
+    t.join()
+    with pytest.raises(PerfDataError, match="no such file"):
+        open_perf_data(tmp_path / "missing.data")
