@@ -115,6 +115,7 @@ def main() -> int:
     n = args.samples
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         for mode in args.modes.split(","):
+            run(os.path.join(d, f"warmup-{mode}.db"), 5000, 5000, mode=mode)  # numba JIT/cache load, once
             db = os.path.join(d, f"bench-{mode}.db")
             r = run(db, n, args.batch, mode=mode)
             rows = n + r["calls"]
