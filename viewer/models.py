@@ -70,6 +70,7 @@ class LazyTreeModel(QAbstractItemModel):
         self.db = db
         self.nodes: list[Node] = [Node("root", 0, -1, 0, [], children=None)]
         self.jobs: list[Job] = []
+        self.job_nodes: dict[Job, int] = {}
         self.pending = 0
         self.bold_rows = False
 
@@ -181,9 +182,10 @@ class LazyTreeModel(QAbstractItemModel):
         holder: list[Job] = []
         job = start(self.db, self._query, snapshot, on_result=lambda kids, i=node_id: self._insert(i, kids),
                     on_error=lambda msg, i=node_id: self._fail(i, msg),
-                    on_finished=lambda: self.jobs.remove(holder[0]) if holder[0] in self.jobs else None)
+                    on_finished=lambda: self._job_over(holder[0]))
         holder.append(job)
         self.jobs.append(job)
+        self.job_nodes[job] = node_id
 
     def _query(self, s: Session, node: Node) -> list[Node]:
         return self.query_children(s, node)
@@ -218,9 +220,21 @@ class LazyTreeModel(QAbstractItemModel):
         self.pending -= 1
         self.failed.emit(msg)
 
+    def _job_over(self, job: Job) -> None:
+        if job in self.jobs:
+            self.jobs.remove(job)
+        self.job_nodes.pop(job, None)
+
     def cancel(self) -> None:
+        """Stop every running query; the nodes they were loading can be expanded again."""
         for j in list(self.jobs):
             j.cancel()
+            nid = self.job_nodes.pop(j, None)
+            if nid is not None and self.nodes[nid].loading:
+                n = self.nodes[nid]
+                n.loading = False
+                n.ctx.pop("_then", None)
+                self.pending -= 1
 
     def expand_path(self, keys: Sequence[int], done: Callable[[QModelIndex], None]) -> None:
         """Load the nodes along ``keys`` (database ids level by level, machine/vcpu levels matched

@@ -528,3 +528,31 @@ def test_shared_fixture_through_the_ui(qtbot, tmp_path):
             rep.shutdown()
         win.close()
         db.close()
+
+
+def test_cancelled_tree_load_can_be_retried(qtbot, window, monkeypatch):
+    import threading
+
+    rep = window.open_call_graph()
+    idle(qtbot, rep)
+    model, view = rep.model, rep.view
+    host = child(model, QModelIndex(), "host")
+    gate = threading.Event()
+    real = q.comms_with_calls
+
+    def slow(*a, **kw):
+        gate.wait(5)
+        return real(*a, **kw)
+    monkeypatch.setattr(q, "comms_with_calls", slow)
+    view.expand(host)
+    qtbot.waitUntil(lambda: model.pending == 1, timeout=TIMEOUT)
+    window.tabs.setCurrentWidget(rep)
+    rep.cancel()
+    assert model.pending == 0 and not model.node(host).loading and model.rowCount(host) == 0
+    gate.set()
+    monkeypatch.setattr(q, "comms_with_calls", real)
+    qtbot.wait(100)
+    assert model.rowCount(host) == 0            # the cancelled answer was dropped
+    view.collapse(host)
+    expand(qtbot, view, host)
+    assert rows_of(model, host) == ["app"]
