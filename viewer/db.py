@@ -279,6 +279,7 @@ class Database:
                     have = {r[1] for r in self._keeper.execute(f"PRAGMA table_info({table})")}
                     if all(c.strip() in have for c in cols.split(",")):
                         self._keeper.execute(f"CREATE INDEX IF NOT EXISTS {idx} ON {table} ({cols})")
+            self._upgrade_copy(self._keeper, tables)
             self._keeper.commit()
             creator_uri = uri
         else:
@@ -290,6 +291,24 @@ class Database:
             return c
 
         return sa.create_engine("sqlite+pysqlite://", creator=creator, poolclass=NullPool)
+
+    @staticmethod
+    def _upgrade_copy(con: sqlite3.Connection, tables: set[str]) -> None:
+        """What perf's exporter leaves out, added to the in-memory copy only: ``comms.has_calls``
+        (when perf was not asked for calls it is missing) and a ``branch_types`` name for every
+        flag value the samples use (perf has none for e.g. 4131, an asynchronous VM exit)."""
+        from .queries import branch_type_name
+
+        if "comms" in tables and "calls" in tables:
+            have = {r[1] for r in con.execute("PRAGMA table_info(comms)")}
+            if "has_calls" not in have:
+                con.execute("ALTER TABLE comms ADD has_calls boolean")
+                con.execute("UPDATE comms SET has_calls = 1 WHERE id IN (SELECT DISTINCT comm_id FROM calls)")
+        if "branch_types" in tables and "samples" in tables:
+            missing = [r[0] for r in con.execute(
+                "SELECT DISTINCT branch_type FROM samples WHERE branch_type NOT IN (SELECT id FROM branch_types)")]
+            con.executemany("INSERT INTO branch_types (id, name) VALUES (?, ?)",
+                            [(int(b), branch_type_name(int(b))) for b in missing if b is not None])
 
     def _pg_engine(self) -> Engine:
         url = self.target

@@ -346,3 +346,28 @@ def test_cancel_from_another_thread(db):
         threading.Timer(0.3, s.cancel).start()
         with pytest.raises(QueryCancelled, match="cancelled"):
             q.run_sql(s, slow)
+
+
+def test_in_memory_upgrade_of_a_plain_perf_schema(plain_fixture_path, tmp_path):
+    import shutil
+
+    path = tmp_path / "plain.db"
+    shutil.copy(plain_fixture_path, path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE samples SET branch_type = 4131 WHERE id = 1")     # perf has no name for it
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    plain = Database(path)
+    assert not plain.caps.has_column("comms", "has_calls")
+    plain.close()
+    d = Database(path, in_memory=True)
+    try:
+        assert d.caps.has_column("comms", "has_calls")
+        with d.session() as s:
+            assert q.comms_with_calls(s) == [(2, "app"), (5, "gapp")]
+            assert s.scalar("SELECT name FROM branch_types WHERE id = 4131") == "vm exit (asynchronous)"
+            assert q.branches_page(s, limit=1, evsel_id=1).rows[0][6] == "vm exit (asynchronous)"
+    finally:
+        d.close()
+    assert path.read_bytes() == before
