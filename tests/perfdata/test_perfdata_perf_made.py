@@ -241,3 +241,52 @@ def test_perf_stat_record_values(made):
             assert (st.cpu, st.val, st.ena, st.run, rnd.time) == (cpu, val, ena, run, t)
         tm = [r for r in recs if r.name == "THREAD_MAP"][0]
         assert tm.entries[0][0] == table[pd.attrs[0].name][1]
+
+
+def _mmap2_summary(r) -> str:
+    prot = ("r" if r.prot & 1 else "-") + ("w" if r.prot & 2 else "-") + ("x" if r.prot & 4 else "-")
+    prot += "s" if r.flags & 1 else "p"
+    pg = f"{r.pgoff:#x}" if r.pgoff else "0"
+    return (f"MMAP2 {r.pid}/{r.tid}: [{r.addr:#x}({r.len:#x}) @ {pg} {r.maj:02x}:{r.min:02x} {r.ino} "
+            f"{r.ino_generation}]: {prot} {r.filename}")
+
+
+@pytest.mark.parametrize("kind", ["system_wide", "plain", "pipe"])
+def test_sideband_fields_equal_perf_script_D(made, kind):
+    """MMAP2, SWITCH*, FORK/EXIT, ID_INDEX, THREAD_MAP and CPU_MAP fields as perf prints them."""
+    path = made[kind]
+    dump = P.perf_dump(path)
+    by_key: dict = {}
+    for d in dump:
+        by_key.setdefault((d.offset, d.type), []).append(d)
+    checked = Counter()
+    with open_perf_data(path) as pd:
+        for r in pd.records():
+            (d,) = by_key[(r.offset - (16 if pd.is_pipe else 0), r.type)]
+            text = " ".join(d.summary.split())
+            if r.name == "MMAP2" and r.build_id is None:
+                assert text == _mmap2_summary(r)
+            elif r.name in ("SWITCH", "SWITCH_CPU_WIDE"):
+                words = ["SWITCH_CPU_WIDE" if r.cpu_wide else "SWITCH", "OUT" if r.out else "IN"]
+                if r.out and r.preempt:
+                    words.append("preempt")
+                if r.cpu_wide:
+                    words += ["next" if r.out else "prev", "pid/tid:", f"{r.next_prev_pid}/{r.next_prev_tid}"]
+                assert text == " ".join(words)
+            elif r.name in ("FORK", "EXIT"):
+                assert text == f"{r.name}({r.pid}:{r.tid}):({r.ppid}:{r.ptid})"
+            elif r.name == "ID_INDEX":
+                lines = [" ".join(x.split()) for x in d.lines if x.startswith(" ... id:")]
+                assert lines == [f"... id: {e.id} idx: {e.idx} cpu: {e.cpu} tid: {e.tid}" for e in r.entries]
+            elif r.name == "THREAD_MAP":
+                assert text == f"THREAD_MAP nr: {len(r.entries)} thread: " + " ".join(str(p) for p, _ in r.entries)
+            elif r.name == "CPU_MAP":
+                cpus = r.cpus
+                want = f"{cpus[0]}-{cpus[-1]}" if len(cpus) > 1 and cpus == list(range(cpus[0], cpus[-1] + 1)) \
+                    else ",".join(map(str, cpus))
+                assert text == f"CPU_MAP: {want}"
+            else:
+                continue
+            checked[r.name] += 1
+    assert checked["ID_INDEX"] == 1 and checked["MMAP2"] > 0
+    assert checked["SWITCH_CPU_WIDE" if kind == "system_wide" else "SWITCH"] > 0
