@@ -28,7 +28,7 @@ Semantics follow perf (tools/perf/util/machine.c, thread.c, intel-pt.c):
 from __future__ import annotations
 
 import dataclasses
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from typing import Any, Iterable
 
 from ptexport.perfdata.constants import (
@@ -59,6 +59,7 @@ from ptexport.sideband.model import (
     MapIndex,
     Sideband,
     Thread,
+    paint,
 )
 from ptexport.sideband.timeconv import TimeConversion
 
@@ -82,64 +83,50 @@ def _s32(v: int | None) -> int | None:
 
 
 class _Space:
-    """An address space being built: the live (non-overlapping) maps plus everything retired."""
+    """An address space being built: every mapping in creation order, plus the live (cut-up) set
+    that a fork copies."""
 
-    __slots__ = ("starts", "live", "done")
+    __slots__ = ("starts", "live", "entries", "removed", "clears")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
         self.live: list[MapEntry] = []
-        self.done: list[MapEntry] = []
-
-    def _retire(self, i: int, time: int) -> MapEntry:
-        e = self.live.pop(i)
-        self.starts.pop(i)
-        self.done.append(_replace(e, valid_to=time))
-        return e
+        self.entries: list[MapEntry] = []
+        self.removed: set[int] = set()
+        self.clears: list[int] = []
 
     def insert(self, new: MapEntry) -> None:
-        t = new.valid_from
-        s, e = new.start, new.end
-        i = bisect_left(self.starts, s)
-        if i > 0 and self.live[i - 1].end > s:
-            i -= 1
-        pieces: list[MapEntry] = []
-        while i < len(self.live) and self.live[i].start < e:
-            old = self._retire(i, t)
-            if old.start < s:
-                pieces.append(_replace(old, end=s, valid_from=t, valid_to=END_OF_TIME))
-            if old.end > e:
-                pieces.append(
-                    _replace(old, start=e, pgoff=old.pgoff + (e - old.start), valid_from=t, valid_to=END_OF_TIME)
-                )
-        for p in pieces + [new]:
-            j = bisect_left(self.starts, p.start)
-            self.starts.insert(j, p.start)
-            self.live.insert(j, p)
+        paint(self.starts, self.live, new)
+        self.entries.append(new)
 
     def remove_range(self, start: int, end: int, time: int) -> None:
-        """Retire what overlaps [start, end) (no survivors kept: used for unregistered ksymbols)."""
-        i = bisect_right(self.starts, start) - 1
-        i = max(i, 0)
-        while i < len(self.live) and self.live[i].start < end:
-            if self.live[i].end > start:
-                self._retire(i, time)
-            else:
-                i += 1
+        """Unmap [start, end) from ``time`` on (unregistered ksymbols)."""
+        tomb = MapEntry(start, end, 0, "", None, 0, 0, -1, time, mapped_at=time)
+        paint(self.starts, self.live, tomb, keep=False)
+        self.removed.add(len(self.entries))
+        self.entries.append(tomb)
 
     def clear(self, time: int) -> None:
-        while self.live:
-            self._retire(len(self.live) - 1, time)
+        self.starts, self.live = [], []
+        if self.entries:
+            self.clears.append(time)
 
     def copy_from(self, other: "_Space", pid: int, time: int) -> None:
         self.clear(time)
-        for e in other.live:
-            c = _replace(e, pid=pid, valid_from=time, valid_to=END_OF_TIME)
-            self.starts.append(c.start)
-            self.live.append(c)
+        copies = [_replace(e, pid=pid, valid_from=time, valid_to=END_OF_TIME) for e in other.live]
+        self.live = list(copies)
+        self.starts = [c.start for c in copies]
+        self.entries.extend(copies)
 
     def index(self) -> MapIndex:
-        return MapIndex(self.done + self.live)
+        clears = self.clears
+        entries = self.entries
+        if clears:
+            entries = []
+            for e in self.entries:
+                k = bisect_right(clears, e.valid_from)
+                entries.append(_replace(e, valid_to=clears[k]) if k < len(clears) else e)
+        return MapIndex(entries, removed=frozenset(self.removed), clears=clears)
 
 
 _MAP_FIELDS = tuple(f.name for f in dataclasses.fields(MapEntry))

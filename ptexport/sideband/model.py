@@ -19,8 +19,9 @@ its hypervisor process's pid (0 when unknown: perf's default guest).
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -141,13 +142,15 @@ class Thread:
 
 @dataclass(frozen=True, slots=True)
 class MapEntry:
-    """One mapping of a file (or anon/special region) into an address space, valid for a time range.
+    """One mapping of a file (or anon/special region) into an address space, as an MMAP record made it.
 
-    ``[start, end)`` are addresses, ``pgoff`` the file offset of ``start``.
-    ``valid_from``/``valid_to`` bound the time in which this exact range was
-    mapped: a later overlapping mmap cuts it (the surviving pieces become new
-    entries from that time, as perf's maps__fixup_overlappings does), exec
-    ends it.  ``mapped_at`` is the time of the MMAP record it came from.
+    ``[start, end)`` are addresses, ``pgoff`` the file offset of ``start``.  It is
+    valid from ``valid_from`` (its record's time; a fork's time for maps a child
+    inherited) until ``valid_to`` (the exec that dropped it, else the end of the
+    trace); a later mmap over part of its range shadows that part only, which is
+    perf's maps__fixup_overlappings: look addresses up one by one, or take
+    :meth:`MapIndex.live_at` for the cut-up address space at one time.
+    ``mapped_at`` is the time of the MMAP record it came from.
     """
 
     start: int
@@ -195,46 +198,131 @@ class MapEntry:
 class MapIndex:
     """All mappings one address space ever had, indexed for (address, time) lookups.
 
-    The address axis is cut at every map boundary into elementary intervals;
-    each interval keeps the time-ordered, non-overlapping list of entries that
-    covered it.  A lookup is two bisections.
+    At ``(addr, time)`` the answer is the latest mapping made at or before
+    ``time`` that covers ``addr`` - later mmaps shadow earlier ones where they
+    overlap - unless the space was cleared (exec) or the range unmapped
+    (unregistered ksymbol) after it.  Mappings sit in a segment tree over the
+    address boundaries (each in O(log n) nodes, in time order), so a lookup is
+    a walk from one leaf to the root with a bisection per node, and the index
+    stays O(n log n) however the mappings overlap.
     """
 
-    __slots__ = ("entries", "_bounds", "_cells")
+    __slots__ = ("entries", "_removed", "_clears", "_bounds", "_size", "_nodes")
 
-    def __init__(self, entries: list[MapEntry]) -> None:
-        self.entries: tuple[MapEntry, ...] = tuple(
-            sorted((e for e in entries if e.valid_from < e.valid_to and e.start < e.end), key=lambda e: (e.start, e.valid_from))
-        )
-        bounds = sorted({e.start for e in self.entries} | {e.end for e in self.entries})
+    def __init__(self, entries: list[MapEntry], *, removed: frozenset[int] = frozenset(),
+                 clears: list[int] | None = None) -> None:
+        """``entries`` in the order they were made; indexes in ``removed`` unmap their range instead."""
+        keep = [(i, e) for i, e in enumerate(entries) if e.start < e.end]
+        self._clears = sorted(clears or ())
+        self.entries: tuple[MapEntry, ...] = tuple(e for i, e in keep if i not in removed)
+        bounds = sorted({e.start for _, e in keep} | {e.end for _, e in keep})
         self._bounds = bounds
-        cells: list[list[MapEntry]] = [[] for _ in range(max(len(bounds) - 1, 0))]
+        size = 1
+        while size < len(bounds) - 1:
+            size <<= 1
+        self._size = size
         pos = {b: i for i, b in enumerate(bounds)}
-        for e in self.entries:
-            for i in range(pos[e.start], pos[e.end]):
-                cells[i].append(e)
-        self._cells: list[tuple[list[int], list[MapEntry]]] = []
-        for cell in cells:
-            cell.sort(key=lambda e: e.valid_from)
-            self._cells.append(([e.valid_from for e in cell], cell))
+        # node -> (valid_from list, rank list, entry-or-None list), appended in rank (= creation) order
+        nodes: dict[int, tuple[list[int], list[int], list[MapEntry | None]]] = {}
+        order = sorted(range(len(keep)), key=lambda k: (keep[k][1].valid_from, k))
+        for rank, k in enumerate(order):
+            i, e = keep[k]
+            val = None if i in removed else e
+            lo, hi = pos[e.start] + size, pos[e.end] + size
+            while lo < hi:
+                if lo & 1:
+                    _node_add(nodes, lo, e.valid_from, rank, val)
+                    lo += 1
+                if hi & 1:
+                    hi -= 1
+                    _node_add(nodes, hi, e.valid_from, rank, val)
+                lo >>= 1
+                hi >>= 1
+        table: list = [None] * (2 * size)
+        for node, hit in nodes.items():
+            table[node] = hit
+        self._nodes = table
 
     def __len__(self) -> int:
         return len(self.entries)
 
     def at(self, addr: int, time: int) -> MapEntry | None:
         i = bisect_right(self._bounds, addr) - 1
-        if i < 0 or i >= len(self._cells):
+        if i < 0 or i >= len(self._bounds) - 1:
             return None
-        froms, cell = self._cells[i]
-        j = bisect_right(froms, time) - 1
-        if j < 0:
+        node = i + self._size
+        best_rank, best = -1, None
+        nodes = self._nodes
+        while node:
+            hit = nodes[node]
+            if hit is not None:
+                times = hit[0]
+                if times[0] <= time:
+                    j = bisect_right(times, time) - 1 if times[-1] > time else len(times) - 1
+                    if hit[1][j] > best_rank:
+                        best_rank, best = hit[1][j], hit[2][j]
+                        if best is None:
+                            best = _REMOVED
+            node >>= 1
+        if best is None or best is _REMOVED:
             return None
-        e = cell[j]
-        return e if time < e.valid_to else None
+        if self._clears:
+            c = bisect_right(self._clears, time) - 1
+            if c >= 0 and best.valid_from < self._clears[c]:
+                return None  # dropped by an exec after it was mapped
+        return best
 
     def live_at(self, time: int) -> list[MapEntry]:
-        """The address space at ``time``, sorted by address."""
-        return [e for e in self.entries if e.valid_from <= time < e.valid_to]
+        """The address space at ``time``, sorted by address, with shadowed parts cut away."""
+        c = bisect_right(self._clears, time) - 1
+        since = self._clears[c] if c >= 0 else None
+        starts: list[int] = []
+        live: list[MapEntry] = []
+        for e in sorted(self.entries, key=lambda e: e.valid_from):  # stable: creation order
+            if e.valid_from > time:
+                break
+            if since is not None and e.valid_from < since:
+                continue
+            paint(starts, live, e)
+        return live
+
+
+_REMOVED = MapEntry(0, 0, 0, "", None, 0, 0, -1, 0)
+
+
+def _node_add(nodes: dict, node: int, t: int, rank: int, val: MapEntry | None) -> None:
+    hit = nodes.get(node)
+    if hit is None:
+        nodes[node] = ([t], [rank], [val])
+    else:
+        hit[0].append(t)
+        hit[1].append(rank)
+        hit[2].append(val)
+
+
+def paint(starts: list[int], live: list[MapEntry], new: MapEntry, *, keep: bool = True) -> None:
+    """Put ``new`` into a sorted, non-overlapping map list, cutting what it overlaps (maps__fixup_overlappings).
+
+    The surviving pieces of cut maps keep their file offsets; ``keep=False`` only unmaps the range.
+    """
+    s, e = new.start, new.end
+    i = bisect_left(starts, s)
+    if i > 0 and live[i - 1].end > s:
+        i -= 1
+    pieces: list[MapEntry] = []
+    while i < len(live) and live[i].start < e:
+        old = live.pop(i)
+        starts.pop(i)
+        if old.start < s:
+            pieces.append(dataclasses.replace(old, end=s))
+        if old.end > e:
+            pieces.append(dataclasses.replace(old, start=e, pgoff=old.pgoff + (e - old.start)))
+    if keep:
+        pieces.append(new)
+    for p in pieces:
+        j = bisect_left(starts, p.start)
+        starts.insert(j, p.start)
+        live.insert(j, p)
 
 
 class CpuTimeline:

@@ -53,7 +53,7 @@ def test_exec_keeps_maps_when_asked_like_perf():
     assert build_sideband(recs).map_at(7, 0x1000, 20) is None
 
 
-def test_overlapping_mmap_cuts_old_map_into_pieces():
+def test_overlapping_mmap_shadows_part_of_the_old_map():
     recs = [
         R.mmap2(5, 5, 0x10000, 0x10000, "/lib/a.so", 10, pgoff=0x2000),
         R.mmap2(5, 5, 0x14000, 0x4000, "/lib/b.so", 20),
@@ -62,13 +62,51 @@ def test_overlapping_mmap_cuts_old_map_into_pieces():
     assert sb.map_at(5, 0x15000, 15).filename == "/lib/a.so"
     assert sb.map_at(5, 0x15000, 20).filename == "/lib/b.so"
     left, right = sb.map_at(5, 0x13000, 25), sb.map_at(5, 0x19000, 25)
-    assert (left.filename, left.start, left.end, left.pgoff, left.valid_from) == ("/lib/a.so", 0x10000, 0x14000, 0x2000, 20)
-    assert (right.start, right.end, right.pgoff, right.mapped_at) == (0x18000, 0x20000, 0x2000 + 0x8000, 10)
-    assert right.file_offset(0x18000) == 0xA000  # same file byte as before the cut
+    assert left is right and (left.filename, left.start, left.end, left.pgoff, left.valid_from) == (
+        "/lib/a.so", 0x10000, 0x20000, 0x2000, 10)
+    assert right.file_offset(0x18000) == 0xA000
     assert sb.map_at(5, 0x20000, 25) is None and sb.map_at(5, 0xFFFF, 25) is None
+    # the address space at one time, cut up as perf's maps__fixup_overlappings leaves it
     live = sb.host.maps(5).live_at(25)
-    assert [(e.start, e.filename) for e in live] == [(0x10000, "/lib/a.so"), (0x14000, "/lib/b.so"), (0x18000, "/lib/a.so")]
+    assert [(e.start, e.end, e.pgoff, e.filename) for e in live] == [
+        (0x10000, 0x14000, 0x2000, "/lib/a.so"), (0x14000, 0x18000, 0, "/lib/b.so"),
+        (0x18000, 0x20000, 0xA000, "/lib/a.so")]
+    assert [e.filename for e in sb.host.maps(5).live_at(15)] == ["/lib/a.so"]
     assert sb.map_at(5, 0x15000, 5) is None  # before anything was mapped
+
+
+def test_many_maps_inside_one_big_region_stay_cheap():
+    # 4000 small maps punched into one big reserved region: the index must stay O(n log n)
+    import time as _t
+
+    n = 4000
+    recs = [R.mmap2(1, 1, 0x10000000, 0x10000000, "/big", 0)]
+    recs += [R.mmap2(1, 1, 0x10000000 + i * 0x2000, 0x1000, f"/s{i}", 1 + i) for i in range(n)]
+    t0 = _t.perf_counter()
+    sb = build_sideband(recs)
+    assert _t.perf_counter() - t0 < 5
+    assert sb.map_at(1, 0x10000000 + 7 * 0x2000 + 5, 100).filename == "/s7"
+    assert sb.map_at(1, 0x10000000 + 7 * 0x2000 + 5, 7).filename == "/big"  # /s7 came at time 8
+    assert sb.map_at(1, 0x10000000 + 7 * 0x2000 + 0x1000, 10**6).filename == "/big"  # the gap after it
+    assert len(sb.host.maps(1).live_at(10**6)) == 2 * n  # n small maps, each followed by a piece of /big
+
+
+def test_exec_ends_maps_and_ksymbol_unregister_unmaps():
+    from ptexport.perfdata.constants import RecordType as RT
+
+    recs = [
+        R.mmap2(7, 7, 0x1000, 0x1000, "/old", 0),
+        R.comm(7, 7, "new", 10, exec_=True),
+        R.mmap2(7, 7, 0x3000, 0x1000, "/new", 12),
+        R.Rec(RT.KSYMBOL, R.KERNEL, 5, 0, None, None, None, {"addr": 0xFFFF0000, "len": 0x100, "flags": 0, "ksym_name": "bpf_prog_1"}),
+        R.Rec(RT.KSYMBOL, R.KERNEL, 50, 0, None, None, None, {"addr": 0xFFFF0000, "len": 0x100, "flags": 1, "ksym_name": "bpf_prog_1"}),
+    ]
+    sb = build_sideband(recs)
+    old = sb.map_at(7, 0x1000, 9)
+    assert old.valid_to == 10 and sb.map_at(7, 0x1000, 10) is None
+    assert sb.map_at(7, 0x3000, 12).valid_to == END_OF_TIME
+    assert sb.map_at(7, 0xFFFF0010, 20).filename == "bpf_prog_1"
+    assert sb.map_at(7, 0xFFFF0010, 50) is None and sb.map_at(7, 0xFFFF0010, 49) is not None
 
 
 def test_records_out_of_time_order_are_replayed_in_order():
