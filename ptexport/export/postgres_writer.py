@@ -87,6 +87,9 @@ class PostgresWriter(Writer):
             self.conn = self._connect(self.tmp_name)
             with self.conn.cursor() as cur:
                 cur.execute("SET client_min_messages TO WARNING")
+                # a load, not a transaction system: no WAL flush wait per COPY, room to sort keys
+                cur.execute("SET synchronous_commit TO OFF")
+                cur.execute("SET maintenance_work_mem TO '256MB'")
                 for s in self.schema.table_sql.values():
                     cur.execute(s)
                 for s in self.schema.view_sql.values():
