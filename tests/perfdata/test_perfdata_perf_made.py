@@ -290,3 +290,25 @@ def test_sideband_fields_equal_perf_script_D(made, kind):
             checked[r.name] += 1
     assert checked["ID_INDEX"] == 1 and checked["MMAP2"] > 0
     assert checked["SWITCH_CPU_WIDE" if kind == "system_wide" else "SWITCH"] > 0
+
+
+@pytest.mark.parametrize("kind", ["plain", "system_wide", "compressed", "callgraph_fp", "callgraph_dwarf", "pipe",
+                                  "inject_pipe"])
+def test_attrs_equal_perf_header_only(made, kind):
+    from ptexport.perfdata.constants import AttrFlag, ReadFormat, SampleType
+
+    path = made[kind]
+    events = P.header_events(P.perf_header(path))
+    flag_names = {f.name.lower() for f in AttrFlag}
+    with open_perf_data(path) as pd:
+        assert len(events) == len(pd.attrs)
+        for ev, a in zip(events, pd.attrs):
+            assert (a.name, a.ids) == (ev["name"], [int(x) for x in ev["id"].split(", ")])
+            assert (a.type, a.size, a.config) == (int(ev.get("type", "0")), int(ev["size"]),
+                                                  int(ev.get("config", "0"), 0))
+            assert a.sample_period == int(ev["sample_period"])
+            assert "|".join(b.name for b in SampleType if a.sample_type & b) == ev["sample_type"]
+            assert "|".join(b.name for b in ReadFormat if a.read_format & b) == ev["read_format"]
+            assert set(a.flag_names()) == {k for k, v in ev.items() if k in flag_names and v == "1"}
+            assert a.sample_regs_user == int(ev.get("sample_regs_user", "0"), 0)
+            assert a.sample_stack_user == int(ev.get("sample_stack_user", "0"))
