@@ -16,8 +16,11 @@ Semantics follow perf (tools/perf/util/machine.c, thread.c, intel-pt.c):
   ``exec_clears_maps`` (default True) then drops the process's maps, which is
   what the kernel does.  perf keeps them until later mmaps overlap them; pass
   False to get perf's behaviour exactly;
-* MMAP/MMAP2 cut whatever they overlap (maps__fixup_overlappings); kernel-mode
-  ones (and pid -1) go to the machine's kernel maps;
+* MMAP/MMAP2 shadow whatever they overlap (maps__fixup_overlappings); kernel-mode
+  ones (and pid -1) go to the machine's kernel maps; maps whose record has no
+  build-id take it from the BUILD_ID feature (by machine and file name);
+* every machine starts with its idle thread 0/0 "swapper"; a thread seen with
+  pid != tid brings its process's main thread (perf's findnew);
 * per-CPU current thread: CPU-wide switch-out -> next_prev pid/tid,
   switch-in -> the record's pid/tid, per-thread switch-in -> the record's,
   per-thread switch-out ignored, ITRACE_START -> its pid/tid (intel_pt's rules);
