@@ -20,6 +20,7 @@ from . import queries as q
 from .db import Database, ViewerError
 from .dialogs import SelectedBranchesDialog, TopCallsDialog
 from .flamegraph import FlameGraphReport
+from .workers import start
 from .timechart import TimeChartReport
 from .views import (BranchesReport, CallGraphReport, CallTreeReport, Report, SqlConsole, TableReport, TimeSelection,
                     TopCallsReport)
@@ -43,9 +44,18 @@ class MainWindow(QMainWindow):
         kind = "ptexport" if db.caps.ptexport else "perf export"
         self.statusBar().showMessage(f"{db.display_name} ({kind}, read-only)")
         self.selection.changed.connect(self._selection_changed)
+        self.loss_label = QLabel()
+        self.loss_label.setStyleSheet("color: #c00")
+        self.statusBar().addWidget(self.loss_label)
+        self._loss_job = start(db, q.data_loss, on_result=self._show_loss)
         self.dialog = None
         self.branch_events = db.caps.branch_events
         self._menus()
+
+    def _show_loss(self, rows: list[tuple[str, int, str]]) -> None:
+        if rows:
+            self.loss_label.setText("data loss: " + ", ".join(f"{n} {v}" for n, v, _ in rows))
+            self.loss_label.setToolTip("\n".join(f"{n}: {v} - {d}" for n, v, d in rows))
 
     # -- menus -----------------------------------------------------------------
     def _act(self, menu, text: str, slot: Callable, shortcut: QKeySequence | str | None = None) -> QAction:

@@ -779,7 +779,7 @@ def cpu_intervals(s: Session, machine_id: int, cpu: int, start: int, end: int) -
 class PointEvent(NamedTuple):
     time: int
     cpu: int
-    kind: str      # 'cbr', 'ptwrite', 'pwre', 'pwrx'
+    kind: str      # 'cbr', 'ptwrite', 'pwre', 'pwrx', 'error' (a decoder error)
     value: str
     amount: float = 0.0   # MHz for cbr
 
@@ -811,8 +811,27 @@ def point_events(s: Session, machine_id: int | None = None) -> list[PointEvent]:
         for t, cpu, deep, last in s.rows("SELECT samples.time, samples.cpu, pwrx.deepest_cstate, pwrx.last_cstate "
                                          f"FROM pwrx JOIN samples ON samples.id = pwrx.id WHERE 1=1{mfilter}", params):
             out.append(PointEvent(int(t), int(cpu), "pwrx", f"exit C{last} (deepest C{deep})"))
+    if caps.has("decode_errors") and caps.has_column("decode_errors", "time"):
+        cols = caps.columns("decode_errors")
+        what = "COALESCE(kind, '') || ': ' || COALESCE(message, '')" if {"kind", "message"} <= set(cols) else (
+            "COALESCE(message, '')" if "message" in cols else "''")
+        emach = " AND machine_id = :m" if machine_id is not None and "machine_id" in cols else ""
+        for t, cpu, msg in s.rows(f"SELECT time, cpu, {what} FROM decode_errors WHERE time IS NOT NULL AND time <> 0"
+                                  f"{emach} ORDER BY time LIMIT 100000", params if emach else {}):
+            out.append(PointEvent(int(t), int(cpu if cpu is not None else -1), "error", str(msg)))
     out.sort()
     return out
+
+
+def data_loss(s: Session) -> list[tuple[str, int, str]]:
+    """ptexport's ``stats`` rows that report lost data or errors: (name, value, description)."""
+    caps = s.db.caps
+    if not caps.has("stats") or not {"name", "value", "severity"} <= set(caps.columns("stats")):
+        return []
+    desc = "description" if caps.has_column("stats", "description") else "''"
+    return [(n, int(v or 0), d or "") for n, v, d in s.rows(
+        f"SELECT name, SUM(value), MAX({desc}) FROM stats WHERE severity IN ('data_loss', 'error') "
+        "GROUP BY name HAVING SUM(value) > 0 ORDER BY name")]
 
 
 # ----------------------------------------------------------------------------

@@ -270,7 +270,7 @@ class ChartWidget(QWidget):
     def _events(self, p: QPainter, y: float) -> None:
         right = self.width() - 10
         p.setPen(QColor(60, 60, 60))
-        p.drawText(QRectF(4, y, LABEL_W - 8, EVENTS_H), Qt.AlignVCenter | Qt.AlignLeft, "power / ptwrite")
+        p.drawText(QRectF(4, y, LABEL_W - 8, EVENTS_H), Qt.AlignVCenter | Qt.AlignLeft, "power / ptwrite / errors")
         p.fillRect(QRectF(LABEL_W, y, right - LABEL_W, EVENTS_H), QColor(250, 248, 240))
         ev = self.data.events
         cbr = [e for e in ev if e.kind == "cbr"]
@@ -293,6 +293,11 @@ class ChartWidget(QWidget):
             if e.kind == "cbr" or not (self.t0 <= e.time <= self.t1):
                 continue
             x = self.x_of(e.time)
+            if e.kind == "error":
+                p.setPen(QPen(QColor(210, 0, 0), 2))
+                p.drawLine(QPointF(x - 4, y + EVENTS_H - 14), QPointF(x + 4, y + EVENTS_H - 6))
+                p.drawLine(QPointF(x - 4, y + EVENTS_H - 6), QPointF(x + 4, y + EVENTS_H - 14))
+                continue
             color = QColor(200, 0, 120) if e.kind == "ptwrite" else QColor(0, 140, 90)
             p.setPen(QPen(color, 2))
             p.setBrush(color)

@@ -64,6 +64,8 @@ EXT_TABLES = {
              "vmcs bigint, tsc_offset bigint",
     "decode_errors": "id integer NOT NULL PRIMARY KEY, cpu integer, time bigint, ip bigint, "
                      "offset_ bigint, code integer, message varchar(256)",
+    "stats": "id integer NOT NULL PRIMARY KEY, name varchar(64), cpu integer, value bigint, "
+             "severity varchar(16), description varchar(256)",
 }
 
 # Portable (SQLite and PostgreSQL) versions of perf's views.
@@ -236,6 +238,8 @@ def table_rows(extensions: bool = True) -> dict[str, list[tuple]]:
     if extensions:
         rows["vcpus"] = VCPUS
         rows["decode_errors"] = [(1, 0, 1500, 0x1234, 0x400, 3, "bad packet")]
+        rows["stats"] = [(1, "lost_data", 0, 4096, "data_loss", "bytes of trace lost (AUX truncated)"),
+                         (2, "samples", -1, 30, "info", "branch samples")]
     return rows
 
 

@@ -254,8 +254,12 @@ def test_time_chart_data(db):
         assert [(i.start, i.end, i.tid, i.comm) for i in iv] == [
             (900, 1150, 0, "swapper"), (1150, 2050, 50, "gapp"), (2050, 2700, 0, "swapper")]
         ev = q.point_events(s)
+        errors = [(1500, "error", "bad packet")] if db.caps.ptexport else []
         assert [(e.time, e.kind, e.value) for e in ev] == [
-            (1000, "cbr", "2000 MHz (50%)"), (1600, "ptwrite", "0xdeadbeef"), (1800, "cbr", "3000 MHz (75%)")]
+            (1000, "cbr", "2000 MHz (50%)")] + errors + [(1600, "ptwrite", "0xdeadbeef"),
+                                                         (1800, "cbr", "3000 MHz (75%)")]
+        assert q.data_loss(s) == ([("lost_data", 4096, "bytes of trace lost (AUX truncated)")]
+                                  if db.caps.ptexport else [])
 
 
 def test_machines_and_vcpus(db):

@@ -117,6 +117,8 @@ def test_call_graph_report(qtbot, qtmodeltester, window, tmp_path):
     view.setCurrentIndex(child(model, main, "bar"))
     text = rep.copy()
     assert text.splitlines()[0].startswith("Call Path\tObject") and text.splitlines()[1].strip().startswith("bar\tapp\t1\t500\t50.0")
+    # ptexport's stats: data loss is reported in the status bar
+    qtbot.waitUntil(lambda: window.loss_label.text() == "data loss: lost_data 4096", timeout=TIMEOUT)
     non_blank(window, tmp_path / "call_graph.png")
 
 
