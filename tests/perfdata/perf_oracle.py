@@ -1,7 +1,10 @@
-"""Run perf 6.1 and parse what it prints: `perf report --stats`, `perf script -D`, `--header-only -I`."""
+"""Run perf 6.1 and parse what it prints: `perf report --stats`, `perf script -D`, `--header-only -I`.
+
+Results are cached by path (test files do not change once made); callers must not mutate them."""
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -19,6 +22,7 @@ def run(args: list[str], **kw) -> str:
     return subprocess.run(args, check=True, capture_output=True, text=True, errors="replace", **kw).stdout
 
 
+@functools.lru_cache(maxsize=64)
 def perf_stats(path: Path) -> dict[str, int]:
     """`perf report --stats`: the Aggregated stats block as {record name: count} (TOTAL left out)."""
     out = run(["perf", "report", "--stats", "-i", str(path)])
@@ -55,6 +59,7 @@ class DumpRecord:
     lines: list[str] = field(default_factory=list)
 
 
+@functools.lru_cache(maxsize=16)
 def perf_dump(path: Path) -> list[DumpRecord]:
     """`perf script -D`: one DumpRecord per raw event in the order perf read them."""
     out = run(["perf", "script", "-D", "-i", str(path)])
@@ -96,6 +101,7 @@ def perf_dump(path: Path) -> list[DumpRecord]:
     return recs
 
 
+@functools.lru_cache(maxsize=64)
 def perf_header(path: Path) -> str:
     return run(["perf", "report", "--header-only", "-I", "-i", str(path)])
 
