@@ -42,7 +42,8 @@ class MainWindow(QMainWindow):
         self.sel_label = QLabel("no time selection")
         self.statusBar().addPermanentWidget(self.sel_label)
         kind = "ptexport" if db.caps.ptexport else "perf export"
-        self.statusBar().showMessage(f"{db.display_name} ({kind}, read-only)")
+        self.db_label = QLabel(f"{db.display_name} ({kind}, read-only)")
+        self.statusBar().addWidget(self.db_label)      # a widget, not a message: messages hide widgets
         self.selection.changed.connect(self._selection_changed)
         self.loss_label = QLabel()
         self.loss_label.setStyleSheet("color: #c00")
