@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import struct
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,8 @@ except ImportError:  # pragma: no cover - a dependency
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
 COPY_TRAILER = struct.pack("!h", -1)
 CHUNK_ROWS = 1 << 18
+#: COPY batches queued for the background thread before write_* waits (bounded memory).
+MAX_PENDING = 2
 _BINARY = {"bigint": (">i8", 8), "integer": (">i4", 4), "boolean": ("u1", 1)}
 
 
@@ -69,6 +73,8 @@ class PostgresWriter(Writer):
         self.target = _redacted(self.params)
         self.tmp_name = f"{self.dbname[:30]}__ptexport_tmp_{os.getpid()}"
         self.conn = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: deque[Future[None]] = deque()
         self.admin = self._connect("postgres")
         try:
             exists = self._database_exists(self.dbname)
@@ -119,11 +125,36 @@ class PostgresWriter(Writer):
         fmt = pgsql.SQL(" (FORMAT binary)") if binary else pgsql.SQL("")
         return pgsql.SQL("COPY {} ({}) FROM STDIN").format(pgsql.Identifier(table), cols) + fmt
 
+    def _submit(self, fn: Any, *args: Any) -> None:
+        """Run a COPY in the one background thread (in order); the caller goes on with the next batch."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptexport-copy")
+        while len(self._pending) >= MAX_PENDING:
+            self._pending.popleft().result()
+        self._pending.append(self._pool.submit(fn, *args))
+
+    def _drain(self) -> None:
+        while self._pending:
+            self._pending.popleft().result()
+
     def _insert_rows(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        self._submit(self._copy_rows, table, rows)
+
+    def _copy_rows(self, table: str, rows: list[tuple[Any, ...]]) -> None:
         try:
             with self.conn.cursor() as cur, cur.copy(self._copy_sql(table, False)) as cp:
                 for r in rows:
                     cp.write_row(r)
+        except psycopg.Error as e:
+            raise _wrap(e, self.target, f"writing {table}") from e
+
+    def _copy_binary(self, table: str, chunks: list[bytes]) -> None:
+        try:
+            with self.conn.cursor() as cur, cur.copy(self._copy_sql(table, True)) as cp:
+                cp.write(COPY_HEADER)
+                for chunk in chunks:
+                    cp.write(chunk)
+                cp.write(COPY_TRAILER)
         except psycopg.Error as e:
             raise _wrap(e, self.target, f"writing {table}") from e
 
@@ -148,34 +179,28 @@ class PostgresWriter(Writer):
         for j, c in enumerate(cdefs):
             fields += [(f"l{j}", ">i4"), (f"v{j}", _BINARY[c.type][0])]
         dt = np.dtype(fields)
-        try:
-            with self.conn.cursor() as cur, cur.copy(self._copy_sql(table, True)) as cp:
-                cp.write(COPY_HEADER)
-                for start in range(0, n, CHUNK_ROWS):
-                    stop = min(n, start + CHUNK_ROWS)
-                    rec = np.empty(stop - start, dtype=dt)
-                    rec["n"] = len(cdefs)
-                    for j, c in enumerate(cdefs):
-                        rec[f"l{j}"] = _BINARY[c.type][1]
-                        v = cols[c.name]
-                        if np.isscalar(v):
-                            rec[f"v{j}"] = int(v)
-                        else:
-                            a = np.asarray(v[start:stop])
-                            if c.type == "boolean":
-                                a = a != 0
-                            elif c.type == "integer":
-                                a = a.astype(np.int64, copy=False)
-                            else:
-                                a = a.astype(np.int64, copy=False)
-                            rec[f"v{j}"] = a
-                    cp.write(rec.tobytes())
-                cp.write(COPY_TRAILER)
-        except psycopg.Error as e:
-            raise _wrap(e, self.target, f"writing {table}") from e
+        chunks = []
+        for start in range(0, n, CHUNK_ROWS):
+            stop = min(n, start + CHUNK_ROWS)
+            rec = np.empty(stop - start, dtype=dt)
+            rec["n"] = len(cdefs)
+            for j, c in enumerate(cdefs):
+                rec[f"l{j}"] = _BINARY[c.type][1]
+                v = cols[c.name]
+                if np.isscalar(v):
+                    rec[f"v{j}"] = int(v)
+                else:
+                    a = np.asarray(v[start:stop])
+                    rec[f"v{j}"] = (a != 0) if c.type == "boolean" else a.astype(np.int64, copy=False)
+            chunks.append(rec.tobytes())
+        self._submit(self._copy_binary, table, chunks)
 
     # ------------------------------------------------------------ end
     def _finish_database(self) -> None:
+        self._drain()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         try:
             with self.conn.cursor() as cur:
                 for s in self.schema.primary_key_sql():
@@ -199,6 +224,16 @@ class PostgresWriter(Writer):
                 self.admin.close()
 
     def abort(self) -> None:
+        for f in self._pending:
+            f.cancel()
+        try:
+            self._drain()
+        except BaseException:  # noqa: BLE001 - aborting anyway; the temporary database goes
+            pass
+        self._pending.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self.conn is not None:
             try:
                 self.conn.close()
