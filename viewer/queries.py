@@ -13,6 +13,7 @@ LIMIT :n``), never with OFFSET and never whole.
 from __future__ import annotations
 
 import re
+from decimal import ROUND_HALF_UP, Decimal
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Sequence
 
@@ -68,17 +69,18 @@ def dso_name(name: str | None) -> str:
     return name or ""
 
 
-def percent(part: float, whole: float) -> str:
-    """perf's one-decimal percentage (round half up), '' when the whole is zero."""
+def percent(part: int, whole: int) -> str:
+    """perf's one-decimal percentage (Decimal, round half up); "0.0" when the whole is zero."""
     if not whole:
-        return ""
-    return f"{(100.0 * part / whole) + 1e-9:.1f}"
+        return "0.0"
+    return str((Decimal(part) * 100 / Decimal(whole)).quantize(Decimal(".1"), rounding=ROUND_HALF_UP))
 
 
 def ipc(insn: int | None, cyc: int | None) -> str:
+    """perf's instructions per cycle, two decimals, "0" without counts."""
     if not insn or not cyc:
         return "0"
-    return f"{insn / cyc + 1e-9:.2f}"
+    return str(Decimal(float(insn) / cyc).quantize(Decimal(".01"), rounding=ROUND_HALF_UP))
 
 
 # ----------------------------------------------------------------------------

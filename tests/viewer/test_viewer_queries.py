@@ -66,7 +66,8 @@ def test_percent_and_ipc_follow_perf():
     assert q.percent(260, 1000) == "26.0"
     assert q.percent(1, 3) == "33.3"
     assert q.percent(1, 8) == "12.5"
-    assert q.percent(5, 0) == ""
+    assert q.percent(5, 0) == "0.0"
+    assert q.percent(1, 16) == "6.3"       # 6.25 rounds half up
     assert q.ipc(3000, 1500) == "2.00"
     assert q.ipc(0, 10) == "0"
 
