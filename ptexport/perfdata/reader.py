@@ -114,6 +114,26 @@ def _counts_to_stats(counts: list[int], extra: dict[int, int]) -> RecordStats:
     return st
 
 
+class _Tally:
+    """Record counts of one pass (each pass counts on its own, so two iterations never mix)."""
+
+    __slots__ = ("counts", "extra")
+
+    def __init__(self) -> None:
+        self.counts = [0] * 128
+        self.extra: dict[int, int] = {}
+
+    def add(self, counts: list[int], extra: dict[int, int]) -> None:
+        for i, n in enumerate(counts):
+            if n:
+                self.counts[i] += n
+        for t, n in extra.items():
+            self.extra[t] = self.extra.get(t, 0) + n
+
+    def stats(self) -> RecordStats:
+        return _counts_to_stats(self.counts, self.extra)
+
+
 class _Source:
     """One file of a recording: a name, a buffer (mmap or bytes) and the record region in it."""
 
@@ -186,8 +206,6 @@ class PerfData:
         self._prefetched: list[Record] = []
         self._stream_pos = 0
         self._stats: RecordStats | None = None
-        self._live_counts: list[int] | None = None
-        self._live_extra: dict[int, int] = {}
         try:
             if stream is not None:
                 self._open_stream(stream, self.path)
@@ -516,11 +534,7 @@ class PerfData:
             self._consume(rec, src.name)
         return nxt
 
-    def _iter_source(self, src: _Source) -> Iterator[Record]:
-        """Parse every record of one file's record region, in file order."""
-        return chain.from_iterable(self._record_chunks(src))
-
-    def _record_chunks(self, src: _Source) -> Iterator[list[Record]]:
+    def _record_chunks(self, src: _Source, tally: "_Tally") -> Iterator[list[Record]]:
         """Parse one file's records in file order, handed out in lists of up to 128 (chained by the
         caller: one generator resume per chunk, not per record). An error is raised after the records
         before it have been handed out."""
@@ -588,9 +602,9 @@ class PerfData:
                 yield out
             raise
         yield out
-        self._add_counts(counts, extra)
+        tally.add(counts, extra)
 
-    def _header_chunks(self, src: _Source) -> Iterator:
+    def _header_chunks(self, src: _Source, tally: "_Tally") -> Iterator:
         """The header walk of one file as chunks (lists or zip iterators) of (offset, type, misc, size):
         kernel records are not parsed; user records are (payloads, COMPRESSED). Chunks let a caller
         chain them, so runs of same-size records pass through C iterators only."""
@@ -680,22 +694,13 @@ class PerfData:
         yield out
         if comp is not None:
             comp.finish()
-        self._add_counts(counts, extra)
+        tally.add(counts, extra)
 
     def _all_header_chunks(self) -> Iterator:
-        self._live_counts = None
-        self._live_extra = {}
+        tally = _Tally()
         for src in self._sources:
-            yield from self._header_chunks(src)
-        self._stats = _counts_to_stats(self._live_counts or [], self._live_extra)
-
-    def _add_counts(self, counts: list[int], extra: dict[int, int]) -> None:
-        if self._live_counts is None:
-            self._live_counts = [0] * 128
-        for i, n in enumerate(counts):
-            self._live_counts[i] += n
-        for t, n in extra.items():
-            self._live_extra[t] = self._live_extra.get(t, 0) + n
+            yield from self._header_chunks(src, tally)
+        self._stats = tally.stats()
 
     def _iter_stream(self) -> Iterator[Record]:
         f = self._stream
@@ -768,11 +773,10 @@ class PerfData:
         return chain.from_iterable(self._all_record_chunks())
 
     def _all_record_chunks(self) -> Iterator[list[Record]]:
-        self._live_counts = None
-        self._live_extra = {}
+        tally = _Tally()
         for src in self._sources:
-            yield from self._record_chunks(src)
-        self._stats = _counts_to_stats(self._live_counts or [], self._live_extra)
+            yield from self._record_chunks(src, tally)
+        self._stats = tally.stats()
 
     def ordered_records(self) -> Iterator[Record]:
         """Records in the order perf delivers them (its ordered-events queue): user records (>= 64) and
@@ -781,14 +785,13 @@ class PerfData:
         and the rest at the end. Memory holds at most about two rounds. For the multi-file directory
         format each file is ordered this way and the files are merged by time."""
         if self._stream is None and len(self._sources) > 1:
-            its = [self._ordered(self._iter_source(src)) for src in self._sources]
-            self._live_counts = None
-            self._live_extra = {}
+            tally = _Tally()
+            its = [self._ordered(chain.from_iterable(self._record_chunks(src, tally))) for src in self._sources]
             seq = iter(range(1 << 62))
             keyed = [((_timestamp(r) or 0, next(seq), r) for r in it) for it in its]
             for _t, _n, r in heapq.merge(*keyed):
                 yield r
-            self._stats = _counts_to_stats(self._live_counts or [], self._live_extra)
+            self._stats = tally.stats()
             return
         yield from self._ordered(self.records())
 

@@ -608,3 +608,11 @@ def test_fifo_is_streamed(tmp_path):
     t.join()
     with pytest.raises(PerfDataError, match="no such file"):
         open_perf_data(tmp_path / "missing.data")
+
+
+def test_two_interleaved_passes_count_separately():
+    pd = perf_data_from_bytes(two_attr_file(kernel_records()), "k.data")
+    a, b = pd.records(), pd.iter_headers()
+    next(a)
+    assert len(list(b)) == 22 and pd.stats.total == 22
+    assert len(list(a)) == 21 and pd.stats.total == 22
