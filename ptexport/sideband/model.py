@@ -39,9 +39,13 @@ KERNEL_MAPS = "kernel"
 END_OF_TIME = 1 << 64
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Comm:
-    """One name period of a thread: from ``start`` until the thread's next comm."""
+    """One name period of a thread: from ``start`` until the thread's next comm.
+
+    Compared by identity, like perf's ``struct comm``: two threads named "sh"
+    have two Comm objects (an exporter keys its comms table rows on them).
+    """
 
     comm: str
     start: int
@@ -396,12 +400,21 @@ class AuxEvent:
 
     @property
     def truncated(self) -> bool:
+        """PERF_AUX_FLAG_TRUNCATED: the buffer was full; perf's intel_pt reports "Lost trace data" here."""
         return bool(self.flags & 0x01)
 
     @property
     def lost_data(self) -> bool:
-        # perf intel_pt reports "Lost trace data" for truncated AUX areas (collisions too).
-        return bool(self.flags & 0x09)
+        """perf 6.1 intel_pt synthesizes "Lost trace data" for TRUNCATED only (not PARTIAL/COLLISION)."""
+        return bool(self.flags & 0x01)
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.flags & 0x04)
+
+    @property
+    def collision(self) -> bool:
+        return bool(self.flags & 0x08)
 
 
 @dataclass(frozen=True, slots=True)

@@ -254,3 +254,12 @@ def test_kvm_vcpu_threads_without_guest_sideband():
     assert sb.vcpu_of_host_thread(902, 20) == (900, 1)
     assert sb.vcpu_of_host_thread(902, 12) is None  # still named after qemu at that time
     assert sb.vcpu_thread(900, 0) is None  # no guest machine 900 without its sideband
+
+
+def test_aux_flags_and_comm_identity():
+    sb = build_sideband([R.aux(1, 5, 0, 0x10, flags=0x08), R.aux(1, 6, 0x10, 0x10, flags=0x05),
+                         R.comm(1, 1, "sh", 0), R.comm(2, 2, "sh", 0)])
+    coll, trunc = sb.aux_events[1]
+    assert (coll.collision, coll.lost_data, trunc.truncated, trunc.partial, trunc.lost_data) == (True, False, True, True, True)
+    a, b = sb.host.thread(1).comms[0], sb.host.thread(2).comms[0]
+    assert a is not b and a != b and len({a, b}) == 2  # one comm per thread, as perf's struct comm
