@@ -1,0 +1,447 @@
+"""Fast perf-mode decoding: the numba twin of ``PerfSession.decode_queue`` for branch samples.
+
+:func:`decode_queue_fast` returns what ``PerfSession.decode_queue`` returns
+(rows with perf's branch and error samples, setup failures, and the per-step
+items the session's merge needs) for ``--itrace`` selections made of
+branches (``b``, ``c``, ``r``) and errors (``e``, with ``-o``/``-l``); the
+decoder itself is :mod:`ptexport.flow.perffast_kernel`, a port of
+:mod:`ptexport.flow.perfmode` (which stays the readable reference; the
+differential tests in ``tests/flow/test_perffast.py`` hold them equal).
+
+How code is read.  The kernel answers perf's ``walk_insn`` from a table of
+basic blocks keyed by IP.  IP -> code depends on the address space the
+walker sees (the process current on the CPU at the last sample, the maps at
+that time), so there is one table per *context* (pid, whether a thread is
+known, which map generation of that pid and the kernel is live); the kernel
+stops when the sample time leaves the TSC range of its context, and Python
+switches tables.  A miss (a block not in the table yet), a walk the table
+cannot answer (code that cannot be read, a block crossing a mapping's end,
+walks bounded by an instruction count) or a PSB found inside a packet
+returns to Python, which asks the reference walker
+(:class:`~ptexport.pipeline.codewalk.PerfCodeWalker`) or re-tokenizes, and
+the kernel re-runs that decode step from a snapshot.
+
+Without numba (the optional ``fast`` extra) :func:`available` is False and
+callers use the reference.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Any
+
+import numpy as np
+
+from ptexport.flow import perffast_kernel as K
+from ptexport.flow.perffast_tok import numba, tokenize_fast
+from ptexport.flow.perfmode import BR_NO_BRANCH, PERIOD_NONE
+
+_MASK64 = (1 << 64) - 1
+_I64_MAX = (1 << 63) - 1
+_STACK = 1 << 16
+_OUT_CAP = 1 << 18
+
+
+def available() -> bool:
+    return numba is not None
+
+
+def supported(session: Any) -> bool:
+    """True when the fast path reproduces ``decode_queue`` for this session's options."""
+    it = session.cfg.itrace
+    if numba is None:
+        return False
+    if it.instructions or it.transactions or it.ptwrites or it.pwr_events:
+        return False
+    return session.params.period_type == PERIOD_NONE
+
+
+def _i64(v: int) -> int:
+    v &= _MASK64
+    return v - (1 << 64) if v >> 63 else v
+
+
+class FastRows:
+    """``_Rows`` of the session, as arrays (``cols`` maps column name -> numpy array)."""
+
+    def __init__(self, cols: dict[str, np.ndarray], setup_failures: list[int],
+                 items_err: np.ndarray, items_ts: np.ndarray) -> None:
+        self.cols = cols
+        self.setup_failures = setup_failures
+        self.items_err = items_err
+        self.items_ts = items_ts
+
+    def __len__(self) -> int:
+        return len(self.cols["kind"])
+
+
+class _Table:
+    """One context's block table (open addressing; see perffast_kernel.tab_find)."""
+
+    def __init__(self, size: int = 1 << 12) -> None:
+        self.hk = np.zeros(size, np.int64)
+        self.hv = np.full(size, -1, np.int64)
+        self.n = 0
+
+
+class _Blocks:
+    """Blocks shared by all tables of a queue decoder: rows of BK and boundary offsets BND."""
+
+    def __init__(self) -> None:
+        self.bk = np.zeros((1024, K.BK_SIZE), np.int64)
+        self.bnd = np.zeros(1 << 14, np.int64)
+        self.n = 0
+        self.nb = 0
+        self.index: dict[tuple[str, int], int] = {}  # (object name, file offset) -> block row
+
+    def add(self, cnt: int, nbytes: int, insn: Any, bounds: list[int]) -> int:
+        if self.n >= len(self.bk):
+            self.bk = np.concatenate([self.bk, np.zeros_like(self.bk)])
+        while self.nb + len(bounds) > len(self.bnd):
+            self.bnd = np.concatenate([self.bnd, np.zeros_like(self.bnd)])
+        i = self.n
+        self.bk[i] = (cnt, nbytes, insn.op, insn.branch, insn.length, insn.rel, self.nb, len(bounds))
+        self.bnd[self.nb:self.nb + len(bounds)] = bounds
+        self.nb += len(bounds)
+        self.n += 1
+        return i
+
+
+class _Tokens:
+    """A queue's packets as one array set (the kernel's PK/BI/BD)."""
+
+    def __init__(self, buffers: list[Any]) -> None:
+        self.datas = [bytes(b.data) for b in buffers]
+        self.cols = [tokenize_fast(d) for d in self.datas]
+        self.meta = buffers
+        self.build()
+
+    def build(self) -> None:
+        n = sum(len(c) for c in self.cols)
+        pk = np.empty((4, n), np.int64)
+        bi = np.zeros((len(self.cols), K.BI_SIZE), np.int64)
+        at = 0
+        dat = 0
+        for i, (c, b, d) in enumerate(zip(self.cols, self.meta, self.datas)):
+            m = len(c)
+            pk[0, at:at + m] = c.kind
+            pk[1, at:at + m] = c.count
+            pk[2, at:at + m] = c.payload.view(np.int64)
+            pk[3, at:at + m] = c.pos
+            bi[i] = (at, at + m, b.ref_timestamp, int(b.consecutive), b.trace_nr, b.offset, len(d), dat, )[:K.BI_SIZE]
+            at += m
+            dat += len(d)
+        self.pk = pk
+        self.bi = bi
+        self.bd = np.frombuffer(b"".join(self.datas), dtype=np.uint8) if dat else np.zeros(1, np.uint8)
+
+    def retokenize(self, b: int, at: int) -> None:
+        """perfmode's ``_index_at``: the packets of buffer ``b`` from byte ``at`` re-tokenized."""
+        c = self.cols[b]
+        j = int(np.searchsorted(c.pos, at, side="left"))
+        tail = tokenize_fast(self.datas[b][at:])
+        from ptexport.pt.perfpkt import PacketColumns
+
+        self.cols[b] = PacketColumns(
+            kind=np.concatenate([c.kind[:j], tail.kind]), count=np.concatenate([c.count[:j], tail.count]),
+            payload=np.concatenate([c.payload[:j], tail.payload]), pos=np.concatenate([c.pos[:j], tail.pos + at]),
+            size=np.concatenate([c.size[:j], tail.size]))
+        self.build()
+
+
+class QueueDecoder:
+    """The fast decoder for one AUX queue of a :class:`PerfSession`."""
+
+    def __init__(self, session: Any, qnum: int, key: tuple[str, int], bufs: list[Any]) -> None:
+        from ptexport.pipeline.codewalk import PerfCodeWalker
+
+        self.s = session
+        self.qnum = qnum
+        self.key = key
+        self.per_cpu = key[0] == "cpu"
+        self.cpu = key[1] if self.per_cpu else -1
+        self.qtid = -1 if self.per_cpu else key[1]
+        self.lookup = session._lookup()
+        self.walker = PerfCodeWalker(self.lookup, session.kernel_start)
+        self.tokens = _Tokens(session._buffers(bufs))
+        self.cur = session._cpu_current(self.cpu) if self.per_cpu else None
+        self.blocks = _Blocks()
+        self.tables: dict[tuple, _Table] = {}
+        self.fail_names: list[str] = []
+        self.fail_ids: dict[str, int] = {}
+        self._map_changes: dict[int, np.ndarray] = {}
+        self._kernel_changes: np.ndarray | None = None
+
+    # ------------------------------------------------------------ contexts
+
+    def _who(self, tsc: int) -> tuple[int, int, int, int]:
+        """(pid, tid, lo, hi): who is current at ``tsc`` and the TSC range where that holds."""
+        if not self.per_cpu:
+            t = self.s.sb.thread(self.qtid)
+            return (t.pid if t is not None else -1), self.qtid, -(1 << 63), _I64_MAX
+        c = self.cur
+        i = int(np.searchsorted(c.tsc, np.uint64(tsc), side="right")) - 1
+        lo = int(c.tsc[i]) if i >= 0 else -(1 << 63)
+        hi = int(c.tsc[i + 1]) if i + 1 < len(c.tsc) else _I64_MAX
+        if i < 0:
+            return -1, -1, lo, hi
+        return int(c.pid[i]), int(c.tid[i]), lo, min(hi, _I64_MAX)
+
+    def _tsc_at_or_after(self, t: int) -> int:
+        """The smallest TSC whose perf time is >= ``t``."""
+        tc = self.s.tc
+        c = tc.perf_time_to_tsc(t)
+        for _ in range(64):
+            if c > 0 and tc.tsc_to_perf_time(c - 1) >= t:
+                c -= 1
+            else:
+                break
+        for _ in range(64):
+            if tc.tsc_to_perf_time(c) < t:
+                c += 1
+            else:
+                break
+        return c
+
+    def _changes(self, pid: int) -> np.ndarray:
+        """Perf times at which the maps seen by ``pid`` (its own and the kernel's) change."""
+        got = self._map_changes.get(pid)
+        if got is None:
+            host = self.s.sb.host
+            times = set()
+            for e in host.kernel_maps.entries:
+                times.add(e.valid_from)
+                times.add(e.valid_to)
+            if pid >= 0:
+                for e in host.maps(pid).entries:
+                    times.add(e.valid_from)
+                    times.add(e.valid_to)
+            got = np.array(sorted(t for t in times if 0 <= t < (1 << 63)), dtype=np.int64)
+            self._map_changes[pid] = got
+        return got
+
+    def _context(self, tsc: int, S: np.ndarray) -> None:
+        """Point the walker and the kernel at the context of a sample at ``tsc``."""
+        pid, tid, lo, hi = self._who(tsc)
+        have_thread = tid >= 0 or not self.per_cpu
+        if self.s.timeless:
+            time = 0
+            gen = -1
+        else:
+            time = self.s._perf_time(tsc)
+            ch = self._changes(pid)
+            g = int(np.searchsorted(ch, time, side="right"))
+            gen = g
+            if g > 0:
+                lo = max(lo, self._tsc_at_or_after(int(ch[g - 1])))
+            if g < len(ch):
+                hi = min(hi, self._tsc_at_or_after(int(ch[g])))
+        self.lookup.pid = pid
+        self.lookup.time = time
+        self.walker.have_thread = have_thread
+        S[K.HAVE_THREAD] = int(have_thread)
+        S[K.CTX_LO] = lo
+        S[K.CTX_HI] = hi
+        self._select((pid, have_thread, gen))
+
+    def _select(self, ctx: tuple) -> None:
+        t = self.tables.get(ctx)
+        if t is None:
+            t = self.tables[ctx] = _Table()
+        self.table = t
+
+    # -------------------------------------------------------------- code
+
+    def _fail_id(self) -> int:
+        name = self.walker.fail_obj
+        if name is None:
+            return -1
+        i = self.fail_ids.get(name)
+        if i is None:
+            i = self.fail_ids[name] = len(self.fail_names)
+            self.fail_names.append(name)
+        return i
+
+    def _block(self, ip: int) -> bool:
+        """Put the block at ``ip`` in the current table if it can be cached; False if not."""
+        w = self.walker
+        kernel = ip >= w.kernel_start
+        if not w.have_thread and not kernel:
+            return False
+        hit = self.lookup(ip, kernel)
+        if hit is None:
+            return False
+        start, end, pgoff, obj = hit
+        offset = ip - start + pgoff
+        row = self.blocks.index.get((obj.name, offset))
+        if row is None:
+            err, cnt, new_ip, insn = w.walk(ip, 0, 0, False)
+            if err or insn.branch == BR_NO_BRANCH:
+                return False
+            # Instruction boundaries, decoded the walker's way; all inside this mapping.
+            bounds = []
+            cur, off = ip, offset
+            for _ in range(cnt - 1):
+                got = w.dec.decode(obj.read(off, 16), cur, obj.bits)
+                if got is None:
+                    return False
+                cur += got.length
+                off += got.length
+                if cur >= end:
+                    return False
+                bounds.append(cur - ip)
+            if cur != new_ip:
+                return False
+            row = self.blocks.add(cnt, new_ip - ip, insn, bounds)
+            self.blocks.index[(obj.name, offset)] = row
+        t = self.table
+        if 2 * (t.n + 1) > len(t.hk):
+            big = _Table(2 * len(t.hk))
+            for k, v in zip(t.hk[t.hv >= 0].tolist(), t.hv[t.hv >= 0].tolist()):
+                K.tab_insert(big.hk, big.hv, k, v)
+            big.n = t.n
+            t.hk, t.hv = big.hk, big.hv
+        K.tab_insert(t.hk, t.hv, _i64(ip), row)
+        t.n += 1
+        return True
+
+    def _need(self, S: np.ndarray) -> None:
+        ip = int(S[K.NEED_IP]) & _MASK64
+        to_ip = int(S[K.NEED_TO]) & _MASK64
+        mx = int(S[K.NEED_MAX])
+        nr = bool(S[K.NEED_NR])
+        if not mx and not nr and self._block(ip):
+            return
+        err, cnt, new_ip, insn = self.walker.walk(ip, to_ip, mx, nr)
+        S[K.INJ_VALID] = 1
+        S[K.INJ_IP] = _i64(ip)
+        S[K.INJ_TO] = _i64(to_ip)
+        S[K.INJ_MAX] = mx
+        S[K.INJ_NR] = int(nr)
+        S[K.INJ_ERR] = err
+        S[K.INJ_CNT] = cnt
+        S[K.INJ_NEWIP] = _i64(new_ip)
+        S[K.INJ_OP] = insn.op
+        S[K.INJ_BR] = insn.branch
+        S[K.INJ_LEN] = insn.length
+        S[K.INJ_REL] = _i64(insn.rel)
+        S[K.INJ_FAIL] = self._fail_id()
+
+    # -------------------------------------------------------------- run
+
+    def _init_state(self) -> tuple[np.ndarray, np.ndarray]:
+        s = self.s
+        p = s.params
+        it = s.cfg.itrace
+        S = np.zeros(K.S_SIZE, np.int64)
+        F = np.zeros(K.F_SIZE, np.float64)
+        S[K.BUF] = -1
+        S[K.KIND] = 1  # Pkt.PAD
+        S[K.LAST_PKT] = 1
+        S[K.LASTFAIL] = -1
+        S[K.P_RETCOMP] = int(p.return_compression)
+        S[K.P_BRANCH_ENABLE] = int(p.branch_enable)
+        S[K.P_MTC_SHIFT] = p.mtc_period
+        S[K.P_CTC_REM_MASK] = (1 << p.mtc_period) - 1
+        n, d = p.tsc_ctc_ratio_n, (p.tsc_ctc_ratio_d if p.tsc_ctc_ratio_n else 0)
+        S[K.P_CTC_N] = n
+        S[K.P_CTC_D] = d
+        S[K.P_CTC_MULT] = n // d if d and not n % d else 0
+        S[K.P_MNTR] = p.max_non_turbo_ratio
+        F[K.F_MNTR] = float(p.max_non_turbo_ratio)
+        S[K.P_PERIOD_TYPE] = p.period_type
+        S[K.P_PERIOD] = p.period
+        S[K.P_FUP_NLIP] = int(p.fup_with_nlip)
+        S[K.P_KERNEL_START] = _i64(s.kernel_start)
+        S[K.P_FILTER] = s._branches_filter
+        S[K.P_BRANCHES] = int(it.branches)
+        S[K.P_ERRORS] = int(it.errors)
+        S[K.P_ERR_MINUS_O] = int("o" in it.error_minus)
+        S[K.P_ERR_MINUS_L] = int("l" in it.error_minus)
+        S[K.P_TIMELESS] = int(s.timeless)
+        S[K.P_PER_CPU] = int(self.per_cpu)
+        return S, F
+
+    def run(self) -> FastRows:
+        S, F = self._init_state()
+        snap = np.zeros(K.NSTATE, np.int64)
+        fsnap = np.zeros(K.F_SIZE, np.float64)
+        stk = np.zeros(_STACK, np.int64)
+        out = np.zeros((K.O_SIZE, _OUT_CAP), np.int64)
+        items = np.zeros((2, _OUT_CAP), np.int64)
+        chunks: list[np.ndarray] = []
+        ichunks: list[np.ndarray] = []
+        # perf's setup: no thread for a CPU queue; a per-thread queue has its thread.
+        if self.per_cpu:
+            pid, have_thread = -1, False
+        else:
+            pid, have_thread = self._who(0)[0], True
+        self.lookup.pid = pid
+        self.lookup.time = 0
+        self.walker.have_thread = have_thread
+        S[K.HAVE_THREAD] = int(have_thread)
+        self._select(("setup", pid, have_thread))
+        tok = self.tokens
+        while True:
+            r = K.run(S, F, snap, fsnap, tok.pk, tok.bi, tok.bd, stk, self.table.hk, self.table.hv,
+                      self.blocks.bk, self.blocks.bnd, out, items)
+            if r == K.R_DONE:
+                break
+            if r == K.R_NEED:
+                self._need(S)
+            elif r == K.R_CTX:
+                self._context(int(S[K.CTX_TSC]), S)
+            elif r == K.R_OUTFULL:
+                chunks.append(out[:, :S[K.NOUT]].copy())
+                ichunks.append(items[:, :S[K.NITEM]].copy())
+                S[K.NOUT] = 0
+                S[K.NITEM] = 0
+            elif r == K.R_RETOK:
+                tok.retokenize(int(S[K.RETOK_BUF]), int(S[K.RETOK_POS]))
+            if S[K.STACK_DEPTH] > _STACK:
+                raise OverflowError("return stack deeper than the fast decoder's")
+        chunks.append(out[:, :S[K.NOUT]])
+        ichunks.append(items[:, :S[K.NITEM]])
+        o = np.concatenate(chunks, axis=1) if len(chunks) > 1 else chunks[0]
+        it = np.concatenate(ichunks, axis=1) if len(ichunks) > 1 else ichunks[0]
+        return self._rows(o, it)
+
+    def _rows(self, o: np.ndarray, it: np.ndarray) -> FastRows:
+        s = self.s
+        kind = o[K.O_KIND]
+        setup = kind == K.K_SETUP_FAIL
+        obj_map = np.array([s._obj_id(n) for n in self.fail_names] + [-1], dtype=np.int64)
+        setup_failures = [int(obj_map[i]) for i in o[K.O_OBJ][setup].tolist()]
+        o = o[:, ~setup]
+        n = o.shape[1]
+        tsc = o[K.O_TSC].astype(np.uint64)
+        who = o[K.O_WHO_TSC].astype(np.uint64)
+        if self.per_cpu:
+            c = self.cur
+            idx = np.searchsorted(c.tsc, who, side="right") - 1
+            ok = idx >= 0
+            pid = np.full(n, -1, np.int64)
+            tid = np.full(n, -1, np.int64)
+            pid[ok] = c.pid[idx[ok]]
+            tid[ok] = c.tid[idx[ok]]
+        else:
+            t = s.sb.thread(self.qtid)
+            pid = np.full(n, t.pid if t is not None else -1, np.int64)
+            tid = np.full(n, self.qtid, np.int64)
+        time = np.zeros(n, np.int64) if s.timeless else s.tc.tsc_to_perf_time_array(tsc).astype(np.int64)
+        obj = o[K.O_OBJ]
+        zeros = np.zeros(n, np.int64)
+        cols = {
+            "kind": o[K.O_KIND], "tsc": tsc, "time": time, "cpu": np.full(n, self.cpu, np.int64), "pid": pid,
+            "tid": tid, "ip": o[K.O_IP].view(np.uint64), "addr": o[K.O_ADDR].view(np.uint64),
+            "flags": o[K.O_FLAGS], "insn_cnt": o[K.O_INSN], "cyc_cnt": o[K.O_CYC], "period": zeros,
+            "code": o[K.O_CODE], "payload": zeros.view(np.uint64), "queue": np.full(n, self.qnum, np.int64),
+            "offset": o[K.O_OFFSET], "nr": o[K.O_NR], "insn_len": o[K.O_INSN_LEN], "trace_nr": o[K.O_TRACE_NR],
+            "obj": np.where(obj >= 0, obj_map[obj], -1), "step": o[K.O_STEP],
+        }
+        return FastRows(cols, setup_failures, it[0].astype(bool), it[1].copy())
+
+
+def decode_queue_fast(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any]) -> FastRows:
+    """``session.decode_queue(qnum, key, bufs)``, compiled (see :func:`supported`)."""
+    return QueueDecoder(session, qnum, key, bufs).run()
