@@ -181,7 +181,23 @@ class _Source:
 
 
 class PerfData:
-    """An open perf.data recording. Use :func:`open_perf_data`."""
+    """An open perf.data recording. Use :func:`open_perf_data` (or :func:`perf_data_from_bytes`).
+
+    Attributes known right after open (for pipe mode: from the header records at the start of the
+    stream, completed as records() goes on):
+
+    ``path``, ``is_pipe``, ``kcore_dir`` (``DIR/kcore_dir`` of a ``perf record --kcore`` directory),
+    ``dir_path`` (the directory, for directory forms), ``header`` (file header fields), ``attrs``
+    (:class:`EventAttr` list with ids and names), ``features`` (by perf's lower-case names),
+    ``unknown_features`` (ids without a parser, skipped), ``feature_errors`` (malformed sections left
+    out; with ``strict`` they raise), ``auxtrace_info``, ``time_conv``, ``id_index`` (id ->
+    :class:`IdIndexEntry`, with machine_pid/vcpu for guest recordings), ``sources`` (the files that
+    hold records).
+
+    Iteration: :meth:`records` (file order), :meth:`ordered_records` (perf's delivery order),
+    :meth:`iter_headers` (the fast path); then ``stats``. Lookups: :meth:`attr_for_id`,
+    :meth:`attr_of`, :meth:`machine_pid_of`, :meth:`vcpu_of`, :meth:`aux_data`.
+    """
 
     def __init__(self, path: str | os.PathLike, *, strict: bool = False, stream: BinaryIO | None = None,
                  data: bytes | None = None):
