@@ -388,6 +388,23 @@ class CallTreeReport(TreeReport):
     model_class = CallTreeModel
     finder = staticmethod(q.find_in_call_tree)
 
+    def __init__(self, db: Database, parent: QWidget | None = None) -> None:
+        super().__init__(db, parent)
+        self.follow_box = QCheckBox("Follow time selection (go to the selected thread's call at its start)")
+        bar = QHBoxLayout()
+        bar.setContentsMargins(2, 2, 2, 0)
+        bar.addWidget(self.follow_box)
+        bar.addStretch(1)
+        self.layout().insertLayout(0, bar)
+
+    def follow(self, r: tuple[int, int] | None) -> None:
+        if r is None or not self.follow_box.isChecked():
+            return
+        cur = self.view.currentIndex()
+        thread_id = self.model.node(cur).ctx.get("thread_id") if cur.isValid() else None
+        if thread_id is not None:
+            self.show_thread_at_time(int(thread_id), r[0])
+
     def show_thread_at_time(self, thread_id: int, t: int) -> None:
         """Open the tree at the innermost call of ``thread_id`` running at time ``t``."""
         self.run(q.call_at_time, thread_id, t, on_result=lambda p: self.go_to(p) if p else

@@ -147,6 +147,13 @@ def test_call_tree_report(qtbot, qtmodeltester, window, tmp_path):
     qtbot.waitUntil(lambda: rep.find_bar.status.text() == "2 of 2", timeout=TIMEOUT)
     qtbot.waitUntil(lambda: model.data(model.index(view.currentIndex().row(), 2,
                                                    view.currentIndex().parent())) == "1920", timeout=TIMEOUT)
+    # following the time selection: the selected thread's call running at the selection's start
+    ct_follow = rep
+    ct_follow.follow_box.setChecked(True)
+    window.selection.set((1160, 1300))
+    qtbot.waitUntil(lambda: model.data(view.currentIndex()) == "printf", timeout=TIMEOUT)
+    window.selection.set((1700, 1800))
+    qtbot.waitUntil(lambda: model.data(view.currentIndex()) == "do_syscall_64", timeout=TIMEOUT)
     non_blank(window, tmp_path / "call_tree.png")
 
 
