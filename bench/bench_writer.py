@@ -111,7 +111,11 @@ def main() -> int:
     ap.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432", help="server URL ('' to skip)")
     ap.add_argument("--dir", default=None, help="directory for the SQLite file (default: a temp dir)")
     ap.add_argument("--modes", default="btree,bind", help="SQLite writer modes to run (btree,bind,executemany)")
+    ap.add_argument("--rss", action="store_true", help="also measure the writer's peak RSS at two sizes")
+    ap.add_argument("--child-rss", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child_rss:
+        return child_rss(args.child_rss, args.batch, args.dir)
     n = args.samples
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         for mode in args.modes.split(","):
@@ -149,6 +153,26 @@ def main() -> int:
                   f"{size / n:.1f} DB bytes/sample (client cpu {r['cpu']:.2f} s; the server's is not counted)")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {rss:.0f} MiB (includes the pre-generated input columns)")
+    if args.rss:
+        import subprocess
+
+        for k in (args.samples // 4, args.samples):
+            with tempfile.TemporaryDirectory(dir=args.dir) as d:
+                out = subprocess.run([sys.executable, __file__, "--child-rss", str(k), "--batch", str(args.batch),
+                                      "--dir", d], capture_output=True, text=True, check=True).stdout
+            print(f"writer-only peak RSS, {k} samples generated batch by batch: {out.strip()} MiB")
+    return 0
+
+
+def child_rss(n: int, batch: int, directory: str) -> int:
+    """Export with batches made on the fly: the peak RSS is the writer's plus one batch."""
+    with open_writer(os.path.join(directory, "rss.db"), force=True) as w:
+        for s, c in synth_batches(n, batch):
+            w.write_samples(s)
+            w.write_calls(c)
+    # VmHWM: this address space's peak (ru_maxrss would carry the parent's over fork+exec)
+    hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
+    print(f"{hwm / 1024:.0f}")
     return 0
 
 

@@ -37,8 +37,9 @@ from ptexport.export.writer import Writer, is_text_type
 CHUNK_ROWS = 1 << 18
 MODES = ("btree", "bind", "executemany")
 #: Rows of a table up to which its single-column indexes are sorted in memory and
-#: laid down as pages (16 bytes per row per index); beyond, SQLite builds them.
-INDEX_SPLICE_MAX_ROWS = 40_000_000
+#: laid down as pages (8 bytes per row per index + 8 for the ids, ~200 MB at most);
+#: beyond, SQLite builds them with its bounded external sort.
+INDEX_SPLICE_MAX_ROWS = 8_000_000
 _SINGLE_COLUMN_INDEX = re.compile(r"^CREATE INDEX (\w+) ON \w+ \((\w+)\)$")
 #: Batches queued for the background page builder before write_* waits.
 MAX_PENDING = 2
