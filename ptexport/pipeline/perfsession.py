@@ -636,7 +636,7 @@ def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
                 buffer_nr[id(rec)] = len(buffer_nr)
                 streams.setdefault(key, []).append(rec)
             elif rec.type < 64 and rec.time:
-                events.append((rec.time, rec.type == RecordType.AUX and bool(rec.flags & 0x09)))
+                events.append((rec.time, rec.type == RecordType.AUX and bool(rec.flags & 0x01)))  # TRUNCATED: perf 6.1 reports lost data
                 if rec.type in (RecordType.SWITCH, RecordType.SWITCH_CPU_WIDE):
                     switches.append(rec)
             yield rec
