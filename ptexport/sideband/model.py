@@ -211,14 +211,19 @@ class MapIndex:
     stays O(n log n) however the mappings overlap.
     """
 
-    __slots__ = ("entries", "_removed", "_clears", "_bounds", "_size", "_nodes")
+    __slots__ = ("entries", "_all", "_clears", "_bounds", "_size", "_nodes", "_cells")
 
     def __init__(self, entries: list[MapEntry], *, removed: frozenset[int] = frozenset(),
-                 clears: list[int] | None = None) -> None:
-        """``entries`` in the order they were made; indexes in ``removed`` unmap their range instead."""
+                 clears: list[int] | None = None, layout: str = "auto") -> None:
+        """``entries`` in the order they were made; indexes in ``removed`` unmap their range instead.
+
+        ``layout``: "cells" (per-interval lists, fastest, for few overlaps), "tree" (segment tree,
+        for heavy overlap) or "auto" (cells unless they would hold > 4 entries per map).
+        """
         keep = [(i, e) for i, e in enumerate(entries) if e.start < e.end]
         self._clears = sorted(clears or ())
         self.entries: tuple[MapEntry, ...] = tuple(e for i, e in keep if i not in removed)
+        self._all = [(e, i not in removed) for i, e in keep]  # creation order, unmaps included
         bounds = sorted({e.start for _, e in keep} | {e.end for _, e in keep})
         self._bounds = bounds
         size = 1
@@ -226,9 +231,24 @@ class MapIndex:
             size <<= 1
         self._size = size
         pos = {b: i for i, b in enumerate(bounds)}
+        order = sorted(range(len(keep)), key=lambda k: (keep[k][1].valid_from, k))
+        self._cells = None
+        self._nodes = []
+        span = sum(pos[e.end] - pos[e.start] for _, e in keep)
+        if layout == "cells" or (layout == "auto" and span <= 4 * len(keep) + 64):
+            # the usual case (few overlaps): each elementary interval lists its maps in time order;
+            # a lookup is two bisections
+            cells: list[tuple[list[int], list[MapEntry | None]]] = [([], []) for _ in range(max(len(bounds) - 1, 0))]
+            for k in order:
+                i, e = keep[k]
+                val = None if i in removed else e
+                for c in range(pos[e.start], pos[e.end]):
+                    cells[c][0].append(e.valid_from)
+                    cells[c][1].append(val)
+            self._cells = cells
+            return
         # node -> (valid_from list, rank list, entry-or-None list), appended in rank (= creation) order
         nodes: dict[int, tuple[list[int], list[int], list[MapEntry | None]]] = {}
-        order = sorted(range(len(keep)), key=lambda k: (keep[k][1].valid_from, k))
         for rank, k in enumerate(order):
             i, e = keep[k]
             val = None if i in removed else e
@@ -254,6 +274,17 @@ class MapIndex:
         i = bisect_right(self._bounds, addr) - 1
         if i < 0 or i >= len(self._bounds) - 1:
             return None
+        if self._cells is not None:
+            times, vals = self._cells[i]
+            j = bisect_right(times, time) - 1
+            best = vals[j] if j >= 0 else None
+            if best is None:
+                return None
+            if self._clears:
+                c = bisect_right(self._clears, time) - 1
+                if c >= 0 and best.valid_from < self._clears[c]:
+                    return None
+            return best
         node = i + self._size
         best_rank, best = -1, None
         nodes = self._nodes
@@ -282,12 +313,12 @@ class MapIndex:
         since = self._clears[c] if c >= 0 else None
         starts: list[int] = []
         live: list[MapEntry] = []
-        for e in sorted(self.entries, key=lambda e: e.valid_from):  # stable: creation order
+        for e, mapped in sorted(self._all, key=lambda x: x[0].valid_from):  # stable: creation order
             if e.valid_from > time:
                 break
             if since is not None and e.valid_from < since:
                 continue
-            paint(starts, live, e)
+            paint(starts, live, e, keep=mapped)
         return live
 
 

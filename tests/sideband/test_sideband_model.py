@@ -263,3 +263,42 @@ def test_aux_flags_and_comm_identity():
     assert (coll.collision, coll.lost_data, trunc.truncated, trunc.partial, trunc.lost_data) == (True, False, True, True, True)
     a, b = sb.host.thread(1).comms[0], sb.host.thread(2).comms[0]
     assert a is not b and a != b and len({a, b}) == 2  # one comm per thread, as perf's struct comm
+
+
+def test_map_index_layouts_agree_with_a_replay_oracle():
+    """Random mmaps, unmaps and execs: both index layouts answer like replaying perf's fixups."""
+    import random
+
+    from ptexport.sideband.model import MapEntry, MapIndex, paint
+
+    rnd = random.Random(1234)
+    for _round in range(30):
+        entries, removed, clears = [], set(), []
+        t = 0
+        for k in range(rnd.randint(1, 40)):
+            t += rnd.choice((0, 1, 3))
+            if rnd.random() < 0.08:
+                clears.append(t)
+                continue
+            start = rnd.randrange(0, 64) * 0x100
+            e = MapEntry(start, start + rnd.randrange(1, 20) * 0x100, rnd.randrange(0, 8) * 0x1000, f"f{k}",
+                         None, 5, 0, 1, t)
+            if rnd.random() < 0.1:
+                removed.add(len(entries))
+            entries.append(e)
+        idx = {lay: MapIndex(entries, removed=frozenset(removed), clears=clears, layout=lay) for lay in ("cells", "tree")}
+        for _q in range(200):
+            qa, qt = rnd.randrange(0, 90 * 0x100), rnd.randrange(-1, t + 2)
+            # oracle: replay everything made at or before qt, since the last exec at or before qt
+            last = max([c for c in clears if c <= qt], default=None)
+            starts, live = [], []
+            for i, e in enumerate(entries):
+                if e.valid_from <= qt and (last is None or e.valid_from >= last):
+                    paint(starts, live, e, keep=i not in removed)
+            hit = [m for m in live if m.start <= qa < m.end]
+            want = hit[0].filename if hit else None
+            for lay, ix in idx.items():
+                got = ix.at(qa, qt)
+                assert (got.filename if got else None) == want, (lay, _round, hex(qa), qt)
+            live_names = [(m.start, m.end, m.filename) for m in live]
+            assert [(m.start, m.end, m.filename) for m in idx["tree"].live_at(qt)] == live_names
