@@ -555,6 +555,78 @@ class InsnDecoder:
                 self.icnt += len(ips)
         return ips
 
+    def next_many(self, limit: int = 4096):
+        """Fast path: (IPs of up to ``limit`` instructions, status or None).
+
+        Walks plain runs (block cache), direct jumps and calls, conditional
+        branches and compressed returns whose TNT bits are already cached,
+        as long as no event is pending or in progress and no error is
+        waiting.  Anything else is left to :meth:`next`, so the result is
+        exactly what calling :meth:`next` repeatedly would give.  The status
+        is None when no instruction was taken (the caller's status stands).
+        """
+        out: list = []
+        if self.config.enable_tick_events:
+            return out, None
+        last = None
+        q = self.query
+        cache = self.cache
+        read = self.image.read
+        mode = self.mode
+        push = self.retstack.push
+        while len(out) < limit:
+            if (self.process_event or self.process_insn or not self.enabled
+                    or self.status & (EVENT_PENDING | EOS_FLAG) or q.status < 0):
+                break
+            key = self._image_key()
+            ips, end = cache.run(key, mode, self.ip, read)
+            if ips:
+                out.extend(ips)
+                self.ip = end
+                if self.has_icnt:
+                    self.icnt += len(ips)
+            ip = self.ip
+            e = cache.lookup(key, mode, ip, read)
+            if e.__class__ is int:
+                break
+            size, c, special, disp = e
+            nip = (ip + size) & 0xFFFFFFFFFFFFFFFF
+            if c == COND_JUMP:
+                if not q.tnt_index:
+                    break
+                taken, status = q.cond_branch()
+                self.status = status
+                self.ip = (nip + disp) & 0xFFFFFFFFFFFFFFFF if taken else nip
+                self.has_icnt, self.icnt = True, 0
+            elif c == RETURN:
+                if (not q.tnt_index or not (q.tnt_bits & q.tnt_index)
+                        or self.retstack.is_empty()):
+                    break
+                _, status = q.cond_branch()
+                self.status = status
+                self.ip = self.retstack.pop()
+                self.has_icnt, self.icnt = True, 0
+            elif c == JUMP and disp is not None and special == ic.NONE:
+                self.ip = (nip + disp) & 0xFFFFFFFFFFFFFFFF
+                if self.has_icnt:
+                    self.icnt += 1
+            elif c == CALL and disp is not None:
+                if disp:
+                    push(nip)
+                self.ip = (nip + disp) & 0xFFFFFFFFFFFFFFFF
+                if self.has_icnt:
+                    self.icnt += 1
+            else:
+                break
+            out.append(ip)
+            last = (ip, size, c, special, disp)
+        if last is None:
+            if out:
+                return out, self._status(0)
+            return out, None
+        insn = Insn(last[0], last[1], last[2], last[3], last[4], mode, self.speculative)
+        return out, self._check_ip_event(insn)
+
     def next(self):
         """Decode one instruction: (ip, size, iclass, speculative, status).
 

@@ -198,14 +198,17 @@ EOT = 5      # (EOT,): "[end of trace]" (tracing was enabled when the trace ende
 SYNC = 6     # (SYNC, offset): decoding (re)started at the PSB at offset
 
 
-def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None):
+def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None,
+         fast_branches: bool = True):
     """Decode the whole trace; yield the flow as small tuples (see RUN ... SYNC).
 
     Recovery after an error is libipt's: restart at the next PSB, or with
     ``resync_on_error`` continue at the next IP the trace provides (perf's
     way).  ``sideband(event) -> (lines, image or None)`` is called for every
     event (status updates too), like ptxed's pt_sb_event: its lines follow the
-    event and a returned image becomes the decoder's.
+    event and a returned image becomes the decoder's.  ``fast_branches``
+    lets RUN items include branches whose trace is at hand (off when each
+    branch must be seen, as for the block view).
     """
     sync = None
     need_sync = True
@@ -245,11 +248,18 @@ def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None):
                         yield (EOT,)
                     raise FlowError(st.EOS)
                 ip = dec.ip
-                run = dec.next_run()
+                if fast_branches:
+                    run, st_many = dec.next_many()
+                else:
+                    run, st_many = dec.next_run(), None
                 if run:
                     decoded = True
                     yield (RUN, run, dec.speculative)
                     ip = dec.ip
+                if st_many is not None:
+                    status = st_many
+                    if status & (EVENT_PENDING | EOS_FLAG):
+                        continue
                 try:
                     ip, size, iclass, spec, status = dec.next()
                 except FlowError as e:
@@ -289,7 +299,8 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions, sideband=None) -> Iterator
     ninsn = 0
     blocks = _Blocks(opts) if opts.block_decoder else None
     quiet = opts.quiet
-    for item in walk(dec, resync_on_error=opts.resync_on_error, sideband=sideband):
+    for item in walk(dec, resync_on_error=opts.resync_on_error, sideband=sideband,
+                     fast_branches=blocks is None):
         kind = item[0]
         if kind == RUN:
             run = item[1]
