@@ -22,6 +22,7 @@ Rows go in two shapes:
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -233,12 +234,13 @@ def is_postgres_target(target: str) -> bool:
     return target.startswith(("postgresql://", "postgres://", "postgresql:", "pg:"))
 
 
-def open_writer(target: str, *, force: bool = False, **options: Any) -> Writer:
+def open_writer(target: str | os.PathLike[str], *, force: bool = False, **options: Any) -> Writer:
     """A writer for ``target``: a SQLite file path, or a ``postgresql://`` URL.
 
     Raises :class:`~ptexport.errors.DatabaseExistsError` if the target exists
     and ``force`` is false (checked before anything is written).
     """
+    target = os.fspath(target)
     if not target:
         raise UsageError("no database given")
     if is_postgres_target(target):

@@ -59,9 +59,8 @@ def fixture_sqlite(tmp_path_factory):
     return path, expected
 
 
-@pytest.fixture(scope="session")
-def perf_db(tmp_path_factory, quipper):
-    """A database made by perf 6.1's own export-to-sqlite.py ("branches calls") on the quipper trace."""
+def make_perf_db(out: Path, quipper: Path, *args: str) -> Path:
+    """Run perf 6.1's export-to-sqlite.py on the quipper trace (skip if perf or PySide2 is missing)."""
     import subprocess
 
     script = PERF_SCRIPTS / "export-to-sqlite.py"
@@ -69,9 +68,14 @@ def perf_db(tmp_path_factory, quipper):
         pytest.skip("perf (Debian linux-perf) with its export scripts is not installed")
     if not have_system_pyside2():
         pytest.skip("perf's export-to-sqlite.py needs Debian's python3-pyside2.qtsql")
-    out = tmp_path_factory.mktemp("perfdb") / "perf.db"
-    r = subprocess.run(["perf", "script", "-i", str(quipper), "--itrace=bep", "-s", str(script), str(out),
-                        "branches", "calls"], capture_output=True, text=True, timeout=120, env=system_python_env())
+    r = subprocess.run(["perf", "script", "-i", str(quipper), "--itrace=bep", "-s", str(script), str(out), *args],
+                       capture_output=True, text=True, timeout=120, env=system_python_env())
     if r.returncode != 0 or not out.exists():
         pytest.fail(f"perf's export failed: {r.stderr[-2000:]}")
     return out
+
+
+@pytest.fixture(scope="session")
+def perf_db(tmp_path_factory, quipper):
+    """A database made by perf 6.1's own export-to-sqlite.py ("branches calls") on the quipper trace."""
+    return make_perf_db(tmp_path_factory.mktemp("perfdb") / "perf.db", quipper, "branches", "calls")

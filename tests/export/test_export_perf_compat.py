@@ -143,3 +143,24 @@ def test_upgrade_of_a_perf_style_postgres_database(pg_url, perf_db):
         assert c.execute("SELECT COUNT(*) FROM calls_view").fetchone() == (1,)
         assert c.execute("SELECT COUNT(*) FROM ptexport_migrations").fetchone() == (len(load_migrations()),)
         assert c.execute("SELECT DISTINCT vcpu FROM samples").fetchall() == [(-1,)]
+
+
+def test_upgrade_of_a_perf_database_with_all_columns_and_no_calls(tmp_path, quipper):
+    """perf's other layout: samples with period/weight/transaction_/data_src, no calls tables."""
+    from conftest import make_perf_db
+
+    db = make_perf_db(tmp_path / "all.db", quipper, "all")
+    c = sqlite3.connect(db)
+    perf_cols = _cols(c, "samples")
+    assert "period" in perf_cols and "calls" not in _objects(c, "table")
+    n = c.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    c.close()
+    assert main(["upgrade", str(db)], io.StringIO()) == 0
+    c = sqlite3.connect(db)
+    assert _cols(c, "samples") == perf_cols + ["vcpu", "machine_pid"]
+    assert c.execute("SELECT COUNT(*) FROM samples").fetchone() == (n,)
+    assert c.execute("SELECT COUNT(*) FROM calls").fetchone() == (1,)  # created, with its id-0 row
+    assert {"calls_view", "call_paths_view", "samples_view"} <= _objects(c, "view")
+    assert c.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    for sql in re.findall(r"```sql\n(.*?)```", COOKBOOK.read_text(), re.S):
+        c.execute(sql).fetchall()
