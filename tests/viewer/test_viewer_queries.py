@@ -376,3 +376,9 @@ def test_in_memory_upgrade_of_a_plain_perf_schema(plain_fixture_path, tmp_path):
     finally:
         d.close()
     assert path.read_bytes() == before
+
+
+def test_unreachable_postgres_database_is_a_clear_error(pg_url):
+    bad = pg_url.rsplit("/", 1)[0] + "/ptv_no_such_database"
+    with pytest.raises(ViewerError, match="cannot connect.*ptv_no_such_database"):
+        Database(bad)
