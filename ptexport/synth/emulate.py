@@ -195,7 +195,7 @@ def _initial_regs(uc, program: Program) -> None:
     uc.reg_write(UC_X86_REG_RIP, program.entry)
 
 
-def run_program(program: Program, *, iterations: int | None = None, max_blocks: int = 20_000_000,
+def run_program(program: Program, *, iterations: int | None = None, max_insns: int = 60_000_000,
                 first_pid: int = 1000, extra_programs: dict[str, Program] | None = None) -> Emulation:
     """Run ``program`` to its exit and return every slice it executed."""
     import unicorn as U
@@ -213,7 +213,7 @@ def run_program(program: Program, *, iterations: int | None = None, max_blocks: 
     slices: list[Slice] = []
     output = bytearray()
     programs = [program]
-    blocks_total = 0
+    insns_left = max_insns
 
     cur_addrs = array("Q")
     cur_sizes = array("I")
@@ -266,19 +266,20 @@ def run_program(program: Program, *, iterations: int | None = None, max_blocks: 
         cur_ptw = []
         sys_ip[0] = 0
         try:
-            uc.emu_start(start, 0xFFFF_FFFF_FFFF_FFFF, 0, max(1, max_blocks - blocks_total) * 64)
+            uc.emu_start(start, 0xFFFF_FFFF_FFFF_FFFF, 0, insns_left)
         except U.UcError as e:
             rip = uc.reg_read(UC_X86_REG_RIP)
             raise SynthError(f"program {info.program.name}: the emulator cannot run it: {e} at "
                              f"{rip:#x} (thread {tid})") from e
-        blocks_total += len(cur_addrs)
+        insns_left -= sum(cur_sizes) // 3 or 1    # a cheap under-estimate: ~3+ bytes/insn
         if not sys_ip[0]:
             rip = uc.reg_read(UC_X86_REG_RIP)
             raise SynthError(f"program {info.program.name}: stopped at {rip:#x} without a system "
-                             f"call (instruction limit or halt); is it an endless loop?")
-        if blocks_total > max_blocks:
-            raise SynthError(f"program {info.program.name}: more than {max_blocks} blocks; "
-                             "lower the round count")
+                             f"call after {max_insns} instructions at most; is it an endless "
+                             "loop? (a halt or a jump to nowhere stops it too)")
+        if insns_left <= 0:
+            raise SynthError(f"program {info.program.name}: more than {max_insns} instructions; "
+                             "ask for fewer branches")
         nr = uc.reg_read(UC_X86_REG_RAX)
         a0, a1, a2 = (uc.reg_read(r) for r in (UC_X86_REG_RDI, UC_X86_REG_RSI, UC_X86_REG_RDX))
         resume = uc.reg_read(UC_X86_REG_RIP)

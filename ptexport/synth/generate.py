@@ -506,8 +506,9 @@ def count_branches(emu, program: Program, caches: dict) -> int:
 def _iterations_for(program: Program, branches: int, extra: dict) -> int:
     """Pick the program's round count so the trace has about ``branches`` branches."""
     caches: dict = {}
-    one = count_branches(run_program(program, iterations=1, extra_programs=extra), program, caches)
-    two = count_branches(run_program(program, iterations=2, extra_programs=extra), program, caches)
+    probe = dict(extra_programs=extra, max_insns=5_000_000)
+    one = count_branches(run_program(program, iterations=1, **probe), program, caches)
+    two = count_branches(run_program(program, iterations=2, **probe), program, caches)
     per_round = max(1, two - one)
     return max(1, -(-(branches - (one - per_round)) // per_round))
 
