@@ -52,8 +52,12 @@ class Insn:
 
 class InsnDecoder:
     def __init__(self, buf, image, config: DecoderConfig | None = None,
-                 cache: ic.InsnCache | None = None) -> None:
+                 cache: ic.InsnCache | None = None, select_image=None) -> None:
+        """``select_image(cr3, non_root, vmcs) -> image or None`` picks the address
+        space when PIP/VMCS events change it (host and guest code); None keeps
+        the current image."""
         self.config = config or DecoderConfig()
+        self.select_image = select_image
         self.query = QueryDecoder(buf, self.config)
         self.image = image
         self.cache = cache if cache is not None else ic.InsnCache()
@@ -81,6 +85,7 @@ class InsnDecoder:
         self.insn: Insn | None = None
         self.event: Event | None = None
         self.cr3 = None
+        self.nr = False
         self.vmcs = None
         self.last_ev_tsc = 0
         self.retstack.clear()
@@ -686,10 +691,13 @@ class InsnDecoder:
             if t == "async_paging" and not ev.ip_suppressed and self.ip != ev.ip:
                 raise FlowError(st.BAD_QUERY)
             self.cr3 = ev.cr3
+            self.nr = ev.non_root
+            self._select()
         elif t in ("async_vmcs", "vmcs"):
             if t == "async_vmcs" and not ev.ip_suppressed and self.ip != ev.ip:
                 raise FlowError(st.BAD_QUERY)
             self.vmcs = ev.base
+            self._select()
             if not ev.ip_suppressed:
                 self.has_icnt, self.icnt = True, 0
         elif t == "overflow":
@@ -746,6 +754,12 @@ class InsnDecoder:
                 return ev, status
             self._proceed_postponed()
         return ev, self._check_ip_event(None)
+
+    def _select(self) -> None:
+        if self.select_image is not None:
+            image = self.select_image(self.cr3, self.nr, self.vmcs)
+            if image is not None:
+                self.image = image
 
     def _process_enabled(self, ev: Event) -> None:
         if ev.status_update:

@@ -212,3 +212,29 @@ def test_flow_batches_equal_ptxed_lines(libipt_dir):
                 row += 1
             assert b.ip.dtype == np.uint64 and b.iclass.dtype == np.uint8
         assert got == want, name
+
+
+def test_pip_selects_the_address_space(libipt_dir):
+    """PIP (and VMCS) events let the caller switch images: host vs guest code."""
+    from ptexport.flow.insn import InsnDecoder
+    from ptexport.flow.ptxed import PtxedOptions, ptxed_lines
+    from ptexport.flow.query import DecoderConfig
+
+    d = libipt_dir / "ptt"
+    host = Image("host")
+    host.add_bytes((d / "pip-far_call.bin").read_bytes(), 0x100000)
+    other = Image("cr3 cdcdc0")                 # nothing mapped at the far call's target
+    seen = []
+
+    def select(cr3, nr, vmcs):
+        seen.append((cr3, nr, vmcs))
+        return other if cr3 == 0xCDCDC0 else None
+
+    trace = (d / "pip-far_call.pt").read_bytes()
+    plain = list(ptxed_lines(InsnDecoder(trace, host, DecoderConfig()), PtxedOptions()))
+    assert plain[-2:] == ["0000000000100004", "[disabled]"]
+    dec = InsnDecoder(trace, host, DecoderConfig(), select_image=select)
+    lines = list(ptxed_lines(dec, PtxedOptions()))
+    assert seen == [(0xCDCDC0, False, None)]
+    assert lines[2] == "[paging, cr3: 0000000000cdcdc0]"
+    assert "error: no memory mapped at this address" in lines[3]
