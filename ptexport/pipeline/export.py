@@ -27,13 +27,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ptexport.calltree import make_call_tree
+from ptexport.calltree import make_call_tree, perf_flush_order
 from ptexport.errors import PtExportError
 from ptexport.export.model import ExportModel
 from ptexport.export.writer import open_writer
+from ptexport.images.kallsyms import kmod_name
 from ptexport.images.symbols import EMPTY, SymbolTable, load_elf_symbols
 from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import RecordType
+from ptexport.pipeline.perfthreads import PerfComm, PerfThread, PerfThreads
 from ptexport.pipeline.perfsession import (
     EV_BRANCH,
     EV_CBR,
@@ -56,7 +58,14 @@ from ptexport.samples.itrace import ItraceOptions
 _IN_TX = int(IpFlag.IN_TX)
 _SWITCH_OUT = 0x2000
 _SWITCH_OUT_PREEMPT = 0x4000
+_COMM_EXEC = 0x2000
 _BATCH = 65536
+
+_SAMPLE_KEYS = ("id", "evsel_id", "machine_id", "thread_id", "comm_id", "dso_id", "symbol_id", "sym_offset", "ip",
+                "time", "cpu", "to_dso_id", "to_symbol_id", "to_sym_offset", "to_ip", "branch_type", "in_tx",
+                "call_path_id", "insn_count", "cyc_count", "flags")
+_TREE_KEYS = ("time", "ip", "addr", "flags", "ref", "thread_id", "cpu", "pid", "tid", "comm_id", "insn_len",
+              "insn_cnt", "cyc_cnt", "from_sym", "to_sym", "to_sym_start", "trace_nr")
 
 # Sample kinds -> perf's synthesized event names; True: carries the PT event's modifier.
 _EVENT_NAMES = {
@@ -121,14 +130,12 @@ class _Exporter:
         info = session.info
         pt_attr = next((a for a in session.pd.attrs if a.type == info.pmu_type), None)
         self.modifier = _modifier(pt_attr) if pt_attr is not None else ""
-        self._thread_ids: dict[int, int] = {}  # Thread.uid -> db id
-        self._thread_tid: dict[int, int] = {}  # db id -> tid
-        self._comm_ids: dict[tuple[int, int], int] = {}  # (thread uid, comm start) -> db id
-        self._exec_of: dict[int, int] = {}  # thread db id -> exec comm db id
+        self.pt = PerfThreads(comm_exec=any(getattr(a, "comm_exec", False) for a in session.pd.attrs))
         self._symtabs: dict[str, SymbolTable] = {}
         self._dso_ids: dict[str, int] = {}
         self._sym_ids: dict[tuple[int, int], tuple[int, int]] = {}  # (dso id, sym start) -> (id, start)
-        self._evsel: dict[int, int] = {}
+        self._unknown: dict[int, dict[int, int]] = {}  # dso id -> {address: symbol id} ("unknown" symbols)
+        self._evsel: dict[Any, int] = {}
         self.calltree = make_call_tree(kernel_start=session.kernel_start) if config.calls else None
         if self.calltree is not None:
             self.m.call_paths.pending.clear()  # the call tree numbers call paths, root included
@@ -136,59 +143,63 @@ class _Exporter:
         self.switch_rows: list[tuple] = []
         self.error_rows: list[tuple] = []
         self.payload_rows: dict[str, list[tuple]] = {}
+        self._samples: dict[str, list[int]] = {k: [] for k in _SAMPLE_KEYS}
+        self._tree: dict[str, list[int]] = {k: [] for k in _TREE_KEYS}
+        self.kallsyms = None
 
     # ------------------------------------------------------------ threads, comms
 
-    def _comm_row(self, thread_uid: int, thread_db: int, c: Any) -> int:
-        key = (thread_uid, c.start)
-        cid = self._comm_ids.get(key)
-        if cid is None:
-            cid = self.m.comms.get(key, (c.comm[:15], thread_db, c.start, bool(c.exec), None))
-            self._comm_ids[key] = cid
-        return cid
-
-    def _thread_row(self, t: Any, main_db: int | None) -> tuple[int, bool]:
-        tid_db = self._thread_ids.get(t.uid)
-        if tid_db is not None:
-            return tid_db, False
+    def _thread_row(self, th: PerfThread, main: PerfThread | None) -> None:
+        """perf's db_export__thread."""
+        if th.db_id:
+            return
         nid = self.m.threads.next_id
-        process_id = main_db if main_db is not None else nid
-        tid_db = self.m.threads.get(("uid", t.uid), (self.host, process_id, t.pid, t.tid))
-        self._thread_ids[t.uid] = tid_db
-        self._thread_tid[tid_db] = t.tid
-        return tid_db, True
+        process_id = nid if main is th else (main.db_id if main is not None else 0)
+        th.db_id = self.m.threads.get(("thread", id(th)), (self.host, process_id, th.pid, th.tid))
 
-    def threads(self, pid: int, tid: int, time: int) -> tuple[int, int]:
-        """perf's db_export__threads: (thread id, main thread's exec comm id)."""
-        if tid < 0:
-            return 0, 0
-        t = self.sb.thread(tid, time)
-        if t is None:
-            t = self.sb.host.thread(tid, time)
-        if t is None:
-            return 0, 0
-        main = self.sb.thread(t.pid, time) if t.pid >= 0 and t.pid != t.tid else t
-        comm_id = 0
-        main_db = None
+    def _comm_row(self, c: PerfComm, th: PerfThread) -> bool:
+        """perf's db_export__comm: True when the comm was new."""
+        if c.db_id:
+            return False
+        c.db_id = self.m.comms.get(("comm", id(c)), (c.name[:15], th.db_id, c.start, bool(c.exec), None))
+        return True
+
+    def _comm_thread(self, comm_id: int, thread_id: int) -> None:
+        t = self.m.comm_threads
+        t.get(("ct", t.next_id), (comm_id, thread_id))
+
+    def export_threads(self, th: PerfThread) -> int:
+        """perf's db_export__threads; returns the main thread's exec comm id (0 if none)."""
+        main = self.pt.main_thread(th)
+        comm = None
         if main is not None:
-            main_db, _ = self._thread_row(main, None)
-            ec = main.exec_comm(time)
-            if ec is not None:
-                key = (main.uid, ec.start)
-                if key not in self._comm_ids:
-                    comm_id = self._comm_row(main.uid, main_db, ec)
-                    self.m.comm_threads.get((comm_id, main_db))
-                else:
-                    comm_id = self._comm_ids[key]
-        tdb = main_db
-        if t is not main:
-            tdb, new = self._thread_row(t, main_db)
-            if new and comm_id:
-                self.m.comm_threads.get((comm_id, tdb))
-        cur = t.comm_at(time)
+            self._thread_row(main, main)
+            comm = self.pt.exec_comm(main)
+            if comm is not None and self._comm_row(comm, main):
+                self._comm_thread(comm.db_id, main.db_id)
+        if th is not main:
+            export_ct = comm is not None and not th.db_id
+            self._thread_row(th, main)
+            if export_ct:
+                self._comm_thread(comm.db_id, th.db_id)
+        cur = th.comm
         if cur is not None:
-            self._comm_row(t.uid, tdb, cur)
-        return tdb or 0, comm_id
+            self._comm_row(cur, th)
+        return comm.db_id if comm is not None else 0
+
+    def threads(self, pid: int, tid: int, time: int = 0) -> tuple[int, int]:
+        """A sample's thread (created if perf has not seen it): (thread id, main thread's exec comm id)."""
+        th = self.pt.findnew(pid, tid)
+        comm_id = self.export_threads(th)
+        return th.db_id, comm_id
+
+    def _switch_side(self, pid: int, tid: int) -> tuple[int, int, bool]:
+        """perf's db_export__pid_tid: (thread id, comm id, is idle); 0s for unknown or comm-less threads."""
+        th = self.pt.find(pid, tid)
+        if th is None or not th.comm_set:
+            return 0, 0, False
+        comm_id = self.export_threads(th)
+        return th.db_id, comm_id, th.pid == 0 and th.tid == 0
 
     # -------------------------------------------------------------- dsos, symbols
 
@@ -204,21 +215,34 @@ class _Exporter:
             self._symtabs[path] = tab
         return tab
 
-    def resolve(self, pid: int, ip: int, time: int) -> tuple[int, int, int, int]:
-        """(dso id, symbol id, symbol offset, symbol start as an address) of ``ip``."""
-        if not ip:
-            return 0, 0, 0, 0
-        kernel = ip >= self.s.kernel_start
-        e = self.sb.host.map_at(pid, ip, time, kernel=kernel)
-        if e is None:
-            return 0, 0, 0, 0
+    def _dso(self, e: Any, kernel: bool) -> tuple[int, str]:
+        """perf's DSO of a map: (dso id, name the symbols are looked up by)."""
         name = e.filename
-        build_id = self.s.build_id_of(name, e.build_id)
+        if kernel and name.startswith(("[kernel.kallsyms]", "[guest.kernel.kallsyms]")):
+            name = name[: name.index("]") + 1]  # perf's kernel DSO ("[kernel.kallsyms]_text" is its map)
+            short = long = name
+        elif kernel and (name.startswith("/") or name.startswith("[")):
+            short, long = kmod_name(name), name  # a module: perf's "[name]" with '-' as '_'
+        else:
+            short = name.rsplit("/", 1)[-1] if not name.startswith("[") else name
+            long = name
         dso = self._dso_ids.get(name)
         if dso is None:
-            short = name.rsplit("/", 1)[-1] if not name.startswith("[") else name
-            dso = self.m.dso(self.host, name, short, build_id.hex() if build_id else "")
+            build_id = self.s.build_id_of(name, e.build_id)
+            dso = self.m.dso(self.host, long, short, build_id.hex() if build_id else "")
             self._dso_ids[name] = dso
+        return dso, name
+
+    def _kernel_symtab(self, name: str) -> SymbolTable:
+        tab = self._symtabs.get(name)
+        if tab is None:
+            tab = EMPTY
+            if self.kallsyms is not None and name == "[kernel.kallsyms]":
+                tab = self.kallsyms
+            self._symtabs[name] = tab
+        return tab
+
+    def _file_symtab(self, name: str, build_id: bytes | None) -> SymbolTable:
         obj = self.s.objects.get(name, build_id)
         path = None
         if obj.data is not None:
@@ -229,10 +253,35 @@ class _Exporter:
                     break
                 except OSError:
                     continue
+        return self._symtab(path)
+
+    def resolve(self, pid: int, ip: int, time: int, kernel: bool | None = None) -> tuple[int, int, int, int]:
+        """(dso id, symbol id, symbol offset, symbol start as an address) of ``ip`` (perf's db_ids_from_al).
+
+        An address in a map but in no symbol gets perf's placeholder: a zero-size
+        symbol "unknown" at that address, kept in the DSO from then on.
+        """
+        if not ip:
+            return 0, 0, 0, 0
+        if kernel is None:
+            kernel = ip >= self.s.kernel_start
+        e = self.sb.host.map_at(pid, ip, time, kernel=kernel)
+        if e is None:
+            return 0, 0, 0, 0
+        dso, name = self._dso(e, kernel)
+        if kernel and name.startswith("["):
+            tab = self._kernel_symtab(name)
+        else:
+            tab = self._file_symtab(name, self.s.build_id_of(name, e.build_id))
         off = ip - e.start + e.pgoff
-        sym = self._symtab(path).find(off)
+        sym = tab.find(off)
         if sym is None:
-            return dso, 0, 0, 0
+            unknown = self._unknown.setdefault(dso, {})
+            sid = unknown.get(off)
+            if sid is None:
+                sid = self.m.symbols.get(("unknown", dso, off), (dso, off, off, 0, "unknown"))
+                unknown[off] = sid
+            return dso, sid, 0, ip
         key = (dso, sym.start)
         hit = self._sym_ids.get(key)
         if hit is None:
@@ -252,25 +301,89 @@ class _Exporter:
     # -------------------------------------------------------------------- rows
 
     def switch(self, rec: Any) -> None:
+        """perf's db_export__switch (after Intel PT has seen the switch)."""
+        if self.cfg.cpus is not None and rec.cpu is not None and rec.cpu not in self.cfg.cpus:
+            return
         time = rec.time or 0
         out = bool(rec.misc & _SWITCH_OUT)
+        a_id, a_comm, a_idle = self._switch_side(rec.pid, rec.tid)
+        b_id, b_comm, b_idle = 0, 0, False
         if rec.type == RecordType.SWITCH_CPU_WIDE:
-            other = (rec.next_prev_pid, rec.next_prev_tid)
+            b_id, b_comm, b_idle = self._switch_side(rec.next_prev_pid, rec.next_prev_tid)
+        if (not a_id or a_idle) and (not b_id or b_idle):
+            return
+        if out:
+            t_out, c_out, t_in, c_in = a_id, a_comm, b_id, b_comm
         else:
-            other = (-1, -1)
-        me = (rec.pid, rec.tid)
-        th_out, th_in = (me, other) if out else (other, me)
-        t_out, c_out = self.threads(th_out[0], th_out[1], time)
-        t_in, c_in = self.threads(th_in[0], th_in[1], time)
-        flags = (1 if out else 0) | (2 if rec.misc & _SWITCH_OUT_PREEMPT else 0)
+            t_out, c_out, t_in, c_in = b_id, b_comm, a_id, a_comm
+        flags = (1 if out else 0) | (2 if out and rec.misc & _SWITCH_OUT_PREEMPT else 0)
         cpu = rec.cpu if rec.cpu is not None else -1
         self.switch_rows.append((len(self.switch_rows) + 1, self.host, time, cpu, t_out, c_out, t_in, c_in, flags))
 
+    def event(self, rec: Any) -> None:
+        """One sideband record, as perf's session delivers it (Intel PT first, then the tool)."""
+        t = rec.type
+        if t == RecordType.SAMPLE:
+            self.sample_record(rec)
+        elif t == RecordType.COMM:
+            self.pt.on_comm(rec.pid, rec.tid, rec.comm, rec.time or 0, bool(rec.misc & _COMM_EXEC))
+        elif t == RecordType.FORK:
+            self.pt.on_fork(rec.pid, rec.tid, rec.ppid, rec.ptid, rec.time or 0)
+        elif t in (RecordType.MMAP, RecordType.MMAP2):
+            if (rec.misc & 7) not in (1, 4):  # user maps belong to a thread perf creates
+                self.pt.findnew(rec.pid, rec.tid)
+        elif t == RecordType.SWITCH_CPU_WIDE:
+            if rec.misc & _SWITCH_OUT:  # Intel PT makes the next task current (machine__set_current_tid)
+                self.pt.findnew(rec.next_prev_pid, rec.next_prev_tid)
+            self.switch(rec)
+        elif t == RecordType.SWITCH:
+            if not rec.misc & _SWITCH_OUT:
+                self.pt.findnew(rec.pid, rec.tid)
+            self.switch(rec)
+
+    def sample_record(self, rec: Any) -> None:
+        """A SAMPLE record of the recording (perf exports those beside the synthesized ones)."""
+        cpu = rec.cpu if rec.cpu is not None else -1
+        if self.cfg.cpus is not None and rec.cpu is not None and rec.cpu not in self.cfg.cpus:
+            return
+        attr = rec.attr if getattr(rec, "attr", None) is not None else self.s.pd.attr_for_id(rec.id)
+        evsel_id = self._evsel.get(("attr", id(attr)))
+        if evsel_id is None:
+            evsel_id = self.m.evsel(self.s.pd.event_name(attr))
+            self._evsel[("attr", id(attr))] = evsel_id
+        pid = rec.pid if rec.pid is not None else -1
+        tid = rec.tid if rec.tid is not None else -1
+        time = rec.time or 0
+        thread_id, comm_id = self.threads(pid, tid, time)
+        ip = rec.ip or 0
+        cpumode = rec.misc & 7
+        dso, sym, sym_off, _ = self.resolve(pid, ip, time, kernel=cpumode in (1, 4))
+        self.n_samples += 1
+        row = {"id": self.n_samples, "evsel_id": evsel_id, "machine_id": self.host, "thread_id": thread_id,
+               "comm_id": comm_id, "dso_id": dso, "symbol_id": sym, "sym_offset": sym_off, "ip": ip,
+               "time": time, "cpu": cpu}
+        for key in self._samples:
+            self._samples[key].append(row.get(key, 0))
+
+    def _events(self) -> list[tuple[int, Any]]:
+        """(TSC, record) of the sideband records db-export reacts to, in perf's delivery order."""
+        wanted = (RecordType.SAMPLE, RecordType.COMM, RecordType.FORK, RecordType.MMAP, RecordType.MMAP2,
+                  RecordType.SWITCH, RecordType.SWITCH_CPU_WIDE)
+        pd = self.s.pd
+        if getattr(pd, "is_pipe", False):
+            recs = [r for r in self.s.switches]  # a pipe cannot be read twice: switches only
+        else:
+            recs = [r for r in pd.ordered_records() if r.type in wanted]
+        tc = self.s.tc
+        if self.s.timeless or tc is None:
+            return [(0, r) for r in recs]
+        times = np.array([r.time or 0 for r in recs], dtype=np.uint64)
+        tscs = tc.perf_time_to_tsc_array(times).tolist() if len(times) else []
+        return [(int(t) if r.time else 0, r) for t, r in zip(tscs, recs)]
+
     def run(self, cols: SampleColumns, progress: Callable[[int, int], None] | None = None) -> None:
         n = len(cols)
-        switches = [r for r in self.s.switches if r.time is not None]
-        tc = self.s.tc
-        sw_tsc = [tc.perf_time_to_tsc(r.time) for r in switches] if not self.s.timeless else [0] * len(switches)
+        events = self._events()
         kinds = cols.kind.tolist()
         tscs = cols.tsc.tolist()
         times = cols.time.tolist()
@@ -287,30 +400,28 @@ class _Exporter:
         offsets = cols.offset.tolist()
         insn_len = cols.insn_len.tolist()
         trace_nr = cols.trace_nr.tolist()
-        samples: dict[str, list[int]] = {k: [] for k in (
-            "id", "evsel_id", "machine_id", "thread_id", "comm_id", "dso_id", "symbol_id", "sym_offset", "ip",
-            "time", "cpu", "to_dso_id", "to_symbol_id", "to_sym_offset", "to_ip", "branch_type", "in_tx",
-            "call_path_id", "insn_count", "cyc_count", "flags")}
-        tree: dict[str, list[int]] = {k: [] for k in (
-            "time", "ip", "addr", "flags", "ref", "thread_id", "cpu", "pid", "tid", "comm_id", "insn_len",
-            "insn_cnt", "cyc_cnt", "from_sym", "to_sym", "to_sym_start", "trace_nr")}
+        samples = self._samples
+        tree = self._tree
         j = 0
+        n_ev = len(events)
         for i in range(n):
             k = kinds[i]
-            while j < len(switches) and sw_tsc[j] <= tscs[i]:
-                self.switch(switches[j])
+            while j < n_ev and events[j][0] <= tscs[i]:
+                self.event(events[j][1])
                 j += 1
             if k == EV_ERROR:
-                t_db = self._thread_ids.get(getattr(self.sb.thread(tids[i], times[i]), "uid", -1), 0)
+                th = self.pt.find(pids[i], tids[i])
                 self.error_rows.append((len(self.error_rows) + 1, 0, offsets[i], codes[i],
-                                        cols.error_message(codes[i]), times[i], cpus[i], ips[i], t_db, self.host))
+                                        cols.error_message(codes[i]), times[i], cpus[i], ips[i],
+                                        th.db_id if th is not None else 0, self.host))
                 continue
             time = times[i]
             thread_id, comm_id = self.threads(pids[i], tids[i], time)
             evsel_id = self.evsel(k)
             pid = pids[i]
             dso, sym, sym_off, _ = self.resolve(pid, ips[i], time)
-            to_dso, to_sym, to_off, to_start = self.resolve(pid, addrs[i], time)
+            to_dso, to_sym, to_off, to_start = self.resolve(pid, addrs[i], time) if k == EV_BRANCH \
+                else (0, 0, 0, 0)
             self.n_samples += 1
             sid = self.n_samples
             f = flags[i]
@@ -334,12 +445,13 @@ class _Exporter:
                 self._flush(samples, tree)
                 if progress:
                     progress(i + 1, n)
-        while j < len(switches):
-            self.switch(switches[j])
+        while j < n_ev:
+            self.event(events[j][1])
             j += 1
         self._flush(samples, tree)
         if self.calltree is not None:
-            self.calltree.flush_all(self._perf_thread_order())
+            exported = [th for th in self.pt.all if th.db_id]
+            self.calltree.flush_all(perf_flush_order([th.db_id for th in exported], [th.tid for th in exported]))
             self._write_calls()
         self.m.flush(self.w)
         if self.switch_rows:
@@ -379,11 +491,6 @@ class _Exporter:
         ratio = self.s.params.max_non_turbo_ratio
         return tsc_freq // ratio // 1000 if ratio else 0
 
-    def _perf_thread_order(self) -> list[int]:
-        """perf flushes thread stacks in its thread-table order: tid % 256 buckets, then tid."""
-        return [db for _b, _t, db in sorted(((tid % 256 if tid >= 0 else 0), tid, db)
-                                            for db, tid in self._thread_tid.items())]
-
     def _flush(self, samples: dict[str, list[int]], tree: dict[str, list[int]]) -> None:
         self.m.flush(self.w)
         if samples["id"]:
@@ -421,8 +528,8 @@ def export_trace(path: str, target: str, config: ExportConfig,
             ex = _Exporter(session, w, config)
             ex.run(cols, progress)
             summary.rows = {"samples": ex.n_samples, "context_switches": len(ex.switch_rows),
-                            "decode_errors": len(ex.error_rows), "threads": len(ex._thread_ids),
-                            "symbols": len(ex._sym_ids), "dsos": len(ex._dso_ids)}
+                            "decode_errors": len(ex.error_rows), "threads": len(ex.m.threads),
+                            "symbols": len(ex.m.symbols), "dsos": len(ex._dso_ids)}
             summary.errors = len(ex.error_rows)
     summary.seconds = _time.perf_counter() - t0
     return summary

@@ -1,0 +1,201 @@
+"""Kernel symbols from a kallsyms file, the way perf 6.1 loads them.
+
+perf reads ``/proc/kallsyms``-format text (``ADDR TYPE NAME [MODULE]``) into
+one sorted list (``dso__load_all_kallsyms``): text, weak, data and bss
+symbols (types T, W, D, B in either case; ARM ``$`` locals skipped), each of
+size 0 with a binding from its type letter (W weak, upper case global, else
+local).  It then gives every zero-size symbol the start of the next one as
+its end, except across a kernel/module boundary, where it rounds the end up
+past the next page, and the last symbol ends a page past its page
+(``symbols__fixup_end``); of symbols with one start it keeps the best
+(``symbols__fixup_duplicate``: sized, not weak, global, fewer leading
+underscores, longer name).  The kernel's symbols move by the relocation
+delta (kallsyms' ``_text`` minus the recording's ``[kernel.kallsyms]_text``
+map address); a module's are made relative to its map.
+
+Which file perf uses: ``--kallsyms FILE`` (no build-id check), else the
+kallsyms of the recording's kcore_dir, else the build-id cache's
+``[kernel.kallsyms]/BUILDID/kallsyms``, else the running kernel's
+``/proc/kallsyms`` only when its build-id (``/sys/kernel/notes``) equals the
+recording's kernel build-id; never host files when ``--symfs`` is given.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass
+
+from ptexport.errors import ImageError
+from ptexport.images.symbols import Symbol, SymbolTable
+
+_KO_SUFFIX = re.compile(r"\.ko(\.(gz|xz|zst|bz2))?$")
+
+
+def kmod_name(path: str) -> str:
+    """perf's DSO name of a kernel module file: ``[base]`` without .ko, '-' as '_'."""
+    base = path.rsplit("/", 1)[-1]
+    if base.startswith("[") and base.endswith("]"):
+        return base
+    base = _KO_SUFFIX.sub("", base)
+    return "[" + base.replace("-", "_") + "]"
+
+
+@dataclass(slots=True)
+class _KSym:
+    start: int
+    end: int
+    name: str
+    binding: int
+    module: str | None  # "[mod]" or None for the kernel
+
+
+def _binding(t: str) -> int:
+    if t in "Ww":
+        return 2
+    return 1 if t.isupper() else 0
+
+
+def _underscores(name: str) -> int:
+    return len(name) - len(name.lstrip("_"))
+
+
+def _better(a: _KSym, b: _KSym) -> bool:
+    """perf's choose_best_symbol: True when ``a`` wins."""
+    sa, sb = a.end - a.start, b.end - b.start
+    if sb == 0 and sa > 0:
+        return True
+    if sa == 0 and sb > 0:
+        return False
+    wa, wb = a.binding == 2, b.binding == 2
+    if wb and not wa:
+        return True
+    if wa and not wb:
+        return False
+    ga, gb = a.binding == 1, b.binding == 1
+    if ga and not gb:
+        return True
+    if gb and not ga:
+        return False
+    ua, ub = _underscores(a.name), _underscores(b.name)
+    if ub > ua:
+        return True
+    if ua > ub:
+        return False
+    return len(a.name) >= len(b.name)
+
+
+def _roundup(x: int, n: int) -> int:
+    return (x + n - 1) // n * n
+
+
+@dataclass
+class Kallsyms:
+    """Symbols of a kallsyms file, split into the kernel's and each module's (absolute addresses)."""
+
+    kernel: list[_KSym]
+    modules: dict[str, list[_KSym]]
+    text: int | None  # address of _text (for the relocation delta)
+
+    def kernel_table(self, map_ref_addr: int | None = None) -> SymbolTable:
+        """The kernel DSO's symbols, moved by the relocation delta against the recorded ``_text``."""
+        delta = (self.text - map_ref_addr) if (self.text is not None and map_ref_addr is not None) else 0
+        return SymbolTable([Symbol(s.start - delta, s.end - delta, s.name, s.binding) for s in self.kernel])
+
+    def module_table(self, module: str, map_start: int, map_pgoff: int = 0) -> SymbolTable:
+        """A module DSO's symbols, relative to its map (as if read from the .ko)."""
+        return SymbolTable([Symbol(s.start - map_start + map_pgoff, s.end - map_start + map_pgoff, s.name,
+                                   s.binding) for s in self.modules.get(module, ())])
+
+
+def parse_kallsyms(text: str, source: str = "kallsyms") -> Kallsyms:
+    syms: list[_KSym] = []
+    text_addr = None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        try:
+            addr = int(parts[0], 16)
+        except ValueError as e:
+            raise ImageError(f"line {lineno}: bad address {parts[0]!r}", source=source) from e
+        t, name = parts[1], parts[2]
+        module = parts[3] if len(parts) > 3 and parts[3].startswith("[") else None
+        if name == "_text" and module is None and text_addr is None:
+            text_addr = addr
+        if t.upper() not in "TWDB" or len(t) != 1 or name.startswith("$"):
+            continue
+        syms.append(_KSym(addr, addr, name, _binding(t), module))
+    # perf's rb-tree order: by start; equal starts keep insertion order.
+    syms.sort(key=lambda s: s.start)
+    for prev, cur in zip(syms, syms[1:]):
+        if prev.end == prev.start:
+            if (prev.module is None) != (cur.module is None):
+                prev.end = _roundup(prev.end + 4096, 4096)
+            else:
+                prev.end = cur.start
+    if syms and syms[-1].end == syms[-1].start:
+        syms[-1].end = _roundup(syms[-1].start, 4096) + 4096
+    dedup: list[_KSym] = []
+    for s in syms:
+        if dedup and dedup[-1].start == s.start:
+            if not _better(dedup[-1], s):
+                dedup[-1] = s
+            continue
+        dedup.append(s)
+    kernel = [s for s in dedup if s.module is None]
+    modules: dict[str, list[_KSym]] = {}
+    for s in dedup:
+        if s.module is not None:
+            modules.setdefault(s.module.replace("-", "_"), []).append(s)
+    return Kallsyms(kernel, modules, text_addr)
+
+
+def load_kallsyms(path: str) -> Kallsyms:
+    try:
+        with open(path, encoding="latin-1") as f:
+            return parse_kallsyms(f.read(), path)
+    except OSError as e:
+        raise ImageError(f"cannot read kallsyms: {e.strerror or e}", source=path) from e
+
+
+def running_kernel_build_id(notes: str = "/sys/kernel/notes") -> bytes | None:
+    """The GNU build-id note of the running kernel, or None."""
+    try:
+        with open(notes, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    off = 0
+    while off + 12 <= len(data):
+        namesz, descsz, typ = struct.unpack_from("<III", data, off)
+        off += 12
+        name = data[off: off + namesz]
+        off += (namesz + 3) & ~3
+        desc = data[off: off + descsz]
+        off += (descsz + 3) & ~3
+        if typ == 3 and name.rstrip(b"\0") == b"GNU":
+            return desc
+    return None
+
+
+def find_kallsyms(explicit: str | None, kcore_dir: str | None, symfs: str | None,
+                  build_id: bytes | None, buildid_dir: str | None = None) -> str | None:
+    """The kallsyms file perf would use for the host kernel DSO, or None (see the module docstring)."""
+    if explicit:
+        return explicit
+    if kcore_dir:
+        cand = os.path.join(str(kcore_dir), "kallsyms")
+        if os.path.exists(cand):
+            return cand
+    if build_id:
+        cache = buildid_dir or os.path.join(os.path.expanduser("~"), ".debug")
+        cand = os.path.join(cache, "[kernel.kallsyms]", build_id.hex(), "kallsyms")
+        if os.path.exists(cand):
+            return cand
+    if symfs:
+        return None
+    if build_id and running_kernel_build_id() == build_id and os.access("/proc/kallsyms", os.R_OK):
+        return "/proc/kallsyms"
+    return None
