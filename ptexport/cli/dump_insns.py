@@ -34,6 +34,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--kcore", help="perf record --kcore directory (kcore, kallsyms)")
     parser.add_argument("--vmlinux", help="vmlinux for kernel code")
     parser.add_argument("--kallsyms", help="kallsyms for the vmlinux KASLR offset")
+    parser.add_argument("--guest-kcore", dest="guest_kcore",
+                        help="kcore directory of the guest (code run in VMX non-root mode)")
+    parser.add_argument("--guest-vmlinux", dest="guest_vmlinux", help="vmlinux of the guest")
+    parser.add_argument("--guest-kallsyms", dest="guest_kallsyms", help="kallsyms of the guest")
     parser.add_argument("--kernel-start", dest="kernel_start", type=_int,
                         default=0xFFFF800000000000,
                         help="lowest kernel address (perf.data input; default %(default)#x)")
@@ -260,6 +264,13 @@ def _perf_streams(args, opts_factory):
                 key = rec.cpu if rec.cpu is not None and rec.cpu >= 0 else ("tid", rec.tid)
                 aux.setdefault(key, []).append(bytes(pd.aux_data(rec)))
         cache = SectionCache()
+        select = None
+        if args.guest_kcore or args.guest_vmlinux:
+            guest = ObjectFinder(kcore_dir=args.guest_kcore, vmlinux=args.guest_vmlinux,
+                                 kallsyms=args.guest_kallsyms).kernel_image(Image("guest", cache))
+
+            def select(cr3, non_root, vmcs):
+                return guest if non_root else None
         kernel = None
         if args.kcore or args.vmlinux:
             kernel = finder.kernel_image(Image("kernel", cache))
@@ -272,7 +283,7 @@ def _perf_streams(args, opts_factory):
             if kernel is not None:
                 session.set_kernel(kernel)
             label = f"cpu {key}" if not isinstance(key, tuple) else f"tid {key[1]}"
-            dec = InsnDecoder(buf, Image("none", cache), opts_factory(label))
+            dec = InsnDecoder(buf, Image("none", cache), opts_factory(label), select_image=select)
             yield label, dec, session
 
 

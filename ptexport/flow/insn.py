@@ -58,6 +58,7 @@ class InsnDecoder:
         the current image."""
         self.config = config or DecoderConfig()
         self.select_image = select_image
+        self.host_image = image
         self.query = QueryDecoder(buf, self.config)
         self.image = image
         self.cache = cache if cache is not None else ic.InsnCache()
@@ -91,8 +92,12 @@ class InsnDecoder:
         self.retstack.clear()
 
     def set_image(self, image) -> None:
-        """Decode from ``image`` (anything with ``read(ip, n)`` and ``generation``) from now on."""
-        self.image = image
+        """Decode from ``image`` (anything with ``read(ip, n)`` and ``generation``) from now on.
+
+        With a ``select_image`` hook this is the host image: guest code (as
+        the hook decides from the last PIP/VMCS) keeps its own image."""
+        self.host_image = image
+        self._select()
 
     @property
     def offset(self) -> int:
@@ -756,10 +761,10 @@ class InsnDecoder:
         return ev, self._check_ip_event(None)
 
     def _select(self) -> None:
+        image = None
         if self.select_image is not None:
             image = self.select_image(self.cr3, self.nr, self.vmcs)
-            if image is not None:
-                self.image = image
+        self.image = image if image is not None else self.host_image
 
     def _process_enabled(self, ev: Event) -> None:
         if ev.status_update:

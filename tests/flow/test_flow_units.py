@@ -238,3 +238,29 @@ def test_pip_selects_the_address_space(libipt_dir):
     assert seen == [(0xCDCDC0, False, None)]
     assert lines[2] == "[paging, cr3: 0000000000cdcdc0]"
     assert "error: no memory mapped at this address" in lines[3]
+
+
+def test_guest_code_keeps_its_image_across_host_switches(libipt_dir):
+    """After a PIP with NR=1 the guest image stays live even if the host image changes."""
+    from ptexport.flow.insn import InsnDecoder
+    from ptexport.flow.ptxed import PtxedOptions, ptxed_lines
+    from ptexport.flow.query import DecoderConfig
+
+    d = libipt_dir / "ptt"
+    code = (d / "pip-far_call.bin").read_bytes()
+    trace = bytearray((d / "pip-far_call.pt").read_bytes())
+    assert trace[0x1B:0x1D] == b"\x02\x43"
+    trace[0x1D] |= 1                            # PIP.NR: the far call enters the guest
+    host = Image("host")
+    host.add_bytes(code, 0x100000)
+    guest = Image("guest")
+    guest.add_bytes(code, 0x100000)
+
+    dec = InsnDecoder(bytes(trace), host, DecoderConfig(),
+                      select_image=lambda cr3, nr, vmcs: guest if nr else None)
+    lines = list(ptxed_lines(dec, PtxedOptions()))
+    assert "[paging, cr3: 0000000000cdcdc0, nr]" in lines
+    assert lines[-2:] == ["0000000000100004", "[disabled]"]
+    assert dec.image is guest and dec.host_image is host
+    dec.set_image(Image("another host"))        # a host context switch
+    assert dec.image is guest
