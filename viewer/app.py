@@ -12,7 +12,6 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QMessageBox, QTabWidget, QWidget
 

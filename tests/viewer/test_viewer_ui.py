@@ -13,12 +13,12 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QModelIndex, QPoint, Qt  # noqa: E402
-from PySide6.QtGui import QGuiApplication, QImage  # noqa: E402
+from PySide6.QtGui import QImage  # noqa: E402
 
 from ptexport_viewer import queries as q  # noqa: E402
 from ptexport_viewer.app import MainWindow  # noqa: E402
 from ptexport_viewer.db import Database  # noqa: E402
-from ptexport_viewer.models import LazyTreeModel, PagedTableModel  # noqa: E402
+from ptexport_viewer.models import PagedTableModel  # noqa: E402
 from ptexport_viewer.views import Report  # noqa: E402
 
 TIMEOUT = 10000
