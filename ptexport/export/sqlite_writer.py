@@ -9,9 +9,11 @@ Three ways in, fastest first, each falling back to the next:
 
 * ``btree`` - the big integer tables (samples, calls, call_paths,
   context_switches, payload tables) are laid down as B-tree pages directly
-  (:mod:`ptexport.export._btree`) and spliced into the file at the end;
-  needs numba and rows in increasing id order (a batch out of order splices
-  what was spooled and continues through SQL);
+  (:mod:`ptexport.export._btree`, background threads, one per table) and
+  spliced into the file at the end, with their single-column indexes
+  (perf's ``pcpid_idx``/``pid_idx``) built the same way; needs numba and rows
+  in increasing id order (a batch out of order splices what was spooled and
+  continues through SQL);
 * ``bind`` - int64 matrices bound by a numba loop on the connection's own
   handle (:mod:`ptexport.export._fastsqlite`);
 * ``executemany`` - plain ``sqlite3``, used for text columns and without numba.
@@ -42,7 +44,7 @@ MODES = ("btree", "bind", "executemany")
 INDEX_SPLICE_MAX_ROWS = 8_000_000
 _SINGLE_COLUMN_INDEX = re.compile(r"^CREATE INDEX (\w+) ON \w+ \((\w+)\)$")
 #: Batches queued for the background page builder before write_* waits.
-MAX_PENDING = 2
+MAX_PENDING = 3
 
 
 def _quote(name: str) -> str:
@@ -77,10 +79,10 @@ class SqliteWriter(Writer):
         self._index_ids: dict[str, list[np.ndarray]] = {}
         self._built_indexes: set[str] = set()
         self._dropped_indexes: set[str] = set()
-        # page building runs in one background thread (numba releases the GIL), so the
-        # caller's next batch is prepared while this one is laid down; at most
-        # MAX_PENDING batches wait (bounded memory)
-        self._pool: ThreadPoolExecutor | None = None
+        # page building runs in background threads, one per table (numba releases the
+        # GIL): samples and calls pages are built side by side while the caller
+        # prepares its next batch; at most MAX_PENDING batches wait (bounded memory)
+        self._pools: dict[str, ThreadPoolExecutor] = {}  # one thread per table: in order within a table
         self._pending: deque[Future[None]] = deque()
         self._handle = None
         self._want_bind = mode in ("btree", "bind")
@@ -146,13 +148,19 @@ class SqliteWriter(Writer):
         return self.tmp_path.with_name(f"{self.tmp_path.name}.{table}.pages")
 
     def _spool_add(self, table: str, mat: np.ndarray) -> None:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptexport-btree")
+        pool = self._pools.get(table)
+        if pool is None:
+            pool = self._pools[table] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ptexport-{table}")
         while len(self._pending) >= MAX_PENDING:
             self._pending.popleft().result()
         self._spools[table].reserve(mat[:, 0])
         self._collect_index_keys(table, mat)
-        self._pending.append(self._pool.submit(self._spools[table].add, mat))
+        self._pending.append(pool.submit(self._spools[table].add, mat))
+
+    def _shutdown_pools(self) -> None:
+        for pool in self._pools.values():
+            pool.shutdown(wait=True)
+        self._pools.clear()
 
     def _drain(self) -> None:
         """Wait for the background page building; re-raises its error."""
@@ -292,9 +300,7 @@ class SqliteWriter(Writer):
     def _finish_database(self) -> None:
         try:
             self._splice(list(self._spools))
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-                self._pool = None
+            self._shutdown_pools()
             c = self._conn()
             c.execute("UPDATE comms SET has_calls = 1 WHERE id IN (SELECT DISTINCT comm_id FROM calls)")
             for name, sql in self.schema.index_sql.items():
@@ -322,9 +328,7 @@ class SqliteWriter(Writer):
             self._drain()
         except BaseException:  # noqa: BLE001 - aborting anyway; the temporary goes
             pass
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        self._shutdown_pools()
         try:
             self._close()
         except sqlite3.Error:  # pragma: no cover
