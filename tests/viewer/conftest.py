@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fixture_db  # noqa: E402
 
 PERF_EXPORT = Path("/usr/lib/perf-core/scripts/python/export-to-sqlite.py")
-PG_ADMIN = os.environ.get("PTEXPORT_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN = fixture_db.PG_ADMIN
 
 
 @pytest.fixture(scope="session")

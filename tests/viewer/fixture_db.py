@@ -29,8 +29,12 @@ additions when ``extensions=True`` (``vcpus`` table, trailing
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
+
+# The PostgreSQL server the tests use (a uniquely named database is created and dropped there).
+PG_ADMIN = os.environ.get("PTEXPORT_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 TABLES = {
     "selected_events": "id integer NOT NULL PRIMARY KEY, name varchar(80)",

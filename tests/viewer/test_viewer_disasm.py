@@ -108,7 +108,7 @@ def shared_fixture(request, tmp_path_factory):
         return
     import uuid
 
-    from conftest import PG_ADMIN
+    from fixture_db import PG_ADMIN
     psycopg = pytest.importorskip("psycopg")
     try:
         admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3)
