@@ -20,7 +20,7 @@ exports) is documented in its module.  The libipt-style stack is:
         ip, size, iclass, speculative, status = dec.next()   # one instruction
     # errors: FlowError(code) with dec.offset; dec.resync() (next IP) or dec.sync_forward() (next PSB)
 
-Layers (libipt's): ``query.EventDecoder`` (packets -> events, binding rules,
+Layers (libipt's): ``evdecoder.EventDecoder`` (packets -> events, binding rules,
 OVF/errata handling), ``query.QueryDecoder`` (TNT cache, indirect targets,
 events), ``insn.InsnDecoder`` (code walk, return stack, event binding to
 instructions), ``insn_class`` (capstone + opcode table, ``InsnCache`` =
