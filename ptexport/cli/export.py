@@ -18,6 +18,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-calls", dest="calls", action="store_false", help="skip call trees")
     parser.add_argument("--cpu", metavar="LIST", help="only these CPUs (e.g. 0,2-3)")
     parser.add_argument("--symfs", metavar="DIR", help="look for binaries under DIR")
+    parser.add_argument("--kallsyms", metavar="FILE",
+                        help="kernel symbols from this kallsyms file (default: the recording's kcore_dir, "
+                             "the build-id cache, or /proc/kallsyms when the running kernel's build-id matches)")
     parser.add_argument("--buildid-dir", metavar="DIR", help="build-id cache (default ~/.debug)")
     parser.add_argument("-f", "--force", action="store_true", help="replace an existing database")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary")
@@ -29,7 +32,7 @@ def run(args, out) -> int:
     from ptexport.samples.itrace import export_default, parse_itrace
 
     itrace = parse_itrace(args.itrace) if args.itrace else export_default()
-    cfg = ExportConfig(itrace=itrace, calls=args.calls, force=args.force, symfs=args.symfs,
+    cfg = ExportConfig(itrace=itrace, calls=args.calls, force=args.force, symfs=args.symfs, kallsyms=args.kallsyms,
                        buildid_dir=args.buildid_dir, cpus=parse_cpu_list(args.cpu))
     progress = None
     bar = None

@@ -96,11 +96,13 @@ class Kallsyms:
 
     kernel: list[_KSym]
     modules: dict[str, list[_KSym]]
-    text: int | None  # address of _text (for the relocation delta)
+    refs: dict[str, int]  # first address of each kernel symbol name (for the relocation delta)
 
-    def kernel_table(self, map_ref_addr: int | None = None) -> SymbolTable:
-        """The kernel DSO's symbols, moved by the relocation delta against the recorded ``_text``."""
-        delta = (self.text - map_ref_addr) if (self.text is not None and map_ref_addr is not None) else 0
+    def kernel_table(self, ref_name: str | None = None, ref_addr: int | None = None) -> SymbolTable:
+        """The kernel DSO's symbols, moved by the relocation delta: kallsyms' address of the
+        recording's reference symbol (``_text`` of ``[kernel.kallsyms]_text``) minus the recorded one."""
+        have = ref_name is not None and ref_addr is not None and ref_name in self.refs
+        delta = self.refs[ref_name] - ref_addr if have else 0
         return SymbolTable([Symbol(s.start - delta, s.end - delta, s.name, s.binding) for s in self.kernel])
 
     def module_table(self, module: str, map_start: int, map_pgoff: int = 0) -> SymbolTable:
@@ -111,7 +113,7 @@ class Kallsyms:
 
 def parse_kallsyms(text: str, source: str = "kallsyms") -> Kallsyms:
     syms: list[_KSym] = []
-    text_addr = None
+    refs: dict[str, int] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         parts = line.split()
         if len(parts) < 3:
@@ -122,8 +124,8 @@ def parse_kallsyms(text: str, source: str = "kallsyms") -> Kallsyms:
             raise ImageError(f"line {lineno}: bad address {parts[0]!r}", source=source) from e
         t, name = parts[1], parts[2]
         module = parts[3] if len(parts) > 3 and parts[3].startswith("[") else None
-        if name == "_text" and module is None and text_addr is None:
-            text_addr = addr
+        if module is None:
+            refs.setdefault(name, addr)
         if t.upper() not in "TWDB" or len(t) != 1 or name.startswith("$"):
             continue
         syms.append(_KSym(addr, addr, name, _binding(t), module))
@@ -149,7 +151,7 @@ def parse_kallsyms(text: str, source: str = "kallsyms") -> Kallsyms:
     for s in dedup:
         if s.module is not None:
             modules.setdefault(s.module.replace("-", "_"), []).append(s)
-    return Kallsyms(kernel, modules, text_addr)
+    return Kallsyms(kernel, modules, refs)
 
 
 def load_kallsyms(path: str) -> Kallsyms:

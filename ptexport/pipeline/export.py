@@ -31,7 +31,7 @@ from ptexport.calltree import make_call_tree, perf_flush_order
 from ptexport.errors import PtExportError
 from ptexport.export.model import ExportModel
 from ptexport.export.writer import open_writer
-from ptexport.images.kallsyms import kmod_name
+from ptexport.images.kallsyms import find_kallsyms, kmod_name, load_kallsyms
 from ptexport.images.symbols import EMPTY, SymbolTable, load_elf_symbols
 from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import RecordType
@@ -88,6 +88,7 @@ class ExportConfig:
     calls: bool = True
     force: bool = False
     symfs: str | None = None
+    kallsyms: str | None = None
     buildid_dir: str | None = None
     cpus: frozenset[int] | None = None
     pids: frozenset[int] | None = None
@@ -146,6 +147,7 @@ class _Exporter:
         self._samples: dict[str, list[int]] = {k: [] for k in _SAMPLE_KEYS}
         self._tree: dict[str, list[int]] = {k: [] for k in _TREE_KEYS}
         self.kallsyms = None
+        self._load_kallsyms()
 
     # ------------------------------------------------------------ threads, comms
 
@@ -233,14 +235,31 @@ class _Exporter:
             self._dso_ids[name] = dso
         return dso, name
 
-    def _kernel_symtab(self, name: str) -> SymbolTable:
+    def _kernel_symtab(self, name: str, e: Any) -> SymbolTable:
+        """The kernel's or a module's symbols from kallsyms (none without a kallsyms file)."""
         tab = self._symtabs.get(name)
         if tab is None:
             tab = EMPTY
-            if self.kallsyms is not None and name == "[kernel.kallsyms]":
-                tab = self.kallsyms
+            ks = self.kallsyms
+            if ks is not None and name == "[kernel.kallsyms]":
+                ref = e.filename[len(name):] or None  # "_text" of "[kernel.kallsyms]_text"
+                tab = ks.kernel_table(ref, e.pgoff)
+            elif ks is not None and not name.startswith("["):
+                tab = ks.module_table(kmod_name(name), e.start, e.pgoff)
             self._symtabs[name] = tab
         return tab
+
+    def _load_kallsyms(self) -> None:
+        cfg = self.cfg
+        path = find_kallsyms(cfg.kallsyms, getattr(self.s.pd, "kcore_dir", None), cfg.symfs,
+                             self.s.build_id_of("[kernel.kallsyms]", None), cfg.buildid_dir)
+        if path is None:
+            return
+        try:
+            self.kallsyms = load_kallsyms(str(path))
+        except PtExportError:
+            if cfg.kallsyms:
+                raise
 
     def _file_symtab(self, name: str, build_id: bytes | None) -> SymbolTable:
         obj = self.s.objects.get(name, build_id)
@@ -269,8 +288,8 @@ class _Exporter:
         if e is None:
             return 0, 0, 0, 0
         dso, name = self._dso(e, kernel)
-        if kernel and name.startswith("["):
-            tab = self._kernel_symtab(name)
+        if kernel and (name.startswith("[") or (self.kallsyms is not None and name.startswith("/"))):
+            tab = self._kernel_symtab(name, e)
         else:
             tab = self._file_symtab(name, self.s.build_id_of(name, e.build_id))
         off = ip - e.start + e.pgoff
@@ -469,8 +488,14 @@ class _Exporter:
         elif kind == EV_CBR:
             cbr = payload & 0xFF
             ratio = self.s.params.max_non_turbo_ratio
-            percent = (cbr * 100 + ratio // 2) // ratio if ratio else 0
-            mhz = (cbr * self._cbr2khz() + 500) // 1000
+            freq_khz = cbr * self._cbr2khz()
+            if self.w.dialect == "sqlite":
+                # export-to-sqlite.py binds Python 3 true divisions as text: SQLite keeps them REAL.
+                mhz: float | int = (freq_khz + 500) / 1000
+                percent: float | int = ((cbr * 1000 / ratio) + 5) / 10 if ratio else 0
+            else:  # export-to-postgresql.py packs int() of the same values
+                mhz = int((freq_khz + 500) / 1000)
+                percent = int(((cbr * 1000 / ratio) + 5) / 10) if ratio else 0
             self.payload_rows.setdefault("cbr", []).append((sid, cbr, mhz, percent))
         elif kind == EV_MWAIT:
             self.payload_rows.setdefault("mwait", []).append((sid, payload & 0xFF, (payload >> 32) & 0x3))
