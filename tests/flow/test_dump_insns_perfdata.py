@@ -70,3 +70,17 @@ def test_missing_objects_give_error_records(tmp_path):
     lines = out.getvalue().splitlines()
     assert any("error: no memory mapped at this address" in x for x in lines)
     assert not any(IP_RE.match(x) for x in lines)
+
+
+def test_real_recording_without_binaries_reports_errors(quipper):
+    """quipper's Skylake recording: its objects are not here, so every PSB+ ends in a
+    'no memory mapped' record with its offset - and no traceback, every CPU listed."""
+    out = io.StringIO()
+    assert main(["dump", "insns", str(quipper), "--cpu", "6/78"], out) == 0
+    lines = out.getvalue().splitlines()
+    cpus = [x for x in lines if re.match(r"^\[cpu \d+\]$", x)]
+    assert len(cpus) >= 2
+    errors = [x for x in lines if ": error: " in x]
+    assert errors and all(re.match(r"^\[[0-9a-f]+, [0-9a-f]+: error: ", x) for x in errors)
+    assert all("no memory mapped" in x or "does not match" in x or "context" in x
+               or "compressed return" in x for x in errors)
