@@ -264,3 +264,43 @@ def test_ptwrite_and_power_events(tmp_path, ptwrite, power):
     assert bool(cfg & (1 << 12)) == (ptwrite != "off")   # ptw
     assert bool(cfg & (1 << 5)) == (ptwrite == "fup")    # fup_on_ptw
     assert bool(cfg & (1 << 4)) == power                 # pwr_evt
+
+
+# Every variant through all three of perf's views: --itrace=b (above), cr and i1i.
+MATRIX = {
+    "basic": dict(program="loops"),
+    "noretcomp-short-tnt": dict(program="calls", retcomp=False, tnt="short"),
+    "ip-mixed": dict(program="calls", ip_mode="mixed", psb_period=512),
+    "tsc-only": dict(program="calls", timing="tsc"),
+    "cyc-cbr": dict(program="calls", timing="cyc", cbr=10),
+    "threads-4cpus": dict(program="threads", cpus=4),
+    "per-thread": dict(program="threads", cpus=2, per_thread=True),
+    "forkexec": dict(program="forkexec", cpus=2),
+    "events": dict(program="events", ptwrite="fup", power=True),
+    "pipe": dict(program="threads", cpus=2, pipe=True),
+    "kcore": dict(program="calls", kcore=True),
+    "replay": dict(program="calls", replay="on"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MATRIX))
+def test_variant_matrix_cr_and_instructions(tmp_path, name):
+    from ptexport.synth.generate import KIND_JCC, KIND_JMP, KIND_NAMES
+    from ptexport.synth.verify import compare_instructions
+
+    opts = SynthOptions(branches=8_000, **MATRIX[name])
+    res = synthesize(tmp_path, opts)
+    per = "tid" if opts.per_thread else "cpu"
+    # calls and returns: every branch but jcc/jmp (trace begin/end count as return/call)
+    cr_kinds = set(range(len(KIND_NAMES))) - {KIND_JCC, KIND_JMP}
+    proc = perf_script(res.perf_data, "cr")
+    perf = parse_branches(proc.stdout)
+    truth, _ = load_truth(tmp_path)
+    cmp = compare_branches(truth, perf, per=per, kinds=cr_kinds)
+    sel = np.isin(truth["kind"], list(cr_kinds))
+    assert cmp.mismatches == 0 and cmp.compared == int(sel.sum()), cmp.first_mismatch
+    if (tmp_path / "truth_insns.npz").exists():
+        ci = compare_instructions(tmp_path, res.perf_data, per=per)
+        assert ci.mismatches == 0 and ci.compared > 8_000, ci.first_mismatch
+    else:
+        assert opts.replay == "on"
