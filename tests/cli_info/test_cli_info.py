@@ -303,3 +303,20 @@ def test_bad_input_in_process_and_missing_file(tmp_path, capsys):
     assert run_info(str(tmp_path / "missing.data"))[0] != 0
     err = capsys.readouterr().err
     assert err.count("ptexport: error:") == 2 and "Traceback" not in err
+
+
+def test_record_type_names_are_perfs():
+    from ptexport.sideband.summary import record_type_name
+
+    # tools/perf/util/event.c perf_event__names (perf 6.1), index = record type
+    perf_names = {
+        1: "MMAP", 2: "LOST", 3: "COMM", 4: "EXIT", 5: "THROTTLE", 6: "UNTHROTTLE", 7: "FORK", 8: "READ",
+        9: "SAMPLE", 10: "MMAP2", 11: "AUX", 12: "ITRACE_START", 13: "LOST_SAMPLES", 14: "SWITCH",
+        15: "SWITCH_CPU_WIDE", 16: "NAMESPACES", 17: "KSYMBOL", 18: "BPF_EVENT", 19: "CGROUP", 20: "TEXT_POKE",
+        21: "AUX_OUTPUT_HW_ID", 64: "ATTR", 65: "EVENT_TYPE", 66: "TRACING_DATA", 67: "BUILD_ID",
+        68: "FINISHED_ROUND", 69: "ID_INDEX", 70: "AUXTRACE_INFO", 71: "AUXTRACE", 72: "AUXTRACE_ERROR",
+        73: "THREAD_MAP", 74: "CPU_MAP", 75: "STAT_CONFIG", 76: "STAT", 77: "STAT_ROUND", 78: "EVENT_UPDATE",
+        79: "TIME_CONV", 80: "FEATURE", 81: "COMPRESSED", 82: "FINISHED_INIT",
+    }
+    assert {t: record_type_name(t) for t in perf_names} == perf_names
+    assert record_type_name(99) == "UNKNOWN_99"
