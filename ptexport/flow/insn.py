@@ -581,22 +581,32 @@ class InsnDecoder:
         last = None
         q = self.query
         cache = self.cache
+        runs = cache._runs
+        entries = cache._entries
         read = self.image.read
         mode = self.mode
         push = self.retstack.push
+        # The image cannot change in here: only events change it, and they stop us.
+        key = self._image_key()
+        busy = EVENT_PENDING | EOS_FLAG
+        if self.process_event or self.process_insn or not self.enabled:
+            return out, None
         while len(out) < limit:
-            if (self.process_event or self.process_insn or not self.enabled
-                    or self.status & (EVENT_PENDING | EOS_FLAG) or q.status < 0):
+            if self.status & busy or q.status < 0:
                 break
-            key = self._image_key()
-            ips, end = cache.run(key, mode, self.ip, read)
+            ip = self.ip
+            hit = runs.get((key, mode, ip))
+            if hit is None:
+                hit = cache.run(key, mode, ip, read)
+            ips, end = hit
             if ips:
                 out.extend(ips)
-                self.ip = end
+                self.ip = ip = end
                 if self.has_icnt:
                     self.icnt += len(ips)
-            ip = self.ip
-            e = cache.lookup(key, mode, ip, read)
+            e = entries.get((key, mode, ip))
+            if e is None:
+                e = cache.lookup(key, mode, ip, read)
             if e.__class__ is int:
                 break
             size, c, special, disp = e
