@@ -533,8 +533,7 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
     _tag_programs(emu, program)
 
     ticks_per_insn = ticks_per_insn_for(opts)
-    ninsns = [sum(len(caches[id(sl.program)].get(a, s).insns)
-                  for a, s in zip(sl.addrs, sl.sizes)) for sl in emu.slices]
+    ninsns = slice_lengths(emu.slices, caches)
     placed = schedule(emu.slices, ninsns, opts.cpus, ticks_per_insn, opts.migrate)
 
     truth = GroundTruth()
@@ -598,6 +597,20 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
     }
     (out_dir / "truth.json").write_text(json.dumps(meta, indent=1) + "\n")
     return SynthResult(out_dir, perf_path, len(truth), meta["pt_bytes"], meta)
+
+
+def slice_lengths(slices, caches: dict) -> list[int]:
+    """Instructions executed in each slice."""
+    counts: dict[int, dict] = {}
+    out = []
+    for sl in slices:
+        nmap = counts.setdefault(id(sl.program), {})
+        cache = caches[id(sl.program)]
+        keys = list(zip(sl.addrs, sl.sizes))
+        for k in set(keys) - nmap.keys():
+            nmap[k] = len(cache.get(*k).insns)
+        out.append(sum(map(nmap.__getitem__, keys)))
+    return out
 
 
 def _copy_elfs(out_dir: Path, opts: SynthOptions, emu) -> dict[int, str]:

@@ -72,10 +72,13 @@ def perf_data_config(out):
 
 
 def test_million_branches_match_perf(tmp_path):
-    res = synthesize(tmp_path, SynthOptions(program="calls", branches=1_000_000, replay="off"))
+    """1 M branches of real emulation: 4 threads on 4 CPUs, switches and migrations."""
+    res = synthesize(tmp_path, SynthOptions(program="threads", branches=1_000_000, cpus=4,
+                                            replay="off"))
     assert res.branches >= 1_000_000
     truth, _, perf = _check(tmp_path)
     assert len(perf.flags) == res.branches
+    assert set(perf.cpu.tolist()) == {0, 1, 2, 3} and len(set(perf.tid.tolist())) == 4
 
 
 TIMING = {
