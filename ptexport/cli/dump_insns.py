@@ -218,7 +218,7 @@ def _perf_streams(args, opts_factory):
         tc = pd.time_conv
         to_tsc = (lambda t: tc.perf_time_to_tsc(t)) if tc is not None else (lambda t: t)
         build_ids = {}
-        for entry in (pd.features.get("BUILD_ID") or []):
+        for entry in (pd.features.get("build_id") or []):
             if hasattr(entry, "filename"):
                 bid = bytes(entry.build_id)
                 if len(bid) > 20 and not any(bid[20:]):
@@ -232,6 +232,7 @@ def _perf_streams(args, opts_factory):
                 found = cand if os.path.isfile(cand) else None
             return found
 
+        cpuid = pd.features.get("cpuid")          # "GenuineIntel,6,142,10"
         global_recs = []
         cpu_recs: dict = {}
         aux: dict = {}
@@ -283,7 +284,8 @@ def _perf_streams(args, opts_factory):
             if kernel is not None:
                 session.set_kernel(kernel)
             label = f"cpu {key}" if not isinstance(key, tuple) else f"tid {key[1]}"
-            dec = InsnDecoder(buf, Image("none", cache), opts_factory(label), select_image=select)
+            dec = InsnDecoder(buf, Image("none", cache), opts_factory(label, cpuid),
+                              select_image=select)
             yield label, dec, session
 
 
@@ -311,19 +313,30 @@ def _run_perf(args, out) -> int:
     from ptexport.flow.query import DecoderConfig
     from ptexport.pt.errata import NO_ERRATA, UnknownCpuError, errata_for_cpu, parse_cpu
 
-    errata = NO_ERRATA
-    if args.cpu:
-        try:
-            errata = errata_for_cpu(*parse_cpu(args.cpu))
-        except UnknownCpuError:
-            out.write("[0, 0: config error: unknown cpu]\n")
+    errata_memo: dict = {}
+
+    def errata_for(cpuid):
+        """--cpu, else the recording's CPUID feature (as perf uses it)."""
+        spec = args.cpu
+        if not spec and isinstance(cpuid, str):
+            parts = cpuid.split(",")
+            if len(parts) >= 3 and parts[0] == "GenuineIntel":
+                spec = "/".join(parts[1:4])
+        if spec not in errata_memo:
+            try:
+                errata_memo[spec] = errata_for_cpu(*parse_cpu(spec)) if spec else NO_ERRATA
+            except (UnknownCpuError, UsageError):
+                out.write("[0, 0: config error: unknown cpu]\n")
+                errata_memo[spec] = NO_ERRATA
+        return errata_memo[spec]
+
     _, opts, _ = _options_only(args)
     # perf's recovery: after an error, go on at the next IP the trace gives, with
     # an empty return stack (not at the next PSB as ptxed does).
     opts.resync_on_error = True
 
-    def config(label):
-        return DecoderConfig(errata, enable_iflags_events=args.event_iflags,
+    def config(label, cpuid=None):
+        return DecoderConfig(errata_for(cpuid), enable_iflags_events=args.event_iflags,
                              enable_tick_events=args.event_tick, source=f"{args.perf_data} {label}")
 
     write = out.write
