@@ -26,6 +26,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cpu", metavar="LIST", help="only these CPUs (e.g. 0,2-3)")
     parser.add_argument("--symfs", metavar="DIR", help="look for binaries under DIR")
     parser.add_argument("--buildid-dir", metavar="DIR", help="build-id cache (default ~/.debug)")
+    parser.add_argument("--jobs", type=int, metavar="N",
+                        help="decode in N worker processes (default: all cores; 1: in this process)")
 
 
 def parse_cpu_list(text: str | None) -> frozenset[int] | None:
@@ -57,12 +59,17 @@ def run(args, out) -> int:
     itrace = parse_itrace(args.itrace)
     cfg = DecodeConfig(itrace=itrace, symfs=args.symfs, buildid_dir=args.buildid_dir,
                        cpus=parse_cpu_list(args.cpu))
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: expected 1 or more")
     with open_perf_data(args.trace) as pd:
-        cols = open_session(pd, cfg).decode()
-    if args.count:
-        n_err = int((cols.kind == EV_ERROR).sum())
-        out.write(f"{len(cols) - n_err} samples, {n_err} errors\n")
-        return 0
+        session = open_session(pd, cfg)
+        if args.count:
+            from ptexport.pipeline.parallel import count_samples
+
+            n_samples, n_err = count_samples(session, args.jobs)
+            out.write(f"{n_samples} samples, {n_err} errors\n")
+            return 0
+        cols = session.decode(args.jobs)
     kinds = cols.kind.tolist()
     times = cols.time.tolist()
     cpus = cols.cpu.tolist()

@@ -65,8 +65,9 @@ class FastRows:
     """``_Rows`` of the session, as arrays (``cols`` maps column name -> numpy array)."""
 
     def __init__(self, cols: dict[str, np.ndarray], setup_failures: list[int],
-                 items_err: np.ndarray, items_ts: np.ndarray) -> None:
+                 items_err: np.ndarray, items_ts: np.ndarray, branch_count: int = 0) -> None:
         self.cols = cols
+        self.branch_count = branch_count  # count-only decoding: branch rows counted, not kept
         self.setup_failures = setup_failures
         self.items_err = items_err
         self.items_ts = items_ts
@@ -152,9 +153,11 @@ class _Tokens:
 class QueueDecoder:
     """The fast decoder for one AUX queue of a :class:`PerfSession`."""
 
-    def __init__(self, session: Any, qnum: int, key: tuple[str, int], bufs: list[Any]) -> None:
+    def __init__(self, session: Any, qnum: int, key: tuple[str, int], bufs: list[Any],
+                 count_only: bool = False) -> None:
         from ptexport.pipeline.codewalk import PerfCodeWalker
 
+        self.count_only = count_only
         self.s = session
         self.qnum = qnum
         self.key = key
@@ -360,6 +363,7 @@ class QueueDecoder:
         S[K.P_ERR_MINUS_L] = int("l" in it.error_minus)
         S[K.P_TIMELESS] = int(s.timeless)
         S[K.P_PER_CPU] = int(self.per_cpu)
+        S[K.P_COUNT_ONLY] = int(self.count_only)
         return S, F
 
     def run(self) -> FastRows:
@@ -367,8 +371,9 @@ class QueueDecoder:
         snap = np.zeros(K.NSTATE, np.int64)
         fsnap = np.zeros(K.F_SIZE, np.float64)
         stk = np.zeros(_STACK, np.int64)
-        out = np.zeros((K.O_SIZE, _OUT_CAP), np.int64)
-        items = np.zeros((2, _OUT_CAP), np.int64)
+        cap = 1 << 12 if self.count_only else _OUT_CAP
+        out = np.zeros((K.O_SIZE, cap), np.int64)
+        items = np.zeros((2, cap), np.int64)
         chunks: list[np.ndarray] = []
         ichunks: list[np.ndarray] = []
         # perf's setup: no thread for a CPU queue; a per-thread queue has its thread.
@@ -404,7 +409,9 @@ class QueueDecoder:
         ichunks.append(items[:, :S[K.NITEM]])
         o = np.concatenate(chunks, axis=1) if len(chunks) > 1 else chunks[0]
         it = np.concatenate(ichunks, axis=1) if len(ichunks) > 1 else ichunks[0]
-        return self._rows(o, it)
+        rows = self._rows(o, it)
+        rows.branch_count = int(S[K.NBRANCH])
+        return rows
 
     def _rows(self, o: np.ndarray, it: np.ndarray) -> FastRows:
         s = self.s
@@ -442,6 +449,11 @@ class QueueDecoder:
         return FastRows(cols, setup_failures, it[0].astype(bool), it[1].copy())
 
 
-def decode_queue_fast(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any]) -> FastRows:
-    """``session.decode_queue(qnum, key, bufs)``, compiled (see :func:`supported`)."""
-    return QueueDecoder(session, qnum, key, bufs).run()
+def decode_queue_fast(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any],
+                      count_only: bool = False) -> FastRows:
+    """``session.decode_queue(qnum, key, bufs)``, compiled (see :func:`supported`).
+
+    ``count_only``: branch samples are counted in ``branch_count`` instead of
+    kept (errors are still rows; no per-step items).
+    """
+    return QueueDecoder(session, qnum, key, bufs, count_only).run()

@@ -57,8 +57,8 @@ INJ_ERR INJ_CNT INJ_NEWIP INJ_OP INJ_BR INJ_LEN INJ_REL INJ_FAIL
 NSTATE
 P_RETCOMP P_BRANCH_ENABLE P_MTC_SHIFT P_CTC_N P_CTC_D P_CTC_MULT P_MNTR P_PERIOD_TYPE P_PERIOD P_FUP_NLIP
 P_PERIOD_MASK P_PERIOD_TICKS P_CTC_REM_MASK P_KERNEL_START P_FILTER P_BRANCHES P_ERRORS P_ERR_MINUS_O
-P_ERR_MINUS_L P_TIMELESS P_PER_CPU
-HAVE_THREAD CTX_LO CTX_HI NEED_IP NEED_TO NEED_MAX NEED_NR RETOK_BUF RETOK_POS NOUT NITEM STEP_NR
+P_ERR_MINUS_L P_TIMELESS P_PER_CPU P_COUNT_ONLY
+HAVE_THREAD CTX_LO CTX_HI NEED_IP NEED_TO NEED_MAX NEED_NR RETOK_BUF RETOK_POS NOUT NITEM STEP_NR NBRANCH
 S_SIZE
 """.split()
 for _i, _n in enumerate(_STATE_NAMES):
@@ -1631,6 +1631,8 @@ def _row(S, O, kind, ip, addr, flags, ins, cyc, code, offset, nr, insn_len, obj)
 
 
 def _item(S, IT, is_err):
+    if S[P_COUNT_ONLY]:
+        return
     n = S[NITEM]
     IT[0, n] = is_err
     IT[1, n] = S[PTQ_TS]
@@ -1655,6 +1657,9 @@ def _synth(S, O):
     insn_len = 0 if S[ST_FLAGS] & (F_ABORT_TX | F_ASYNC) else S[ST_INSN_LEN]
     fip = S[ST_FROM_IP]
     tip = S[ST_TO_IP]
+    if S[P_COUNT_ONLY]:  # decode and discard: count the rows
+        S[NBRANCH] += 2 if (S[ST_FROM_NR] != S[ST_TO_NR] and fip and tip) else 1
+        return
     if S[ST_FROM_NR] != S[ST_TO_NR] and fip and tip:
         _row(S, O, 0, fip, 0, flags, ins, cyc, 0, 0, S[ST_FROM_NR], insn_len, -1)
         _row(S, O, 0, 0, tip, flags, 0, 0, 0, 0, S[ST_TO_NR], insn_len, -1)

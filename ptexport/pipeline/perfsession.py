@@ -484,8 +484,15 @@ class PerfSession:
                          tid=ev.tid, code=ERR_LOST, queue=-1)
         return rows
 
-    def decode(self) -> SampleColumns:
-        parts = [self.decode_queue(qnum, key, bufs) for qnum, (key, bufs) in enumerate(self.queues())]
+    def decode(self, jobs: int | None = 1) -> SampleColumns:
+        """All samples in perf's order; ``jobs`` > 1 (None: all cores) decodes in worker processes.
+
+        The compiled decoder (:mod:`ptexport.flow.perffast`) is used when numba is
+        installed and the options allow it; its output equals :meth:`decode_queue`'s.
+        """
+        from ptexport.pipeline.parallel import decode_queues
+
+        parts = decode_queues(self, jobs)
         lost = self.lost_data_rows()
         allp = parts + [lost]
         cols = {c: np.concatenate([np.asarray(p.cols[c], dtype=np.int64 if c not in ("tsc", "ip", "addr", "payload") else np.uint64)
@@ -506,6 +513,11 @@ class PerfSession:
         pending state is emitted when its queue next runs.  Which of two queues
         at the same timestamp runs first follows perf's binary heap exactly.
         """
+        from ptexport.flow.perffast_order import numba, perf_order
+
+        if numba is not None:  # the same algorithm over arrays, compiled
+            return perf_order([(p.items_err, p.items_ts) for p in parts], self.event_tscs, n_lost,
+                              cols["queue"], cols["step"], sum(len(p) for p in parts))
         emitted: list[tuple[int, int]] = []  # (queue, step) or (-1, lost index), in emission order
         heap: list[list[int]] = []  # [ordinal, queue]
 

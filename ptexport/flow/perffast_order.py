@@ -1,0 +1,178 @@
+"""perf's sample order across queues (``PerfSession._perf_order``) over arrays, compiled.
+
+Same algorithm as the session's reference: perf's auxtrace heap of queues,
+each run up to the next queue's timestamp (+1) or the next sideband event's
+TSC; a state that crosses the limit stays pending until its queue runs
+again.  Inputs are flat arrays: per-queue items (is-error, queue timestamp
+after it) concatenated with ``item_off`` giving each queue's start, the
+event TSCs and lost-data flags, and the rows' queue and step columns.  The
+result is the row permutation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    import numba
+except ImportError:  # pragma: no cover
+    numba = None
+
+_INF = np.int64((1 << 63) - 1)
+
+
+def _push(hord, hq, n, q, ordinal):
+    pos = n
+    while pos:
+        parent = (pos - 1) >> 1
+        if ordinal >= hord[parent]:
+            break
+        hord[pos] = hord[parent]
+        hq[pos] = hq[parent]
+        pos = parent
+    hord[pos] = ordinal
+    hq[pos] = q
+    return n + 1
+
+
+def _pop(hord, hq, n):
+    cnt = n
+    last_o = hord[n - 1]
+    last_q = hq[n - 1]
+    pos = 0
+    while True:
+        left = 2 * pos + 1
+        if left >= cnt - 1:
+            break
+        right = left + 1
+        if right >= cnt - 1 or hord[left] < hord[right]:
+            hord[pos] = hord[left]
+            hq[pos] = hq[left]
+            pos = left
+        else:
+            hord[pos] = hord[right]
+            hq[pos] = hq[right]
+            pos = right
+    n -= 1
+    if pos < n:
+        while pos:
+            parent = (pos - 1) >> 1
+            if last_o >= hord[parent]:
+                break
+            hord[pos] = hord[parent]
+            hq[pos] = hq[parent]
+            pos = parent
+        hord[pos] = last_o
+        hq[pos] = last_q
+    return n
+
+
+def _order(item_off, item_err, item_ts, ev_tsc, ev_lost, n_lost, rank_item, rank_lost):
+    """Fill rank_item (per item) and rank_lost (per lost row) with emission ranks; returns count."""
+    nq = len(item_off) - 1
+    hord = np.zeros(nq + 1, np.int64)
+    hq = np.zeros(nq + 1, np.int64)
+    nxt = np.zeros(nq, np.int64)
+    n = 0
+    for q in range(nq):
+        if item_off[q + 1] > item_off[q]:
+            n = _push(hord, hq, n, q, item_ts[item_off[q]])
+    emitted = 0
+    lost_i = 0
+    e = 0
+    ne = len(ev_tsc)
+    while True:
+        if e < ne:
+            limit = ev_tsc[e]
+            do = limit != 0
+        else:
+            limit = _INF
+            do = True
+        if do:
+            while n and hord[0] < limit:
+                q = hq[0]
+                n = _pop(hord, hq, n)
+                ts_lim = limit
+                if n and hord[0] + 1 < limit:
+                    ts_lim = hord[0] + 1
+                # run(q, ts_lim)
+                base = item_off[q]
+                end = item_off[q + 1]
+                cur = nxt[q]
+                rank_item[base + cur] = emitted
+                emitted += 1
+                i = cur + 1
+                pend = -1
+                while base + i < end:
+                    if item_err[base + i]:
+                        rank_item[base + i] = emitted
+                        emitted += 1
+                        i += 1
+                        continue
+                    if item_ts[base + i] >= ts_lim:
+                        pend = i
+                        break
+                    rank_item[base + i] = emitted
+                    emitted += 1
+                    i += 1
+                if pend >= 0:
+                    nxt[q] = pend
+                    n = _push(hord, hq, n, q, item_ts[base + pend])
+                else:
+                    nxt[q] = i
+        if e >= ne:
+            break
+        if ev_lost[e] and lost_i < n_lost:
+            rank_lost[lost_i] = emitted
+            emitted += 1
+            lost_i += 1
+        e += 1
+    while lost_i < n_lost:
+        rank_lost[lost_i] = emitted
+        emitted += 1
+        lost_i += 1
+    return emitted
+
+
+def _row_ranks(queue, step, item_off, rank_item, rank_lost, lost_base, default, out):
+    nq = len(item_off) - 1
+    for i in range(len(queue)):
+        q = queue[i]
+        if q >= 0:
+            s = step[i]
+            if q < nq and 0 <= s < item_off[q + 1] - item_off[q]:
+                out[i] = rank_item[item_off[q] + s]
+            else:
+                out[i] = default
+        else:
+            j = i - lost_base
+            out[i] = rank_lost[j] if 0 <= j < len(rank_lost) else default
+
+
+if numba is not None:
+    _push = numba.njit(cache=True)(_push)
+    _pop = numba.njit(cache=True)(_pop)
+    _order = numba.njit(cache=True)(_order)
+    _row_ranks = numba.njit(cache=True)(_row_ranks)
+
+
+def perf_order(items: list[tuple[np.ndarray, np.ndarray]], event_tscs: list[tuple[int, bool]], n_lost: int,
+               queue: np.ndarray, step: np.ndarray, lost_base: int) -> np.ndarray:
+    """Row permutation in perf's output order (see ``PerfSession._perf_order``)."""
+    sizes = [len(ts) for _, ts in items]
+    item_off = np.zeros(len(items) + 1, np.int64)
+    item_off[1:] = np.cumsum(sizes)
+    item_err = np.concatenate([np.asarray(e, dtype=np.int64) for e, _ in items]) if items else np.zeros(0, np.int64)
+    item_ts = np.concatenate([np.asarray(t, dtype=np.int64) for _, t in items]) if items else np.zeros(0, np.int64)
+    ev_tsc = np.array([min(int(t), int(_INF)) for t, _ in event_tscs], dtype=np.int64)
+    ev_lost = np.array([bool(lost) for _, lost in event_tscs], dtype=np.int64)
+    total = int(item_off[-1]) + n_lost
+    rank_item = np.full(int(item_off[-1]), total, np.int64)
+    rank_lost = np.full(n_lost, total, np.int64)
+    emitted = _order(item_off, item_err, item_ts, ev_tsc, ev_lost, n_lost, rank_item, rank_lost)
+    rank_item[rank_item == total] = emitted
+    rank_lost[rank_lost == total] = emitted
+    ranks = np.empty(len(queue), np.int64)
+    _row_ranks(np.asarray(queue, np.int64), np.asarray(step, np.int64), item_off, rank_item, rank_lost,
+               lost_base, emitted, ranks)
+    return np.argsort(ranks, kind="stable")
