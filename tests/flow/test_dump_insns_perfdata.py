@@ -84,3 +84,27 @@ def test_real_recording_without_binaries_reports_errors(quipper):
     assert errors and all(re.match(r"^\[[0-9a-f]+, [0-9a-f]+: error: ", x) for x in errors)
     assert all("no memory mapped" in x or "does not match" in x or "context" in x
                or "compressed return" in x for x in errors)
+
+
+def test_objects_found_through_the_build_id_cache(tmp_path):
+    """Without the ELF beside perf.data, perf's build-id cache layout still finds it."""
+    import os
+    import shutil
+
+    from ptexport.images.lookup import elf_build_id
+
+    d = SAMPLES / "loops"
+    if not (d / "perf.data").exists():
+        pytest.skip("sample_data/loops not present")
+    shutil.copy(d / "perf.data", tmp_path / "perf.data")
+    bid = elf_build_id(str(d / "loops"))
+    entry = tmp_path / "cache" / "loops" / bid
+    entry.mkdir(parents=True)
+    shutil.copy(d / "loops", entry / "elf")
+    (tmp_path / "cache" / ".build-id" / bid[:2]).mkdir(parents=True)
+    os.symlink(entry, tmp_path / "cache" / ".build-id" / bid[:2] / bid[2:])
+    out = io.StringIO()
+    assert main(["dump", "insns", str(tmp_path / "perf.data"), "--buildid-dir",
+                 str(tmp_path / "cache"), "--quiet", "--stat"], out) == 0
+    truth = np.load(d / "truth_insns.npz")
+    assert out.getvalue().splitlines() == ["[cpu 0]", f"insn: {len(truth['ip'])}."]
