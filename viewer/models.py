@@ -325,7 +325,25 @@ class _CallModelBase(LazyTreeModel):
         if node.kind == "comm":
             return [Node("thread", t, 0, 0, self.blank(f"{pid}:{tid}"), dict(ctx, thread_id=t))
                     for t, pid, tid in q.threads_of_comm(s, node.key, ctx.get("machine_id"))]
-        return self.call_children(s, node, ctx)
+        kids = self.call_children(s, node, ctx)
+        if node.kind == "thread" and "vcpu" not in ctx:
+            kids += self.guest_vcpus_of(s, node.key)
+        return kids
+
+    def guest_vcpus_of(self, s: Session, thread_id: int) -> list[Node]:
+        """Under a host thread that runs a guest VCPU (qemu's 'CPU n/KVM'): that VCPU's guest view."""
+        out = []
+        if not s.db.caps.samples_vcpu:
+            return out
+        for v in q.vcpus(s):
+            if v.thread_id != thread_id:
+                continue
+            pid = next((m.pid for m in q.machines(s) if m.id == v.machine_id), "?")
+            comms = [c for c, _ in q.comms_with_calls(s, machine_id=v.machine_id, vcpu=v.vcpu)]
+            if comms:
+                out.append(Node("vcpu", v.vcpu, 0, 0, self.blank(f"guest {pid} VCPU {v.vcpu}"),
+                                {"machine_id": v.machine_id, "vcpu": v.vcpu, "comm_ids": comms}))
+        return out
 
     def comm_nodes(self, s: Session, ctx: dict) -> list[Node]:
         ctx = {k: v for k, v in ctx.items() if k != "comm_ids"}

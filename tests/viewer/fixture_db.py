@@ -18,7 +18,8 @@ additions when ``extensions=True`` (``vcpus`` table, trailing
         foo    1920..1980  (10 br)
 
   thread 100:101: ``bar`` 2100..2600 (40 br); guest 50:50: ``gmain``
-  1200..2400 > ``gwork`` 1300..2000
+  1200..2400 > ``gwork`` 1300..2000; qemu's VCPU thread 1000:1001:
+  ``kvm_vcpu_ioctl`` 1100..1600 (5 br)
 * 30 branch samples (20 on cpu 0 for 100:100 at 1000..1950 step 50, 6 on
   cpu 1 for 100:101 at 2100..2600 step 100, 4 guest samples on VCPU 0 at
   1200..2100 step 300), 2 cbr samples, 1 ptwrite sample; ids in time order
@@ -147,6 +148,7 @@ SYMBOLS = [
     (5, 1, 0xffffffff81000000 - 2**64, 0xffffffff81000100 - 2**64, 1, "do_syscall_64"),  # signed 64-bit
     (6, 5, 0x2000, 0x2100, 1, "gmain"),
     (7, 5, 0x2100, 0x2200, 1, "gwork"),
+    (8, 1, 0xffffffff81200000 - 2**64, 0xffffffff81200400 - 2**64, 1, "kvm_vcpu_ioctl"),
 ]
 BRANCH_TYPES = [(0, "no branch"), (1, "unconditional jump"), (3, "call"), (5, "return"),
                 (9, "conditional jump"), (19, "system call"), (21, "return from system call"),
@@ -161,6 +163,7 @@ CALL_PATHS = [
     (7, 1, 6, 0),   # gmain
     (8, 7, 7, 0),   # gmain > gwork
     (9, 1, 3, 0),   # bar (thread 101)
+    (10, 1, 8, 0),  # kvm_vcpu_ioctl (qemu's VCPU thread)
 ]
 # id, thread, comm, call_path, call_time, return_time, branches, call_id, return_id,
 # parent_call_path, flags, parent_id, insn, cyc
@@ -175,6 +178,7 @@ CALLS = [
     (7, 3, 2, 9, 2100, 2600, 40, 27, 33, 1, 0, 0, 4000, 4000),
     (8, 6, 5, 7, 1200, 2400, 60, 7, 28, 1, 0, 0, 6000, 3000),
     (9, 6, 5, 8, 1300, 2000, 30, 14, 22, 7, 0, 8, 3000, 1000),
+    (10, 5, 4, 10, 1100, 1600, 5, 0, 0, 1, 0, 0, 500, 1000),
 ]
 BRANCH_CYCLE = [3, 5, 9, 1]
 

@@ -37,7 +37,7 @@ def test_capabilities(db):
 
 def test_call_graph_levels(db):
     with db.session() as s:
-        assert q.comms_with_calls(s) == [(2, "app"), (5, "gapp")]
+        assert q.comms_with_calls(s) == [(2, "app"), (4, "CPU 0/KVM"), (5, "gapp")]
         assert q.threads_of_comm(s, 2) == [(2, 100, 100), (3, 100, 101)]
         root = q.root_call_path(s)
         assert root == 1
@@ -101,7 +101,9 @@ def test_top_calls(db):
         _, rows = q.top_calls(s, q.CallFilter(tids=[101]))
         assert [r[3] for r in rows] == ["bar"]
         _, rows = q.top_calls(s, q.CallFilter(dsos=["[kernel.kallsyms]"]))
-        assert [(r[3], r[4]) for r in rows] == [("do_syscall_64", "[kernel]")]
+        assert [(r[3], r[4]) for r in rows] == [("kvm_vcpu_ioctl", "[kernel]"), ("do_syscall_64", "[kernel]")]
+        _, rows = q.top_calls(s, q.CallFilter(limit=6))
+        assert [(r[3], r[7]) for r in rows][3:] == [("bar", 500), ("bar", 500), ("kvm_vcpu_ioctl", 500)]
         _, rows = q.top_calls(s, q.CallFilter(sql="calls.branch_count >= 50", limit=10))
         assert sorted(r[3] for r in rows) == ["bar", "gmain", "main"]
         with pytest.raises(QueryError):
@@ -292,7 +294,8 @@ def test_flame_graph(db):
         assert main.value == 400
         assert [(c.name, c.value) for c in main.children] == [("bar", 200), ("foo", 100)]
         whole = q.flame_graph(s)
-        assert sorted((c.name, c.value) for c in whole.children) == [("bar", 500), ("gmain", 1200), ("main", 1000)]
+        assert sorted((c.name, c.value) for c in whole.children) == [
+            ("bar", 500), ("gmain", 1200), ("kvm_vcpu_ioctl", 500), ("main", 1000)]
 
 
 def test_opening_errors(tmp_path):
@@ -370,7 +373,7 @@ def test_in_memory_upgrade_of_a_plain_perf_schema(plain_fixture_path, tmp_path):
     try:
         assert d.caps.has_column("comms", "has_calls")
         with d.session() as s:
-            assert q.comms_with_calls(s) == [(2, "app"), (5, "gapp")]
+            assert q.comms_with_calls(s) == [(2, "app"), (4, "CPU 0/KVM"), (5, "gapp")]
             assert s.scalar("SELECT name FROM branch_types WHERE id = 4131") == "vm exit (asynchronous)"
             assert q.branches_page(s, limit=1, evsel_id=1).rows[0][6] == "vm exit (asynchronous)"
     finally:

@@ -100,6 +100,20 @@ def test_call_graph_report(qtbot, qtmodeltester, window, tmp_path):
     foo = child(model, main, "foo")
     expand(qtbot, view, foo)
     assert rows_of(model, foo) == ["printf"]
+    # qemu's VCPU thread: its own calls, then the guest VCPU it runs, with the guest's call graph
+    kvm = child(model, host, "CPU 0/KVM")
+    expand(qtbot, view, kvm)
+    vth = child(model, kvm, "1000:1001")
+    expand(qtbot, view, vth)
+    assert rows_of(model, vth) == ["kvm_vcpu_ioctl", "guest 1000 VCPU 0"]
+    gv = child(model, vth, "guest 1000 VCPU 0")
+    expand(qtbot, view, gv)
+    assert rows_of(model, gv) == ["gapp"]
+    gapp = child(model, gv, "gapp")
+    expand(qtbot, view, gapp)
+    gth = child(model, gapp, "50:50")
+    expand(qtbot, view, gth)
+    assert rows_of(model, gth) == ["gmain"]
     # the guest machine has a VCPU level
     guest = model.index(1, 0)
     expand(qtbot, view, guest)
@@ -368,7 +382,7 @@ def test_time_chart_and_shared_selection(qtbot, window, tmp_path):
 def test_flame_graph_thread(qtbot, window):
     rep = window.open_flame_graph()
     idle(qtbot, rep)
-    assert rep.flame.root.value == 2700          # main 1000 + bar 500 + gmain 1200
+    assert rep.flame.root.value == 3200          # main 1000 + bar 500 + gmain 1200 + kvm_vcpu_ioctl 500
     rep.set_thread(2)
     idle(qtbot, rep)
     assert [(c.name, c.value) for c in rep.flame.root.children] == [("main", 1000)]
@@ -468,11 +482,11 @@ def test_call_graph_and_top_calls_follow_the_selection(qtbot, window):
     assert [(model.data(model.index(r, 0, main)), model.data(model.index(r, 3, main)))
             for r in range(model.rowCount(main))] == [("foo", "100"), ("bar", "200")]
     # calls entirely outside (thread 101's bar at 2100..2600, foo at 1920) are gone from top calls
-    assert sorted(r[3] for r in top.model.rows) == ["bar", "do_syscall_64", "foo", "gmain", "gwork", "main",
-                                                    "printf"]
+    assert sorted(r[3] for r in top.model.rows) == ["bar", "do_syscall_64", "foo", "gmain", "gwork",
+                                                    "kvm_vcpu_ioctl", "main", "printf"]
     window.selection.set(None)
     idle(qtbot, top)
-    assert len(top.model.rows) == 9
+    assert len(top.model.rows) == 10
 
 
 def test_entry_point(tmp_path, fixture_path, capsys, monkeypatch):
@@ -564,4 +578,4 @@ def test_cancelled_tree_load_can_be_retried(qtbot, window, monkeypatch):
     assert model.rowCount(host) == 0            # the cancelled answer was dropped
     view.collapse(host)
     expand(qtbot, view, host)
-    assert rows_of(model, host) == ["app"]
+    assert rows_of(model, host) == ["app", "CPU 0/KVM"]

@@ -39,6 +39,8 @@ def our_rows(db: Database, model_class) -> dict:
     with db.session() as s:
         def walk(node: Node, depth: int) -> None:
             for child in model.query_children(s, node):
+                if child.kind == "vcpu" and node.kind == "thread":
+                    continue            # a guest VCPU under its host thread: ours only
                 if child.kind in ("machine", "vcpu"):
                     walk(child, depth)
                     continue
