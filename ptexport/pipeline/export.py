@@ -490,9 +490,10 @@ class _Exporter:
             ratio = self.s.params.max_non_turbo_ratio
             freq_khz = cbr * self._cbr2khz()
             if self.w.dialect == "sqlite":
-                # export-to-sqlite.py binds Python 3 true divisions as text: SQLite keeps them REAL.
-                mhz: float | int = (freq_khz + 500) / 1000
-                percent: float | int = ((cbr * 1000 / ratio) + 5) / 10 if ratio else 0
+                # export-to-sqlite.py binds str() of Python 3 true divisions: SQLite's integer affinity
+                # keeps 2900.5 REAL and makes 3000.0 INTEGER; bind the same text.
+                mhz: str | int = str((freq_khz + 500) / 1000)
+                percent: str | int = str(((cbr * 1000 / ratio) + 5) / 10) if ratio else 0
             else:  # export-to-postgresql.py packs int() of the same values
                 mhz = int((freq_khz + 500) / 1000)
                 percent = int(((cbr * 1000 / ratio) + 5) / 10) if ratio else 0

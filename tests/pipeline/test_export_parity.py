@@ -18,7 +18,7 @@ from ptexport.cli import main
 
 EXPORTER = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
 PERF_TABLES = ["machines", "threads", "comms", "comm_threads", "dsos", "symbols", "selected_events", "samples",
-               "calls", "call_paths", "context_switches", "branch_types"]
+               "calls", "call_paths", "context_switches", "branch_types", "cbr"]
 
 
 def _have_exporter() -> bool:
@@ -66,6 +66,9 @@ def test_export_equals_perf_export(tmp_path, program):
         cols = columns(theirs, table)
         assert columns(ours, table)[: len(cols)] == cols, f"{table}: column order"
         assert table_rows(ours, table, cols) == table_rows(theirs, table, cols), table
+    con_t, con_o = sqlite3.connect(theirs), sqlite3.connect(ours)
+    for (view,) in con_t.execute("SELECT name FROM sqlite_master WHERE type = 'view'").fetchall():
+        assert con_o.execute(f"SELECT * FROM {view}").fetchall() == con_t.execute(f"SELECT * FROM {view}").fetchall(), view
     # The extensions are there too, and the database says what wrote it.
     con = sqlite3.connect(ours)
     assert con.execute("SELECT count(*) FROM calls").fetchone()[0] > 100
