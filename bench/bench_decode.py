@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Benchmark: decode-only branch throughput, ours vs perf 6.1, on a generated 10 M-branch trace.
+
+    python3 bench/bench_decode.py                   # generate (cached under /tmp) and measure
+    python3 bench/bench_decode.py --file X.data     # measure an existing perf.data
+    python3 bench/bench_decode.py --branches 2M --jobs 1 --repeat 3
+
+Runs, in one go and on the same file:
+
+* ``perf script --itrace=b -i FILE > /dev/null`` (perf synthesizes and prints every branch sample);
+* ``ptexport dump branches --count --itrace=b --jobs N FILE`` (decodes every branch sample, discards it).
+
+Each is a separate process (start-up, imports and numba's cache loading included); wall time is the best
+of ``--repeat``, CPU time is user+sys of that process, peak RSS is its ``ru_maxrss``.  The branch count is
+ours (``--verify`` also counts perf's lines and checks they agree).  Prints branches/s for both, the
+ratio ours/perf (>= 1.0: at least as fast as perf) and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CACHE = Path("/tmp/ptexport-bench")
+
+
+def _parse_count(text: str) -> int:
+    text = text.strip().lower()
+    mult = {"k": 1000, "m": 1000_000}.get(text[-1:], 1)
+    return int(float(text[:-1] if mult > 1 else text) * mult)
+
+
+def generate(label: str, program: str) -> Path:
+    branches = _parse_count(label)
+    out = CACHE / f"{program}-{label}"
+    data = out / "perf.data"
+    if data.exists():
+        return data
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = CACHE / f".{program}-{label}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    t0 = time.perf_counter()
+    subprocess.run(["ptexport", "synth", "--out", str(tmp), "--program", program, "--branches", str(branches)],
+                   check=True, stdout=subprocess.DEVNULL)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    print(f"generated {data} ({data.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t0:.1f} s",
+          file=sys.stderr)
+    return data
+
+
+def measure(cmd: list[str], stdout) -> tuple[float, float, int, bytes]:
+    """(wall s, cpu s, peak RSS bytes, stdout) of one run of ``cmd``."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE)
+    out = b""
+    if stdout is subprocess.PIPE:
+        out = proc.stdout.read()
+    err = proc.stderr.read()
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {err.decode(errors='replace')[-2000:]}")
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--file", help="an existing perf.data (default: generate one)")
+    ap.add_argument("--branches", default="10M", help="branches of the generated trace (default 10M)")
+    ap.add_argument("--program", default="calls", help="generated program (default calls)")
+    ap.add_argument("--jobs", type=int, default=2, help="ptexport --jobs (default 2)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each; best wall time counts (default 1)")
+    ap.add_argument("--verify", action="store_true", help="also count perf's branch lines and compare")
+    args = ap.parse_args(argv)
+
+    path = Path(args.file) if args.file else generate(args.branches, args.program)
+    perf_cmd = ["perf", "script", "--itrace=b", "-i", str(path)]
+    ours_cmd = ["ptexport", "dump", "branches", "--count", "--itrace=b", "--jobs", str(args.jobs), str(path)]
+
+    perf_runs, ours_runs = [], []
+    count = None
+    for _ in range(max(1, args.repeat)):
+        with open(os.devnull, "wb") as null:
+            perf_runs.append(measure(perf_cmd, null)[:3])
+        wall, cpu, rss, out = measure(ours_cmd, subprocess.PIPE)
+        ours_runs.append((wall, cpu, rss))
+        m = re.match(rb"(\d+) samples, (\d+) errors", out)
+        if not m:
+            raise SystemExit(f"unexpected ptexport output: {out[:200]!r}")
+        count = int(m[1])
+    if args.verify:
+        _, _, _, text = measure(perf_cmd, subprocess.PIPE)
+        perf_count = text.count(b"\n")
+        print(f"verify: perf printed {perf_count} branch lines, ptexport counted {count}"
+              f" -> {'same' if perf_count == count else 'DIFFERENT'}")
+
+    def best(runs):
+        return min(runs, key=lambda r: r[0])
+
+    pw, pc, prss = best(perf_runs)
+    ow, oc, orss = best(ours_runs)
+    print(f"trace: {path} ({path.stat().st_size / 1e6:.1f} MB), {count} branch samples, cores: {os.cpu_count()}")
+    print(f"perf script --itrace=b > /dev/null : {pw:7.2f} s wall {pc:7.2f} s cpu  {count / pw / 1e6:6.3f} M branches/s"
+          f"  peak RSS {prss / 2**20:7.1f} MiB")
+    print(f"ptexport --count --jobs {args.jobs:<2}        : {ow:7.2f} s wall {oc:7.2f} s cpu  {count / ow / 1e6:6.3f} M branches/s"
+          f"  peak RSS {orss / 2**20:7.1f} MiB")
+    print(f"ratio ours/perf (throughput, wall): {pw / ow:.2f}   (cpu: {pc / oc:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
