@@ -552,7 +552,7 @@ class Machine:
         return f"Machine(pid={self.pid}, threads={self.num_threads()}, processes_with_maps={len(self._maps)})"
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class LostEvent:
     time: int
     cpu: int
@@ -560,7 +560,7 @@ class LostEvent:
     count: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class Sideband:
     """Everything the records say besides samples and trace data; read-only after build."""
 
