@@ -15,7 +15,7 @@ import struct
 import sys
 from itertools import chain, repeat
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 import numpy as _np
 import zstandard
@@ -550,10 +550,12 @@ class PerfData:
             self._consume(rec, src.name)
         return nxt
 
-    def _record_chunks(self, src: _Source, tally: "_Tally") -> Iterator[list[Record]]:
+    def _record_chunks(self, src: _Source, tally: "_Tally",
+                       want: frozenset | None = None) -> Iterator[list[Record]]:
         """Parse one file's records in file order, handed out in lists of up to 128 (chained by the
         caller: one generator resume per chunk, not per record). An error is raised after the records
-        before it have been handed out."""
+        before it have been handed out. With ``want``, kernel records of other types are skipped
+        unparsed and user records of other types are parsed (for state) but not handed out."""
         buf = src.buf
         pos = src.start
         end = src.end
@@ -567,6 +569,9 @@ class PerfData:
         srcname = None if src is self._sources[0] else src.name
         out: list[Record] = []
         add = out.append
+        skip_size = skipped = 0
+        skip_backoff = 8
+        want_arr = None if want is None else _np.array(sorted(want), dtype=_np.uint32)
         try:
             while pos < end:
                 if pos + 8 > lim:
@@ -575,6 +580,30 @@ class PerfData:
                 nxt = pos + size
                 if size < 8 or nxt > lim:
                     raise self._cut(src, pos, rtype, size)
+                if want is not None and rtype < USER_START and rtype not in want:
+                    counts[rtype] += 1
+                    pos = nxt
+                    if size != skip_size:
+                        skip_size, skipped = size, 0
+                        continue
+                    skipped += 1
+                    if skipped >= skip_backoff and lim - pos >= 64 * size:
+                        # skip a run of unwanted same-size records with one numpy check
+                        k, types, _m = _same_size_run(buf, pos, size, lim)
+                        if k:
+                            hit = _np.flatnonzero(_np.isin(types, want_arr))
+                            if len(hit):
+                                k = int(hit[0])
+                                types = types[:k]
+                            bc = _np.bincount(types, minlength=64)
+                            for t in _np.flatnonzero(bc).tolist():
+                                counts[t] += int(bc[t])
+                            pos += k * size
+                        if k < 64:
+                            skipped, skip_backoff = 0, min(skip_backoff * 2, 4096)
+                        else:
+                            skip_backoff = 8
+                    continue
                 try:
                     rec = (parsers.get(rtype) or p_unknown)(ctx, buf, pos, size, rtype, misc)
                 except BadRecord as e:
@@ -601,10 +630,13 @@ class PerfData:
                                 extra[t] = extra.get(t, 0) + 1
                             if srcname is not None:
                                 r.src = srcname
-                        out.extend(inner)
+                        out.extend(inner if want is None else [r for r in inner if r.type in want])
                         pos = nxt
                         continue
                     nxt = self._user_extent(src, rec, pos, nxt, lim)
+                    if want is not None and rtype not in want:
+                        pos = nxt
+                        continue
                 add(rec)
                 pos = nxt
                 if len(out) >= 128:
@@ -634,6 +666,7 @@ class PerfData:
         extra: dict[int, int] = {}
         comp = None
         run_size = same = 0
+        backoff = 8
         out: list = []
         add = out.append
         while pos < end:
@@ -650,7 +683,7 @@ class PerfData:
                     run_size, same = size, 0
                     continue
                 same += 1
-                if same < 8 or lim - pos < 64 * size:
+                if same < backoff or lim - pos < 64 * size:
                     continue
                 # sideband streams are long runs of same-size records (SWITCH*, samples of one shape):
                 # check a whole run's headers with numpy and hand them out through zip at C speed
@@ -664,7 +697,10 @@ class PerfData:
                     add = out.append
                     yield zip(range(pos, pos + k * size, size), types.tolist(), miscs.tolist(), repeat(size, k))
                     pos += k * size
-                same = 0 if k < 64 else same  # a short run: walk a while before trying again
+                if k < 64:  # a short run: walk longer before trying again
+                    same, backoff = 0, min(backoff * 2, 4096)
+                else:
+                    backoff = 8
                 continue
             if size < 8 or nxt > lim:
                 yield out
@@ -779,37 +815,52 @@ class PerfData:
         if comp is not None:
             comp.finish()
 
-    def records(self) -> Iterator[Record]:
+    def records(self, types: Iterable[int] | None = None) -> Iterator[Record]:
         """Every record in file order (main data, then ``data.N`` files of a directory), COMPRESSED ones
         expanded; header records (HEADER_ATTR, HEADER_FEATURE, ...) are folded into attrs/features as they
         come and still yielded. Unknown types come as :class:`UnknownRecord`. Records are parsed a chunk
-        (up to 128) ahead of the caller."""
-        if self._stream is not None:
-            return self._records_stream()
-        return chain.from_iterable(self._all_record_chunks())
+        (up to 128) ahead of the caller.
 
-    def _all_record_chunks(self) -> Iterator[list[Record]]:
+        ``types`` (record type numbers) keeps only those kinds: other kernel records are skipped without
+        being parsed (like :meth:`iter_headers`), which is much faster when few kinds are wanted
+        (e.g. only AUXTRACE). ``stats`` still counts everything."""
+        want = None if types is None else frozenset(int(t) for t in types)
+        if self._stream is not None:
+            it = self._records_stream()
+            return it if want is None else (r for r in it if r.type in want)
+        return chain.from_iterable(self._all_record_chunks(want))
+
+    def _all_record_chunks(self, want: frozenset | None = None) -> Iterator[list[Record]]:
         tally = _Tally()
         for src in self._sources:
-            yield from self._record_chunks(src, tally)
+            yield from self._record_chunks(src, tally, want)
         self._stats = tally.stats()
 
-    def ordered_records(self) -> Iterator[Record]:
+    def ordered_records(self, types: Iterable[int] | None = None) -> Iterator[Record]:
         """Records in the order perf delivers them (its ordered-events queue): user records (>= 64) and
         records without a timestamp come at once; timed records are held and released at each
         FINISHED_ROUND up to the highest time seen before the previous round, sorted by time (stable),
         and the rest at the end. Memory holds at most about two rounds. For the multi-file directory
-        format each file is ordered this way and the files are merged by time."""
+        format each file is ordered this way and the files are merged by time. ``types`` as in
+        :meth:`records`."""
+        if types is not None:
+            want = frozenset(int(t) for t in types)
+            keep = want | {int(RecordType.FINISHED_ROUND)}
+            return (r for r in self._ordered_all(keep) if r.type in want)
+        return self._ordered_all(None)
+
+    def _ordered_all(self, want: frozenset | None) -> Iterator[Record]:
         if self._stream is None and len(self._sources) > 1:
             tally = _Tally()
-            its = [self._ordered(chain.from_iterable(self._record_chunks(src, tally))) for src in self._sources]
+            its = [self._ordered(chain.from_iterable(self._record_chunks(src, tally, want)))
+                   for src in self._sources]
             seq = iter(range(1 << 62))
             keyed = [((_timestamp(r) or 0, next(seq), r) for r in it) for it in its]
             for _t, _n, r in heapq.merge(*keyed):
                 yield r
             self._stats = tally.stats()
             return
-        yield from self._ordered(self.records())
+        yield from self._ordered(self.records(want))
 
     @staticmethod
     def _ordered(records: Iterator[Record]) -> Iterator[Record]:
@@ -1084,13 +1135,33 @@ _RUN_MAX = 1 << 16
 
 def _same_size_run(buf, pos: int, size: int, lim: int):
     """How many whole kernel records of ``size`` bytes follow each other from ``pos`` (up to _RUN_MAX),
-    with their types and misc values (numpy arrays)."""
-    k_max = min(_RUN_MAX, (lim - pos) // size)
-    arr = _np.ndarray((k_max,), dtype=_HDR_DTYPE, buffer=buf, offset=pos, strides=(size,))
-    types = arr["type"]
-    bad = _np.flatnonzero((arr["size"] != size) | (types >= 64))
-    k = int(bad[0]) if len(bad) else k_max
-    return k, types[:k].copy(), arr["misc"][:k].copy()
+    with their types and misc values (numpy arrays). Looks at a small window first and widens it
+    while the run goes on, so a short run costs little."""
+    k_total = 0
+    types, miscs = [], []
+    window = 64
+    p = pos
+    while True:
+        k_max = min(window, (lim - p) // size, _RUN_MAX - k_total)
+        if k_max <= 0:
+            break
+        arr = _np.ndarray((k_max,), dtype=_HDR_DTYPE, buffer=buf, offset=p, strides=(size,))
+        t = arr["type"]
+        bad = _np.flatnonzero((arr["size"] != size) | (t >= 64))
+        k = int(bad[0]) if len(bad) else k_max
+        if k:
+            types.append(t[:k].copy())
+            miscs.append(arr["misc"][:k].copy())
+            k_total += k
+            p += k * size
+        if k < k_max:
+            break
+        window *= 8
+    if not k_total:
+        return 0, None, None
+    if len(types) == 1:
+        return k_total, types[0], miscs[0]
+    return k_total, _np.concatenate(types), _np.concatenate(miscs)
 
 
 def _timestamp(rec: Record) -> int | None:

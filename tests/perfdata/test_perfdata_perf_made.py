@@ -312,3 +312,17 @@ def test_attrs_equal_perf_header_only(made, kind):
             assert set(a.flag_names()) == {k for k, v in ev.items() if k in flag_names and v == "1"}
             assert a.sample_regs_user == int(ev.get("sample_regs_user", "0"), 0)
             assert a.sample_stack_user == int(ev.get("sample_stack_user", "0"))
+
+
+@pytest.mark.parametrize("kind", ["system_wide", "compressed", "pipe", "threads_dir"])
+def test_records_of_chosen_types(made, kind):
+    path = made[kind]
+    want = {10, 15, 9, 14, 68}  # MMAP2, SWITCH_CPU_WIDE, SAMPLE, SWITCH, FINISHED_ROUND
+    with open_perf_data(path) as pd:
+        full = [(r.offset, r.inner_offset, r.type, repr(r.fields())) for r in pd.records()]
+        stats = dict(pd.stats)
+        some = [(r.offset, r.inner_offset, r.type, repr(r.fields())) for r in pd.records(types=want)]
+        assert some == [x for x in full if x[2] in want] and dict(pd.stats) == stats
+        o_full = [(r.offset, r.type) for r in pd.ordered_records()]
+        o_some = [(r.offset, r.type) for r in pd.ordered_records(types={10, 15, 9, 14})]
+        assert o_some == [x for x in o_full if x[1] in {10, 15, 9, 14}]

@@ -616,3 +616,31 @@ def test_two_interleaved_passes_count_separately():
     next(a)
     assert len(list(b)) == 22 and pd.stats.total == 22
     assert len(list(a)) == 21 and pd.stats.total == 22
+
+
+def test_short_and_long_runs_and_type_filter_agree_with_full_parse():
+    import random
+
+    a = W.attr(sample_type=ST_A, flags=SID_ALL)
+    rng = random.Random(7)
+    parts = []
+    t = 0
+    for _ in range(120):
+        n = rng.choice([1, 3, 9, 15, 40, 70, 200, 700])
+        kind = rng.choice(["sw", "exit", "comm"])
+        for _ in range(n):
+            t += 1
+            if kind == "sw":
+                parts.append(W.record(RT.SWITCH_CPU_WIDE, struct.pack("<ii", t, t), trailer=trailer_a(1, 1, t, 0, 10)))
+            elif kind == "exit":
+                parts.append(W.record(RT.EXIT, struct.pack("<iiiiQ", t, 1, t, 1, t), trailer=trailer_a(1, 1, t, 1, 10)))
+            else:
+                parts.append(W.record(RT.COMM, struct.pack("<ii", t, t) + W.cstr(f"c{t % 7}"),
+                                      trailer=trailer_a(t, t, t, 0, 10)))
+    pd = perf_data_from_bytes(W.file_mode([(a, [10])], b"".join(parts)), "mix.data")
+    full = [(r.offset, r.type, r.misc, r.size) for r in pd.records()]
+    assert list(pd.iter_headers()) == full
+    for want in ({RT.COMM}, {RT.EXIT, RT.COMM}, {RT.SWITCH_CPU_WIDE}):
+        got = [(r.offset, r.type, r.misc, r.size) for r in pd.records(types=want)]
+        assert got == [x for x in full if x[1] in want]
+        assert pd.stats.total == len(full)
