@@ -70,8 +70,8 @@ from ptexport.perfdata.records import (
 )
 
 __all__ = [
-    "open_perf_data", "perf_data_from_bytes", "PerfData", "RecordStats", "EventAttr", "perf_config_terms", "AuxtraceInfo",
-    "IntelPTInfo", "TimeConv", "BuildIdEntry", "Record", "SampleId", "MmapRecord", "Mmap2Record",
+    "open_perf_data", "perf_data_from_bytes", "PerfData", "RecordStats", "EventAttr", "perf_config_terms",
+    "AuxtraceInfo", "IntelPTInfo", "TimeConv", "BuildIdEntry", "Record", "SampleId", "MmapRecord", "Mmap2Record",
     "CommRecord", "ForkRecord", "ExitRecord", "LostRecord", "LostSamplesRecord", "SampleRecord", "AuxRecord",
     "ItraceStartRecord", "SwitchRecord", "KsymbolRecord", "BpfEventRecord", "TextPokeRecord",
     "AuxOutputHwIdRecord", "CgroupRecord", "NamespacesRecord", "ThrottleRecord", "ReadRecord",
