@@ -118,6 +118,10 @@ def render_text(r: dict):
     t0, t1 = sb["time_range"]
     if t0 is not None:
         yield f"  time range: {t0} .. {t1} ({(t1 - t0) / 1e9:.6f} s)"
+    if sb.get("tsc_range"):
+        yield f"  TSC range:  {sb['tsc_range'][0]:#x} .. {sb['tsc_range'][1]:#x}"
+    for pid, vcpus in sb.get("hypervisors", {}).items():
+        yield f"  KVM hypervisor pid {pid}: " + ", ".join(f"VCPU {v} = tid {t}" for v, t in vcpus.items())
     for m in sb["machines"]:
         yield (f"  machine {m['pid']} ({m['kind']}): {m['processes']} processes, {m['threads']} threads, "
                f"{m['comms']} comms, {m['mmaps']} mmaps, {m['kernel_mmaps']} kernel mmaps")

@@ -171,9 +171,14 @@ def _sideband_summary(sb: Sideband, *, max_processes: int | None) -> dict[str, A
     aux_events = {str(cpu): {"records": len(evs), "bytes": sum(e.aux_size for e in evs),
                              "truncated": sum(1 for e in evs if e.truncated)}
                   for cpu, evs in sorted(sb.aux_events.items())}
+    tsc_range = None
+    if sb.time_conv is not None and sb.first_time is not None:
+        tsc_range = [sb.time_conv.perf_time_to_tsc(sb.first_time), sb.time_conv.perf_time_to_tsc(sb.last_time)]
     return {
         "machines": machines,
+        "hypervisors": {str(pid): {str(v): t for v, t in sorted(vc.items())} for pid, vc in sorted(sb.hypervisors().items())},
         "time_range": [sb.first_time, sb.last_time],
+        "tsc_range": tsc_range,
         "aux_records": aux_events,
         "lost": [{"time": e.time, "cpu": e.cpu, "kind": e.kind, "count": e.count} for e in sb.lost],
         "time_conv": sb.time_conv.as_dict() if sb.time_conv else None,

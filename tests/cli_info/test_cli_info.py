@@ -136,6 +136,8 @@ def test_quipper_json(quipper):
     assert sum(c["switch_in"] + c["switch_out"] for c in host["cpus"].values()) == 152
     assert r["sideband"]["aux_records"]["3"] == {"records": 9, "bytes": 0x21A00, "truncated": 0}
     assert r["sideband"]["time_conv"]["source"] == "AUXTRACE_INFO"
+    # first/last timed record: SWITCH_CPU_WIDE at 641255848111 (tsc 0xbc4cacb751 in perf's intel_pt.log)
+    assert r["sideband"]["tsc_range"][0] == 0xBC4CACB751 and r["sideband"]["hypervisors"] == {}
 
 
 def test_quipper_text(quipper):
@@ -147,6 +149,7 @@ def test_quipper_text(quipper):
     assert {k: int(v) for k, v in counts.items()} == QUIPPER_STATS
     assert re.search(r"cpu 3\s+137728 bytes", text)
     assert re.search(r"pid\s+3174 echo\s+threads\s+1 mmaps\s+10", text)
+    assert "TSC range:  0xbc4cacb751 .. " in text
 
 
 @needs_perf
