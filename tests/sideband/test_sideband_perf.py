@@ -254,6 +254,18 @@ def test_guest_machine_from_perf_inject_guest_data(tmp_path):
             seen["host"] += 1
     assert seen["guest"] > 10 and seen["host"] > 10
     assert sorted(sb.machine(vm_pid).cpus) == [0, 1]
+    # ptexport info reports the guest machine and the VCPU threads
+    import io
+    import json
+
+    from ptexport.cli import main
+
+    out = io.StringIO()
+    assert main(["info", "--json", str(merged)], out=out) == 0
+    rep = json.loads(out.getvalue())["sideband"]
+    assert rep["hypervisors"] == {str(vm_pid): {str(v): t for v, t in sorted(perf_vcpus.items())}}
+    assert [(m["pid"], m["kind"]) for m in rep["machines"]] == [(-1, "host"), (vm_pid, "guest")]
+    assert sorted(rep["machines"][1]["cpus"]) == ["0", "1"]
 
 
 def test_quipper_maps_get_build_ids_from_the_header(quipper_sb):
