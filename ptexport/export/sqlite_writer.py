@@ -43,6 +43,8 @@ MODES = ("btree", "bind", "executemany")
 #: beyond, SQLite builds them with its bounded external sort.
 INDEX_SPLICE_MAX_ROWS = 8_000_000
 _SINGLE_COLUMN_INDEX = re.compile(r"^CREATE INDEX (\w+) ON \w+ \((\w+)\)$")
+#: Rows kept aside (ids below already spooled ones) before a table is spliced early.
+LATE_MAX_ROWS = 2_000_000
 #: Batches queued for the background page builder before write_* waits.
 MAX_PENDING = 3
 
@@ -79,6 +81,7 @@ class SqliteWriter(Writer):
         self._index_ids: dict[str, list[np.ndarray]] = {}
         self._built_indexes: set[str] = set()
         self._dropped_indexes: set[str] = set()
+        self._late: dict[str, list[np.ndarray]] = {}  # rows below the spooled ids, inserted after the splice
         # page building runs in background threads, one per table (numba releases the
         # GIL): samples and calls pages are built side by side while the caller
         # prepares its next batch; at most MAX_PENDING batches wait (bounded memory)
@@ -226,6 +229,8 @@ class SqliteWriter(Writer):
         c.execute("BEGIN")
         for name in drop:  # emptied while the table filled: rebuilt by SQLite at the end
             c.execute(f"DROP INDEX {name}")
+        for t in tables:
+            self._insert_late(t)
 
     @property
     def fast(self) -> bool:
@@ -243,9 +248,7 @@ class SqliteWriter(Writer):
 
     def _insert_rows(self, table: str, rows: list[tuple[Any, ...]]) -> None:
         if table in self._spools and all(v is not None and not isinstance(v, str) for r in rows for v in r):
-            mat = np.array(rows, dtype=np.int64).reshape(len(rows), -1)
-            if self._spools[table].fits(mat[:, 0]):
-                self._spool_add(table, mat)
+            if self._spool_matrix(table, np.array(rows, dtype=np.int64).reshape(len(rows), -1)):
                 return
         if table in self._spools:
             self._splice([table])
@@ -253,6 +256,41 @@ class SqliteWriter(Writer):
             self._conn().executemany(self._insert_sql(table), rows)
         except sqlite3.Error as e:
             raise ExportError(f"{self.target}: writing {table}: {e}") from e
+
+    def _spool_matrix(self, table: str, mat: np.ndarray) -> bool:
+        """Spool a batch; False if the table must go on through SQL instead.
+
+        Rows are sorted by id first.  Rows whose id is below what was already
+        spooled (a call returning after its callees, whose ids are larger) are
+        kept aside and inserted by SQLite into the spliced B-tree at the end;
+        if too many pile up the table is spliced now and continues through SQL.
+        """
+        ids = mat[:, 0]
+        if ids.size > 1 and not np.all(ids[1:] > ids[:-1]):
+            mat = mat[np.argsort(ids, kind="stable")]
+            ids = mat[:, 0]
+            if np.any(ids[1:] == ids[:-1]):
+                return False  # duplicate ids: let SQLite report them
+        spool = self._spools[table]
+        k = int(np.searchsorted(ids, spool.last_rowid, side="right"))
+        if k:
+            late = self._late.setdefault(table, [])
+            late.append(np.array(mat[:k]))
+            if sum(x.shape[0] for x in late) > LATE_MAX_ROWS:
+                late.pop()  # this batch goes through SQL whole, after the splice
+                return False
+        if k < ids.size:
+            self._spool_add(table, mat[k:])
+        return True
+
+    def _insert_late(self, table: str) -> None:
+        """Rows kept aside (ids below the spooled ones), now that the table is spliced."""
+        late = self._late.pop(table, None)
+        if not late:
+            return
+        mat = np.concatenate(late)
+        cols = {c: mat[:, j] for j, c in enumerate(self.schema.columns(table))}
+        self._insert_columns(table, cols, mat.shape[0])
 
     def _matrix(self, table: str, cols: dict[str, Any], start: int, stop: int) -> np.ndarray:
         """Rows x columns int64, column-major (each column one contiguous copy)."""
@@ -268,12 +306,14 @@ class SqliteWriter(Writer):
         has_text = any(is_text_type(c.type) for c in cdefs)
         try:
             if table in self._spools:
-                ids = np.asarray(cols["id"]).astype(np.int64, copy=False)
-                if self._spools[table].fits(ids):
-                    for start in range(0, n, CHUNK_ROWS):
-                        self._spool_add(table, self._matrix(table, cols, start, min(n, start + CHUNK_ROWS)))
-                    return
-                self._splice([table])  # out of order: SQL from here on
+                for start in range(0, n, CHUNK_ROWS):
+                    mat = self._matrix(table, cols, start, min(n, start + CHUNK_ROWS))
+                    if not self._spool_matrix(table, mat):
+                        self._splice([table])  # SQL from here on
+                        self._insert_columns(table, {k: (v if np.isscalar(v) else v[start:]) for k, v in cols.items()},
+                                             n - start)
+                        return
+                return
             if self._handle is not None and not has_text:
                 ins = self._inserters.get(table)
                 if ins is None:

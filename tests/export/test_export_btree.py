@@ -154,3 +154,35 @@ def test_index_collection_gives_way_to_sqlite_beyond_the_memory_limit(tmp_path, 
     assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
     c = sqlite3.connect(tmp_path / "b.db")
     assert {"pcpid_idx", "pid_idx"} <= {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+
+
+def test_calls_returning_after_their_callees_stay_on_the_page_path(tmp_path):
+    """Call ids are given at call time and rows come at return time: parents arrive late."""
+    rng = np.random.default_rng(5)
+    ids = np.arange(1, 20001)
+    # emit in "return order": blocks of children first, then a few parents from earlier blocks
+    order = []
+    pending = []
+    for block in np.array_split(ids, 40):
+        parents, children = block[:3], block[3:]
+        order.extend(rng.permutation(children).tolist())
+        order.extend(pending)
+        pending = parents.tolist()
+    order.extend(pending)
+    batches = [np.array(b) for b in np.array_split(np.array(order), 25)]
+    w = _write(tmp_path / "b.db", "btree", batches)
+    assert "calls" not in w._late and w.mode == "executemany"  # finished: everything spliced
+    _write(tmp_path / "s.db", "executemany", batches)
+    _check(tmp_path / "b.db")
+    assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
+
+
+def test_too_many_late_rows_fall_back_to_sql(tmp_path, monkeypatch):
+    from ptexport.export import sqlite_writer
+
+    monkeypatch.setattr(sqlite_writer, "LATE_MAX_ROWS", 50)
+    batches = [np.arange(1000, 2000), np.arange(1, 400), np.arange(400, 1000), np.arange(2000, 2100)]
+    _write(tmp_path / "b.db", "btree", batches)
+    _write(tmp_path / "s.db", "executemany", batches)
+    _check(tmp_path / "b.db")
+    assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
