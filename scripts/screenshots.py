@@ -105,9 +105,12 @@ def fixture_shots(app: QApplication, db_path: Path, out: Path) -> None:
     settle(app, win)
     chart = tc.chart
     y = 26 + 5
-    QTest.mousePress(chart, Qt.LeftButton, Qt.NoModifier, QPoint(int(chart.x_of(1200)), y))
-    QTest.mouseMove(chart, QPoint(int(chart.x_of(1700)), y))
-    QTest.mouseRelease(chart, Qt.LeftButton, Qt.NoModifier, QPoint(int(chart.x_of(1700)), y))
+    # Drag-select the middle fifth of what the chart shows (any database's times).
+    lo = chart.t0 + (chart.t1 - chart.t0) * 2 // 5
+    hi = chart.t0 + (chart.t1 - chart.t0) * 3 // 5
+    QTest.mousePress(chart, Qt.LeftButton, Qt.NoModifier, QPoint(int(chart.x_of(lo)), y))
+    QTest.mouseMove(chart, QPoint(int(chart.x_of(hi)), y))
+    QTest.mouseRelease(chart, Qt.LeftButton, Qt.NoModifier, QPoint(int(chart.x_of(hi)), y))
     shoot(app, win, out, "time_chart")
 
     fg = win.open_flame_graph(thread_id=2)
