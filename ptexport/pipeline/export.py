@@ -133,6 +133,7 @@ class _Exporter:
         self.modifier = _modifier(pt_attr) if pt_attr is not None else ""
         self.pt = PerfThreads(comm_exec=any(getattr(a, "comm_exec", False) for a in session.pd.attrs))
         self._symtabs: dict[str, SymbolTable] = {}
+        self._file_tabs: dict[tuple[str, bytes | None], SymbolTable] = {}
         self._dso_ids: dict[str, int] = {}
         self._sym_ids: dict[tuple[int, int], tuple[int, int]] = {}  # (dso id, sym start) -> (id, start)
         self._unknown: dict[int, dict[int, int]] = {}  # dso id -> {address: symbol id} ("unknown" symbols)
@@ -262,6 +263,13 @@ class _Exporter:
                 raise
 
     def _file_symtab(self, name: str, build_id: bytes | None) -> SymbolTable:
+        key = (name, build_id)
+        tab = self._file_tabs.get(key)
+        if tab is None:
+            tab = self._file_tabs[key] = self._find_file_symtab(name, build_id)
+        return tab
+
+    def _find_file_symtab(self, name: str, build_id: bytes | None) -> SymbolTable:
         obj = self.s.objects.get(name, build_id)
         path = None
         if obj.data is not None:
