@@ -276,3 +276,20 @@ def test_quipper_maps_get_build_ids_from_the_header(quipper_sb):
     k = sb.map_at(3174, 0xFFFFFFFFB9600000, 0)
     assert k.build_id.hex() == "672679ceaecf17b7a879e56c56802afc568aa242"  # [kernel.kallsyms]
     assert sb.map_at(3174, 0x7FFD8FDFE000, 641258000000).build_id.hex() == "2d160c5722251748ef5c2239fb6940195d3c19b7"
+
+
+@needs_perf
+def test_quipper_tid_of_every_perf_branch_sample(quipper, quipper_sb):
+    """perf 6.1 decodes the quipper trace into 619 branch samples; each carries the tid perf's
+    intel_pt took from the switch timeline at that time: the model must name the same one."""
+    out = subprocess.run(["perf", "script", "--itrace=be", "-F", "cpu,pid,tid,time", "--ns", "-i", str(quipper)],
+                         capture_output=True, text=True, timeout=120).stdout
+    n = 0
+    for line in out.splitlines():
+        m = re.match(r"\s*(-?\d+)/(-?\d+)\s+\[(\d+)\]\s+(\d+)\.(\d+):", line)
+        if not m:
+            continue  # decoder error lines (cpu -1)
+        pid, tid, cpu, s, ns = map(int, m.groups())
+        assert quipper_sb.tid_on_cpu(cpu, s * 10**9 + ns) == (pid, tid), line
+        n += 1
+    assert n == 619
