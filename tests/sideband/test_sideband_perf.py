@@ -279,17 +279,27 @@ def test_quipper_maps_get_build_ids_from_the_header(quipper_sb):
 
 
 @needs_perf
-def test_quipper_tid_of_every_perf_branch_sample(quipper, quipper_sb):
+def test_quipper_tid_and_dso_of_every_perf_branch_sample(quipper, quipper_sb):
     """perf 6.1 decodes the quipper trace into 619 branch samples; each carries the tid perf's
-    intel_pt took from the switch timeline at that time: the model must name the same one."""
-    out = subprocess.run(["perf", "script", "--itrace=be", "-F", "cpu,pid,tid,time", "--ns", "-i", str(quipper)],
-                         capture_output=True, text=True, timeout=120).stdout
-    n = 0
+    intel_pt took from the switch timeline at that time and the DSOs of its from/to addresses:
+    the model must name the same ones."""
+    out = subprocess.run(["perf", "script", "--itrace=be", "-F", "cpu,pid,tid,time,ip,dso,addr", "--ns", "-i",
+                          str(quipper)], capture_output=True, text=True, timeout=120).stdout
+    n = addrs = 0
     for line in out.splitlines():
-        m = re.match(r"\s*(-?\d+)/(-?\d+)\s+\[(\d+)\]\s+(\d+)\.(\d+):", line)
+        m = re.match(r"\s*(-?\d+)/(-?\d+)\s+\[(\d+)\]\s+(\d+)\.(\d+):\s+([0-9a-f]+) \((.*?)\) => +([0-9a-f]+) \((.*?)\)",
+                     line)
         if not m:
             continue  # decoder error lines (cpu -1)
-        pid, tid, cpu, s, ns = map(int, m.groups())
-        assert quipper_sb.tid_on_cpu(cpu, s * 10**9 + ns) == (pid, tid), line
+        pid, tid, cpu, s, ns = map(int, m.groups()[:5])
+        time = s * 10**9 + ns
+        assert quipper_sb.tid_on_cpu(cpu, time) == (pid, tid), line
         n += 1
-    assert n == 619
+        for addr, dso in ((m.group(6), m.group(7)), (m.group(8), m.group(9))):
+            if int(addr, 16) == 0:
+                continue
+            e = quipper_sb.map_at(pid, int(addr, 16), time)
+            got = "[unknown]" if e is None else e.filename
+            assert got == dso or (dso == "[kernel.kallsyms]" and got.startswith(dso)), line
+            addrs += 1
+    assert n == 619 and addrs > 600
