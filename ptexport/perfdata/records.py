@@ -622,41 +622,6 @@ def p_comm(ctx, buf, off, size, rtype, misc):
     return r
 
 
-_fork = struct.Struct("<iiiiQ").unpack_from
-
-
-def p_fork(ctx, buf, off, size, rtype, misc):
-    _need(size, 32, "the FORK/EXIT fields")
-    r = _new(ExitRecord if rtype == RecordType.EXIT else ForkRecord, rtype, misc, size)
-    r.sample_id = ctx.sample_id(buf, off, size, 32)
-    r.pid, r.ppid, r.tid, r.ptid, r.time = _fork(buf, off + 8)
-    return r
-
-
-def p_lost(ctx, buf, off, size, rtype, misc):
-    _need(size, 24, "the LOST fields")
-    r = _new(LostRecord, rtype, misc, size)
-    r.sample_id = ctx.sample_id(buf, off, size, 24)
-    r.lost_id, r.lost = _2u64(buf, off + 8)
-    return r
-
-
-def p_lost_samples(ctx, buf, off, size, rtype, misc):
-    _need(size, 16, "the LOST_SAMPLES fields")
-    r = _new(LostSamplesRecord, rtype, misc, size)
-    r.sample_id = ctx.sample_id(buf, off, size, 16)
-    (r.lost,) = _u64(buf, off + 8)
-    return r
-
-
-def p_throttle(ctx, buf, off, size, rtype, misc):
-    _need(size, 32, "the THROTTLE fields")
-    r = _new(ThrottleRecord, rtype, misc, size)
-    r.sample_id = ctx.sample_id(buf, off, size, 32)
-    r.time, r.throttle_id, r.stream_id = _3u64(buf, off + 8)
-    return r
-
-
 _RF_GROUP = int(ReadFormat.GROUP)
 _RF_ID = int(ReadFormat.ID)
 _RF_LOST = int(ReadFormat.LOST)
@@ -717,33 +682,6 @@ def p_read(ctx, buf, off, size, rtype, misc):
     attr = ctx.attrs[0] if ctx.attrs else None
     end = off + size - ctx.tsize
     r.values = _read_values(buf, off + 16, end, attr.read_format if attr else 0)[0] if attr else None
-    return r
-
-
-def p_aux(ctx, buf, off, size, rtype, misc):
-    _need(size, 32, "the AUX fields")
-    r = _new(AuxRecord, rtype, misc, size)
-    r.sample_id = ctx.sample_id(buf, off, size, 32)
-    r.aux_offset, r.aux_size, r.flags = _3u64(buf, off + 8)
-    return r
-
-
-def p_itrace_start(ctx, buf, off, size, rtype, misc):
-    _need(size, 16, "the ITRACE_START fields")
-    r = _new(ItraceStartRecord, rtype, misc, size)
-    r.sample_id = ctx.sample_id(buf, off, size, 16)
-    r.pid, r.tid = _2i32(buf, off + 8)
-    return r
-
-
-def p_switch(ctx, buf, off, size, rtype, misc):
-    r = _new(SwitchRecord, rtype, misc, size)
-    if rtype == RecordType.SWITCH_CPU_WIDE:
-        _need(size, 16, "the SWITCH_CPU_WIDE fields")
-        r.sample_id = ctx.sample_id(buf, off, size, 16)
-        r.next_prev_pid, r.next_prev_tid = _2i32(buf, off + 8)
-    else:
-        r.sample_id = ctx.sample_id(buf, off, size, 8)
     return r
 
 
@@ -809,14 +747,6 @@ def p_text_poke(ctx, buf, off, size, rtype, misc):
         raise BadRecord(f"{r.old_len}+{r.new_len} text bytes do not fit the record", 20)
     r.old_bytes = bytes(buf[p:p + r.old_len])
     r.new_bytes = bytes(buf[p + r.old_len:p + r.old_len + r.new_len])
-    return r
-
-
-def p_aux_output_hw_id(ctx, buf, off, size, rtype, misc):
-    _need(size, 16, "the AUX_OUTPUT_HW_ID fields")
-    r = _new(AuxOutputHwIdRecord, rtype, misc, size)
-    r.sample_id = ctx.sample_id(buf, off, size, 16)
-    (r.hw_id,) = _u64(buf, off + 8)
     return r
 
 
@@ -1361,26 +1291,15 @@ _FAST = {
 
 PARSERS: dict[int, Callable] = {
     RecordType.MMAP: p_mmap,
-    RecordType.LOST: p_lost,
     RecordType.COMM: p_comm,
-    RecordType.EXIT: p_fork,
-    RecordType.THROTTLE: p_throttle,
-    RecordType.UNTHROTTLE: p_throttle,
-    RecordType.FORK: p_fork,
     RecordType.READ: p_read,
     RecordType.SAMPLE: p_sample,
     RecordType.MMAP2: p_mmap2,
-    RecordType.AUX: p_aux,
-    RecordType.ITRACE_START: p_itrace_start,
-    RecordType.LOST_SAMPLES: p_lost_samples,
-    RecordType.SWITCH: p_switch,
-    RecordType.SWITCH_CPU_WIDE: p_switch,
     RecordType.NAMESPACES: p_namespaces,
     RecordType.KSYMBOL: p_ksymbol,
     RecordType.BPF_EVENT: p_bpf_event,
     RecordType.CGROUP: p_cgroup,
     RecordType.TEXT_POKE: p_text_poke,
-    RecordType.AUX_OUTPUT_HW_ID: p_aux_output_hw_id,
     RecordType.HEADER_ATTR: p_header_attr,
     RecordType.HEADER_EVENT_TYPE: p_unknown,
     RecordType.HEADER_TRACING_DATA: p_tracing_data,
@@ -1402,7 +1321,7 @@ PARSERS: dict[int, Callable] = {
     RecordType.FINISHED_INIT: p_plain(FinishedInitRecord),
     RecordType.COMPRESSED2: p_compressed,
 }
-PARSERS.update(_FAST)
+PARSERS.update(_FAST)  # the fixed-layout kinds (generated parsers)
 # plain int keys for a fast dict lookup
 PARSERS = {int(k): v for k, v in PARSERS.items()}
 
