@@ -147,3 +147,42 @@ def test_tokenizer_equals_reference(traces):
             a, b = tokenize(d), tokenize_fast(d)
             for c in ("kind", "count", "payload", "pos", "size"):
                 assert np.array_equal(getattr(a, c), getattr(b, c)), c
+
+
+# ---------------------------------------------------------------- session level
+
+def _session_cols(path, itrace="be", jobs=1):
+    with open_perf_data(str(path)) as pd:
+        cols = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace))).decode(jobs)
+    return {c: _norm(getattr(cols, c)) for c in cols.__dataclass_fields__}
+
+
+MULTI = ("threads", "--cpus", "2", "--ovf", "2", "--corrupt", "2", "--truncate", "2")
+
+
+def test_session_fast_order_and_pool_equal_reference(traces, monkeypatch):
+    """decode(): compiled queues + compiled heap order + worker pool == pure-Python reference."""
+    path = traces(MULTI)
+    fast = _session_cols(path)
+    pooled = _session_cols(path, jobs=2)
+    from ptexport.flow import perffast_order
+
+    monkeypatch.setattr(perffast, "numba", None)
+    monkeypatch.setattr(perffast_order, "numba", None)
+    ref = _session_cols(path)
+    assert len(ref["kind"]) > 7000
+    assert fast == ref
+    assert pooled == ref
+
+
+@pytest.mark.parametrize("itrace", ["b", "be", "ce"])
+def test_dump_count_equals_dump_lines(traces, itrace):
+    path = traces(MULTI)
+    lines, counted, pooled = io.StringIO(), io.StringIO(), io.StringIO()
+    assert main(["dump", "branches", str(path), f"--itrace={itrace}", "--jobs", "1"], out=lines) == 0
+    assert main(["dump", "branches", "--count", str(path), f"--itrace={itrace}", "--jobs", "1"], out=counted) == 0
+    assert main(["dump", "branches", "--count", str(path), f"--itrace={itrace}", "--jobs", "2"], out=pooled) == 0
+    text = lines.getvalue().splitlines()
+    n_err = sum("instruction trace error" in t for t in text)
+    assert counted.getvalue() == f"{len(text) - n_err} samples, {n_err} errors\n"
+    assert pooled.getvalue() == counted.getvalue()
