@@ -176,6 +176,7 @@ class SidebandBuilder:
         self._last: int | None = None
         self._finished = False
         self.build_ids: dict[tuple[int, str], bytes] = {}  # (machine pid, filename) -> build-id
+        self._seen: set[tuple[int, int | None, int]] = set()
 
     def set_build_ids(self, entries: Iterable[Any] | None) -> None:
         """Build-ids from the BUILD_ID feature (or HEADER_BUILD_ID records): fill maps whose MMAP had none.
@@ -305,8 +306,11 @@ class SidebandBuilder:
         elif t == RT.SAMPLE:
             pid, tid = _s32(getattr(rec, "pid", None)), _s32(getattr(rec, "tid", None))
             if tid is not None and tid >= 0:
-                mach, _ = self._machine_of(rec, pid)
-                self._push(time, _SEEN, (mach, pid, tid))
+                mach, _ = self._machine_of(rec, pid, misc)
+                key = (mach, pid, tid)
+                if key not in self._seen:  # samples only reveal threads: keep one per thread, not per sample
+                    self._seen.add(key)
+                    self._push(time, _SEEN, key)
         elif t == RT.AUX:
             cpu = _s32(getattr(rec, "cpu", None))
             cpu = -1 if cpu is None else cpu
