@@ -323,3 +323,13 @@ def test_record_type_names_are_perfs():
     }
     assert {t: record_type_name(t) for t in perf_names} == perf_names
     assert record_type_name(99) == "UNKNOWN_99"
+
+
+@needs_perf
+def test_truncated_pipe_on_stdin_gives_one_line_error(recordings):
+    data = recordings["pipe"].read_bytes()
+    r = subprocess.run([sys.executable, "-c", "import sys; from ptexport.cli import main; sys.exit(main())",
+                        "info", "-"], input=data[: len(data) // 2], capture_output=True, timeout=120)
+    err = r.stderr.decode()
+    assert r.returncode != 0 and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("ptexport: error: -+0x")
