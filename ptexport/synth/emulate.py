@@ -158,8 +158,17 @@ class _Proc:
         self.uc = uc
 
 
+def _unicorn():
+    try:
+        import unicorn
+    except ImportError as e:
+        raise SynthError("the generator needs unicorn: pip install 'ptexport[synth]' "
+                         "(or pip install unicorn)") from e
+    return unicorn
+
+
 def _new_uc(program: Program, iterations: int | None):
-    import unicorn as U
+    U = _unicorn()
 
     uc = U.Uc(U.UC_ARCH_X86, U.UC_MODE_64)
     for seg in program.segments:
@@ -198,7 +207,7 @@ def _initial_regs(uc, program: Program) -> None:
 def run_program(program: Program, *, iterations: int | None = None, max_insns: int = 60_000_000,
                 first_pid: int = 1000, extra_programs: dict[str, Program] | None = None) -> Emulation:
     """Run ``program`` to its exit and return every slice it executed."""
-    import unicorn as U
+    U = _unicorn()
     from unicorn.x86_const import (UC_X86_INS_SYSCALL, UC_X86_REG_R10, UC_X86_REG_RAX,
                                    UC_X86_REG_RDI, UC_X86_REG_RDX, UC_X86_REG_RIP,
                                    UC_X86_REG_RSI, UC_X86_REG_RSP)
