@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import uuid
-from pathlib import Path
 
 import pytest
 
-from exporttest import PERF_SCRIPTS, PG_BASE, SYSTEM_PYTHON, have_system_pyside2, system_python_env  # noqa: F401
+from exporttest import (  # noqa: F401
+    PERF_SCRIPTS,
+    PG_BASE,
+    SYSTEM_PYTHON,
+    have_system_pyside2,
+    make_perf_db,
+    system_python_env,
+)
 
 
 def _pg_admin():
@@ -57,22 +61,6 @@ def fixture_sqlite(tmp_path_factory):
     path = tmp_path_factory.mktemp("fixture") / "fixture.db"
     expected = build_fixture_db(str(path))
     return path, expected
-
-
-def make_perf_db(out: Path, quipper: Path, *args: str) -> Path:
-    """Run perf 6.1's export-to-sqlite.py on the quipper trace (skip if perf or PySide2 is missing)."""
-    import subprocess
-
-    script = PERF_SCRIPTS / "export-to-sqlite.py"
-    if shutil.which("perf") is None or not script.exists():
-        pytest.skip("perf (Debian linux-perf) with its export scripts is not installed")
-    if not have_system_pyside2():
-        pytest.skip("perf's export-to-sqlite.py needs Debian's python3-pyside2.qtsql")
-    r = subprocess.run(["perf", "script", "-i", str(quipper), "--itrace=bep", "-s", str(script), str(out), *args],
-                       capture_output=True, text=True, timeout=120, env=system_python_env())
-    if r.returncode != 0 or not out.exists():
-        pytest.fail(f"perf's export failed: {r.stderr[-2000:]}")
-    return out
 
 
 @pytest.fixture(scope="session")

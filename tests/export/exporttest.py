@@ -31,3 +31,22 @@ def system_python_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYENV", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"))}
     env["PATH"] = "/usr/bin:/bin:" + env.get("PATH", "")
     return env
+
+
+def make_perf_db(out: Path, quipper: Path, *args: str) -> Path:
+    """Run perf 6.1's export-to-sqlite.py on the quipper trace (skip if perf or PySide2 is missing)."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    script = PERF_SCRIPTS / "export-to-sqlite.py"
+    if shutil.which("perf") is None or not script.exists():
+        pytest.skip("perf (Debian linux-perf) with its export scripts is not installed")
+    if not have_system_pyside2():
+        pytest.skip("perf's export-to-sqlite.py needs Debian's python3-pyside2.qtsql")
+    r = subprocess.run(["perf", "script", "-i", str(quipper), "--itrace=bep", "-s", str(script), str(out), *args],
+                       capture_output=True, text=True, timeout=120, env=system_python_env())
+    if r.returncode != 0 or not out.exists():
+        pytest.fail(f"perf's export failed: {r.stderr[-2000:]}")
+    return out

@@ -147,7 +147,7 @@ def test_upgrade_of_a_perf_style_postgres_database(pg_url, perf_db):
 
 def test_upgrade_of_a_perf_database_with_all_columns_and_no_calls(tmp_path, quipper):
     """perf's other layout: samples with period/weight/transaction_/data_src, no calls tables."""
-    from conftest import make_perf_db
+    from exporttest import make_perf_db
 
     db = make_perf_db(tmp_path / "all.db", quipper, "all")
     c = sqlite3.connect(db)
