@@ -1,5 +1,6 @@
 /* Calls of every kind: direct and indirect calls, a jump table (dense
- * switch), recursion, tail calls and a deep call chain. */
+ * switch), recursion, tail calls and deep call chains (deeper than the
+ * processor's 64-entry return-compression stack). */
 #include "rt.h"
 
 typedef long (*op_fn)(long, long);
@@ -53,6 +54,13 @@ __attribute__((noinline)) static long chain(long depth, long v)
 	return chain(depth - 1, v + depth) + 1;	/* not a tail call */
 }
 
+/* A chain of distinct functions, each calling the next. */
+#define LINK(n, next) \
+	__attribute__((noinline)) static long link##n(long v) { return next(v * 3 + n) - 1; }
+__attribute__((noinline)) static long link_end(long v) { return v ^ 0x5a; }
+LINK(7, link_end) LINK(6, link7) LINK(5, link6) LINK(4, link5)
+LINK(3, link4) LINK(2, link3) LINK(1, link2) LINK(0, link1)
+
 int main(void)
 {
 	long total = 0;
@@ -63,7 +71,8 @@ int main(void)
 		}
 		total += fib(10);
 		total += tail_a(20, 0);
-		total += chain(40, 1);
+		total += chain(100, 1);	/* deeper than the 64-entry RET compression stack */
+		total += link0(total & 0xff);
 		put_num((u64)total & 0xffff);
 	}
 	return 0;
