@@ -394,13 +394,11 @@ class _Exporter:
 
     def _events(self) -> list[tuple[int, Any]]:
         """(TSC, record) of the sideband records db-export reacts to, in perf's delivery order."""
-        wanted = (RecordType.SAMPLE, RecordType.COMM, RecordType.FORK, RecordType.MMAP, RecordType.MMAP2,
-                  RecordType.SWITCH, RecordType.SWITCH_CPU_WIDE)
         pd = self.s.pd
-        if getattr(pd, "is_pipe", False):
-            recs = [r for r in self.s.switches]  # a pipe cannot be read twice: switches only
+        if isinstance(pd, _RecordTee):  # a pipe, read once: perf's order is by time, stable
+            recs = sorted(pd.kept, key=lambda r: r.time or 0)
         else:
-            recs = [r for r in pd.ordered_records() if r.type in wanted]
+            recs = [r for r in pd.ordered_records() if r.type in _SIDEBAND]
         tc = self.s.tc
         if self.s.timeless or tc is None:
             return [(0, r) for r in recs]
@@ -548,13 +546,34 @@ class _Exporter:
             self.w.write_calls(calls)
 
 
+_SIDEBAND = (RecordType.SAMPLE, RecordType.COMM, RecordType.FORK, RecordType.MMAP, RecordType.MMAP2,
+             RecordType.SWITCH, RecordType.SWITCH_CPU_WIDE)
+
+
+class _RecordTee:
+    """A pipe-mode reader that keeps the sideband records db-export needs as the session reads them once."""
+
+    def __init__(self, pd: Any) -> None:
+        self._pd = pd
+        self.kept: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pd, name)
+
+    def records(self):
+        for rec in self._pd.records():
+            if rec.type in _SIDEBAND:
+                self.kept.append(rec)
+            yield rec
+
+
 def export_trace(path: str, target: str, config: ExportConfig,
                  progress: Callable[[int, int], None] | None = None) -> ExportSummary:
     """Decode ``path`` and write the database at ``target`` (SQLite path or postgresql:// URL)."""
     t0 = _time.perf_counter()
     summary = ExportSummary(target)
     with open_perf_data(path) as pd:
-        session = open_session(pd, DecodeConfig(itrace=config.itrace, symfs=config.symfs,
+        session = open_session(_RecordTee(pd) if getattr(pd, "is_pipe", False) else pd, DecodeConfig(itrace=config.itrace, symfs=config.symfs,
                                                 buildid_dir=config.buildid_dir, cpus=config.cpus))
         cols = session.decode()
         summary.decode_seconds = _time.perf_counter() - t0
