@@ -289,6 +289,12 @@ class SqliteWriter(Writer):
         if not late:
             return
         mat = np.concatenate(late)
+        if mat.shape[0] < 100_000:  # a few stragglers: not worth compiling the bind loop
+            try:
+                self._conn().executemany(self._insert_sql(table), mat.tolist())
+            except sqlite3.Error as e:
+                raise ExportError(f"{self.target}: writing {table}: {e}") from e
+            return
         cols = {c: mat[:, j] for j, c in enumerate(self.schema.columns(table))}
         self._insert_columns(table, cols, mat.shape[0])
 
