@@ -1166,7 +1166,9 @@ def p_header_attr(ctx, buf, off, size, rtype, misc):
 
     r.attr = EventAttr(bytes(buf[off + 8:off + 8 + min(asize, ATTR_MAX_SIZE)]))
     n = (size - 8 - asize) // 8
-    r.ids = list(struct.unpack_from(f"<{n}Q", buf, off + 8 + asize))
+    # perf inject writes its own (larger) struct but keeps an older attr.size, so the padding between
+    # reads as ids of 0; the kernel never hands out id 0
+    r.ids = [i for i in struct.unpack_from(f"<{n}Q", buf, off + 8 + asize) if i]
     r.attr.ids = list(r.ids)
     return r
 

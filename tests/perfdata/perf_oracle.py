@@ -18,14 +18,30 @@ _SAMPLE = re.compile(r"PERF_RECORD_SAMPLE\(\w+, (0x[0-9a-f]+)\): (-?\d+)/(-?\d+)
                      r" addr: (0x[0-9a-f]+|\d+)")
 
 
-def run(args: list[str], **kw) -> str:
-    return subprocess.run(args, check=True, capture_output=True, text=True, errors="replace", **kw).stdout
+def run(args: list[str], stdin_file: Path | None = None, **kw) -> str:
+    if stdin_file is None:
+        return subprocess.run(args, check=True, capture_output=True, text=True, errors="replace", **kw).stdout
+    # a real pipe (perf treats a regular file on stdin differently)
+    cat = subprocess.Popen(["cat", str(stdin_file)], stdout=subprocess.PIPE)
+    try:
+        return subprocess.run(args, check=True, stdin=cat.stdout, capture_output=True, text=True,
+                              errors="replace", **kw).stdout
+    finally:
+        cat.stdout.close()
+        cat.wait()
+
+
+def _input(path: Path, via_pipe: bool) -> tuple[list[str], Path | None]:
+    """perf's -i arguments. perf 6.1 misreads pipe-mode *files* holding AUXTRACE records when given as
+    ``-i FILE`` (it lseeks to a pipe-relative offset, 16 bytes short); through a real pipe it is right."""
+    return (["-i", "-"], path) if via_pipe else (["-i", str(path)], None)
 
 
 @functools.lru_cache(maxsize=64)
-def perf_stats(path: Path) -> dict[str, int]:
+def perf_stats(path: Path, via_pipe: bool = False) -> dict[str, int]:
     """`perf report --stats`: the Aggregated stats block as {record name: count} (TOTAL left out)."""
-    out = run(["perf", "report", "--stats", "-i", str(path)])
+    args, stdin = _input(path, via_pipe)
+    out = run(["perf", "report", "--stats"] + args, stdin_file=stdin)
     counts: dict[str, int] = {}
     in_block = False
     for line in out.splitlines():
@@ -60,9 +76,10 @@ class DumpRecord:
 
 
 @functools.lru_cache(maxsize=16)
-def perf_dump(path: Path) -> list[DumpRecord]:
+def perf_dump(path: Path, via_pipe: bool = False) -> list[DumpRecord]:
     """`perf script -D`: one DumpRecord per raw event in the order perf read them."""
-    out = run(["perf", "script", "-D", "-i", str(path)])
+    args, stdin = _input(path, via_pipe)
+    out = run(["perf", "script", "-D"] + args, stdin_file=stdin)
     recs: list[DumpRecord] = []
     cur: DumpRecord | None = None
     for line in out.splitlines():

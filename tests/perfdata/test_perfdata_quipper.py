@@ -194,3 +194,29 @@ def test_ordered_records_follow_perfs_delivery_order(pd, dump):
     assert ours == theirs
     times = [r.sample_id.time for r in pd.ordered_records() if r.type < 64 and r.sample_id is not None]
     assert times == sorted(times)
+
+
+@needs_perf
+def test_pipe_conversion_of_the_intel_pt_file(pd, quipper, tmp_path):
+    """`perf inject -o -` turns the PT recording into a pipe-mode one: the same records, attrs and payloads.
+
+    perf itself must be fed such a file through a pipe: given as `-i FILE` perf 6.1 lseeks to a
+    pipe-relative offset after each AUXTRACE record and loses its place."""
+    import subprocess
+
+    pipe = tmp_path / "pipe.data"
+    with open(pipe, "wb") as f:
+        subprocess.run(["perf", "inject", "-i", str(quipper), "-o", "-"], stdout=f, check=True,
+                       stderr=subprocess.DEVNULL)
+    with open_perf_data(pipe) as pp:
+        assert pp.is_pipe and [a.name for a in pp.attrs] == [a.name for a in pd.attrs]
+        assert [a.ids for a in pp.attrs] == [a.ids for a in pd.attrs]
+        assert pp.auxtrace_info == pd.auxtrace_info and pp.time_conv == pd.time_conv
+        recs = list(pp.records())
+        assert dict(pp.stats) == P.perf_stats(pipe, via_pipe=True)
+        kernel = [(r.type, r.misc, r.size, r.sample_id) for r in pd.records() if r.type < 64]
+        assert [(r.type, r.misc, r.size, r.sample_id) for r in recs if r.type < 64] == kernel
+        ours = [bytes(pp.aux_data(r)) for r in recs if r.name == "AUXTRACE"]
+        assert ours == [bytes(pd.aux_data(r)) for r in pd.records() if r.name == "AUXTRACE"]
+        theirs = [(d.offset + 16, d.type) for d in P.perf_dump(pipe, via_pipe=True) if d.type < 64]
+        assert [(r.offset, r.type) for r in pp.ordered_records() if r.type < 64] == theirs
