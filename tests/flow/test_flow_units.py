@@ -211,6 +211,7 @@ def test_flow_batches_equal_ptxed_lines(libipt_dir):
                 got.append(("? " if b.speculative[row] else "") + f"{int(b.ip[row]):016x}")
                 row += 1
             assert b.ip.dtype == np.uint64 and b.iclass.dtype == np.uint8
+            assert len(b.size) == len(b.ip) and (b.size[: len(b)] > 0).all()
         assert got == want, name
 
 
