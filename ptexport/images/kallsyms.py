@@ -13,11 +13,8 @@ underscores, longer name).  The kernel's symbols move by the relocation
 delta (kallsyms' ``_text`` minus the recording's ``[kernel.kallsyms]_text``
 map address); a module's are made relative to its map.
 
-Which file perf uses: ``--kallsyms FILE`` (no build-id check), else the
-kallsyms of the recording's kcore_dir, else the build-id cache's
-``[kernel.kallsyms]/BUILDID/kallsyms``, else the running kernel's
-``/proc/kallsyms`` only when its build-id (``/sys/kernel/notes``) equals the
-recording's kernel build-id; never host files when ``--symfs`` is given.
+Which file perf uses: see :func:`find_kallsyms` (vmlinux files, which perf
+tries before the host's kallsyms, are not read yet).
 """
 
 from __future__ import annotations
@@ -182,22 +179,48 @@ def running_kernel_build_id(notes: str = "/sys/kernel/notes") -> bytes | None:
     return None
 
 
+def kallsyms_restricted() -> bool:
+    """perf's ``symbol__read_kptr_restrict``: /proc/kallsyms addresses hidden from us?"""
+    try:
+        with open("/proc/sys/kernel/kptr_restrict") as f:
+            value = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        value = 0
+    privileged = hasattr(os, "geteuid") and os.geteuid() == 0
+    if privileged:
+        return value >= 2
+    try:
+        with open("/proc/sys/kernel/perf_event_paranoid") as f:
+            paranoid = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        paranoid = 2
+    return value != 0 or paranoid > 1
+
+
 def find_kallsyms(explicit: str | None, kcore_dir: str | None, symfs: str | None,
                   build_id: bytes | None, buildid_dir: str | None = None) -> str | None:
-    """The kallsyms file perf would use for the host kernel DSO, or None (see the module docstring)."""
+    """The kallsyms file perf 6.1 uses for the host kernel DSO (when no vmlinux is used), or None.
+
+    perf's ``dso__load_kernel_sym`` and ``dso__find_kallsyms``: ``--kallsyms FILE``, else the
+    recording's kcore_dir kallsyms (perf sets it as if given); nothing else with ``--symfs``;
+    a kernel without build-id falls back to the running kernel's ``/proc/kallsyms``; one whose
+    build-id is the running kernel's uses it too; else the build-id cache's
+    ``[kernel.kallsyms]/BUILDID/kallsyms`` or nothing ("No kallsyms or vmlinux with build-id").
+    """
     if explicit:
         return explicit
     if kcore_dir:
         cand = os.path.join(str(kcore_dir), "kallsyms")
         if os.path.exists(cand):
             return cand
-    if build_id:
-        cache = buildid_dir or os.path.join(os.path.expanduser("~"), ".debug")
-        cand = os.path.join(cache, "[kernel.kallsyms]", build_id.hex(), "kallsyms")
-        if os.path.exists(cand):
-            return cand
     if symfs:
         return None
-    if build_id and running_kernel_build_id() == build_id and os.access("/proc/kallsyms", os.R_OK):
-        return "/proc/kallsyms"
-    return None
+    proc = "/proc/kallsyms"
+    host_ok = os.access(proc, os.R_OK) and not kallsyms_restricted()
+    if not build_id:
+        return proc if host_ok else None
+    if running_kernel_build_id() == build_id:
+        return proc if host_ok else None
+    cache = buildid_dir or os.path.join(os.path.expanduser("~"), ".debug")
+    cand = os.path.join(cache, "[kernel.kallsyms]", build_id.hex(), "kallsyms")
+    return cand if os.path.exists(cand) else None

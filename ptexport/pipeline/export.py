@@ -131,7 +131,9 @@ class _Exporter:
         info = session.info
         pt_attr = next((a for a in session.pd.attrs if a.type == info.pmu_type), None)
         self.modifier = _modifier(pt_attr) if pt_attr is not None else ""
-        self.pt = PerfThreads(comm_exec=any(getattr(a, "comm_exec", False) for a in session.pd.attrs))
+        # perf_session__set_comm_exec: from the attrs, but not for a pipe (then only once a COMM exec arrives)
+        self.pt = PerfThreads(comm_exec=not getattr(session.pd, "is_pipe", False)
+                              and any(getattr(a, "comm_exec", False) for a in session.pd.attrs))
         self._symtabs: dict[str, SymbolTable] = {}
         self._file_tabs: dict[tuple[str, bytes | None], SymbolTable] = {}
         self._dso_ids: dict[str, int] = {}

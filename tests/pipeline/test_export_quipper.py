@@ -184,3 +184,27 @@ def test_perf_threads_comm_rules():
     pt.on_fork(5, 9, 5, 5, 400)  # tid reused: a new thread
     assert pt.find(5, 9) is not old
     assert pt.find(0, 0).comm.name == "swapper" and pt.find(0, 0).comm_set
+
+
+def test_find_kallsyms_order(tmp_path, monkeypatch):
+    from ptexport.images import kallsyms as k
+
+    monkeypatch.setattr(k, "running_kernel_build_id", lambda notes="": b"\x01" * 20)
+    monkeypatch.setattr(k, "kallsyms_restricted", lambda: False)
+    kcore = tmp_path / "kcore_dir"
+    kcore.mkdir()
+    (kcore / "kallsyms").write_text("")
+    cache = tmp_path / "debug"
+    bid = b"\x02" * 20
+    (cache / "[kernel.kallsyms]" / bid.hex()).mkdir(parents=True)
+    (cache / "[kernel.kallsyms]" / bid.hex() / "kallsyms").write_text("")
+    assert k.find_kallsyms("/x/kallsyms", str(kcore), None, bid) == "/x/kallsyms"
+    assert k.find_kallsyms(None, str(kcore), "/symfs", bid) == str(kcore / "kallsyms")
+    assert k.find_kallsyms(None, None, "/symfs", None) is None  # no host files under --symfs
+    assert k.find_kallsyms(None, None, None, None) == "/proc/kallsyms"  # no build-id: perf's last resort
+    assert k.find_kallsyms(None, None, None, b"\x01" * 20) == "/proc/kallsyms"  # the running kernel
+    assert k.find_kallsyms(None, None, None, bid, str(cache)) == str(cache / "[kernel.kallsyms]" / bid.hex() /
+                                                                  "kallsyms")
+    assert k.find_kallsyms(None, None, None, b"\x03" * 20, str(cache)) is None  # "No kallsyms or vmlinux"
+    monkeypatch.setattr(k, "kallsyms_restricted", lambda: True)
+    assert k.find_kallsyms(None, None, None, None) is None
