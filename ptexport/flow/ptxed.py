@@ -190,8 +190,8 @@ class _Blocks:
 
 # Items of :func:`walk`.
 RUN = 0      # (RUN, ips, speculative): plain instructions (the block-cache fast path)
-INSN = 1     # (INSN, ip, iclass, speculative)
-EVENT = 2    # (EVENT, event)
+INSN = 1     # (INSN, ip, iclass, speculative, trace offset)
+EVENT = 2    # (EVENT, event, trace offset)
 SIDEBAND = 3 # (SIDEBAND, line)
 ERROR = 4    # (ERROR, offset, ip, code, kind) with kind "error", "sync error", "resync error"
 EOT = 5      # (EOT,): "[end of trace]" (tracing was enabled when the trace ended)
@@ -199,7 +199,7 @@ SYNC = 6     # (SYNC, offset): decoding (re)started at the PSB at offset
 
 
 def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None,
-         fast_branches: bool = True):
+         fast_branches: bool = True, exact_offsets: bool = False):
     """Decode the whole trace; yield the flow as small tuples (see RUN ... SYNC).
 
     Recovery after an error is libipt's: restart at the next PSB, or with
@@ -208,7 +208,9 @@ def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None,
     event (status updates too), like ptxed's pt_sb_event: its lines follow the
     event and a returned image becomes the decoder's.  ``fast_branches``
     lets RUN items include branches whose trace is at hand (off when each
-    branch must be seen, as for the block view).
+    branch must be seen, as for the block view); ``exact_offsets`` turns the
+    fast paths off so every instruction comes as an INSN item with the trace
+    offset libipt would report for it.
     """
     sync = None
     need_sync = True
@@ -235,8 +237,9 @@ def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None,
         try:
             while True:
                 while status & EVENT_PENDING:
+                    offset = dec.offset
                     ev, status = dec.take_event()
-                    yield (EVENT, ev)
+                    yield (EVENT, ev, offset)
                     if sideband is not None:
                         sb_lines, image = sideband(ev)
                         for line in sb_lines:
@@ -248,7 +251,9 @@ def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None,
                         yield (EOT,)
                     raise FlowError(st.EOS)
                 ip = dec.ip
-                if fast_branches:
+                if exact_offsets:
+                    run, st_many = (), None
+                elif fast_branches:
                     run, st_many = dec.next_many()
                 else:
                     run, st_many = dec.next_run(), None
@@ -260,16 +265,17 @@ def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None,
                     status = st_many
                     if status & (EVENT_PENDING | EOS_FLAG):
                         continue
+                offset = dec.offset if exact_offsets else 0
                 try:
                     ip, size, iclass, spec, status = dec.next()
                 except FlowError as e:
                     got = getattr(e, "insn", None)
                     if got is not None:
                         ip, size, iclass, spec = got
-                        yield (INSN, ip, iclass, spec)
+                        yield (INSN, ip, iclass, spec, offset)
                     raise
                 decoded = True
-                yield (INSN, ip, iclass, spec)
+                yield (INSN, ip, iclass, spec, offset)
         except FlowError as e:
             if e.code == st.EOS:
                 return
@@ -299,8 +305,9 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions, sideband=None) -> Iterator
     ninsn = 0
     blocks = _Blocks(opts) if opts.block_decoder else None
     quiet = opts.quiet
+    off = opts.print_offset
     for item in walk(dec, resync_on_error=opts.resync_on_error, sideband=sideband,
-                     fast_branches=blocks is None):
+                     fast_branches=blocks is None, exact_offsets=off):
         kind = item[0]
         if kind == RUN:
             run = item[1]
@@ -323,7 +330,8 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions, sideband=None) -> Iterator
                 if line and not quiet:
                     yield line
             if not quiet:
-                yield ("? " if item[3] else "") + f"{item[1]:016x}"
+                head = f"{item[4]:016x}  " if off else ""
+                yield head + ("? " if item[3] else "") + f"{item[1]:016x}"
             if blocks is not None:
                 blocks.after_insn(item[2], True)
         elif kind == EVENT:
@@ -331,7 +339,7 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions, sideband=None) -> Iterator
             if blocks is not None:
                 blocks.event()
             if not quiet and not ev.status_update:
-                yield format_event(ev, opts)
+                yield format_event(ev, opts, item[2])
         elif kind == SIDEBAND:
             yield item[1]
         elif kind == ERROR:
