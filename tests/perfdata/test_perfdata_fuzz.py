@@ -30,13 +30,20 @@ from test_perfdata_synthetic import (
 SEED = 20261122
 
 
-def _exercise(pd: PerfData) -> None:
+def _exercise(pd: PerfData, full: bool = False) -> None:
     for r in pd.records():
         if r.type == RT.AUXTRACE:
             pd.aux_data(r)
         pd.machine_pid_of(r)
         r.name, r.cpumode, r.time  # noqa: B018 - properties must not raise
     pd.stats  # noqa: B018
+    if full:  # the other passes over the same (mutated) bytes
+        for _ in pd.iter_headers():
+            pass
+        for _ in pd.records(types=(RT.COMM, RT.SWITCH_CPU_WIDE)):
+            pass
+        for _ in pd.ordered_records():
+            pass
 
 
 def _bases(tmp_path_factory) -> dict[str, bytes]:
@@ -51,6 +58,10 @@ def _bases(tmp_path_factory) -> dict[str, bytes]:
         "user": W.file_mode([(W.attr(type=8, sample_type=ST_A, flags=SID_ALL), [10, 11, 4242])], user_records()),
         "compressed": W.file_mode([(a, [10])], W.record(RT.COMPRESSED, z[:40], pad=False)
                                   + W.record(RT.COMPRESSED, z[40:], pad=False)),
+        "runs": W.file_mode([(a, [10])], b"".join(
+            W.record(RT.SWITCH_CPU_WIDE if i % 97 else RT.EXIT,
+                     struct.pack("<ii", i, i) if i % 97 else struct.pack("<iiiiQ", i, 1, i, 1, i),
+                     trailer=trailer_a(1, 1, i, 0, 10)) for i in range(400))),
         "pipe": W.pipe_mode(W.header_attr(a, [10]) + comm[:300]
                             + W.record(RT.AUXTRACE, struct.pack("<QQQIII4x", 8, 0, 0, 0, 1, 0)) + b"\x02\x82" * 4),
     }
@@ -105,7 +116,7 @@ def test_fuzz_files_only_typed_errors_with_offsets(bases):
                 cases += 1
                 try:
                     pd = perf_data_from_bytes(mutant, f"{name}.data")
-                    _exercise(pd)
+                    _exercise(pd, full=cases % 4 == 0)
                     for e in pd.feature_errors:
                         assert "+0x" in str(e)
                 except PtExportError as e:
