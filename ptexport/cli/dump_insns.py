@@ -106,7 +106,6 @@ def _parse_image(spec: str):
 def build(args):
     """(InsnDecoder, PtxedOptions, warnings) for ``args`` (raw mode)."""
     from ptexport.flow.insn import InsnDecoder
-    from ptexport.flow.ptxed import PtxedOptions
     from ptexport.flow.query import DecoderConfig
     from ptexport.images.image import Image
     from ptexport.pt.errata import NO_ERRATA, UnknownCpuError, errata_for_cpu, parse_cpu
@@ -145,14 +144,7 @@ def build(args):
                            enable_tick_events=args.event_tick, addr_filter=filters,
                            source=args.raw)
     dec = InsnDecoder(buf, image, config)
-    opts = PtxedOptions(
-        quiet=args.quiet, stat=args.stat, stat_insn=args.stat_insn,
-        stat_blocks=args.stat_blocks, event_ip=args.event_ip, event_time=args.event_time,
-        event_tick=args.event_tick, event_iflags=args.event_iflags,
-        resync_on_error=args.resync_on_error, block_decoder=args.block_decoder,
-        show_blocks=args.show_blocks, end_on_call=args.end_on_call,
-        end_on_jump=args.end_on_jump, print_offset=args.print_offset)
-    return dec, opts, warnings
+    return dec, _options(args), warnings
 
 
 def _session(args):
@@ -330,7 +322,7 @@ def _run_perf(args, out) -> int:
                 errata_memo[spec] = NO_ERRATA
         return errata_memo[spec]
 
-    _, opts, _ = _options_only(args)
+    opts = _options(args)
     # perf's recovery: after an error, go on at the next IP the trace gives, with
     # an empty return stack (not at the next PSB as ptxed does).
     opts.resync_on_error = True
@@ -347,14 +339,14 @@ def _run_perf(args, out) -> int:
     return 0
 
 
-def _options_only(args):
+def _options(args):
+    """ptxed's output options from ``args``."""
     from ptexport.flow.ptxed import PtxedOptions
 
-    opts = PtxedOptions(
+    return PtxedOptions(
         quiet=args.quiet, stat=args.stat, stat_insn=args.stat_insn,
         stat_blocks=args.stat_blocks, event_ip=args.event_ip, event_time=args.event_time,
         event_tick=args.event_tick, event_iflags=args.event_iflags,
         resync_on_error=args.resync_on_error, block_decoder=args.block_decoder,
         show_blocks=args.show_blocks, end_on_call=args.end_on_call,
         end_on_jump=args.end_on_jump, print_offset=args.print_offset)
-    return None, opts, []
