@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ptexport.errors import SynthError, UsageError
+from ptexport.errors import SynthError
 
 NAME = "synth"
 HELP = "generate a realistic Intel PT perf.data (and its ground truth) by emulating a program"
@@ -116,4 +116,3 @@ def run(args, out) -> int:
     return 0
 
 
-__all__ = ["NAME", "HELP", "add_arguments", "run", "UsageError"]

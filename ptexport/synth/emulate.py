@@ -208,7 +208,7 @@ def run_program(program: Program, *, iterations: int | None = None, max_insns: i
                 first_pid: int = 1000, extra_programs: dict[str, Program] | None = None) -> Emulation:
     """Run ``program`` to its exit and return every slice it executed."""
     U = _unicorn()
-    from unicorn.x86_const import (UC_X86_INS_SYSCALL, UC_X86_REG_R10, UC_X86_REG_RAX,
+    from unicorn.x86_const import (UC_X86_INS_SYSCALL, UC_X86_REG_RAX,
                                    UC_X86_REG_RDI, UC_X86_REG_RDX, UC_X86_REG_RIP,
                                    UC_X86_REG_RSI, UC_X86_REG_RSP)
 

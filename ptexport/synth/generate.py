@@ -44,7 +44,6 @@ EV_PTWRITE, EV_MWAIT, EV_PWRE, EV_EXSTOP, EV_PWRX = range(5)
 EV_NAMES = ("ptwrite", "mwait", "pwre", "exstop", "pwrx")
 WAIT_TICKS = 400                     # how long a TPAUSE waits
 OVF_LOST_BLOCKS = 60                 # blocks whose packets an overflow loses
-SWITCH_TICKS = 400                   # scheduler time between two threads on one CPU
 
 REPLAY_ABOVE = 2_000_000             # --branches above this replay one encoded round
 

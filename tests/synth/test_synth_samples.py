@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from ptxtest import REPO, needs_perf
