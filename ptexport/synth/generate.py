@@ -366,19 +366,30 @@ class CpuEncoder:
         ptw_at: dict[int, list] = {}
         for bi, ip, val in sl.ptwrites:
             ptw_at.setdefault(bi, []).append((ip, val))
+        # hot loop: locals instead of attribute look-ups
+        tadd = truth.add
+        truth_kind = truth.kind
+        blocks = cache._cache
+        get_block = cache.get
+        has_ptw = bool(ptw_at)
+        mtc_on = opts.timing != "tsc"
+        cyc_on = opts.timing == "cyc"
+        ovf_any = bool(self.ovf_at)
+        buf = w.buf
+        psb_period = opts.psb_period
         for i in range(n):
-            b = cache.get(addrs[i], sizes[i])
-            if (b.waits or i in ptw_at) and lose_until < i:
+            b = blocks.get((addrs[i], sizes[i])) or get_block(addrs[i], sizes[i])
+            if (b.waits or (has_ptw and i in ptw_at)) and lose_until < i:
                 t, last_pkt_ip = self._events(b, ptw_at.get(i, ()), t, tid, last_pkt_ip)
                 t_pkt = t
-                last_pkt_row = len(truth)
+                last_pkt_row = len(truth_kind)
             t += len(b.insns) * tpi
             end = b.end
             if i + 1 < n:
                 nxt = addrs[i + 1]
             else:
                 nxt = None
-            if self.ovf_arm is not None:
+            if ovf_any and self.ovf_arm is not None:
                 self.ovf_arm -= 1
                 if (self.ovf_arm <= 0 and end in (END_JCC, END_JMP_IND, END_CALL_IND, END_RET)
                         and i + OVF_LOST_BLOCKS + 2 < n):
@@ -417,20 +428,21 @@ class CpuEncoder:
                 pass
             elif end == END_JCC:
                 taken = nxt != b.fallthrough
-                self._mtcs_upto(t)
-                if w.tnt_pending == 0:
+                if mtc_on and t >= self.next_mtc:
+                    self._mtcs_upto(t)
+                if cyc_on and w.tnt_pending == 0:
                     self._cyc(t)
                 w.tnt(taken)
                 if taken:
-                    truth.add(t, cpu, tid, b.last_ip, nxt, KIND_JCC)
+                    tadd(t, cpu, tid, b.last_ip, nxt, KIND_JCC)
             elif end == END_JMP:
-                truth.add(t_pkt, cpu, tid, b.last_ip, nxt, KIND_JMP, t)
+                tadd(t_pkt, cpu, tid, b.last_ip, nxt, KIND_JMP, t)
             elif end == END_CALL:
                 if not b.zero_len_call:
                     stack.append(b.fallthrough)
                     if len(stack) > 64:
                         del stack[0]
-                truth.add(t_pkt, cpu, tid, b.last_ip, nxt, KIND_CALL, t)
+                tadd(t_pkt, cpu, tid, b.last_ip, nxt, KIND_CALL, t)
             elif end == END_JMP_IND or end == END_CALL_IND:
                 self._mtcs_upto(t)
                 self._cyc(t)
@@ -444,24 +456,25 @@ class CpuEncoder:
                 else:
                     truth.add(t, cpu, tid, b.last_ip, nxt, KIND_JMP)
             elif end == END_RET:
-                self._mtcs_upto(t)
+                if mtc_on and t >= self.next_mtc:
+                    self._mtcs_upto(t)
                 top = stack.pop() if stack else None
                 if retcomp and top == nxt:
-                    if w.tnt_pending == 0:
+                    if cyc_on and w.tnt_pending == 0:
                         self._cyc(t)
                     w.tnt(True)
                 else:
                     self._cyc(t)
                     w.tip(nxt)
                     self.tip_marks.append((len(w.buf), len(truth) + 1, nxt, t))
-                truth.add(t, cpu, tid, b.last_ip, nxt, KIND_RET)
+                tadd(t, cpu, tid, b.last_ip, nxt, KIND_RET)
             elif end == END_SYSCALL:
                 if i + 1 != n:
                     raise SynthError(f"syscall in the middle of a slice at {b.last_ip:#x}")
             if end and end != END_JMP and end != END_CALL:
                 t_pkt = t
-                last_pkt_row, last_pkt_ip = len(truth), nxt
-            if nxt is not None and len(w.buf) - self.last_psb >= opts.psb_period:
+                last_pkt_row, last_pkt_ip = len(truth_kind), nxt
+            if nxt is not None and len(buf) - self.last_psb >= psb_period:
                 self.psb_plus(t, nxt)
         # the slice ends at its syscall: tracing stops (user-only), IP suppressed
         self._mtcs_upto(t)

@@ -441,7 +441,7 @@ def run_slot(enc: VmEncoder, vc: Vcpu, t: int, opts: VmOptions, rng: random.Rand
             tgt = rng.choice(ins.targets)
             enc._mtcs_upto(t)
             w.tip_pgd(tgt)
-            add(t, cpu, *host_who, ins.ip, 0, K_TR_END)
+            add(t, cpu, *host_who, ins.ip, tgt, K_TR_END)
             ctx.stack.append(ins.ip + ins.size)
             ctx.ip = tgt
             break
