@@ -14,7 +14,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import QUIPPER
+from ptxtest import QUIPPER
 from ptexport.cli import main
 from ptexport.flow import perffast
 from ptexport.flow.perffast_tok import tokenize_fast
