@@ -31,14 +31,14 @@ import numpy as np
 
 from ptexport.errors import SynthError, UsageError
 from ptexport.perfdata.constants import (
-    PERF_RECORD_MISC_COMM_EXEC, PERF_RECORD_MISC_SWITCH_OUT, PERF_RECORD_MISC_USER, AttrFlag,
+    PERF_RECORD_MISC_COMM_EXEC, PERF_RECORD_MISC_GUEST_KERNEL, PERF_RECORD_MISC_SWITCH_OUT, PERF_RECORD_MISC_USER, AttrFlag,
     AttrType, Feature, RecordType, SampleType, SoftwareEvent,
 )
 from ptexport.synth import generate as G
 from ptexport.synth.perfwrite import (
     Attr, PerfDataWriter, attr_flags, aux_body, auxtrace_info_record, comm_body, feat_cmdline,
     feat_event_desc, feat_nrcpus, feat_pmu_mappings, feat_string, feat_u64, finished_round,
-    itrace_start_body, mmap2_body, record, sample_id, switch_cpu_wide_body, time_conv_record,
+    itrace_start_body, mmap2_body, pad8, record, sample_id, switch_cpu_wide_body, time_conv_record,
 )
 from ptexport.synth.ptencode import PacketWriter
 from ptexport.synth.sideband import CPUID, auxtrace_priv, pt_config
@@ -525,6 +525,14 @@ def write_host(path: Path, opts: VmOptions, encoders: list[VmEncoder], vcpus: li
     kmap = mmap2_body(-1 & 0xFFFFFFFF, 0, hcode.base, 0x100000, hcode.base,
                       "[kernel.kallsyms]_text", prot=5, flags=2, maj=0, minor=0)
     init = [record(RecordType.MMAP2, MISC_KERNEL, kmap + sample_id(ST, -1, 0, 0, 0, dummy.ids[0]))]
+    if opts.guest == "kernel":
+        # perf kvm --guest --host record: the default guest's kernel map (decoded with
+        # perf script --guestkallsyms); a guest with user space is recorded with plain
+        # perf record on the host and gets its maps from perf inject --guest-data
+        gmap = struct.pack("<IIQQQ", 0, 0, GUEST_KBASE, 0x100000, GUEST_KBASE) + \
+            pad8(b"[guest.kernel.kallsyms]_text")
+        init.append(record(RecordType.MMAP, PERF_RECORD_MISC_GUEST_KERNEL,
+                           gmap + sample_id(ST, 0, 0, 0, 0, dummy.ids[0])))
     init.append(record(RecordType.COMM, 0, comm_body(P, P, "qemu-system-x86")
                        + sample_id(ST, P, P, 0, 0, dummy.ids[0])))
     for vc in vcpus:
@@ -560,8 +568,9 @@ def write_host(path: Path, opts: VmOptions, encoders: list[VmEncoder], vcpus: li
                 enc.cpu, pt)
             start = end
     del t0
-    feats = _common_features(ncpu, ["/usr/bin/perf", "kvm", "--guest", "--host", "record",
-                                    "--kcore", "-a", "-e", "intel_pt//"], [pt, dummy])
+    cmd = (["/usr/bin/perf", "kvm", "--guest", "--host", "record"] if opts.guest == "kernel"
+           else ["/usr/bin/perf", "record"])
+    feats = _common_features(ncpu, cmd + ["--kcore", "-a", "-e", "intel_pt//"], [pt, dummy])
     with _open(path) as f:
         w = PerfDataWriter(f, [pt, dummy])
         w.write(auxtrace_info_record(auxtrace_priv(popts, pt)))
