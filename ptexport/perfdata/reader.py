@@ -561,7 +561,7 @@ class PerfData:
         end = src.end
         lim = min(end, src.size)
         ctx = self._ctx
-        parsers = PARSERS
+        parsers = ctx.parsers
         hdr = _hdr
         counts = [0] * 128
         extra: dict[int, int] = {}
@@ -634,6 +634,7 @@ class PerfData:
                         pos = nxt
                         continue
                     nxt = self._user_extent(src, rec, pos, nxt, lim)
+                    parsers = ctx.parsers  # a HEADER_ATTR may have changed the attrs
                     if want is not None and rtype not in want:
                         pos = nxt
                         continue
@@ -773,7 +774,7 @@ class PerfData:
             if len(body) < size - 8:
                 raise self._error(f"size {size} runs past the end of the stream", name, pos, rtype, TruncatedError)
             buf = head + body
-            parser = PARSERS.get(rtype) or p_unknown
+            parser = ctx.parsers.get(rtype) or p_unknown
             try:
                 rec = parser(ctx, buf, 0, size, rtype, misc)
             except BadRecord as e:
@@ -1095,7 +1096,7 @@ class _Decompressor:
             extra = 0
             if p + size > n:
                 break
-            parser = PARSERS.get(rtype) or p_unknown
+            parser = ctx.parsers.get(rtype) or p_unknown
             try:
                 r = parser(ctx, b, p, size, rtype, misc)
             except BadRecord as e:

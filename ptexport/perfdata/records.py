@@ -102,7 +102,7 @@ class SampleId(tuple):
 class TrailerLayout:
     """How to read the sample_id_all trailer of one sample_type (precomputed per attr)."""
 
-    __slots__ = ("size", "parse")
+    __slots__ = ("size", "parse", "fmt", "names")
 
     def __init__(self, sample_type: int):
         fmt = "<"
@@ -120,6 +120,9 @@ class TrailerLayout:
             vals["id"] = vals["identifier"]
         st = struct.Struct(fmt)
         self.size = st.size
+        self.fmt = fmt[1:]  # without "<"
+        self.names = tuple(k for k in ("pid", "tid", "time", "id", "stream_id", "cpu", "identifier")
+                           if k in vals and not (k == "id" and not sample_type & SampleType.ID))
         args = ", ".join(vals.get(k, "None") for k in SampleId._fields)
         # one specialised function per layout: unpack and build the SampleId in one go
         src = (f"def parse(buf, end):\n    v = unpack(buf, end - {st.size})\n"
@@ -469,7 +472,7 @@ class UnknownRecord(Record):
 class ParseContext:
     """What the parsers need from the reader: attrs and how to find the attr of a record."""
 
-    __slots__ = ("attrs", "by_id", "uniform", "trailer", "trailers", "tsize", "utrailer")
+    __slots__ = ("attrs", "by_id", "uniform", "trailer", "trailers", "tsize", "utrailer", "parsers")
 
     def __init__(self) -> None:
         self.attrs: list[EventAttr] = []
@@ -479,6 +482,7 @@ class ParseContext:
         self.trailers: dict[int, TrailerLayout] = {}
         self.tsize = 0
         self.utrailer: TrailerLayout | None = None  # the trailer when every attr has the same one
+        self.parsers: dict[int, Callable] = PARSERS
 
     def set_attrs(self, attrs: list["EventAttr"]) -> None:
         self.attrs = attrs
@@ -500,6 +504,13 @@ class ParseContext:
             t = self._trailer_for(u)
             if t.size:
                 self.utrailer = t
+        # the parser table for this set of attrs: with one trailer for all, the fixed-layout kinds read
+        # body and trailer in one unpack
+        self.parsers = PARSERS
+        if self.utrailer is not None:
+            self.parsers = dict(PARSERS)
+            for rtype, spec in FIXED_SPECS.items():
+                self.parsers[rtype] = _combined_parser(rtype, spec, self.utrailer)
 
     def _trailer_for(self, attr) -> TrailerLayout:
         t = self.trailers.get(attr.sample_type)
@@ -1274,21 +1285,57 @@ def _fixed_parser(cls, label: str, fixed: int, fmt: str = "", names: tuple[str, 
     return ns["parse"]
 
 
-_FAST = {
-    RecordType.EXIT: _fixed_parser(ExitRecord, "EXIT", 32, "iiiiQ", ("pid", "ppid", "tid", "ptid", "time")),
-    RecordType.FORK: _fixed_parser(ForkRecord, "FORK", 32, "iiiiQ", ("pid", "ppid", "tid", "ptid", "time")),
-    RecordType.LOST: _fixed_parser(LostRecord, "LOST", 24, "QQ", ("lost_id", "lost")),
-    RecordType.THROTTLE: _fixed_parser(ThrottleRecord, "THROTTLE", 32, "QQQ", ("time", "throttle_id", "stream_id")),
-    RecordType.UNTHROTTLE: _fixed_parser(ThrottleRecord, "UNTHROTTLE", 32, "QQQ",
-                                         ("time", "throttle_id", "stream_id")),
-    RecordType.AUX: _fixed_parser(AuxRecord, "AUX", 32, "QQQ", ("aux_offset", "aux_size", "flags")),
-    RecordType.ITRACE_START: _fixed_parser(ItraceStartRecord, "ITRACE_START", 16, "ii", ("pid", "tid")),
-    RecordType.LOST_SAMPLES: _fixed_parser(LostSamplesRecord, "LOST_SAMPLES", 16, "Q", ("lost",)),
-    RecordType.SWITCH: _fixed_parser(SwitchRecord, "SWITCH", 8),
-    RecordType.SWITCH_CPU_WIDE: _fixed_parser(SwitchRecord, "SWITCH_CPU_WIDE", 16, "ii",
-                                              ("next_prev_pid", "next_prev_tid")),
-    RecordType.AUX_OUTPUT_HW_ID: _fixed_parser(AuxOutputHwIdRecord, "AUX_OUTPUT_HW_ID", 16, "Q", ("hw_id",)),
+#: the fixed-layout kinds: type -> (class, label, fixed size, struct format after the header, field names)
+FIXED_SPECS = {
+    int(RecordType.EXIT): (ExitRecord, "EXIT", 32, "iiiiQ", ("pid", "ppid", "tid", "ptid", "time")),
+    int(RecordType.FORK): (ForkRecord, "FORK", 32, "iiiiQ", ("pid", "ppid", "tid", "ptid", "time")),
+    int(RecordType.LOST): (LostRecord, "LOST", 24, "QQ", ("lost_id", "lost")),
+    int(RecordType.THROTTLE): (ThrottleRecord, "THROTTLE", 32, "QQQ", ("time", "throttle_id", "stream_id")),
+    int(RecordType.UNTHROTTLE): (ThrottleRecord, "UNTHROTTLE", 32, "QQQ", ("time", "throttle_id", "stream_id")),
+    int(RecordType.AUX): (AuxRecord, "AUX", 32, "QQQ", ("aux_offset", "aux_size", "flags")),
+    int(RecordType.ITRACE_START): (ItraceStartRecord, "ITRACE_START", 16, "ii", ("pid", "tid")),
+    int(RecordType.LOST_SAMPLES): (LostSamplesRecord, "LOST_SAMPLES", 16, "Q", ("lost",)),
+    int(RecordType.SWITCH): (SwitchRecord, "SWITCH", 8, "", ()),
+    int(RecordType.SWITCH_CPU_WIDE): (SwitchRecord, "SWITCH_CPU_WIDE", 16, "ii", ("next_prev_pid", "next_prev_tid")),
+    int(RecordType.AUX_OUTPUT_HW_ID): (AuxOutputHwIdRecord, "AUX_OUTPUT_HW_ID", 16, "Q", ("hw_id",)),
 }
+
+_FAST = {rtype: _fixed_parser(cls, label, fixed, fmt, names)
+         for rtype, (cls, label, fixed, fmt, names) in FIXED_SPECS.items()}
+
+_COMBINED: dict = {}
+
+
+def _combined_parser(rtype: int, spec, trailer: TrailerLayout):
+    """A parser for one fixed-layout kind followed by ``trailer`` that reads both in one unpack (records of
+    any other size go to the generic parser)."""
+    key = (rtype, trailer.fmt, trailer.names)
+    fn = _COMBINED.get(key)
+    if fn is not None:
+        return fn
+    cls, _label, fixed, fmt, names = spec
+    have = set(trailer.names)
+    idv = "t_id" if "id" in have else ("t_identifier" if "identifier" in have else "None")
+    sid = ", ".join(("t_" + n) if n in have else "None" for n in ("pid", "tid", "time")) + f", {idv}, " + \
+        ", ".join(("t_" + n) if n in have else "None" for n in ("stream_id", "cpu", "identifier"))
+    targets = [f"f_{n}" for n in names] + [f"t_{n}" for n in trailer.names]
+    lines = [
+        "def parse(ctx, buf, off, size, rtype, misc):",
+        f"    if size != {fixed + trailer.size}:",
+        "        return generic(ctx, buf, off, size, rtype, misc)",
+        "    r = new(cls)",
+        "    r.type = rtype",
+        "    r.misc = misc",
+        "    r.size = size",
+        f"    {', '.join(targets)}, = unpack(buf, off + 8)",
+    ]
+    lines += [f"    r.{n} = f_{n}" for n in names]
+    lines += [f"    r.sample_id = tnew(SampleId, ({sid}))", "    return r"]
+    ns = {"generic": _FAST[rtype], "new": cls.__new__, "cls": cls, "tnew": _tuple_new, "SampleId": SampleId,
+          "unpack": struct.Struct("<" + fmt + trailer.fmt).unpack_from}
+    exec("\n".join(lines), ns)  # noqa: S102 - generated from FIXED_SPECS and the trailer table, no input involved
+    fn = _COMBINED[key] = ns["parse"]
+    return fn
 
 
 PARSERS: dict[int, Callable] = {

@@ -644,3 +644,29 @@ def test_short_and_long_runs_and_type_filter_agree_with_full_parse():
         got = [(r.offset, r.type, r.misc, r.size) for r in pd.records(types=want)]
         assert got == [x for x in full if x[1] in want]
         assert pd.stats.total == len(full)
+
+
+def test_one_unpack_parsers_equal_the_generic_ones(monkeypatch):
+    import ptexport.perfdata.records as R
+
+    a = W.attr(sample_type=ST_A, flags=SID_ALL)
+    t = lambda n: trailer_a(100, 101, n, 3, 10)  # noqa: E731
+    data = (_switches(20) + W.record(RT.FORK, struct.pack("<iiiiQ", 2, 1, 3, 1, 9), trailer=t(1))
+            + W.record(RT.EXIT, struct.pack("<iiiiQ", 2, 1, 3, 1, 9), trailer=t(2))
+            + W.record(RT.AUX, struct.pack("<QQQ", 1, 2, 3), trailer=t(3))
+            + W.record(RT.ITRACE_START, struct.pack("<ii", 5, 6), trailer=t(4))
+            + W.record(RT.SWITCH, b"", misc=PERF_RECORD_MISC_SWITCH_OUT, trailer=t(5))
+            + W.record(RT.LOST, struct.pack("<QQ", 10, 4), trailer=t(6))
+            + W.record(RT.LOST_SAMPLES, struct.pack("<Q", 7), trailer=t(7))
+            + W.record(RT.THROTTLE, struct.pack("<QQQ", 8, 10, 10), trailer=t(8))
+            + W.record(RT.AUX_OUTPUT_HW_ID, struct.pack("<Q", 6), trailer=t(9))
+            + W.record(RT.ITRACE_START, struct.pack("<ii", 5, 6) + bytes(8), trailer=t(10)))  # odd size
+    raw = W.file_mode([(a, [10])], data)
+
+    def snap():
+        pd = perf_data_from_bytes(raw, "u.data")
+        return [repr((type(r).__name__, r.offset, r.misc, r.size, r.fields(), r.sample_id)) for r in pd.records()]
+
+    fast = snap()
+    monkeypatch.setattr(R, "FIXED_SPECS", {})
+    assert snap() == fast and len(fast) == 30
