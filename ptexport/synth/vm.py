@@ -179,6 +179,7 @@ class VmEncoder:
         # current context (for PSB+)
         self.vcpu: Vcpu | None = None
         self.in_guest = False
+        self.guest_psbs = 0
 
     # timing
     def _tsc_tma(self, t: int) -> None:
@@ -200,6 +201,7 @@ class VmEncoder:
         self._tsc_tma(t)
         v = self.vcpu
         if self.in_guest:
+            self.guest_psbs += 1
             g = v.threads[v.cur]
             pip(w, g.cr3, True)
             vmcs(w, v.vmcs)
@@ -359,6 +361,7 @@ def synthesize_vm(out_dir: str | Path, opts: VmOptions) -> dict:
         "branches": len(truth.rows),
         "kinds": list(KIND_NAMES),
         "pt_bytes": sum(len(e.w.buf) for e in encoders),
+        "guest_psbs": sum(e.guest_psbs for e in encoders),
         "vcpus": [{"vcpu": vc.index, "host_tid": vc.host_tid, "vmcs": vc.vmcs,
                    "tsc_offset": vc.offset,
                    "threads": [{"pid": g.pid, "tid": g.tid, "comm": g.comm, "user": g.user}
@@ -396,7 +399,11 @@ def run_slot(enc: VmEncoder, vc: Vcpu, t: int, opts: VmOptions, rng: random.Rand
         new = vc.threads[vc.cur]
         gsideband.append((t - 60, "switch_out", vc.index, old.pid, old.tid, new.pid, new.tid))
         gsideband.append((t - 50, "switch_in", vc.index, new.pid, new.tid, old.pid, old.tid))
-    enc.psb_plus(t, None)
+    if len(w.buf) - enc.last_psb >= opts.psb_period or not enc.psb_marks:
+        enc.psb_plus(t, None)
+    else:
+        enc._mtcs_upto(t)
+        enc._tsc_tma(t)
     _reset_known(vc.host)
     w.mode_exec64()
     w.tip_pge(vc.host.ip)
