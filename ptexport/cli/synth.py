@@ -56,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--cpus", type=_positive, default=1, help="CPUs to schedule threads on")
     s.add_argument("--per-thread", action="store_true",
                    help="perf record --per-thread layout: one AUX buffer per thread, no CPU")
+    s.add_argument("--preempt", type=int, default=0, metavar="N",
+                   help="a timer interrupt every N instructions: FUP + TIP.PGD ('tr end async'), "
+                        "other threads run (preempted switch-out)")
     s.add_argument("--pipe", action="store_true",
                    help="pipe-mode perf.data, as perf record -o - writes it")
     s.add_argument("--kcore", action="store_true",
@@ -91,6 +94,7 @@ def run(args, out) -> int:
                         per_thread=args.per_thread, ovf=args.ovf, corrupt=args.corrupt,
                         truncate=args.truncate, replay=args.replay, pipe=args.pipe,
                         kcore=args.kcore, ptwrite=args.ptwrite, power=args.power,
+                        preempt=args.preempt,
                         elf_path=args.elf_path)
     t0 = time.monotonic()
     res = synthesize(args.out, opts)

@@ -204,9 +204,18 @@ def _initial_regs(uc, program: Program) -> None:
     uc.reg_write(UC_X86_REG_RIP, program.entry)
 
 
+SYS_PREEMPTED = -1      # Slice.sysno of a slice ended by a (timer) interrupt
+
+
 def run_program(program: Program, *, iterations: int | None = None, max_insns: int = 60_000_000,
-                first_pid: int = 1000, extra_programs: dict[str, Program] | None = None) -> Emulation:
-    """Run ``program`` to its exit and return every slice it executed."""
+                first_pid: int = 1000, extra_programs: dict[str, Program] | None = None,
+                preempt: int = 0) -> Emulation:
+    """Run ``program`` to its exit and return every slice it executed.
+
+    ``preempt``: a timer interrupt stops a thread after this many instructions
+    (0: never); the slice then ends with ``sysno == SYS_PREEMPTED`` and the thread
+    goes to the back of the run queue.
+    """
     U = _unicorn()
     from unicorn.x86_const import (UC_X86_INS_SYSCALL, UC_X86_REG_RAX,
                                    UC_X86_REG_RDI, UC_X86_REG_RDX, UC_X86_REG_RIP,
@@ -274,13 +283,30 @@ def run_program(program: Program, *, iterations: int | None = None, max_insns: i
         cur_sizes = array("I")
         cur_ptw = []
         sys_ip[0] = 0
+        count = min(insns_left, preempt) if preempt else insns_left
         try:
-            uc.emu_start(start, 0xFFFF_FFFF_FFFF_FFFF, 0, insns_left)
+            uc.emu_start(start, 0xFFFF_FFFF_FFFF_FFFF, 0, count)
         except U.UcError as e:
             rip = uc.reg_read(UC_X86_REG_RIP)
             raise SynthError(f"program {info.program.name}: the emulator cannot run it: {e} at "
                              f"{rip:#x} (thread {tid})") from e
         insns_left -= sum(cur_sizes) // 3 or 1    # a cheap under-estimate: ~3+ bytes/insn
+        if not sys_ip[0] and preempt and insns_left > 0:
+            # preempted: unicorn reports the last block whole; keep what ran of it
+            rip = uc.reg_read(UC_X86_REG_RIP)
+            if cur_addrs and cur_addrs[-1] <= rip < cur_addrs[-1] + cur_sizes[-1]:
+                if rip == cur_addrs[-1]:
+                    cur_addrs.pop()
+                    cur_sizes.pop()
+                else:
+                    cur_sizes[-1] = rip - cur_addrs[-1]
+            insns_left -= count
+            if cur_addrs:
+                slices.append(Slice(info.pid, tid, cur_addrs, cur_sizes, SYS_PREEMPTED, rip, rip,
+                                    ptwrites=cur_ptw))
+            contexts[tid] = uc.context_save()
+            runnable.append(tid)
+            continue
         if not sys_ip[0]:
             rip = uc.reg_read(UC_X86_REG_RIP)
             raise SynthError(f"program {info.program.name}: stopped at {rip:#x} without a system "

@@ -27,12 +27,14 @@ import numpy as np
 from ptexport.errors import SynthError, UsageError
 from ptexport.synth.blocks import (END_CALL, END_CALL_IND, END_JCC, END_JMP, END_JMP_IND,
                                    END_RET, END_SYSCALL, BlockCache)
-from ptexport.synth.emulate import Program, Slice, run_program
+from ptexport.synth.emulate import SYS_PREEMPTED, Program, Slice, run_program
 from ptexport.synth.ptencode import PacketWriter
 
 # Ground-truth branch kinds and the flag text perf script prints for them.
-KIND_TR_STRT, KIND_JCC, KIND_JMP, KIND_CALL, KIND_RET, KIND_SYSCALL, KIND_TR_END = range(7)
-KIND_NAMES = ("tr strt", "jcc", "jmp", "call", "return", "tr end  syscall", "tr end")
+KIND_TR_STRT, KIND_JCC, KIND_JMP, KIND_CALL, KIND_RET, KIND_SYSCALL, KIND_TR_END, KIND_ASYNC = \
+    range(8)
+KIND_NAMES = ("tr strt", "jcc", "jmp", "call", "return", "tr end  syscall", "tr end",
+              "tr end  async")
 
 PMU_TYPE = 8
 TSC_BASE = 7_000_000_000_000         # TSC at the start of the recording
@@ -81,6 +83,7 @@ class SynthOptions:
     kcore: bool = False              # perf record --kcore directory form: OUT/data + kcore_dir
     ptwrite: str = "off"             # off | fup | nofup: PTW packets (with FUP or not)
     power: bool = False              # power events (pwr_evt): MWAIT, PWRE, EXSTOP, PWRX
+    preempt: int = 0                 # timer interrupts every N instructions (0: none)
     replay: str = "auto"             # on | off | auto (above REPLAY_ABOVE branches)
     insn_truth_limit: int = 3_000_000  # write truth_insns.npz when there are at most this many
 
@@ -104,6 +107,8 @@ class SynthOptions:
             raise UsageError("--cbr must be 1..255")
         if self.ptwrite not in ("off", "fup", "nofup"):
             raise UsageError("--ptwrite must be off, fup or nofup")
+        if self.preempt and self.preempt < 50:
+            raise UsageError("--preempt must be at least 50 instructions")
         if self.replay not in ("on", "off", "auto"):
             raise UsageError("--replay must be on, off or auto")
         for name in ("ovf", "corrupt", "truncate"):
@@ -366,6 +371,7 @@ class CpuEncoder:
         ptw_at: dict[int, list] = {}
         for bi, ip, val in sl.ptwrites:
             ptw_at.setdefault(bi, []).append((ip, val))
+        end_next = sl.end_ip if sl.sysno == SYS_PREEMPTED else None
         # hot loop: locals instead of attribute look-ups
         tadd = truth.add
         truth_kind = truth.kind
@@ -387,8 +393,8 @@ class CpuEncoder:
             end = b.end
             if i + 1 < n:
                 nxt = addrs[i + 1]
-            else:
-                nxt = None
+            else:   # where execution goes on after an interrupt; nothing after a syscall
+                nxt = end_next
             if ovf_any and self.ovf_arm is not None:
                 self.ovf_arm -= 1
                 if (self.ovf_arm <= 0 and end in (END_JCC, END_JMP_IND, END_CALL_IND, END_RET)
@@ -476,13 +482,20 @@ class CpuEncoder:
                 last_pkt_row, last_pkt_ip = len(truth_kind), nxt
             if nxt is not None and len(buf) - self.last_psb >= psb_period:
                 self.psb_plus(t, nxt)
-        # the slice ends at its syscall: tracing stops (user-only), IP suppressed
         self._mtcs_upto(t)
         self._cyc(t)
-        w.tip_pgd(None)
+        if sl.sysno == SYS_PREEMPTED:
+            # an interrupt: FUP with the IP of the next instruction, tracing stops
+            w.fup(sl.end_ip)
+            w.tip_pgd(None)
+            kind = KIND_ASYNC
+        else:
+            # the slice ends at its syscall: tracing stops (user-only), IP suppressed
+            w.tip_pgd(None)
+            kind = KIND_SYSCALL
         self.stack.clear()
         self.end_time = t
-        truth.add(t, cpu, tid, sl.end_ip, 0, KIND_SYSCALL)
+        truth.add(t, cpu, tid, sl.end_ip, 0, kind)
 
 
 # -- the whole generator -----------------------------------------------------------------------
@@ -538,7 +551,8 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
 
         return synthesize_replay(out_dir, opts, program, extra)
     iterations = _iterations_for(program, opts.branches, extra)
-    emu = run_program(program, iterations=iterations, extra_programs=extra)
+    emu = run_program(program, iterations=iterations, extra_programs=extra,
+                      preempt=opts.preempt)
     elf_names = _copy_elfs(out_dir, opts, emu)
     caches = {id(p): BlockCache(p) for p in emu.programs}
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from ptexport.errors import SynthError
 from ptexport.perfdata.constants import (
-    PERF_RECORD_MISC_COMM_EXEC, PERF_RECORD_MISC_SWITCH_OUT, PERF_RECORD_MISC_USER, AttrFlag,
+    PERF_RECORD_MISC_COMM_EXEC, PERF_RECORD_MISC_SWITCH_OUT, PERF_RECORD_MISC_SWITCH_OUT_PREEMPT,
+    PERF_RECORD_MISC_USER, AttrFlag,
     AuxFlag,
     AttrType, Feature, IntelPTConfig, RecordType, SampleType, SoftwareEvent,
 )
@@ -178,11 +179,15 @@ def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int
         plist.sort(key=lambda p: p.start)
         cur_pid, cur_tid = 0, 0
         prev_end = None
+        preempted = False
         for p in plist:
             sl = p.sl
             if sl.tid != cur_tid:
                 t_out = (prev_end + 100) if prev_end is not None else p.start - 300
-                recs.add(t_out, RecordType.SWITCH_CPU_WIDE, PERF_RECORD_MISC_SWITCH_OUT,
+                misc = PERF_RECORD_MISC_SWITCH_OUT
+                if preempted:
+                    misc |= PERF_RECORD_MISC_SWITCH_OUT_PREEMPT
+                recs.add(t_out, RecordType.SWITCH_CPU_WIDE, misc,
                          switch_cpu_wide_body(sl.pid, sl.tid), pid=cur_pid, tid=cur_tid,
                          cpu=cpu)
                 recs.add(p.start - 100, RecordType.SWITCH_CPU_WIDE, 0,
@@ -194,6 +199,7 @@ def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int
                              pt_event=True)
                 cur_pid, cur_tid = sl.pid, sl.tid
             prev_end = p.end
+            preempted = sl.sysno == -1
 
     if opts.per_thread:
         for tid, info in sorted(emu.threads.items()):

@@ -285,6 +285,7 @@ MATRIX = {
     "pipe": dict(program="threads", cpus=2, pipe=True),
     "kcore": dict(program="calls", kcore=True),
     "replay": dict(program="calls", replay="on"),
+    "preempt": dict(program="threads", cpus=3, preempt=600),
 }
 
 
@@ -309,3 +310,14 @@ def test_variant_matrix_cr_and_instructions(tmp_path, name):
         assert ci.mismatches == 0 and ci.compared > 8_000, ci.first_mismatch
     else:
         assert opts.replay == "on"
+
+
+def test_preemption(tmp_path):
+    """Timer interrupts: FUP + TIP.PGD ("tr end  async"), preempted switch-outs."""
+    from ptexport.synth.generate import KIND_ASYNC
+
+    synthesize(tmp_path, SynthOptions(program="threads", branches=20_000, cpus=2, preempt=500))
+    truth, meta, perf = _check(tmp_path)
+    assert (truth["kind"] == KIND_ASYNC).sum() > 20
+    proc = perf_script(tmp_path / "perf.data", "b", extra=["--show-switch-events"])
+    assert proc.stdout.count("OUT preempt") > 10
