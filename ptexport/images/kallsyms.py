@@ -93,13 +93,23 @@ class Kallsyms:
 
     kernel: list[_KSym]
     modules: dict[str, list[_KSym]]
+    raw: list[_KSym]  # as read (size 0, "name\t[module]"), for a failed load
     refs: dict[str, int]  # first address of each kernel symbol name (for the relocation delta)
 
     def kernel_table(self, ref_name: str | None = None, ref_addr: int | None = None) -> SymbolTable:
         """The kernel DSO's symbols, moved by the relocation delta: kallsyms' address of the
         recording's reference symbol (``_text`` of ``[kernel.kallsyms]_text``) minus the recorded one."""
-        have = ref_name is not None and ref_addr is not None and ref_name in self.refs
-        delta = self.refs[ref_name] - ref_addr if have else 0
+        delta = 0
+        if ref_name is not None and ref_addr is not None:
+            if ref_name not in self.refs:
+                # perf's kallsyms__delta fails after every symbol went into the DSO: they stay there
+                # as read, size 0 (found only at their exact address), module ones included
+                # (named "sym\t[mod]"); of one address we keep the first.
+                seen: dict[int, _KSym] = {}
+                for r in self.raw:
+                    seen.setdefault(r.start, r)
+                return SymbolTable([Symbol(r.start, r.start, r.name, r.binding) for r in seen.values()])
+            delta = self.refs[ref_name] - ref_addr
         return SymbolTable([Symbol(s.start - delta, s.end - delta, s.name, s.binding) for s in self.kernel])
 
     def module_table(self, module: str, map_start: int, map_pgoff: int = 0) -> SymbolTable:
@@ -111,6 +121,7 @@ class Kallsyms:
 def parse_kallsyms(text: str, source: str = "kallsyms") -> Kallsyms:
     syms: list[_KSym] = []
     refs: dict[str, int] = {}
+    raw: list[_KSym] = []
     for lineno, line in enumerate(text.splitlines(), 1):
         parts = line.split()
         if len(parts) < 3:
@@ -121,11 +132,12 @@ def parse_kallsyms(text: str, source: str = "kallsyms") -> Kallsyms:
             raise ImageError(f"line {lineno}: bad address {parts[0]!r}", source=source) from e
         t, name = parts[1], parts[2]
         module = parts[3] if len(parts) > 3 and parts[3].startswith("[") else None
-        if module is None:
+        if module is None and t in "TtWw":  # kallsyms__get_function_start takes functions only
             refs.setdefault(name, addr)
         if t.upper() not in "TWDB" or len(t) != 1 or name.startswith("$"):
             continue
         syms.append(_KSym(addr, addr, name, _binding(t), module))
+        raw.append(_KSym(addr, addr, name + ("\t" + module if module else ""), _binding(t), module))
     # perf's rb-tree order: by start; equal starts keep insertion order.
     syms.sort(key=lambda s: s.start)
     for prev, cur in zip(syms, syms[1:]):
@@ -148,7 +160,7 @@ def parse_kallsyms(text: str, source: str = "kallsyms") -> Kallsyms:
     for s in dedup:
         if s.module is not None:
             modules.setdefault(s.module.replace("-", "_"), []).append(s)
-    return Kallsyms(kernel, modules, refs)
+    return Kallsyms(kernel, modules, raw, refs)
 
 
 def load_kallsyms(path: str) -> Kallsyms:

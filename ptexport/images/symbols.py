@@ -44,7 +44,8 @@ class SymbolTable:
         if i < 0:
             return None
         s = self.symbols[i]
-        return s if offset < s.end else None
+        # perf's symbols__find: start <= ip < end, or ip == start for a symbol of size 0
+        return s if offset < s.end or offset == s.start else None
 
 
 EMPTY = SymbolTable([])

@@ -150,6 +150,7 @@ class _Exporter:
         self._samples: dict[str, list[int]] = {k: [] for k in _SAMPLE_KEYS}
         self._tree: dict[str, list[int]] = {k: [] for k in _TREE_KEYS}
         self.kallsyms = None
+        self._kmap_range: tuple[int, int] | None = None
         self._load_kallsyms()
 
     # ------------------------------------------------------------ threads, comms
@@ -248,7 +249,7 @@ class _Exporter:
                 ref = e.filename[len(name):] or None  # "_text" of "[kernel.kallsyms]_text"
                 tab = ks.kernel_table(ref, e.pgoff)
             elif ks is not None and not name.startswith("["):
-                tab = ks.module_table(kmod_name(name), e.start, e.pgoff)
+                tab = ks.module_table(kmod_name(name), e.start)
             self._symtabs[name] = tab
         return tab
 
@@ -297,12 +298,19 @@ class _Exporter:
         e = self.sb.host.map_at(pid, ip, time, kernel=kernel)
         if e is None:
             return 0, 0, 0, 0
+        kdso = kernel and e.filename.startswith(("[kernel.kallsyms]", "[guest.kernel.kallsyms]"))
+        if kdso and self._kmap_range is not None and not self._kmap_range[0] <= ip < self._kmap_range[1]:
+            return 0, 0, 0, 0  # outside the kernel map as perf fixed it up after loading kallsyms
         dso, name = self._dso(e, kernel)
         if kernel and (name.startswith("[") or (self.kallsyms is not None and name.startswith("/"))):
             tab = self._kernel_symtab(name, e)
         else:
             tab = self._file_symtab(name, self.s.build_id_of(name, e.build_id))
-        off = ip - e.start + e.pgoff
+        # perf's map_ip: identity for the kernel map, ip - start for a module map (its pgoff is 0)
+        base = 0 if kdso else (e.start if kernel else e.start - e.pgoff)
+        if kdso and self._kmap_range is None and len(tab):
+            self._kmap_range = (tab.symbols[0].start, tab.symbols[-1].end)  # map__fixup_start/end
+        off = ip - base
         sym = tab.find(off)
         if sym is None:
             unknown = self._unknown.setdefault(dso, {})
@@ -317,7 +325,7 @@ class _Exporter:
             sid = self.m.symbol(dso, sym.start, sym.end, sym.name, sym.binding)
             hit = (sid, sym.start)
             self._sym_ids[key] = hit
-        return dso, hit[0], off - sym.start, sym.start - e.pgoff + e.start
+        return dso, hit[0], off - sym.start, sym.start + base
 
     def evsel(self, kind: int) -> int:
         eid = self._evsel.get(kind)

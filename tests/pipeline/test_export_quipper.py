@@ -111,11 +111,12 @@ def test_psb_to_ip(quipper_dbs):
     assert _rows(ours, sql) == _rows(theirs, sql)
 
 
-def _kallsyms_text(kernel_ips: list[int], delta: int) -> str:
+def _kallsyms_text(kernel_ips: list[int], delta: int, upto: int | None = None) -> str:
     """A kallsyms file around the recording's kernel addresses, relocated by ``delta``."""
     lines = [f"{KTEXT + delta:016x} T _text", f"{KTEXT + delta:016x} T _stext"]
     kinds = "TtWtD"
-    for k, ip in enumerate(sorted(kernel_ips)):
+    kernel_ips = sorted(kernel_ips)[:upto]
+    for k, ip in enumerate(kernel_ips):
         if k % 3 == 0:
             continue  # left to perf's "unknown" placeholder (inside the previous symbol)
         start = ip - (0, 1, 5, 0x10, 0x40)[k % 5]
@@ -138,6 +139,34 @@ def test_quipper_kallsyms_equals_perf_export(quipper_dbs, tmp_path):
     _assert_same(theirs_k, ours_k)
     named = _rows(ours_k, "SELECT count(*) FROM symbols WHERE dso_id = 1 AND name <> 'unknown'")[0][0]
     assert named > 10
+
+
+@needs_perf
+@needs_exporter
+def test_quipper_short_kallsyms_shrinks_kernel_map(quipper_dbs, tmp_path):
+    """perf fits the kernel map to the loaded symbols: later kernel addresses past them have no DSO."""
+    theirs, _ = quipper_dbs
+    ips = [r[0] % (1 << 64) for r in _rows(theirs, "SELECT sym_start FROM symbols WHERE dso_id = 1")]
+    ks = tmp_path / "kallsyms"
+    ks.write_text(_kallsyms_text(ips, -0x1000, upto=len(ips) // 2))
+    theirs_k, ours_k = _export_pair(tmp_path, ["--kallsyms", str(ks)])
+    _assert_same(theirs_k, ours_k)
+    assert _rows(ours_k, "SELECT count(*) FROM samples WHERE ip < 0 AND dso_id = 0")[0][0] > 0
+
+
+@needs_perf
+@needs_exporter
+def test_quipper_kallsyms_without_ref_symbol(quipper_dbs, tmp_path):
+    """No _text function in the file: perf's kallsyms__delta fails after the symbols went into the DSO,
+    so they stay unsized and match only their exact addresses."""
+    theirs, _ = quipper_dbs
+    ips = [r[0] % (1 << 64) for r in _rows(theirs, "SELECT sym_start FROM symbols WHERE dso_id = 1")]
+    ks = tmp_path / "kallsyms"
+    ks.write_text(_kallsyms_text(ips, 0).replace(" T _text", " D _text"))
+    theirs_k, ours_k = _export_pair(tmp_path, ["--kallsyms", str(ks)])
+    _assert_same(theirs_k, ours_k)
+    named = _rows(ours_k, "SELECT sym_start = sym_end FROM symbols WHERE dso_id = 1 AND name <> 'unknown'")
+    assert named and all(r == (1,) for r in named)
 
 
 # ----------------------------------------------------------------------------- no perf needed
