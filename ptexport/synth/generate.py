@@ -552,7 +552,7 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
         return synthesize_replay(out_dir, opts, program, extra)
     iterations = _iterations_for(program, opts.branches, extra)
     emu = run_program(program, iterations=iterations, extra_programs=extra,
-                      preempt=opts.preempt)
+                      preempt=opts.preempt, max_insns=max(60_000_000, 40 * opts.branches))
     elf_names = _copy_elfs(out_dir, opts, emu)
     caches = {id(p): BlockCache(p) for p in emu.programs}
 
