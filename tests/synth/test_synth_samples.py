@@ -61,9 +61,9 @@ def test_programs_rebuild_and_run_the_same(tmp_path):
         if f.suffix in (".c", ".h") or f.name == "Makefile":
             shutil.copy(f, tmp_path / f.name)
     subprocess.run(["make", "-s", "-C", str(tmp_path)], check=True, capture_output=True)
-    for name in ["loops", "calls", "threads"]:
+    for name in ["loops", "calls", "threads", "events"]:
         new = run_program(Program.load(tmp_path / name), iterations=2)
         old = run_program(Program.load(src / name), iterations=2)
+        # same behaviour (another gcc may lay the code out differently)
         assert new.output == old.output
-        assert len(new.slices) == len(old.slices)
-        assert [len(s.addrs) for s in new.slices] == [len(s.addrs) for s in old.slices]
+        assert [s.sysno for s in new.slices] == [s.sysno for s in old.slices]
