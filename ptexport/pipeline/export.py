@@ -4,14 +4,24 @@ The rows are perf's (``export-to-sqlite.py ... branches calls``) plus our
 extensions, produced in the order perf's db-export produces them, because
 ids follow from that order:
 
-* samples and context switches are taken in time order (a switch record
-  before samples of the same TSC, as perf's queues run up to each event);
+* synthesized samples, the recording's own SAMPLE records (e.g. ``cycles``)
+  and the sideband records are taken in perf's delivery order (a record
+  before synthesized samples of the same TSC, as perf's queues run up to
+  each event);
+* threads are perf's thread table as it stands at each export
+  (:mod:`ptexport.pipeline.perfthreads`): a sample's thread is created if
+  need be (``:TID`` comm), a switch only finds threads and is dropped when
+  neither side is a known, comm-set, non-idle thread;
 * a thread, its main thread, comms and comm_threads, a DSO, a symbol and a
   selected event get their id when first referenced (perf's
   ``db_export__threads``: main thread first, its exec comm with a
   comm_threads row, then the thread, then the thread's current comm);
 * ``samples.comm_id`` and ``calls.comm_id`` are the main thread's exec comm;
-  symbols live in file-offset space (``ip - map.start + map.pgoff``);
+  symbols live in perf's map space (``ip - map.start + map.pgoff`` for files,
+  the address for ``[kernel.kallsyms]``, ``ip - map.start`` for modules); an
+  address in a map but in no symbol gets perf's zero-size "unknown" symbol;
+  kernel symbols come from kallsyms as perf finds it
+  (:mod:`ptexport.images.kallsyms`);
 * branch samples feed the call tree (perf's thread-stack) in export order;
   at the end every stack is flushed in perf's thread-table order.
 
