@@ -364,18 +364,23 @@ class QueueDecoder:
         S[K.P_TIMELESS] = int(s.timeless)
         S[K.P_PER_CPU] = int(self.per_cpu)
         S[K.P_COUNT_ONLY] = int(self.count_only)
+        S[K.P_STOP_BUF] = -1
         return S, F
 
-    def run(self) -> FastRows:
+    def setup(self, at: tuple[int, int] | None = None) -> None:
+        """Fresh decoder state; ``at`` = (buffer, packet index): start there as at a new trace."""
         S, F = self._init_state()
-        snap = np.zeros(K.NSTATE, np.int64)
-        fsnap = np.zeros(K.F_SIZE, np.float64)
-        stk = np.zeros(_STACK, np.int64)
+        self.S, self.F = S, F
+        self.snap = np.zeros(K.NSTATE, np.int64)
+        self.fsnap = np.zeros(K.F_SIZE, np.float64)
+        self.stk = np.zeros(_STACK, np.int64)
         cap = 1 << 12 if self.count_only else _OUT_CAP
-        out = np.zeros((K.O_SIZE, cap), np.int64)
-        items = np.zeros((2, cap), np.int64)
-        chunks: list[np.ndarray] = []
-        ichunks: list[np.ndarray] = []
+        self.out = np.zeros((K.O_SIZE, cap), np.int64)
+        self.items = np.zeros((2, cap), np.int64)
+        self.chunks: list[np.ndarray] = []
+        self.ichunks: list[np.ndarray] = []
+        self.rows_before = 0  # rows and items handed out by take()
+        self.items_before = 0
         # perf's setup: no thread for a CPU queue; a per-thread queue has its thread.
         if self.per_cpu:
             pid, have_thread = -1, False
@@ -386,31 +391,72 @@ class QueueDecoder:
         self.walker.have_thread = have_thread
         S[K.HAVE_THREAD] = int(have_thread)
         self._select(("setup", pid, have_thread))
+        if at is not None:
+            b, idx = at
+            bi = self.tokens.bi
+            S[K.BUF] = b
+            S[K.IDX] = idx
+            S[K.REF_TIMESTAMP] = bi[b, K.BI_REF]
+            S[K.BUF_TIMESTAMP] = bi[b, K.BI_REF]
+            S[K.ST_TRACE_NR] = bi[b, K.BI_TRACE_NR]
+
+    def drive(self, single: bool = False, stop: tuple[int, int] | None = None) -> int:
+        """Run the kernel until the queue ends (R_DONE), ``stop`` (R_STOP) or one step (R_STEP)."""
+        S = self.S
+        S[K.P_SINGLE] = int(single)
+        S[K.P_STOP_BUF], S[K.P_STOP_BYTE] = stop if stop is not None else (-1, 0)
         tok = self.tokens
         while True:
-            r = K.run(S, F, snap, fsnap, tok.pk, tok.bi, tok.bd, stk, self.table.hk, self.table.hv,
-                      self.blocks.bk, self.blocks.bnd, out, items)
-            if r == K.R_DONE:
-                break
+            r = K.run(S, self.F, self.snap, self.fsnap, tok.pk, tok.bi, tok.bd, self.stk, self.table.hk,
+                      self.table.hv, self.blocks.bk, self.blocks.bnd, self.out, self.items)
+            if r == K.R_DONE or r == K.R_STOP or r == K.R_STEP:
+                return r
             if r == K.R_NEED:
                 self._need(S)
             elif r == K.R_CTX:
                 self._context(int(S[K.CTX_TSC]), S)
             elif r == K.R_OUTFULL:
-                chunks.append(out[:, :S[K.NOUT]].copy())
-                ichunks.append(items[:, :S[K.NITEM]].copy())
+                self.chunks.append(self.out[:, :S[K.NOUT]].copy())
+                self.ichunks.append(self.items[:, :S[K.NITEM]].copy())
                 S[K.NOUT] = 0
                 S[K.NITEM] = 0
             elif r == K.R_RETOK:
                 tok.retokenize(int(S[K.RETOK_BUF]), int(S[K.RETOK_POS]))
             if S[K.STACK_DEPTH] > _STACK:
                 raise OverflowError("return stack deeper than the fast decoder's")
-        chunks.append(out[:, :S[K.NOUT]])
-        ichunks.append(items[:, :S[K.NITEM]])
+
+    def counts(self) -> tuple[int, int]:
+        """(rows, items) produced so far, including those already taken."""
+        return (self.rows_before + sum(c.shape[1] for c in self.chunks) + int(self.S[K.NOUT]),
+                self.items_before + sum(c.shape[1] for c in self.ichunks) + int(self.S[K.NITEM]))
+
+    def take(self) -> tuple[np.ndarray, np.ndarray]:
+        """Raw rows and items produced since the last take."""
+        S = self.S
+        chunks = self.chunks + [self.out[:, :S[K.NOUT]].copy()]
+        ichunks = self.ichunks + [self.items[:, :S[K.NITEM]].copy()]
         o = np.concatenate(chunks, axis=1) if len(chunks) > 1 else chunks[0]
         it = np.concatenate(ichunks, axis=1) if len(ichunks) > 1 else ichunks[0]
-        rows = self._rows(o, it)
-        rows.branch_count = int(S[K.NBRANCH])
+        self.chunks, self.ichunks = [], []
+        S[K.NOUT] = 0
+        S[K.NITEM] = 0
+        self.rows_before += o.shape[1]
+        self.items_before += it.shape[1]
+        return o, it
+
+    def position(self) -> tuple[int, int]:
+        b, byte = K.cursor(self.S, self.tokens.pk, self.tokens.bi)
+        return int(b), int(byte)
+
+    def lastfail_name(self) -> str | None:
+        i = int(self.S[K.LASTFAIL])
+        return self.fail_names[i] if i >= 0 else None
+
+    def run(self) -> FastRows:
+        self.setup()
+        self.drive()
+        rows = self._rows(*self.take())
+        rows.branch_count = int(self.S[K.NBRANCH])
         return rows
 
     def _rows(self, o: np.ndarray, it: np.ndarray) -> FastRows:

@@ -57,7 +57,7 @@ INJ_ERR INJ_CNT INJ_NEWIP INJ_OP INJ_BR INJ_LEN INJ_REL INJ_FAIL
 NSTATE
 P_RETCOMP P_BRANCH_ENABLE P_MTC_SHIFT P_CTC_N P_CTC_D P_CTC_MULT P_MNTR P_PERIOD_TYPE P_PERIOD P_FUP_NLIP
 P_PERIOD_MASK P_PERIOD_TICKS P_CTC_REM_MASK P_KERNEL_START P_FILTER P_BRANCHES P_ERRORS P_ERR_MINUS_O
-P_ERR_MINUS_L P_TIMELESS P_PER_CPU P_COUNT_ONLY
+P_ERR_MINUS_L P_TIMELESS P_PER_CPU P_COUNT_ONLY P_RAW_INSN P_SINGLE P_STOP_BUF P_STOP_BYTE
 HAVE_THREAD CTX_LO CTX_HI NEED_IP NEED_TO NEED_MAX NEED_NR RETOK_BUF RETOK_POS NOUT NITEM STEP_NR NBRANCH
 S_SIZE
 """.split()
@@ -78,7 +78,7 @@ K_BUDGET = -1  # an unreported failure that counts toward perf's per-object budg
 K_SETUP_FAIL = -2  # a failure before the first timestamp
 
 # run() results.
-R_DONE, R_NEED, R_RETOK, R_CTX, R_OUTFULL = range(5)
+R_DONE, R_NEED, R_RETOK, R_CTX, R_OUTFULL, R_STOP, R_STEP = range(7)
 PH_SETUP, PH_RUN = 0, 1
 
 # Decoder packet states / type bits / flags / errors / ops (same numbers as perfmode).
@@ -1651,7 +1651,7 @@ def _synth(S, O):
     cyc = S[ST_TOT_CYC] - S[LAST_BR_CYC] if S[ST_FLAGS] & F_SAMPLE_IPC else 0
     ins = 0
     if cyc:
-        ins = S[ST_TOT_INSN] - S[LAST_BR_INSN]
+        ins = S[ST_TOT_INSN] if S[P_RAW_INSN] else S[ST_TOT_INSN] - S[LAST_BR_INSN]
         S[LAST_BR_INSN] = S[ST_TOT_INSN]
         S[LAST_BR_CYC] = S[ST_TOT_CYC]
     insn_len = 0 if S[ST_FLAGS] & (F_ABORT_TX | F_ASYNC) else S[ST_INSN_LEN]
@@ -1667,6 +1667,18 @@ def _synth(S, O):
         _row(S, O, 0, fip, tip, flags, ins, cyc, 0, 0, S[ST_FROM_NR] if fip else S[ST_TO_NR], insn_len, -1)
 
 
+def cursor(S, PK, BI):
+    """(buffer, byte offset in it) of the packet the decoder is at (for segment stops)."""
+    b = S[BUF]
+    if b < 0:
+        return -1, 0
+    if b >= BI.shape[0]:
+        return BI.shape[0], 0
+    if S[IDX] < BI[b, BI_PEND]:
+        return b, PK[3, S[IDX]]
+    return b, BI[b, BI_DLEN]
+
+
 def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, BK, BND, O, IT):
     """Decode and synthesize until done or until Python must answer something (R_* codes)."""
     ns = NSTATE
@@ -1674,6 +1686,10 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, BK, BND, O, IT):
     while True:
         if S[NOUT] + 3 > cap or S[NITEM] + 2 > IT.shape[1]:
             return R_OUTFULL
+        if S[P_STOP_BUF] >= 0:
+            b, byte = cursor(S, PK, BI)
+            if b > S[P_STOP_BUF] or (b == S[P_STOP_BUF] and byte >= S[P_STOP_BYTE]):
+                return R_STOP
         if S[PHASE] == PH_RUN and (S[CTX_TSC] < S[CTX_LO] or S[CTX_TSC] >= S[CTX_HI]):
             return R_CTX
         for k in range(ns):
@@ -1694,6 +1710,8 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, BK, BND, O, IT):
                     return R_DONE
                 if S[LASTFAIL] >= 0:
                     _row(S, O, K_SETUP_FAIL, 0, 0, 0, 0, 0, 0, 0, 0, 0, S[LASTFAIL])
+                if S[P_SINGLE]:
+                    return R_STEP
                 continue
             if S[ST_TIMESTAMP] or S[P_TIMELESS]:
                 S[PTQ_TS] = S[ST_TIMESTAMP]
@@ -1703,6 +1721,8 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, BK, BND, O, IT):
                 _synth(S, O)
                 S[CTX_LO] = 0
                 S[CTX_HI] = 0
+            if S[P_SINGLE]:
+                return R_STEP
             continue
         if e:
             if e == ERR_NODATA:
@@ -1715,17 +1735,21 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, BK, BND, O, IT):
                 _row(S, O, 1, S[ST_FROM_IP], 0, 0, 0, 0, e, S[ST_POS], 0, 0, obj)
             elif obj >= 0:
                 _row(S, O, K_BUDGET, 0, 0, 0, 0, 0, 0, 0, 0, 0, obj)
+            if S[P_SINGLE]:
+                return R_STEP
             continue
         if S[ST_TIMESTAMP] > S[PTQ_TS]:
             S[PTQ_TS] = S[ST_TIMESTAMP]
         S[STEP_NR] += 1
         _item(S, IT, 0)
         _synth(S, O)
+        if S[P_SINGLE]:
+            return R_STEP
 
 
 if numba is not None:
     _jit = numba.njit(cache=True)
     for _name, _obj in list(globals().items()):
         if callable(_obj) and getattr(_obj, "__module__", None) == __name__ and _name not in ("_jit",):
-            if _name.startswith("_") or _name in ("run", "tab_find", "tab_insert"):
+            if _name.startswith("_") or _name in ("run", "tab_find", "tab_insert", "cursor"):
                 globals()[_name] = _jit(_obj)

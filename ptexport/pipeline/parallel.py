@@ -63,16 +63,35 @@ def _obj_names(session: Any) -> list[str]:
     return names
 
 
-def _decode_all(session: Any, jobs: int | None, count_only: bool) -> list[Any]:
+def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_bytes: int | None = None) -> list[Any]:
+    min_segment_bytes = MIN_SEGMENT_BYTES if min_segment_bytes is None else min_segment_bytes
     queues = session.queues()
     jobs = default_jobs() if jobs is None else max(1, jobs)
     path = getattr(session.pd, "path", None)
-    if jobs == 1 or len(queues) < 2 or not path or not os.path.exists(str(path)):
+    from ptexport.flow import perffast
+
+    if jobs == 1 or not path or not os.path.exists(str(path)):
         return [_decode_one(session, q, key, bufs, count_only) for q, (key, bufs) in enumerate(queues)]
     from concurrent.futures import ProcessPoolExecutor
 
     from ptexport.flow.perffast import FastRows
 
+    if perffast.supported(session):
+        # PSB segments of every queue big enough, all in one pool; small queues whole.
+        out = []
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            plans = []
+            for q, (key, bufs) in enumerate(queues):
+                qd = perffast.QueueDecoder(session, q, key, bufs, count_only)
+                qd.setup()
+                qd.S[perffast.K.P_RAW_INSN] = 1
+                starts = _segment_starts(qd.tokens, jobs, min_segment_bytes)
+                plans.append((_submit_segments(session, q, pool, starts, count_only), starts, qd))
+            for futs, starts, qd in plans:
+                out.append(_stitch_segments(futs, starts, qd, count_only))
+        return out
+    if len(queues) < 2:
+        return [_decode_one(session, q, key, bufs, count_only) for q, (key, bufs) in enumerate(queues)]
     out = []
     with ProcessPoolExecutor(max_workers=min(jobs, len(queues))) as pool:
         futs = [pool.submit(_worker_job, str(path), session.cfg, q, count_only) for q in range(len(queues))]
@@ -85,12 +104,318 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool) -> list[Any]:
     return out
 
 
-def decode_queues(session: Any, jobs: int | None = 1) -> list[Any]:
+# ------------------------------------------------------------ PSB segments
+#
+# A queue is cut at PSBs into segments decoded at the same time.  Segment k
+# is decoded from its PSB as if the trace started there (speculatively) and
+# records its full decoder state at every step of a first window.  Then,
+# in order, the true state the previous segment ended in is run forward
+# step by step until it equals one of those recorded states (same packet,
+# same decoder, timing, stack and session state; instruction counts may
+# differ by a constant and are corrected): from there on the speculative
+# rows are the serial decoder's.  If no recorded state matches, the parent
+# decodes the segment itself, so the output always equals serial decoding.
+
+MIN_SEGMENT_BYTES = 1 << 20
+STATS = {"matched": 0, "redone": 0}  # segment joins that agreed / segments decoded again serially
+_WINDOW_BYTES = 1 << 14
+
+
+def _cmp_mask() -> np.ndarray:
+    from ptexport.flow import perffast_kernel as K
+
+    mask = np.zeros(K.S_SIZE, bool)
+    mask[:K.NSTATE] = True
+    for name in ("IDX", "STUCK_IP", "STUCK_IP_PRD", "STUCK_IP_CNT", "RET_ADDR", "TNT_COUNT", "TNT_PAYLOAD",
+                 "FUP_TX_FLAGS", "FUP_PTW_PAYLOAD", "FUP_MWAIT_PAYLOAD", "FUP_PWRE_PAYLOAD", "LAST_MASKED_TS",
+                 "PERIOD_INSN_CNT", "TOT_INSN_CNT", "ST_TOT_INSN", "LAST_BR_INSN", "ST_PSB_OFFSET", "ST_CBR",
+                 "TOT_CYC_CNT", "SAMPLE_TOT_CYC_CNT", "ST_TOT_CYC", "LAST_BR_CYC", "BASE_CYC_CNT",
+                 "CYC_CNT_TIMESTAMP", "CYCLE_CNT",
+                 "ST_CBR_PAYLOAD", "ST_PTW_PAYLOAD", "ST_MWAIT_PAYLOAD", "ST_PWRE_PAYLOAD", "ST_PWRX_PAYLOAD",
+                 "ST_POS", "INS_OP", "INS_BR", "INS_LEN", "INS_REL", "LASTFAIL", "MTC_INSN", "INJ_IP", "INJ_TO",
+                 "INJ_MAX", "INJ_NR", "INJ_ERR", "INJ_CNT", "INJ_NEWIP", "INJ_OP", "INJ_BR", "INJ_LEN", "INJ_REL",
+                 "INJ_FAIL"):
+        mask[getattr(K, name)] = False
+    return mask
+
+
+def _same_state(a: tuple, b: tuple, mask: np.ndarray) -> bool:
+    """Decoder states a and b (S, F, stack, failed object) lead to the same output from here on."""
+    from ptexport.flow import perffast_kernel as K
+
+    Sa, Fa, stka, faila = a
+    Sb, Fb, stkb, failb = b
+    if faila != failb or not np.array_equal(Sa[mask], Sb[mask]) or not np.array_equal(Fa, Fb):
+        return False
+    if not np.array_equal(stka, stkb):
+        return False
+    # Cycle counts: equal, or (once both count CYC packets, integer sums only) equal up to one offset.
+    # (BASE_CYC_CNT and CYC_CNT_TIMESTAMP only matter before the first CYC packet.)
+    both_cyc = bool(Sa[K.HAVE_CYC] and Sb[K.HAVE_CYC])
+    cyc = [K.TOT_CYC_CNT, K.SAMPLE_TOT_CYC_CNT, K.ST_TOT_CYC, K.LAST_BR_CYC]
+    if not both_cyc:
+        cyc += [K.BASE_CYC_CNT, K.CYC_CNT_TIMESTAMP]
+    d = Sa[cyc] - Sb[cyc]
+    if d.any() and not (both_cyc and (d == d[0]).all()):
+        return False
+    # CYCLE_CNT counts cycles since the CYC reference time; without one it is never read.
+    if (Sa[K.CYC_REF_TIMESTAMP] or Sb[K.CYC_REF_TIMESTAMP]) and Sa[K.CYCLE_CNT] != Sb[K.CYCLE_CNT]:
+        return False
+    if Sa[K.NO_PROGRESS] >= 2 and not np.array_equal(Sa[K.STUCK_IP:K.STUCK_IP_CNT + 1], Sb[K.STUCK_IP:K.STUCK_IP_CNT + 1]):
+        return False
+    if Sa[K.PKT_STATE] in (K.TNT_ST, K.TNT_CONT) and (Sa[K.TNT_COUNT] != Sb[K.TNT_COUNT]
+                                                        or Sa[K.TNT_PAYLOAD] != Sb[K.TNT_PAYLOAD]):
+        return False
+    if (Sa[K.SET_FUP_TX:K.SET_FUP_BEP + 1].any()
+            and not np.array_equal(Sa[K.FUP_TX_FLAGS:K.FUP_PWRE_PAYLOAD + 1], Sb[K.FUP_TX_FLAGS:K.FUP_PWRE_PAYLOAD + 1])):
+        return False
+    return True
+
+
+def _snapshot(qd: Any) -> tuple:
+    from ptexport.flow import perffast_kernel as K
+
+    S = qd.S
+    depth = min(int(S[K.STACK_DEPTH]), len(qd.stk))
+    return S.copy(), qd.F.copy(), qd.stk[:depth].copy(), qd.lastfail_name()
+
+
+def _segment_starts(tokens: Any, n: int, min_bytes: int) -> list[tuple[int, int, int]]:
+    """Up to n-1 PSBs cutting the queue into about equal byte ranges: (buffer, packet index, byte in buffer)."""
+    from ptexport.flow import perffast_kernel as K
+    from ptexport.flow.perffast_tok import PSB
+
+    pk, bi = tokens.pk, tokens.bi
+    total = int(bi[:, K.BI_DLEN].sum()) if len(bi) else 0
+    n = min(n, total // max(min_bytes, 1))
+    if n < 2:
+        return []
+    psb = np.flatnonzero(pk[0] == PSB)
+    if not len(psb):
+        return []
+    bufs = np.searchsorted(bi[:, K.BI_PEND], psb, side="right")
+    absb = bi[bufs, K.BI_OFFSET] + pk[3, psb]
+    out = []
+    last = -1
+    for j in range(1, n):
+        i = int(np.searchsorted(absb, total * j // n))
+        if i < len(psb) and i > last and absb[i] > 0:
+            out.append((int(bufs[i]), int(psb[i]), int(pk[3, psb[i]])))
+            last = i
+    return out
+
+
+def _segment_job(path: str, config: Any, qnum: int, at: tuple[int, int] | None, start_pos: tuple[int, int] | None,
+                 stop: tuple[int, int] | None, count_only: bool) -> dict:
+    """In a worker: decode one segment (speculatively from its PSB unless it is the first)."""
+    from ptexport.flow import perffast_kernel as K
+    from ptexport.flow.perffast import QueueDecoder
+
+    session = _worker_session(path, config)
+    qkey, bufs = session.queues()[qnum]
+    qd = QueueDecoder(session, qnum, qkey, bufs, count_only)
+    qd.setup(at)
+    qd.S[K.P_RAW_INSN] = 1
+    records = []
+    r = None
+    if at is not None:
+        rec_stop = (start_pos[0], start_pos[1] + _WINDOW_BYTES)
+        while True:
+            pos = qd.position()
+            if pos >= rec_stop or (stop is not None and pos >= stop):
+                break
+            if qd.S[K.PHASE] == K.PH_RUN:
+                records.append((pos, int(qd.S[K.STEP]), _snapshot(qd), qd.counts(), int(qd.S[K.NBRANCH])))
+            r = qd.drive(single=True, stop=stop)
+            if r != K.R_STEP:
+                break
+    if r is None or r == K.R_STEP:
+        r = qd.drive(stop=stop)
+    o, it = qd.take()
+    return dict(o=o, it=it, records=records, final=_snapshot(qd), final_pos=qd.position(),
+                fail_names=list(qd.fail_names),
+                done=r == K.R_DONE, nbranch=int(qd.S[K.NBRANCH]))
+
+
+def _worker_session(path: str, config: Any) -> Any:
+    from ptexport.perfdata import open_perf_data
+    from ptexport.pipeline.perfsession import open_session
+
+    key = (path, repr(config))
+    got = _WORKER.get(key)
+    if got is None:
+        pd = open_perf_data(path)
+        got = _WORKER[key] = (pd, open_session(pd, config))
+    return got[1]
+
+
+def _load_state(qd: Any, snap: tuple, pos: tuple[int, int]) -> None:
+    """Make the parent's decoder continue from ``snap`` (taken in another process at cursor ``pos``)."""
+    from ptexport.flow import perffast_kernel as K
+
+    S, F, stk, fail = snap
+    nbranch = int(qd.S[K.NBRANCH])
+    qd.S[:] = S
+    qd.S[K.NBRANCH] = nbranch
+    qd.S[K.NOUT] = 0
+    qd.S[K.NITEM] = 0
+    qd.S[K.CTX_LO] = 0
+    qd.S[K.CTX_HI] = 0
+    qd.S[K.INJ_VALID] = 0
+    qd.F[:] = F
+    qd.stk[:len(stk)] = stk
+    qd.S[K.LASTFAIL] = _fail_id(qd, fail)
+    # The worker's packet index -> ours (they differ only if a PSB inside a packet re-tokenized).
+    b, byte = pos
+    tok = qd.tokens
+    if 0 <= b < len(tok.bi):
+        for _ in range(2):
+            lo, hi = int(tok.bi[b, K.BI_PSTART]), int(tok.bi[b, K.BI_PEND])
+            j = lo + int(np.searchsorted(tok.pk[3, lo:hi], byte))
+            if j >= hi or tok.pk[3, j] == byte:
+                break
+            tok.retokenize(b, byte)
+        qd.S[K.IDX] = j
+
+
+def _fail_id(qd: Any, name: str | None) -> int:
+    if name is None:
+        return -1
+    i = qd.fail_ids.get(name)
+    if i is None:
+        i = qd.fail_ids[name] = len(qd.fail_names)
+        qd.fail_names.append(name)
+    return i
+
+
+def _remap_fails(qd: Any, o: np.ndarray, names: list[str]) -> None:
+    from ptexport.flow import perffast_kernel as K
+
+    if not names:
+        return
+    remap = np.array([_fail_id(qd, n) for n in names] + [-1], dtype=np.int64)
+    obj = o[K.O_OBJ]
+    o[K.O_OBJ] = np.where(obj >= 0, remap[obj], -1)
+
+
+def _submit_segments(session: Any, qnum: int, pool: Any, starts: list[tuple[int, int, int]],
+                     count_only: bool) -> list[Any]:
+    path = str(session.pd.path)
+    cuts = [(b, byte) for b, _, byte in starts]
+    futs = []
+    for k in range(len(starts) + 1):
+        at = None if k == 0 else (starts[k - 1][0], starts[k - 1][1])
+        start_pos = None if k == 0 else cuts[k - 1]
+        stop = cuts[k] if k < len(cuts) else None
+        futs.append(pool.submit(_segment_job, path, session.cfg, qnum, at, start_pos, stop, count_only))
+    return futs
+
+
+def _stitch_segments(futs: list[Any], starts: list[tuple[int, int, int]], qd: Any, count_only: bool) -> Any:
+    """Rows of one queue from its segments, equal to serial decoding (see above)."""
+    from ptexport.flow import perffast_kernel as K
+
+    cuts = [(b, byte) for b, _, byte in starts]
+    mask = _cmp_mask()
+    os_, its = [], []
+    nbranch = 0
+    res = futs[0].result()
+    _remap_fails(qd, res["o"], res["fail_names"])
+    os_.append(res["o"])
+    its.append(res["it"])
+    nbranch += res["nbranch"]
+    done = res["done"]
+    pending = (res["final"], res["final_pos"])  # the true state at the next cut, from a worker
+    for k in range(1, len(futs)):
+        if done:
+            break
+        res = futs[k].result()
+        if pending is not None:
+            _load_state(qd, *pending)
+            pending = None
+        base_nb = int(qd.S[K.NBRANCH])
+        stop = cuts[k] if k < len(cuts) else None
+        rec_stop = (cuts[k - 1][0], cuts[k - 1][1] + _WINDOW_BYTES)
+        recs: dict[tuple, list] = {}
+        for rec in res["records"]:
+            recs.setdefault((rec[0], rec[1]), []).append(rec)
+        matched = None
+        while True:
+            pos = qd.position()
+            cands = recs.get((pos, int(qd.S[K.STEP])))
+            if cands:
+                mine = _snapshot(qd)
+                for rec in cands:
+                    if _same_state(mine, rec[2], mask):
+                        matched = rec
+                        break
+                if matched is not None:
+                    break
+            if pos >= rec_stop or (stop is not None and pos >= stop):
+                break
+            r = qd.drive(single=True, stop=stop)
+            if r == K.R_DONE:
+                done = True
+                break
+            if r == K.R_STOP:
+                break
+        STATS["matched" if matched is not None else "redone"] += 1
+        if matched is not None:
+            o, it = qd.take()
+            os_.append(o)
+            its.append(it)
+            nbranch += int(qd.S[K.NBRANCH]) - base_nb
+            qd.S[K.NBRANCH] = base_nb
+            (Sb, _, _, _), (rows_at, items_at) = matched[2], matched[3]
+            d_insn = int(qd.S[K.TOT_INSN_CNT]) - int(Sb[K.TOT_INSN_CNT])
+            d_step = int(qd.S[K.STEP_NR]) - int(Sb[K.STEP_NR])
+            o = res["o"][:, rows_at:].copy()
+            it = res["it"][:, items_at:]
+            _remap_fails(qd, o, res["fail_names"])
+            o[K.O_STEP] += d_step
+            raw = o[K.O_CYC] != 0
+            o[K.O_INSN][raw] += d_insn
+            os_.append(o)
+            its.append(it)
+            nbranch += res["nbranch"] - matched[4]
+            S, F, stk, fail = res["final"]
+            S = S.copy()
+            for name in ("TOT_INSN_CNT", "ST_TOT_INSN", "LAST_BR_INSN", "PERIOD_INSN_CNT"):
+                S[getattr(K, name)] += d_insn
+            d_cyc = int(qd.S[K.TOT_CYC_CNT]) - int(Sb[K.TOT_CYC_CNT])
+            for name in ("TOT_CYC_CNT", "SAMPLE_TOT_CYC_CNT", "ST_TOT_CYC", "LAST_BR_CYC", "BASE_CYC_CNT"):
+                S[getattr(K, name)] += d_cyc
+            S[K.STEP_NR] += d_step
+            pending = ((S, F, stk, fail), res["final_pos"])
+            done = res["done"]
+        else:
+            # No agreement in the window: decode this segment here.
+            if not done:
+                r = qd.drive(stop=stop)
+                done = r == K.R_DONE
+            o, it = qd.take()
+            os_.append(o)
+            its.append(it)
+            nbranch += int(qd.S[K.NBRANCH]) - base_nb
+            qd.S[K.NBRANCH] = base_nb
+    o = np.concatenate(os_, axis=1)
+    it = np.concatenate(its, axis=1)
+    if not count_only:
+        # Instruction counts were kept raw (totals): perf's per-sample differences, in queue order.
+        sel = np.flatnonzero(o[K.O_CYC] != 0)
+        vals = o[K.O_INSN][sel]
+        o[K.O_INSN][sel] = np.diff(vals, prepend=0)
+    rows = qd._rows(o, it)
+    rows.branch_count = nbranch
+    return rows
+
+
+def decode_queues(session: Any, jobs: int | None = 1, min_segment_bytes: int | None = None) -> list[Any]:
     """Every queue of ``session`` decoded, in queue order."""
-    return _decode_all(session, jobs, False)
+    return _decode_all(session, jobs, False, min_segment_bytes)
 
 
-def count_samples(session: Any, jobs: int | None = 1) -> tuple[int, int]:
+def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | None = None) -> tuple[int, int]:
     """(samples, errors) that ``session.decode(jobs)`` would return, without keeping the samples."""
     from ptexport.flow import perffast
     from ptexport.flow.perffast_kernel import K_BUDGET
@@ -100,7 +425,7 @@ def count_samples(session: Any, jobs: int | None = 1) -> tuple[int, int]:
         cols = session.decode(jobs)
         n_err = int((cols.kind == EV_ERROR).sum())
         return len(cols) - n_err, n_err
-    parts = _decode_all(session, jobs, True)
+    parts = _decode_all(session, jobs, True, min_segment_bytes)
     kinds = [np.asarray(p.cols["kind"]) for p in parts]
     if any((k == K_BUDGET).any() for k in kinds):
         # Silent failures share perf's per-object budget with reported ones: order matters.

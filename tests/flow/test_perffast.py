@@ -186,3 +186,43 @@ def test_dump_count_equals_dump_lines(traces, itrace):
     n_err = sum("instruction trace error" in t for t in text)
     assert counted.getvalue() == f"{len(text) - n_err} samples, {n_err} errors\n"
     assert pooled.getvalue() == counted.getvalue()
+
+
+# ------------------------------------------------------- PSB segments in parallel
+
+SEGMENTED = [  # short PSB periods: many places to cut
+    ("calls", "--psb-period", "1024"),
+    ("calls", "--timing", "cyc", "--cbr", "30", "--psb-period", "1024"),
+    ("calls", "--no-retcomp", "--ip-compression", "mixed", "--tnt", "long", "--psb-period", "1024"),
+    MULTI + ("--psb-period", "512"),
+    ("calls", "--ovf", "3", "--corrupt", "3", "--truncate", "2", "--psb-period", "1024"),
+]
+
+
+def _queues_equal(a_parts, b_parts):
+    assert len(a_parts) == len(b_parts)
+    for a, b in zip(a_parts, b_parts):
+        for c in _COLUMNS:
+            assert _norm(a.cols[c]) == _norm(b.cols[c]), c
+        assert np.asarray(a.items_err).tolist() == np.asarray(b.items_err).tolist()
+        assert np.asarray(a.items_ts).tolist() == np.asarray(b.items_ts).tolist()
+        assert a.setup_failures == b.setup_failures
+
+
+@pytest.mark.parametrize("variant", SEGMENTED + [None], ids=lambda v: "quipper" if v is None else "-".join(
+    x.strip("-") for x in v))
+def test_segments_decoded_in_parallel_equal_serial(traces, variant):
+    """Queues cut at PSBs (small segments: many joins), decoded by 4 workers, stitched == serial."""
+    from ptexport.pipeline import parallel
+
+    path = QUIPPER if variant is None else traces(variant)
+    before = dict(parallel.STATS)
+    with open_perf_data(str(path)) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("be")))
+        serial = parallel.decode_queues(s, 1)
+        par = parallel.decode_queues(s, 4, min_segment_bytes=600)
+        _queues_equal(serial, par)
+        assert parallel.count_samples(s, 4, min_segment_bytes=600) == parallel.count_samples(s, 1)
+    if variant is not None:  # the joins agreed (no segment decoded twice)
+        assert parallel.STATS["matched"] > before["matched"]
+        assert parallel.STATS["redone"] == before["redone"]
