@@ -30,6 +30,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "upgrade",
     "info",
     "synth",
+    "vm_time_correlation",
 )
 
 # The subcommand used when the first argument is not a subcommand word.

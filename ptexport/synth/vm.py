@@ -31,7 +31,8 @@ import numpy as np
 
 from ptexport.errors import SynthError, UsageError
 from ptexport.perfdata.constants import (
-    PERF_RECORD_MISC_COMM_EXEC, PERF_RECORD_MISC_GUEST_KERNEL, PERF_RECORD_MISC_SWITCH_OUT, PERF_RECORD_MISC_USER, AttrFlag,
+    PERF_RECORD_MISC_COMM_EXEC, PERF_RECORD_MISC_GUEST_KERNEL, PERF_RECORD_MISC_SWITCH_OUT,
+    PERF_RECORD_MISC_USER, AttrFlag,
     AttrType, Feature, RecordType, SampleType, SoftwareEvent,
 )
 from ptexport.synth import generate as G
@@ -527,7 +528,6 @@ def write_host(path: Path, opts: VmOptions, encoders: list[VmEncoder], vcpus: li
         recs.append((ns, seq[0], data))
         seq[0] += 1
 
-    t0 = G.TSC_BASE
     # synthesized at the start (time 0 as perf record writes them): kernel map, threads
     kmap = mmap2_body(-1 & 0xFFFFFFFF, 0, hcode.base, 0x100000, hcode.base,
                       "[kernel.kallsyms]_text", prot=5, flags=2, maj=0, minor=0)
@@ -574,7 +574,6 @@ def write_host(path: Path, opts: VmOptions, encoders: list[VmEncoder], vcpus: li
             add(bounds[end], RecordType.AUX, 0, aux_body(start, len(chunk), 0), -1, -1,
                 enc.cpu, pt)
             start = end
-    del t0
     cmd = (["/usr/bin/perf", "kvm", "--guest", "--host", "record"] if opts.guest == "kernel"
            else ["/usr/bin/perf", "record"])
     feats = _common_features(ncpu, cmd + ["--kcore", "-a", "-e", "intel_pt//"], [pt, dummy])
@@ -601,7 +600,6 @@ def write_guest(path: Path, opts: VmOptions, vcpus: list[Vcpu], gsideband: list,
                  name="dummy:u", ids=[300 + v for v in range(n)])
     recs: list = []
     seq = [0]
-    off = vcpus[0].offset
 
     def gns(host_tsc: int, v: int) -> int:
         return G.tsc_to_ns((host_tsc + vcpus[v].offset) & ((1 << 64) - 1))
@@ -638,7 +636,6 @@ def write_guest(path: Path, opts: VmOptions, vcpus: list[Vcpu], gsideband: list,
                                           for v in range(n))
     feats = _common_features(n, ["/usr/bin/perf", "record", "--sample-identifier", "--buildid-all",
                                  "--switch-events", "--kcore", "-a", "-e", "dummy"], [dummy])
-    del off
     with _open(path) as f:
         w = PerfDataWriter(f, [dummy])
         w.write(record(RecordType.ID_INDEX, 0, idx))

@@ -11,7 +11,7 @@ from ptexport.errors import UsageError
 from ptexport.synth.vm import K_VMENTRY, K_VMEXIT, VmOptions, synthesize_vm
 from ptexport.synth.vm_verify import compare, parse, perf_pipeline, vm_time_correlation
 
-from conftest import needs_perf
+from ptxtest import needs_perf
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,95 @@
+"""``ptexport vm-time-correlation TRACE [--dry-run] [--offset SPEC] [-o OUT]``: find the VMX
+TSC offset of each VMCS in a host Intel PT recording and translate guest TSC packets to
+host time, like ``perf inject --vm-time-correlation``.
+
+With ``--dry-run`` nothing is written; the report lists what perf prints (``VMCS: 0x..  TSC
+Offset 0x..`` for each offset found, and perf's ERROR lines).  Without it a corrected copy
+is written to ``--output`` (perf rewrites the input in place; we never modify the input).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ptexport.errors import InputError, UsageError
+from ptexport.perfdata import open_perf_data
+from ptexport.perfdata.constants import RecordType
+from ptexport.pt.vmtime import VmBuffer, VmTimeConfig, VmTimeCorrelator, parse_offsets
+
+NAME = "vm-time-correlation"
+HELP = "find the VMX TSC offset per VMCS and correct guest TSC packets (perf inject --vm-time-correlation)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("trace", metavar="TRACE", help="host perf.data file or --kcore directory")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="only report the offsets found (perf's dry-run)")
+    parser.add_argument("--offset", action="append", default=[], metavar="SPEC",
+                        help="TSC offset to use, perf's syntax: OFFSET[:VMCS[,VMCS]...] "
+                             "(repeatable; without :VMCS it applies to every VMCS)")
+    parser.add_argument("-o", "--output", metavar="OUT",
+                        help="where to write the corrected copy (required without --dry-run)")
+
+
+def correlate(trace: str, spec: str = "") -> tuple[list[str], dict, object]:
+    """Run the correlation; returns (messages, {source file: [(file offset, new payload)]},
+    the correlator)."""
+    try:
+        default, per = parse_offsets(spec)
+    except ValueError as e:
+        raise UsageError(f"bad --offset {spec!r}: {e}") from e
+    patches: dict[str, list[tuple[int, int]]] = {}
+    with open_perf_data(trace) as pd:
+        info = pd.auxtrace_info
+        if info is None or not hasattr(info, "pmu_type"):
+            raise InputError("no Intel PT AUXTRACE_INFO: not an intel_pt recording", source=str(trace))
+        pt_attrs = [a for a in pd.attrs if a.type == info.pmu_type]
+        config = pt_attrs[0].config if pt_attrs else 0
+        bits = info.mtc_freq_bits or 0
+        mtc_period = (config & bits) >> ((bits & -bits).bit_length() - 1) if bits else 0
+        cfg = VmTimeConfig(mtc_period=mtc_period, tsc_ctc_ratio_n=info.tsc_ctc_ratio_n or 0,
+                           tsc_ctc_ratio_d=info.tsc_ctc_ratio_d or 0, default_offset=default,
+                           offsets=per)
+        queues: dict[tuple, list] = {}
+        for rec in pd.records(types=[RecordType.AUXTRACE]):
+            key = ("cpu", rec.cpu) if rec.cpu not in (-1, 0xFFFFFFFF) else ("thread", rec.tid)
+            queues.setdefault(key, []).append(rec)
+        corr = VmTimeCorrelator(cfg)
+        main = pd.sources[0]
+        for key in sorted(queues, key=lambda k: (k[0] != "cpu", k[1])):
+            recs = queues[key]
+            bufs = [VmBuffer(bytes(pd.aux_data(r)), r.reference, i > 0) for i, r in enumerate(recs)]
+            for p in corr.run_queue(bufs):
+                rec = recs[p.buffer]
+                patches.setdefault(rec.src or main, []).append((rec.data_offset + p.pos + 1, p.new))
+    return corr.messages, patches, corr
+
+
+def run(args, out) -> int:
+    if not args.dry_run and not args.output:
+        raise UsageError("give --output OUT for the corrected copy, or --dry-run")
+    messages, patches, _ = correlate(args.trace, " ".join(args.offset))
+    for m in messages:
+        out.write(m + "\n")
+    if args.dry_run:
+        return 0
+    src, dst = Path(args.trace), Path(args.output)
+    if dst.exists():
+        raise UsageError(f"{dst} exists; choose a new --output")
+    try:
+        if src.is_dir():
+            shutil.copytree(src, dst)
+        else:
+            shutil.copyfile(src, dst)
+        for name, plist in patches.items():
+            target = dst / Path(name).relative_to(src) if src.is_dir() else dst
+            with open(target, "r+b") as f:
+                for off, value in plist:
+                    f.seek(off)
+                    f.write(value.to_bytes(7, "little"))
+    except OSError as e:
+        raise InputError(f"cannot write the corrected copy: {e.strerror}", source=str(dst)) from e
+    n = sum(len(p) for p in patches.values())
+    out.write(f"{n} TSC packets translated, written to {dst}\n")
+    return 0

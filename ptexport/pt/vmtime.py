@@ -1,0 +1,454 @@
+"""VM time correlation: find the VMX TSC offset of each VMCS from the trace, and translate
+guest TSC packets to host TSC (what ``perf inject --vm-time-correlation`` does).
+
+In VMX non-root operation the TSC packets carry the guest TSC (host TSC + the VMCS's TSC
+offset) while MTC and TMA count the crystal clock, which VMX does not offset.  So a TSC
+packet can be compared with the TSC the MTC/TMA chain predicts for it: the difference is
+the offset.  This module walks each queue's packets with perf's rules
+(tools/perf/util/intel-pt-decoder: intel_pt_vm_time_correlation and its helpers):
+
+- a TSC in a PSB+ whose PIP has NR=1 is a guest TSC; with NR=0 a host TSC; without a PIP
+  (or outside a PSB+ while tracing is disabled) host or guest is guessed from the time;
+- an offset is assigned to a VMCS (and printed as ``VMCS: 0x..  TSC Offset 0x..``) from a
+  guest TSC in a PSB+ that is not the first of its AUX buffer;
+- every guest TSC is translated with its VMCS's offset (payload - offset, 7 bytes); the
+  translations are returned as patches so a caller can rewrite a copy of the file.
+
+Messages are perf's texts, in the order found.  Queues share the VMCS table, as in perf.
+CYC-based timestamps are not modelled (they only change the "Timestamp out of range" check
+in traces recorded with cyc).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ptexport.pt.perfpkt import Pkt, tokenize
+
+M64 = (1 << 64) - 1
+SEVEN_BYTES = (1 << 56) - 1
+NO_VMCS = 0xFFFFFFFFFF
+TSC_SLIP = 0x10000
+
+
+@dataclass
+class VmcsInfo:
+    vmcs: int
+    tsc_offset: int = 0
+    reliable: bool = False
+    error_printed: bool = False
+
+
+@dataclass
+class VmTimeConfig:
+    """Timing parameters (as perf derives them from AUXTRACE_INFO and the attr) and the
+    offsets given by the user: ``default_offset`` for every VMCS, ``offsets`` per VMCS."""
+
+    mtc_period: int
+    tsc_ctc_ratio_n: int
+    tsc_ctc_ratio_d: int
+    default_offset: int = 0
+    offsets: dict[int, int] = field(default_factory=dict)
+    first_timestamp: int = 0
+
+
+@dataclass
+class VmBuffer:
+    data: bytes | bytearray | memoryview
+    ref_timestamp: int
+    consecutive: bool
+
+
+@dataclass(frozen=True)
+class TscPatch:
+    """Rewrite the 7-byte payload of the TSC packet at ``pos`` of buffer ``buffer``."""
+
+    buffer: int
+    pos: int
+    old: int
+    new: int
+
+
+def parse_offsets(spec: str) -> tuple[int, dict[int, int]]:
+    """perf's option syntax: ``[<TSC Offset> [: <VMCS> [, <VMCS>]...]]...`` (hex or decimal).
+    Returns (default offset, {vmcs: offset}); raises ValueError on bad text."""
+    default = 0
+    per: dict[int, int] = {}
+    for word in spec.replace(" :", ":").replace(": ", ":").replace(", ", ",").split():
+        off_s, _, vm_s = word.partition(":")
+        off = int(off_s, 0) & M64
+        if vm_s:
+            for v in vm_s.split(","):
+                per[int(v, 0)] = off
+        else:
+            default = off
+    return default, per
+
+
+def _eight_byte_tsc(ts: int, ref: int) -> int:
+    ts |= ref & (0xFF << 56)
+    if ts < ref:
+        if ref - ts > (1 << 55):
+            ts += 1 << 56
+    elif ts - ref > (1 << 55):
+        ts -= 1 << 56
+    return ts & M64
+
+
+class _Lookahead:
+    """What perf's lookahead callbacks collect (struct intel_pt_vm_tsc_info)."""
+
+    __slots__ = ("pip", "pip_payload", "vmcs", "vmcs_payload", "tma", "tma_ctc", "tma_fc", "tsc",
+                 "psbend", "ctc_delta", "last_ctc")
+
+    def __init__(self, ctc_delta: int = 0, last_ctc: int = 0) -> None:
+        self.pip = self.vmcs = self.tma = self.tsc = self.psbend = False
+        self.pip_payload = self.vmcs_payload = self.tma_ctc = self.tma_fc = 0
+        self.ctc_delta = ctc_delta
+        self.last_ctc = last_ctc
+
+
+class VmTimeCorrelator:
+    """Runs perf's VM time correlation over queues; collects messages and TSC patches."""
+
+    def __init__(self, cfg: VmTimeConfig) -> None:
+        self.cfg = cfg
+        self.vmcs_table: dict[int, VmcsInfo] = {}
+        self.messages: list[str] = []
+        n, d = cfg.tsc_ctc_ratio_n, cfg.tsc_ctc_ratio_d
+        self.mult = n // d if n and d and n % d == 0 else 0
+
+    # -- shared state ----------------------------------------------------------------------
+
+    def _findnew_vmcs(self, vmcs: int) -> VmcsInfo | None:
+        cfg = self.cfg
+        if not vmcs and not cfg.default_offset:
+            return None
+        info = self.vmcs_table.get(vmcs)
+        if info is None:
+            off = cfg.offsets.get(vmcs, cfg.default_offset)
+            info = self.vmcs_table[vmcs] = VmcsInfo(vmcs, off, reliable=bool(off))
+        return info
+
+    def _ctc_to_tsc(self, ctc: int) -> int:
+        if self.mult:
+            return (ctc * self.mult) & M64
+        n, d = self.cfg.tsc_ctc_ratio_n, self.cfg.tsc_ctc_ratio_d
+        if not d:
+            return 0
+        return ((ctc // d) * n + ((ctc % d) * n) // d) & M64
+
+    # -- one queue -------------------------------------------------------------------------
+
+    def run_queue(self, buffers: list[VmBuffer]) -> list[TscPatch]:
+        """Walk one queue's buffers (in order); returns the TSC packets translated."""
+        return _Queue(self, buffers).run()
+
+
+class _Queue:
+    def __init__(self, owner: VmTimeCorrelator, buffers: list[VmBuffer]) -> None:
+        self.o = owner
+        self.buffers = buffers
+        cfg = owner.cfg
+        self.mtc_shift = cfg.mtc_period
+        self.ctc_rem_mask = (1 << cfg.mtc_period) - 1
+        self.have_d = bool(cfg.tsc_ctc_ratio_d)
+        self.timestamp = self.tsc_timestamp = self.ref_timestamp = self.buf_timestamp = 0
+        self.ctc_timestamp = self.ctc_delta = self.last_ctc = self.last_mtc = 0
+        self.have_tma = self.fixup_last_mtc = False
+        self.pge = self.in_psb = False
+        self.pip_payload = 0
+        self.vmcs = NO_VMCS
+        self.reliable = self.continuous = self.same_buf = False
+        self.last_reliable_timestamp = cfg.first_timestamp
+        self.printed: set[str] = set()
+        self.patches: list[TscPatch] = []
+
+    def _log(self, msg: str) -> None:
+        self.o.messages.append(msg)
+
+    def _print_once(self, key: str) -> bool:
+        if key in self.printed:
+            return False
+        self.printed.add(key)
+        return True
+
+    def _in_range(self, ts: int) -> bool:
+        return self.last_reliable_timestamp <= ts < self.buf_timestamp
+
+    # timing (perf's calc_tsc_timestamp / calc_tma / calc_mtc_timestamp)
+    def _calc_tsc(self, payload: int) -> None:
+        self.have_tma = False
+        if self.ref_timestamp:
+            ts = _eight_byte_tsc(payload, self.ref_timestamp)
+            self.tsc_timestamp = self.timestamp = ts
+            self.ref_timestamp = 0
+        elif self.timestamp:
+            bad = False
+            ts = payload | (self.timestamp & (0xFF << 56))
+            self.tsc_timestamp = ts
+            if ts < self.timestamp and self.timestamp - ts < TSC_SLIP:
+                ts = self.timestamp
+            if ts < self.timestamp:
+                if not self.buf_timestamp or ts + (1 << 56) < self.buf_timestamp:
+                    ts = (ts + (1 << 56)) & M64
+                    self.tsc_timestamp = ts
+                else:
+                    ts = self.timestamp
+                    bad = True
+            if (bad or not self._in_range(ts)) and self._print_once("erange"):
+                self._log("Timestamp out of range")
+            self.timestamp = ts
+
+    def _calc_tma(self, ctc: int, fc: int) -> None:
+        if not self.have_d:
+            return
+        rem = ctc & self.ctc_rem_mask
+        self.last_mtc = (ctc >> self.mtc_shift) & 0xFF
+        self.last_ctc = ctc - rem
+        self.ctc_timestamp = (self.tsc_timestamp - fc - self.o._ctc_to_tsc(rem)) & M64
+        self.ctc_delta = 0
+        self.have_tma = True
+        self.fixup_last_mtc = True
+
+    def _calc_mtc(self, mtc: int) -> None:
+        if not self.have_tma:
+            return
+        if self.mtc_shift > 8 and self.fixup_last_mtc:
+            self.fixup_last_mtc = False
+            first_missing = 1 << (16 - self.mtc_shift)
+            mask = ~(first_missing - 1) & 0xFFFFFFFF
+            last = self.last_mtc | (mtc & mask)
+            if last >= mtc:
+                last = (last - first_missing) & 0xFFFFFFFF
+            self.last_mtc = last
+        delta = mtc - self.last_mtc if mtc > self.last_mtc else mtc + 256 - self.last_mtc
+        self.ctc_delta = (self.ctc_delta + (delta << self.mtc_shift)) & M64
+        ts = (self.ctc_timestamp + self.o._ctc_to_tsc(self.ctc_delta)) & M64
+        if ts >= self.timestamp:
+            self.timestamp = ts
+        self.last_mtc = mtc
+
+    # lookaheads
+    def _psb_lookahead(self, k, i: int) -> _Lookahead:
+        data = _Lookahead(self.ctc_delta, self.last_ctc)
+        kinds, counts, payloads = k
+        for j in range(i + 1, len(kinds)):
+            t = kinds[j]
+            if t in (Pkt.PAD, Pkt.MNT, Pkt.MODE_EXEC, Pkt.MODE_TSX, Pkt.MTC, Pkt.FUP, Pkt.CYC,
+                     Pkt.CBR):
+                continue
+            if t == Pkt.TSC:
+                data.tsc = True
+            elif t == Pkt.TMA:
+                data.tma, data.tma_ctc, data.tma_fc = True, payloads[j], counts[j]
+            elif t == Pkt.PIP:
+                data.pip, data.pip_payload = True, payloads[j]
+            elif t == Pkt.VMCS:
+                data.vmcs, data.vmcs_payload = True, payloads[j]
+            elif t == Pkt.PSBEND:
+                data.psbend = True
+                break
+            else:
+                break
+        return data
+
+    def _tma_lookahead(self, k, i: int, data: _Lookahead) -> None:
+        kinds, counts, payloads = k
+        budget = 16
+        for j in range(i + 1, len(kinds)):
+            t = kinds[j]
+            if t in (Pkt.CYC, Pkt.MTC):
+                budget -= 1
+                if not budget:
+                    return
+                continue
+            if t == Pkt.TMA:
+                data.tma, data.tma_ctc, data.tma_fc = True, payloads[j], counts[j]
+            return
+
+    def _ovf_fup_lookahead(self, k, i: int) -> bool:
+        kinds = k[0]
+        budget = 16
+        for j in range(i + 1, len(kinds)):
+            t = kinds[j]
+            if t in (Pkt.CYC, Pkt.MTC, Pkt.TSC):
+                budget -= 1
+                if not budget:
+                    return False
+                continue
+            return t == Pkt.FUP
+        return False
+
+    # the TSC rules
+    def _translate(self, bi: int, pos: int, payload: int, info_offset: int) -> int:
+        new = (payload - info_offset) & SEVEN_BYTES
+        self.patches.append(TscPatch(bi, pos, payload, new))
+        return new
+
+    def _first_tsc(self, data: _Lookahead, info: VmcsInfo | None, host_tsc: int,
+                   bi: int, pos: int, payload: int) -> int:
+        if not self.in_psb:
+            self._log("ERROR: First TSC is not in PSB+")
+        if data.pip:
+            if data.pip_payload & 1:
+                if info is not None and info.tsc_offset:
+                    payload = self._translate(bi, pos, payload, info.tsc_offset)
+                    self.reliable = True
+                else:
+                    self._log("ERROR: First TSC, unknown TSC Offset")
+            else:
+                self.reliable = True
+        else:
+            self.reliable = False
+            if not self._in_range(host_tsc):
+                if info is not None and info.tsc_offset:
+                    payload = self._translate(bi, pos, payload, info.tsc_offset)
+                else:
+                    self._log("ERROR: First TSC, no PIP, unknown TSC Offset")
+        return payload
+
+    def _tsc(self, k, i: int, data: _Lookahead, bi: int, pos: int, payload: int) -> int:
+        """perf's intel_pt_vm_tm_corr_tsc; returns the (maybe translated) payload."""
+        if not self.in_psb:
+            data = _Lookahead(self.ctc_delta, self.last_ctc)
+            self._tma_lookahead(k, i, data)
+            if self.pge:
+                data.pip, data.pip_payload = True, self.pip_payload
+        if not data.tma:
+            self._log("ERROR: TSC without TMA")
+            return payload
+        vmcs = data.vmcs_payload if data.vmcs else self.vmcs
+        if vmcs == NO_VMCS:
+            vmcs = 0
+        info = self.o._findnew_vmcs(vmcs)
+        ref = self.timestamp or self.buf_timestamp
+        host_tsc = _eight_byte_tsc(payload, ref)
+        if not self.ctc_timestamp:
+            return self._first_tsc(data, info, host_tsc, bi, pos, payload)
+        # expected TSC from the MTC/TMA chain (perf's intel_pt_calc_expected_tsc)
+        last_mtc_ctc = data.last_ctc + data.ctc_delta
+        d16 = ((data.tma_ctc & 0xFFFF) - (last_mtc_ctc & 0xFFFF)) & 0xFFFF
+        delta = d16 - 0x10000 if d16 & 0x8000 else d16
+        new_ctc_delta = (data.ctc_delta + delta) & M64
+        expected = (self.ctc_timestamp + self.o._ctc_to_tsc(new_ctc_delta) + data.tma_fc) & M64
+        tsc_offset = (host_tsc - expected) & M64
+        reliable = True
+        guest = False
+        if data.pip:
+            if data.pip_payload & 1:
+                if info is None:
+                    self._log("ERROR: Missing VMCS")
+                    payload = self._translate(bi, pos, payload, tsc_offset)
+                    self.reliable = False
+                    return payload
+                guest = True
+            else:
+                self.last_reliable_timestamp = host_tsc
+                self.reliable = True
+                return payload
+        else:
+            reliable = False
+            if self.in_psb:
+                if not tsc_offset:
+                    return payload
+                if info is not None and (tsc_offset & SEVEN_BYTES) == (info.tsc_offset & SEVEN_BYTES):
+                    guest = True
+            if not guest and host_tsc >= expected and self._in_range(host_tsc):
+                self.reliable = False
+                return payload
+        # assuming guest
+        assign = assign_reliable = False
+        if info is not None and info.vmcs:
+            if info.tsc_offset and info.reliable:
+                assign = False
+            elif self.in_psb and data.pip and self.reliable and self.continuous and self.same_buf:
+                assign = assign_reliable = True
+            elif self.in_psb and data.pip and self.same_buf:
+                assign, assign_reliable = True, False
+        if assign and (info.tsc_offset != tsc_offset or info.reliable != assign_reliable):
+            show = info.tsc_offset != tsc_offset
+            info.tsc_offset = tsc_offset
+            info.reliable = assign_reliable
+            if show:
+                self._log(f"VMCS: {info.vmcs:#x}  TSC Offset {info.tsc_offset:#x}")
+        if info is not None and info.tsc_offset:
+            if not info.reliable:
+                reliable = False
+            payload = self._translate(bi, pos, payload, info.tsc_offset)
+        else:
+            reliable = False
+            if info is not None:
+                if not info.error_printed:
+                    self._log(f"ERROR: Unknown TSC Offset for VMCS {info.vmcs:#x}")
+                    info.error_printed = True
+            elif self._print_once("unk_vmcs"):
+                self._log("ERROR: Unknown VMCS")
+            payload = self._translate(bi, pos, payload, tsc_offset)
+        self.reliable = reliable
+        return payload
+
+    def run(self) -> list[TscPatch]:
+        data = _Lookahead()
+        for bi, buf in enumerate(self.buffers):
+            self.buf_timestamp = buf.ref_timestamp
+            if not buf.consecutive:
+                self.timestamp = 0
+                self.have_tma = False
+                self.ref_timestamp = buf.ref_timestamp
+                self.same_buf = False
+            pk = tokenize(buf.data)
+            kinds = pk.kind.tolist()
+            counts = pk.count.tolist()
+            payloads = pk.payload.tolist()
+            positions = pk.pos.tolist()
+            k = (kinds, counts, payloads)
+            for i, t in enumerate(kinds):
+                if t == Pkt.TIP_PGD:
+                    self.pge = False
+                    self.continuous = False
+                elif t in (Pkt.TNT, Pkt.TIP, Pkt.TIP_PGE):
+                    self.pge = True
+                elif t == Pkt.OVF:
+                    self.in_psb = False
+                    self.pge = self._ovf_fup_lookahead(k, i)
+                    if not self.pge:
+                        self.continuous = False
+                elif t == Pkt.FUP:
+                    if self.in_psb:
+                        self.pge = True
+                elif t == Pkt.TRACESTOP:
+                    self.pge = False
+                    self.continuous = False
+                    self.have_tma = False
+                elif t == Pkt.PSB:
+                    data = self._psb_lookahead(k, i)
+                    if data.tsc and not data.psbend:
+                        self._log("ERROR: PSB without PSBEND")
+                    self.in_psb = data.psbend
+                elif t == Pkt.PIP:
+                    self.pip_payload = payloads[i]
+                elif t == Pkt.MTC:
+                    self._calc_mtc(payloads[i])
+                elif t == Pkt.TSC:
+                    payload = self._tsc(k, i, data, bi, positions[i], payloads[i])
+                    self._calc_tsc(payload)
+                    self.same_buf = True
+                    self.continuous = self.pge
+                elif t == Pkt.TMA:
+                    self._calc_tma(payloads[i], counts[i])
+                elif t == Pkt.PSBEND:
+                    self.in_psb = False
+                    data.psbend = False
+                elif t == Pkt.VMCS:
+                    if payloads[i] != NO_VMCS:
+                        self.vmcs = payloads[i]
+        return self.patches
+
+
+def apply_patches(data: bytearray, patches: list[TscPatch], base: int = 0) -> None:
+    """Write translated TSC payloads into ``data`` (a buffer starting at file offset ``base``
+    when patch positions are buffer-relative and the caller adds the buffer's offset)."""
+    for p in patches:
+        off = base + p.pos + 1
+        data[off:off + 7] = p.new.to_bytes(7, "little")
