@@ -161,6 +161,7 @@ class _Exporter:
         self._tree: dict[str, list[int]] = {k: [] for k in _TREE_KEYS}
         self.kallsyms = None
         self._kmap_range: tuple[int, int] | None = None
+        self._map_info: dict[int, tuple] = {}  # id(map entry) -> (entry, dso id, symbols, map_ip base, is kernel)
         self._load_kallsyms()
 
     # ------------------------------------------------------------ threads, comms
@@ -308,18 +309,25 @@ class _Exporter:
         e = self.sb.host.map_at(pid, ip, time, kernel=kernel)
         if e is None:
             return 0, 0, 0, 0
-        kdso = kernel and e.filename.startswith(("[kernel.kallsyms]", "[guest.kernel.kallsyms]"))
-        if kdso and self._kmap_range is not None and not self._kmap_range[0] <= ip < self._kmap_range[1]:
-            return 0, 0, 0, 0  # outside the kernel map as perf fixed it up after loading kallsyms
-        dso, name = self._dso(e, kernel)
-        if kernel and (name.startswith("[") or (self.kallsyms is not None and name.startswith("/"))):
-            tab = self._kernel_symtab(name, e)
+        info = self._map_info.get(id(e))
+        if info is None or info[0] is not e:
+            kdso = kernel and e.filename.startswith(("[kernel.kallsyms]", "[guest.kernel.kallsyms]"))
+            if kdso and self._kmap_range is not None and not self._kmap_range[0] <= ip < self._kmap_range[1]:
+                return 0, 0, 0, 0  # outside the kernel map as perf fixed it up after loading kallsyms
+            dso, name = self._dso(e, kernel)
+            if kernel and (name.startswith("[") or (self.kallsyms is not None and name.startswith("/"))):
+                tab = self._kernel_symtab(name, e)
+            else:
+                tab = self._file_symtab(name, self.s.build_id_of(name, e.build_id))
+            # perf's map_ip: identity for the kernel map, ip - start for a module map (its pgoff is 0)
+            base = 0 if kdso else (e.start if kernel else e.start - e.pgoff)
+            if kdso and self._kmap_range is None and len(tab):
+                self._kmap_range = (tab.symbols[0].start, tab.symbols[-1].end)  # map__fixup_start/end
+            info = self._map_info[id(e)] = (e, dso, tab, base, kdso)
         else:
-            tab = self._file_symtab(name, self.s.build_id_of(name, e.build_id))
-        # perf's map_ip: identity for the kernel map, ip - start for a module map (its pgoff is 0)
-        base = 0 if kdso else (e.start if kernel else e.start - e.pgoff)
-        if kdso and self._kmap_range is None and len(tab):
-            self._kmap_range = (tab.symbols[0].start, tab.symbols[-1].end)  # map__fixup_start/end
+            _, dso, tab, base, kdso = info
+            if kdso and self._kmap_range is not None and not self._kmap_range[0] <= ip < self._kmap_range[1]:
+                return 0, 0, 0, 0
         off = ip - base
         sym = tab.find(off)
         if sym is None:
