@@ -237,3 +237,16 @@ def test_find_kallsyms_order(tmp_path, monkeypatch):
     assert k.find_kallsyms(None, None, None, b"\x03" * 20, str(cache)) is None  # "No kallsyms or vmlinux"
     monkeypatch.setattr(k, "kallsyms_restricted", lambda: True)
     assert k.find_kallsyms(None, None, None, None) is None
+
+
+def test_perf_threads_exec_comm_prefers_later_comm_over_timeless_first():
+    pt = PerfThreads(comm_exec=True)
+    pt.on_comm(10, 10, "bash", 0, False)  # synthesized at time 0
+    pt.on_comm(10, 10, "worker", 500, False)
+    th = pt.find(10, 10)
+    assert pt.exec_comm(th).name == "worker"  # thread__exec_comm's "second_last" rule
+    pt.on_comm(10, 10, "tool", 900, True)
+    assert pt.exec_comm(th).name == "tool"
+    t2 = pt.findnew(10, 11)
+    assert pt.exec_comm(pt.main_thread(t2)).name == "tool"
+    assert PerfThreads(comm_exec=False).exec_comm(th).name == "tool"  # the current comm without COMM_EXEC
