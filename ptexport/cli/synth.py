@@ -82,9 +82,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=1, help="seed for the random choices")
     p.add_argument("--check", action="store_true",
                    help="afterwards run perf script and compare it with the ground truth")
+    from ptexport.cli.vm_time_correlation import add_synth_vm_arguments
+    add_synth_vm_arguments(p)
 
 
 def run(args, out) -> int:
+    if getattr(args, "vm", None):
+        from ptexport.cli.vm_time_correlation import run_synth_vm
+        return run_synth_vm(args, out)
     from ptexport.synth.generate import SynthOptions, synthesize
 
     opts = SynthOptions(program=args.program, branches=args.branches, retcomp=args.retcomp,

@@ -93,3 +93,74 @@ def run(args, out) -> int:
     n = sum(len(p) for p in patches.values())
     out.write(f"{n} TSC packets translated, written to {dst}\n")
     return 0
+
+
+# -- ``ptexport synth --vm``: the VM trace generator's options (cli/synth.py hands over) ------
+
+def add_synth_vm_arguments(p) -> None:
+    """The ``--vm`` option group of ``ptexport synth``."""
+    g = p.add_argument_group("virtual machines (--vm: a host recording with KVM guests, "
+                             "plus the guest's perf.data)")
+    g.add_argument("--vm", choices=("kernel", "user", "mixed"), default=None,
+                   help="VCPU threads 'CPU n/KVM' enter a guest running guest kernel code "
+                        "(perf kvm --guest --host layout), guest user code, or both")
+    g.add_argument("--vcpus", type=int, default=2, metavar="N", help="VCPUs (default 2)")
+    g.add_argument("--tsc-offset", action="append", default=[], metavar="OFF",
+                   help="VMX TSC offset of each VCPU (give one per VCPU; default one offset "
+                        "for all)")
+    g.add_argument("--machine-pid", type=int, default=4000, metavar="PID",
+                   help="pid of the hypervisor process (default 4000)")
+
+
+def run_synth_vm(args, out) -> int:
+    """``ptexport synth --vm KIND --out DIR``: write the VM recording and maybe check it."""
+    import tempfile
+    import time
+
+    from ptexport.synth.vm import VmOptions, synthesize_vm
+
+    try:
+        offsets = tuple(int(o, 0) for o in args.tsc_offset)
+    except ValueError as e:
+        raise UsageError(f"bad --tsc-offset: {e}") from e
+    opts = VmOptions(branches=args.branches, vcpus=args.vcpus, cpus=max(args.cpus, 1),
+                     machine_pid=args.machine_pid, guest=args.vm, tsc_offsets=offsets,
+                     mtc_period=args.mtc_period, psb_period=args.psb_period, seed=args.seed)
+    t0 = time.monotonic()
+    meta = synthesize_vm(args.out, opts)
+    dt = time.monotonic() - t0
+    outdir = Path(args.out)
+    out.write(f"{outdir / 'host.data'}: {meta['branches']} branches ({meta['vcpus'][0]['vcpu']}.."
+              f"{meta['vcpus'][-1]['vcpu']} VCPUs of pid {meta['machine_pid']}), "
+              f"{meta['pt_bytes']} bytes of PT, {dt:.2f} s\n")
+    out.write(f"guest sideband {outdir / 'guest.data'}, guest program {meta['gprog']}\n")
+    offs = sorted({v['tsc_offset'] for v in meta['vcpus']})
+    off = f"{offs[0]:#x}" if len(offs) == 1 else "OFFSET"
+    if args.vm == "kernel":
+        out.write(f"check: perf inject -i host.data/data --vm-time-correlation={off} --force; "
+                  "perf script -i host.data/data --guestkallsyms=guest.data/kcore_dir/kallsyms "
+                  "--guestmodules=guest.data/kcore_dir/modules "
+                  "--kallsyms=host.data/kcore_dir/kallsyms --itrace=be\n")
+    else:
+        out.write(f"check: perf inject -i host.data/data --vm-time-correlation={off} --force; "
+                  f"perf inject -i host.data/data --guest-data=guest.data,{meta['machine_pid']},"
+                  f"{off} -o inj.data; perf script -i inj.data --itrace=be "
+                  "-F+machine_pid,+vcpu,+pid,+tid,+addr --ns "
+                  "--kallsyms=host.data/kcore_dir/kallsyms\n")
+    if not args.check:
+        return 0
+    if len(offs) != 1:
+        raise UsageError("--check needs one TSC offset for all VCPUs")
+    from ptexport.synth.vm_verify import compare, parse, perf_pipeline
+
+    with tempfile.TemporaryDirectory(prefix="ptexport-vm-") as work:
+        guest = args.vm != "kernel"
+        res = compare(outdir, parse(perf_pipeline(outdir, Path(work), inject_guest=guest)),
+                      guest_sideband=guest)
+    out.write(f"perf: {res['perf_branches']} branches, truth {res['truth_branches']}, "
+              f"{res['mismatches']} mismatches, max time error {res['max_time_error_ns']} ns"
+              + (f"; first: {res['first_mismatch']}" if res["first_mismatch"] else "") + "\n")
+    for line in res["errors"]:
+        out.write(line + "\n")
+    ok = not res["mismatches"] and res["perf_branches"] == res["truth_branches"]
+    return 0 if ok else 1

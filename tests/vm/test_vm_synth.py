@@ -92,3 +92,35 @@ def test_perf_dry_run_finds_offsets(tmp_path):
     want = sorted(f"VMCS: {v['vmcs']:#x}  TSC Offset {v['tsc_offset']:#x}" for v in meta["vcpus"])
     assert lines == want
     assert json.loads((out / "truth.json").read_text())["vcpus"][0]["tsc_offset"] == offs[0]
+
+
+def test_synth_vm_cli(tmp_path):
+    import io
+
+    from ptexport.cli import main
+
+    out = io.StringIO()
+    rc = main(["synth", "--vm", "user", "--out", str(tmp_path / "v"), "--branches", "3000",
+               "--vcpus", "3", "--cpus", "2"], out)
+    assert rc == 0, out.getvalue()
+    meta = json.loads((tmp_path / "v" / "truth.json").read_text())
+    assert [v["vcpu"] for v in meta["vcpus"]] == [0, 1, 2]
+    assert len({v["vmcs"] for v in meta["vcpus"]}) == 3
+    assert "perf inject" in out.getvalue()
+    bad = main(["synth", "--vm", "user", "--out", str(tmp_path / "b"), "--tsc-offset", "xyz"],
+               io.StringIO())
+    assert bad != 0
+
+
+@needs_perf
+def test_synth_vm_cli_check(tmp_path):
+    import io
+
+    from ptexport.cli import main
+
+    out = io.StringIO()
+    rc = main(["synth", "--vm", "mixed", "--out", str(tmp_path / "v"), "--branches", "5000",
+               "--cpus", "2", "--tsc-offset=-0x10000000", "--tsc-offset=-0x10000000",
+               "--check"], out)
+    assert rc == 0, out.getvalue()
+    assert ", 0 mismatches" in out.getvalue()
