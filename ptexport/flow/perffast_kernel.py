@@ -685,55 +685,55 @@ def _clear_insn(S):
 
 
 def _fup_event(S):
+    saved_type = S[ST_TYPE]
+    S[ST_TYPE] &= ~T_BRANCH
     ret = False
     if S[SET_FUP_TX]:
         S[SET_FUP_TX] = 0
         S[TX_FLAGS] = S[FUP_TX_FLAGS]
-        S[ST_TYPE] = T_TRANSACTION
+        S[ST_TYPE] |= T_TRANSACTION
         if S[FUP_TX_FLAGS] & F_ABORT_TX:
             S[ST_TYPE] |= T_BRANCH
-        S[ST_FROM_IP] = S[IP]
-        S[ST_TO_IP] = 0
         S[ST_FLAGS] = S[FUP_TX_FLAGS]
-        return True
+        ret = True
     if S[SET_FUP_PTW]:
         S[SET_FUP_PTW] = 0
-        S[ST_TYPE] = T_PTW
+        S[ST_TYPE] |= T_PTW
         S[ST_FLAGS] |= F_FUP_IP
-        S[ST_FROM_IP] = S[IP]
-        S[ST_TO_IP] = 0
         S[ST_PTW_PAYLOAD] = S[FUP_PTW_PAYLOAD]
-        return True
+        ret = True
     if S[SET_FUP_MWAIT]:
         S[SET_FUP_MWAIT] = 0
-        S[ST_TYPE] = T_MWAIT_OP
-        S[ST_FROM_IP] = S[IP]
-        S[ST_TO_IP] = 0
+        S[ST_TYPE] |= T_MWAIT_OP
         S[ST_MWAIT_PAYLOAD] = S[FUP_MWAIT_PAYLOAD]
         ret = True
     if S[SET_FUP_PWRE]:
         S[SET_FUP_PWRE] = 0
         S[ST_TYPE] |= T_PWR_ENTRY
-        S[ST_TYPE] &= ~T_BRANCH
-        S[ST_FROM_IP] = S[IP]
-        S[ST_TO_IP] = 0
         S[ST_PWRE_PAYLOAD] = S[FUP_PWRE_PAYLOAD]
         ret = True
     if S[SET_FUP_EXSTOP]:
         S[SET_FUP_EXSTOP] = 0
         S[ST_TYPE] |= T_EX_STOP
-        S[ST_TYPE] &= ~T_BRANCH
         S[ST_FLAGS] |= F_FUP_IP
-        S[ST_FROM_IP] = S[IP]
-        S[ST_TO_IP] = 0
         ret = True
     if S[SET_FUP_BEP]:
         S[SET_FUP_BEP] = 0
         S[ST_TYPE] |= T_BLK_ITEMS
-        S[ST_TYPE] &= ~T_BRANCH
+        ret = True
+    if S[OVERFLOW]:
+        S[OVERFLOW] = 0
+        if not ret and not S[PGE]:
+            S[PGE] = 1
+            S[ST_TYPE] |= T_BRANCH | T_TRACE_BEGIN
+            S[ST_FROM_IP] = 0
+            S[ST_TO_IP] = S[IP]
+            return True
+    if ret:
         S[ST_FROM_IP] = S[IP]
         S[ST_TO_IP] = 0
-        ret = True
+    else:
+        S[ST_TYPE] = saved_type
     return ret
 
 
@@ -875,7 +875,16 @@ def _overflow(S):
     S[TX_FLAGS] = 0
     _set_nr(S)
     S[TIMESTAMP_INSN_CNT] = 0
-    S[PKT_STATE] = ERR_RESYNC
+    S[PKT_STATE] = IN_SYNC
+    S[ST_FROM_IP] = S[IP]
+    S[IP] = 0
+    S[PGE] = 0
+    S[SET_FUP_TX] = 0
+    S[SET_FUP_PTW] = 0
+    S[SET_FUP_MWAIT] = 0
+    S[SET_FUP_PWRE] = 0
+    S[SET_FUP_EXSTOP] = 0
+    S[SET_FUP_BEP] = 0
     S[OVERFLOW] = 1
     return _EOVERFLOW
 
@@ -1085,6 +1094,7 @@ def _walk_trace(S, F, PK, BI, STK, HK, HV, BK, BND):
             return _walk_tip(S, STK, HK, HV, BK, BND)
         elif k == TIP_PGE:
             S[PGE] = 1
+            S[OVERFLOW] = 0
             _mtc_cyc_cnt_pge(S)
             _set_nr(S)
             if S[COUNT]:
@@ -1105,7 +1115,7 @@ def _walk_trace(S, F, PK, BI, STK, HK, HV, BK, BND):
                 no_tip = False
             else:
                 _set_last_ip(S)
-                if not S[P_BRANCH_ENABLE]:
+                if not S[P_BRANCH_ENABLE] or not S[PGE]:
                     S[IP] = S[LAST_IP]
                     if _fup_event(S):
                         return 0
@@ -1381,16 +1391,15 @@ def _sync_ip(S, F, PK, BI):
     S[SET_FUP_PWRE] = 0
     S[SET_FUP_EXSTOP] = 0
     S[SET_FUP_BEP] = 0
+    S[OVERFLOW] = 0
     if not S[P_BRANCH_ENABLE]:
         S[PKT_STATE] = IN_SYNC
-        S[OVERFLOW] = 0
         S[ST_TYPE] = 0
         return 0
     err = _walk_to_ip(S, F, PK, BI)
     if err or ((S[ST_TYPE] & T_PSB_EVT) and not S[IP]):
         return err
     S[PKT_STATE] = IN_SYNC
-    S[OVERFLOW] = 0
     S[ST_FROM_IP] = 0
     S[ST_TO_IP] = S[IP]
     return 0

@@ -756,56 +756,58 @@ class PerfDecoder:
             st.flags |= F_IN_TX
 
     def _fup_event(self) -> bool:
+        """perf's intel_pt_fup_event: only the bits an FUP event owns change in state.type."""
         st = self.state
+        saved_type = st.type
+        st.type &= ~T_BRANCH
         ret = False
         if self.set_fup_tx_flags:
             self.set_fup_tx_flags = False
             self.tx_flags = self.fup_tx_flags
-            st.type = T_TRANSACTION
+            st.type |= T_TRANSACTION
             if self.fup_tx_flags & F_ABORT_TX:
                 st.type |= T_BRANCH
-            st.from_ip = self.ip
-            st.to_ip = 0
             st.flags = self.fup_tx_flags
-            return True
+            ret = True
         if self.set_fup_ptw:
             self.set_fup_ptw = False
-            st.type = T_PTW
+            st.type |= T_PTW
             st.flags |= F_FUP_IP
-            st.from_ip = self.ip
-            st.to_ip = 0
             st.ptw_payload = self.fup_ptw_payload
-            return True
+            ret = True
         if self.set_fup_mwait:
             self.set_fup_mwait = False
-            st.type = T_MWAIT_OP
-            st.from_ip = self.ip
-            st.to_ip = 0
+            st.type |= T_MWAIT_OP
             st.mwait_payload = self.fup_mwait_payload
             ret = True
         if self.set_fup_pwre:
             self.set_fup_pwre = False
             st.type |= T_PWR_ENTRY
-            st.type &= ~T_BRANCH
-            st.from_ip = self.ip
-            st.to_ip = 0
             st.pwre_payload = self.fup_pwre_payload
             ret = True
         if self.set_fup_exstop:
             self.set_fup_exstop = False
             st.type |= T_EX_STOP
-            st.type &= ~T_BRANCH
             st.flags |= F_FUP_IP
-            st.from_ip = self.ip
-            st.to_ip = 0
             ret = True
         if self.set_fup_bep:
             self.set_fup_bep = False
             st.type |= T_BLK_ITEMS
-            st.type &= ~T_BRANCH
+            ret = True
+        if self.overflow:
+            # The FUP after an OVF says where tracing goes on: a trace begin.
+            self.overflow = False
+            if not ret and not self.pge:
+                self.pge = True
+                st.type |= T_BRANCH | T_TRACE_BEGIN
+                st.from_ip = 0
+                st.to_ip = self.ip
+                return True
+        if ret:
             st.from_ip = self.ip
             st.to_ip = 0
-            ret = True
+        else:
+            st.type = saved_type
         return ret
 
     def _walk_fup(self) -> int:
@@ -935,10 +937,16 @@ class PerfDecoder:
         return 0, no_tip
 
     def _overflow(self) -> int:
+        # perf >= 5.16: an OVF loses data but not sync; the error's ip is where the walk was.
         self.tx_flags = 0
         self._set_nr()
         self.timestamp_insn_cnt = 0
-        self.pkt_state = ERR_RESYNC
+        self.pkt_state = IN_SYNC
+        self.state.from_ip = self.ip
+        self.ip = 0
+        self.pge = False
+        self.set_fup_tx_flags = self.set_fup_ptw = self.set_fup_mwait = False
+        self.set_fup_pwre = self.set_fup_exstop = self.set_fup_bep = False
         self.overflow = True
         return _EOVERFLOW
 
@@ -1117,6 +1125,7 @@ class PerfDecoder:
                 return self._walk_tip()
             elif k == Pkt.TIP_PGE:
                 self.pge = True
+                self.overflow = False
                 self._mtc_cyc_cnt_pge()
                 self._set_nr()
                 if self.count:
@@ -1137,7 +1146,7 @@ class PerfDecoder:
                     no_tip = False
                 else:
                     self._set_last_ip()
-                    if not self.p.branch_enable:
+                    if not self.p.branch_enable or not self.pge:
                         self.ip = self.last_ip
                         if self._fup_event():
                             return 0
@@ -1410,16 +1419,15 @@ class PerfDecoder:
         st = self.state
         self.set_fup_tx_flags = self.set_fup_ptw = self.set_fup_mwait = False
         self.set_fup_pwre = self.set_fup_exstop = self.set_fup_bep = False
+        self.overflow = False
         if not self.p.branch_enable:
             self.pkt_state = IN_SYNC
-            self.overflow = False
             st.type = 0
             return 0
         err = self._walk_to_ip()
         if err or ((st.type & T_PSB_EVT) and not self.ip):
             return err
         self.pkt_state = IN_SYNC
-        self.overflow = False
         st.from_ip = 0
         st.to_ip = self.ip
         return 0
