@@ -258,6 +258,8 @@ class _Queue:
         budget = 16
         for j in range(i + 1, len(kinds)):
             t = kinds[j]
+            if t == Pkt.PAD:          # perf's lookahead never shows PADs to its callbacks
+                continue
             if t in (Pkt.CYC, Pkt.MTC):
                 budget -= 1
                 if not budget:
@@ -272,6 +274,8 @@ class _Queue:
         budget = 16
         for j in range(i + 1, len(kinds)):
             t = kinds[j]
+            if t == Pkt.PAD:
+                continue
             if t in (Pkt.CYC, Pkt.MTC, Pkt.TSC):
                 budget -= 1
                 if not budget:
@@ -403,8 +407,15 @@ class _Queue:
             payloads = pk.payload.tolist()
             positions = pk.pos.tolist()
             k = (kinds, counts, payloads)
+            skip_to_psb = False
             for i, t in enumerate(kinds):
-                if t == Pkt.TIP_PGD:
+                if skip_to_psb and t != Pkt.PSB:
+                    continue
+                skip_to_psb = False
+                if t == Pkt.BAD:
+                    # perf stops at a bad packet and its decoder resynchronizes at a PSB
+                    skip_to_psb = True
+                elif t == Pkt.TIP_PGD:
                     self.pge = False
                     self.continuous = False
                 elif t in (Pkt.TNT, Pkt.TIP, Pkt.TIP_PGE):

@@ -130,3 +130,18 @@ def test_cli_errors(tmp_path):
     assert rc != 0
     rc, _ = _ptexport("vm-time-correlation", str(junk))
     assert rc != 0
+
+
+@needs_perf
+def test_real_host_recording_without_guest(quipper, tmp_path):
+    """quipper's Skylake recording (PADs between TSC and TMA, no VMX): perf finds nothing to
+    correlate and changes no byte; so do we."""
+    rc, text = _ptexport("vm-time-correlation", str(quipper), "--dry-run")
+    assert rc == 0
+    copy = tmp_path / "q.data"
+    shutil.copyfile(quipper, copy)
+    perf = _perf_inject(copy, "dry-run", tmp_path)
+    assert text.splitlines() == [line for line in perf.splitlines() if line.strip()] == []
+    rc, text = _ptexport("vm-time-correlation", str(quipper), "-o", str(tmp_path / "o.data"))
+    assert rc == 0 and text.startswith("0 TSC packets translated")
+    assert (tmp_path / "o.data").read_bytes() == copy.read_bytes()
