@@ -78,17 +78,21 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
 
     if perffast.supported(session):
         # PSB segments of every queue big enough, all in one pool; small queues whole.
+        plans = []
+        total = 0
+        for q, (key, bufs) in enumerate(queues):
+            qd = perffast.QueueDecoder(session, q, key, bufs, count_only)
+            total += int(qd.tokens.bi[:, perffast.K.BI_DLEN].sum()) if len(qd.tokens.bi) else 0
+            plans.append((qd, _segment_starts(qd.tokens, jobs, min_segment_bytes)))
+        if sum(len(starts) + 1 for _, starts in plans) < 2 or total < 2 * min_segment_bytes:
+            return [qd.run() for qd, _ in plans]  # not worth worker processes
         out = []
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            plans = []
-            for q, (key, bufs) in enumerate(queues):
-                qd = perffast.QueueDecoder(session, q, key, bufs, count_only)
+            futs = [_submit_segments(session, q, pool, starts, count_only) for q, (_, starts) in enumerate(plans)]
+            for f, (qd, starts) in zip(futs, plans):
                 qd.setup()
                 qd.S[perffast.K.P_RAW_INSN] = 1
-                starts = _segment_starts(qd.tokens, jobs, min_segment_bytes)
-                plans.append((_submit_segments(session, q, pool, starts, count_only), starts, qd))
-            for futs, starts, qd in plans:
-                out.append(_stitch_segments(futs, starts, qd, count_only))
+                out.append(_stitch_segments(f, starts, qd, count_only))
         return out
     if len(queues) < 2:
         return [_decode_one(session, q, key, bufs, count_only) for q, (key, bufs) in enumerate(queues)]

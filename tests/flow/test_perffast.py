@@ -226,3 +226,18 @@ def test_segments_decoded_in_parallel_equal_serial(traces, variant):
     if variant is not None:  # the joins agreed (no segment decoded twice)
         assert parallel.STATS["matched"] > before["matched"]
         assert parallel.STATS["redone"] == before["redone"]
+
+
+def test_reference_queues_in_worker_pool(traces):
+    """Options the compiled decoder does not cover (instructions): whole queues in workers == serial."""
+    from ptexport.pipeline import parallel
+
+    with open_perf_data(str(traces(MULTI))) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("bei10000i")))
+        assert not perffast.supported(s)
+        serial = parallel.decode_queues(s, 1)
+        pooled = parallel.decode_queues(s, 2)
+        assert len(serial) == 2
+        for a, b in zip(serial, pooled):
+            for c in _COLUMNS:
+                assert _norm(a.cols[c]) == _norm(b.cols[c]), c
