@@ -70,6 +70,8 @@ class VmOptions:
     mtc_period: int = 3
     psb_period: int = 4096
     guest_insns: int = 300           # instructions per guest run (about)
+    guest_tsc_every: int = 0         # TSC+TMA (guest TSC) after every Nth VM entry (0: never)
+    aux_chunk: int = 64 * 1024       # largest AUXTRACE buffer (buffers end at a PSB)
     runs_per_slot: int = 12          # VM runs per host scheduling slot
     seed: int = 1
 
@@ -420,6 +422,9 @@ def run_slot(enc: VmEncoder, vc: Vcpu, t: int, opts: VmOptions, rng: random.Rand
         vmcs(w, vc.vmcs)
         w.mode_exec64()
         w.tip(g.ctx.ip)
+        enc.in_guest = True
+        if opts.guest_tsc_every and vc.runs % opts.guest_tsc_every == opts.guest_tsc_every - 1:
+            enc._tsc_tma(t)      # a guest TSC outside PSB+ (perf: PIP NR=1 while tracing)
         add(t, cpu, *host_who, vc.host.ip, 0, K_VMENTRY)
         add(t, cpu, *gwho, 0, g.ctx.ip, K_VMENTRY)
         vc.host.ip = vc.host.code.labels["vmx_vmexit"]
@@ -564,7 +569,7 @@ def write_host(path: Path, opts: VmOptions, encoders: list[VmEncoder], vcpus: li
         start, k = 0, 0
         while start < len(buf):
             k += 1
-            while k + 1 < len(cuts) and cuts[k + 1] - start <= 64 * 1024:
+            while k + 1 < len(cuts) and cuts[k + 1] - start <= opts.aux_chunk:
                 k += 1
             end = cuts[k]
             chunk = bytes(buf[start:end])

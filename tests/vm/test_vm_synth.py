@@ -124,3 +124,25 @@ def test_synth_vm_cli_check(tmp_path):
                "--check"], out)
     assert rc == 0, out.getvalue()
     assert ", 0 mismatches" in out.getvalue()
+
+
+@needs_perf
+@pytest.mark.parametrize("variant", [
+    # (guest, vcpus, cpus, psb_period, aux_chunk, guest_tsc_every, guest_insns, runs_per_slot)
+    ("mixed", 3, 3, 256, 512, 0, 50, 1),
+    ("user", 2, 1, 1024, 8192, 1, 2000, 5),
+    ("kernel", 2, 2, 256, 512, 3, 2000, 12),
+])
+def test_variants_decode_like_perf(variant, tmp_path):
+    guest, vcpus, cpus, psb, chunk, every, insns, runs = variant
+    out = tmp_path / "o"
+    meta = synthesize_vm(out, VmOptions(branches=6000, guest=guest, vcpus=vcpus, cpus=cpus,
+                                        psb_period=psb, aux_chunk=chunk, guest_tsc_every=every,
+                                        guest_insns=insns, runs_per_slot=runs, seed=cpus))
+    sideband = guest != "kernel"
+    res = compare(out, parse(perf_pipeline(out, tmp_path / "w", inject_guest=sideband)),
+                  guest_sideband=sideband)
+    assert res["errors"] == []
+    assert res["perf_branches"] == meta["branches"]
+    assert res["mismatches"] == 0, res["first_mismatch"]
+    assert res["max_time_error_ns"] <= 330

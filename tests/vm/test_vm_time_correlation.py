@@ -145,3 +145,32 @@ def test_real_host_recording_without_guest(quipper, tmp_path):
     rc, text = _ptexport("vm-time-correlation", str(quipper), "-o", str(tmp_path / "o.data"))
     assert rc == 0 and text.startswith("0 TSC packets translated")
     assert (tmp_path / "o.data").read_bytes() == copy.read_bytes()
+
+
+VARIANTS = [  # (vcpus, cpus, psb_period, aux_chunk, guest_tsc_every, guest, guest_insns, distinct offsets)
+    (3, 2, 256, 2048, 3, "mixed", 300, False),      # first guest TSCs before any offset is known
+    (2, 1, 512, 512, 0, "mixed", 50, True),         # many small AUX buffers, two offsets
+    (3, 3, 1024, 8192, 1, "kernel", 2000, True),    # guest TSC outside PSB+ after each entry
+    (1, 2, 4096, 65536, 0, "user", 300, False),
+]
+
+
+@needs_perf
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variants_equal_perf(variant, tmp_path):
+    vcpus, cpus, psb, chunk, every, guest, insns, distinct = variant
+    offs = tuple((-(0x3000000000 + 0x1000 * v * distinct)) & M64 for v in range(vcpus))
+    out = tmp_path / "o"
+    synthesize_vm(out, VmOptions(branches=8000, vcpus=vcpus, cpus=cpus, psb_period=psb,
+                                 aux_chunk=chunk, guest_tsc_every=every, guest=guest,
+                                 guest_insns=insns, tsc_offsets=offs, seed=vcpus + psb))
+    perf_copy = tmp_path / "perf"
+    shutil.copytree(out / "host.data", perf_copy)
+    perf = _perf_inject(perf_copy / "data", "dry-run", tmp_path)
+    rc, ours = _ptexport("vm-time-correlation", str(out / "host.data"), "--dry-run")
+    assert rc == 0
+    assert ours.splitlines() == [line for line in perf.splitlines() if line.strip()]
+    _perf_inject(perf_copy / "data", "", tmp_path)
+    rc, _ = _ptexport("vm-time-correlation", str(out / "host.data"), "-o", str(tmp_path / "ours"))
+    assert rc == 0
+    assert (tmp_path / "ours" / "data").read_bytes() == (perf_copy / "data").read_bytes()
