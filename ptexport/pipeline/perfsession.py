@@ -372,20 +372,21 @@ class PerfSession:
             base = dict(tsc=ptq_ts, time=time, cpu=cpu, pid=pid, tid=tid, queue=qnum, trace_nr=st.trace_nr,
                         step=step)
             if it.pwr_events:
+                # perf's power/ptwrite/psb samples carry the state's from_ip and to_ip like branches do
                 if typ & T_PSB_EVT:
-                    rows.add(kind=EV_PSB, ip=st.from_ip, flags=0, payload=st.psb_offset, offset=st.psb_offset, **base)
+                    rows.add(kind=EV_PSB, ip=st.from_ip, addr=st.to_ip, flags=0, payload=st.psb_offset, offset=st.psb_offset, **base)
                 if st.cbr != cbr_seen:
                     cbr_seen = st.cbr
-                    rows.add(kind=EV_CBR, ip=st.from_ip, flags=flags if st.from_ip else 0, payload=st.cbr_payload, **base)
+                    rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0, payload=st.cbr_payload, **base)
                 if typ & T_MWAIT_OP:
-                    rows.add(kind=EV_MWAIT, ip=st.from_ip, flags=flags if st.from_ip else 0, payload=st.mwait_payload, **base)
+                    rows.add(kind=EV_MWAIT, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0, payload=st.mwait_payload, **base)
                 if typ & T_PWR_ENTRY:
-                    rows.add(kind=EV_PWRE, ip=st.from_ip, flags=flags if st.from_ip else 0, payload=st.pwre_payload, **base)
+                    rows.add(kind=EV_PWRE, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0, payload=st.pwre_payload, **base)
                 if typ & T_EX_STOP:
-                    rows.add(kind=EV_EXSTOP, ip=st.from_ip, flags=flags if st.from_ip else 0,
+                    rows.add(kind=EV_EXSTOP, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
                              payload=int(bool(st.flags & F_FUP_IP)), **base)
                 if typ & T_PWR_EXIT:
-                    rows.add(kind=EV_PWRX, ip=st.from_ip, flags=flags if st.from_ip else 0, payload=st.pwrx_payload, **base)
+                    rows.add(kind=EV_PWRX, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0, payload=st.pwrx_payload, **base)
             if it.instructions and typ & T_INSTRUCTION:
                 cyc = ipc_cyc - last_in_cyc if st.flags & F_SAMPLE_IPC else 0
                 ins = 0
@@ -398,7 +399,7 @@ class PerfSession:
             if it.transactions and typ & T_TRANSACTION:
                 rows.add(kind=EV_TRANSACTION, ip=st.from_ip, addr=st.to_ip, flags=flags, **base)
             if it.ptwrites and typ & T_PTW:
-                rows.add(kind=EV_PTWRITE, ip=st.from_ip, flags=flags if st.from_ip else 0,
+                rows.add(kind=EV_PTWRITE, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
                          payload=st.ptw_payload, code=int(bool(st.flags & F_FUP_IP)), **base)
             if typ & T_BRANCH and it.branches:
                 if not self._branches_filter or (self._branches_filter & flags):

@@ -103,8 +103,6 @@ def test_quipper_equals_perf_export(quipper_dbs):
 
 @needs_perf
 @needs_exporter
-@pytest.mark.xfail(reason="the decoder session gives PSB samples addr 0; perf's is the decoder state's to_ip "
-                          "(8 PSB rows of 10 in this recording)", strict=False)
 def test_psb_to_ip(quipper_dbs):
     theirs, ours = quipper_dbs
     sql = "SELECT s.id, s.to_ip FROM samples s JOIN selected_events e ON e.id = s.evsel_id WHERE e.name = 'psb'"
