@@ -108,6 +108,9 @@ def add_synth_vm_arguments(p) -> None:
     g.add_argument("--tsc-offset", action="append", default=[], metavar="OFF",
                    help="VMX TSC offset of each VCPU (give one per VCPU; default one offset "
                         "for all)")
+    g.add_argument("--tsc-scale", type=float, default=1.0, metavar="RATIO",
+                   help="VMX TSC scaling ratio (guest TSC = host TSC * RATIO + offset; PSB+ "
+                        "then stay in host code, as perf cannot translate scaled guest TSCs)")
     g.add_argument("--machine-pid", type=int, default=4000, metavar="PID",
                    help="pid of the hypervisor process (default 4000)")
 
@@ -125,7 +128,8 @@ def run_synth_vm(args, out) -> int:
         raise UsageError(f"bad --tsc-offset: {e}") from e
     opts = VmOptions(branches=args.branches, vcpus=args.vcpus, cpus=max(args.cpus, 1),
                      machine_pid=args.machine_pid, guest=args.vm, tsc_offsets=offsets,
-                     mtc_period=args.mtc_period, psb_period=args.psb_period, seed=args.seed)
+                     mtc_period=args.mtc_period, psb_period=args.psb_period, seed=args.seed,
+                     tsc_scale=args.tsc_scale)
     t0 = time.monotonic()
     meta = synthesize_vm(args.out, opts)
     dt = time.monotonic() - t0
@@ -144,7 +148,8 @@ def run_synth_vm(args, out) -> int:
     else:
         out.write(f"check: perf inject -i host.data/data --vm-time-correlation={off} --force; "
                   f"perf inject -i host.data/data --guest-data=guest.data,{meta['machine_pid']},"
-                  f"{off} -o inj.data; perf script -i inj.data --itrace=be "
+                  f"{off}{'' if args.tsc_scale == 1.0 else f',{args.tsc_scale!r}'} -o inj.data; "
+                  "perf script -i inj.data --itrace=be "
                   "-F+machine_pid,+vcpu,+pid,+tid,+addr --ns "
                   "--kallsyms=host.data/kcore_dir/kallsyms\n")
     if not args.check:

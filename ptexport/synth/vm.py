@@ -72,6 +72,7 @@ class VmOptions:
     guest_insns: int = 300           # instructions per guest run (about)
     guest_tsc_every: int = 0         # TSC+TMA (guest TSC) after every Nth VM entry (0: never)
     aux_chunk: int = 64 * 1024       # largest AUXTRACE buffer (buffers end at a PSB)
+    tsc_scale: float = 1.0           # VMX TSC scaling: guest TSC = (host * mult >> 48) + offset
     runs_per_slot: int = 12          # VM runs per host scheduling slot
     seed: int = 1
 
@@ -84,8 +85,21 @@ class VmOptions:
             raise UsageError("--cpus must be 1..16")
         if self.branches < 100:
             raise UsageError("--branches must be at least 100")
+        if not 0.125 <= self.tsc_scale <= 8:
+            raise UsageError("--tsc-scale must be 0.125..8")
+        if self.tsc_scale != 1.0 and self.guest_tsc_every:
+            raise UsageError("guest TSC packets outside PSB+ need an unscaled TSC")
         if self.tsc_offsets and len(self.tsc_offsets) != self.vcpus:
             raise UsageError("give one TSC offset per VCPU")
+
+    @property
+    def tsc_multiplier(self) -> int:
+        """The VMCS TSC multiplier (fixed point, 48 fraction bits)."""
+        return round(self.tsc_scale * (1 << 48))
+
+    def guest_tsc(self, host_tsc: int, offset: int) -> int:
+        """VMX: guest TSC = ((host TSC * multiplier) >> 48) + TSC offset (mod 2^64)."""
+        return (((host_tsc * self.tsc_multiplier) >> 48) + offset) & ((1 << 64) - 1)
 
     def offsets(self) -> list[int]:
         if self.tsc_offsets:
@@ -187,7 +201,7 @@ class VmEncoder:
     # timing
     def _tsc_tma(self, t: int) -> None:
         v = self.vcpu
-        tsc = t + v.offset if (self.in_guest and v is not None) else t
+        tsc = self.opts.guest_tsc(t, v.offset) if (self.in_guest and v is not None) else t
         self.w.tsc(tsc & ((1 << 64) - 1))
         self.w.tma(t // MTC_TICKS_UNIT, t % MTC_TICKS_UNIT)
         self.next_mtc = (t // self.mtc_ticks + 1) * self.mtc_ticks
@@ -218,6 +232,10 @@ class VmEncoder:
             _reset_known(v.host, *(g.ctx for g in v.threads))
 
     def _maybe_psb(self, t: int, ip: int) -> None:
+        # With TSC scaling, perf cannot translate guest TSC packets (its VM time correlation
+        # needs an unscaled TSC), so PSB+ are placed in host code only.
+        if self.in_guest and self.opts.tsc_scale != 1.0:
+            return
         if len(self.w.buf) - self.last_psb >= self.opts.psb_period:
             self.psb_plus(t, ip)
 
@@ -373,6 +391,7 @@ def synthesize_vm(out_dir: str | Path, opts: VmOptions) -> dict:
         "host_kallsyms": str(host_dir / "kcore_dir" / "kallsyms"),
         "guest_kallsyms": str(guest_dir / "kcore_dir" / "kallsyms"),
         "time_conv": {"shift": G.TIME_SHIFT, "mult": G.TIME_MULT, "zero": G.TIME_ZERO},
+        "tsc_scale": opts.tsc_scale, "tsc_multiplier": opts.tsc_multiplier,
     }
     (out / "truth.json").write_text(json.dumps(meta, indent=1) + "\n")
     return meta
@@ -607,7 +626,7 @@ def write_guest(path: Path, opts: VmOptions, vcpus: list[Vcpu], gsideband: list,
     seq = [0]
 
     def gns(host_tsc: int, v: int) -> int:
-        return G.tsc_to_ns((host_tsc + vcpus[v].offset) & ((1 << 64) - 1))
+        return G.tsc_to_ns(opts.guest_tsc(host_tsc, vcpus[v].offset))
 
     def add(host_tsc, rtype, misc, body, pid, tid, v):
         ns = gns(host_tsc, v)

@@ -63,6 +63,8 @@ def perf_pipeline(out: Path, work: Path, *, inject_guest: bool = True) -> str:
     if len(offsets) != 1:
         raise SynthError("the perf check needs one TSC offset for all VCPUs")
     off = hex(offsets.pop())
+    scale = meta.get("tsc_scale", 1.0)
+    gdata = f"{off},{scale!r}" if scale != 1.0 else off
     host = work / "host.data"
     if host.exists():
         shutil.rmtree(host)
@@ -74,7 +76,7 @@ def perf_pipeline(out: Path, work: Path, *, inject_guest: bool = True) -> str:
         if inj.exists():
             shutil.rmtree(inj) if inj.is_dir() else inj.unlink()
         _run([_perf(), "inject", "-i", str(host / "data"),
-              f"--guest-data={out / 'guest.data'},{meta['machine_pid']},{off}", "-o", str(inj)],
+              f"--guest-data={out / 'guest.data'},{meta['machine_pid']},{gdata}", "-o", str(inj)],
              work)
         cmd = [_perf(), "script", "-i", str(inj)]
     else:

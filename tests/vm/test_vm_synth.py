@@ -146,3 +146,19 @@ def test_variants_decode_like_perf(variant, tmp_path):
     assert res["perf_branches"] == meta["branches"]
     assert res["mismatches"] == 0, res["first_mismatch"]
     assert res["max_time_error_ns"] <= 330
+
+
+@needs_perf
+def test_tsc_scaling(tmp_path):
+    """Guest TSC = host TSC * 1.5 + offset: perf inject --guest-data=...,OFFSET,1.5 puts the
+    guest's switch events at the right host times (without the scale they land elsewhere)."""
+    out = tmp_path / "s"
+    meta = synthesize_vm(out, VmOptions(branches=8000, tsc_scale=1.5, seed=2))
+    assert meta["tsc_multiplier"] == 3 << 47 and meta["guest_psbs"] == 0
+    res = compare(out, parse(perf_pipeline(out, tmp_path / "w")))
+    assert res["mismatches"] == 0 and res["perf_branches"] == meta["branches"]
+    meta["tsc_scale"] = 1.0
+    (out / "truth.json").write_text(json.dumps(meta))
+    assert compare(out, parse(perf_pipeline(out, tmp_path / "w2")))["mismatches"] > 0
+    with pytest.raises(UsageError):
+        synthesize_vm(tmp_path / "x", VmOptions(tsc_scale=1.5, guest_tsc_every=2))
