@@ -141,17 +141,17 @@ def run_synth_vm(args, out) -> int:
     offs = sorted({v['tsc_offset'] for v in meta['vcpus']})
     off = f"{offs[0]:#x}" if len(offs) == 1 else "OFFSET"
     if args.vm == "kernel":
-        out.write(f"check: perf inject -i host.data/data --vm-time-correlation={off} --force; "
-                  "perf script -i host.data/data --guestkallsyms=guest.data/kcore_dir/kallsyms "
-                  "--guestmodules=guest.data/kcore_dir/modules "
-                  "--kallsyms=host.data/kcore_dir/kallsyms --itrace=be\n")
+        out.write(f"check: cp -r host.data h.data; perf inject -i h.data/data "
+                  f"--vm-time-correlation={off} --force; "
+                  "perf script -i h.data --guestkallsyms=guest.data/kcore_dir/kallsyms "
+                  "--guestmodules=guest.data/kcore_dir/modules --itrace=be\n")
     else:
-        out.write(f"check: perf inject -i host.data/data --vm-time-correlation={off} --force; "
-                  f"perf inject -i host.data/data --guest-data=guest.data,{meta['machine_pid']},"
+        out.write(f"check: cp -r host.data h.data; perf inject -i h.data/data "
+                  f"--vm-time-correlation={off} --force; "
+                  f"perf inject -i h.data/data --guest-data=guest.data,{meta['machine_pid']},"
                   f"{off}{'' if args.tsc_scale == 1.0 else f',{args.tsc_scale!r}'} -o inj.data; "
-                  "perf script -i inj.data --itrace=be "
-                  "-F+machine_pid,+vcpu,+pid,+tid,+addr --ns "
-                  "--kallsyms=host.data/kcore_dir/kallsyms\n")
+                  "cp -r host.data/kcore_dir inj.data/; perf script -i inj.data --itrace=be "
+                  "-F+machine_pid,+vcpu,+pid,+tid,+addr --ns\n")
     if not args.check:
         return 0
     if len(offs) != 1:

@@ -6,8 +6,9 @@ The perf workflow of perf-intel-pt(1), "Tracing Virtual Machines (including user
    packets of a copy of the host recording in place (guest TSC - offset = host TSC);
 2. ``perf inject -i host/data --guest-data=guest.data,PID,OFFSET -o inj.data`` merges the
    guest's sideband (time converted the same way) and copies its kcore_dir;
-3. ``perf script -i inj.data --itrace=be -F machine_pid,vcpu,pid,tid,cpu,time,flags,ip,addr
-   --ns --kallsyms host/kcore_dir/kallsyms`` prints every branch.
+3. the host's kcore_dir is copied into inj.data (perf inject copies only the guest's, as
+   kcore_dir__PID); ``perf script -i inj.data --itrace=be -F machine_pid,vcpu,pid,tid,cpu,
+   time,flags,ip,addr --ns`` prints every branch.
 
 The branches are compared per host CPU, in order, with the ground truth: machine, VCPU,
 pid, tid, from and to exactly; times within one MTC period (perf times branches by the last
@@ -54,10 +55,14 @@ def vm_time_correlation(perf_data: Path, args: str, cwd: Path) -> subprocess.Com
     return _run(cmd, cwd)
 
 
-def perf_pipeline(out: Path, work: Path, *, inject_guest: bool = True) -> str:
+def perf_pipeline(out: Path, work: Path, *, inject_guest: bool = True, fields: str = FIELDS,
+                  itrace: str = "be") -> str:
     """Run the perf workflow on a copy of the generated recording; returns perf script's
-    output (stdout + stderr)."""
+    output (stdout + stderr).  With ``inject_guest`` the merged recording is left in
+    ``work/inj.data`` (a directory: data, the guest's kcore_dir__PID and a copy of the
+    host's kcore_dir, so ``perf script -i work/inj.data`` needs no other option)."""
     out, work = Path(out).resolve(), Path(work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
     meta = json.loads((out / "truth.json").read_text())
     offsets = {v["tsc_offset"] for v in meta["vcpus"]}
     if len(offsets) != 1:
@@ -70,7 +75,6 @@ def perf_pipeline(out: Path, work: Path, *, inject_guest: bool = True) -> str:
         shutil.rmtree(host)
     shutil.copytree(out / "host.data", host)
     vm_time_correlation(host / "data", off, work)
-    kallsyms = str(host / "kcore_dir" / "kallsyms")
     if inject_guest:
         inj = work / "inj.data"
         if inj.exists():
@@ -78,12 +82,14 @@ def perf_pipeline(out: Path, work: Path, *, inject_guest: bool = True) -> str:
         _run([_perf(), "inject", "-i", str(host / "data"),
               f"--guest-data={out / 'guest.data'},{meta['machine_pid']},{gdata}", "-o", str(inj)],
              work)
+        if inj.is_dir() and not (inj / "kcore_dir").exists():
+            shutil.copytree(host / "kcore_dir", inj / "kcore_dir")
         cmd = [_perf(), "script", "-i", str(inj)]
     else:
         gk = str(out / "guest.data" / "kcore_dir")
-        cmd = [_perf(), "script", "-i", str(host / "data"), f"--guestkallsyms={gk}/kallsyms",
+        cmd = [_perf(), "script", "-i", str(host), f"--guestkallsyms={gk}/kallsyms",
                f"--guestmodules={gk}/modules"]
-    cmd += ["--itrace=be", "-F", FIELDS, "--ns", f"--kallsyms={kallsyms}"]
+    cmd += [f"--itrace={itrace}", "-F", fields, "--ns"]
     r = _run(cmd, work)
     return r.stdout + r.stderr
 
