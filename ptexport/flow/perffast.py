@@ -40,6 +40,7 @@ _MASK64 = (1 << 64) - 1
 _I64_MAX = (1 << 63) - 1
 _STACK = 1 << 16
 _OUT_CAP = 1 << 18
+_WINDOW = 4 << 20  # bytes of trace tokenized at a time
 
 
 def available() -> bool:
@@ -109,38 +110,87 @@ class _Blocks:
 
 
 class _Tokens:
-    """A queue's packets as one array set (the kernel's PK/BI/BD)."""
+    """A window of a queue's buffers as the kernel's arrays (PK packets, BI buffers, BD bytes).
 
-    def __init__(self, buffers: list[Any]) -> None:
-        self.datas = [bytes(b.data) for b in buffers]
-        self.cols = [tokenize_fast(d) for d in self.datas]
+    Every buffer has its BI row (reference timestamp, consecutive, trace
+    number, offset, length); only the buffers in the window are tokenized
+    (PSTART/PEND -1 outside it), so memory stays bounded however big the
+    queue: the kernel asks for more (R_MORE) when it moves past the window.
+    """
+
+    def __init__(self, buffers: list[Any], window: int | None = None) -> None:
         self.meta = buffers
+        self.window = _WINDOW if window is None else window
+        nb = len(buffers)
+        self.cols: dict[int, Any] = {}
+        bi = np.zeros((nb, K.BI_SIZE), np.int64)
+        for i, b in enumerate(buffers):
+            bi[i, K.BI_REF] = b.ref_timestamp
+            bi[i, K.BI_CONSEC] = int(b.consecutive)
+            bi[i, K.BI_TRACE_NR] = b.trace_nr
+            bi[i, K.BI_OFFSET] = b.offset
+            bi[i, K.BI_DLEN] = len(b.data)
+        bi[:, K.BI_PSTART] = -1
+        bi[:, K.BI_PEND] = -1
+        self.bi = bi
+        self.lo = self.hi = 0
+        self.load(0)
+
+    def load(self, first: int, need: int = -1) -> None:
+        """Window = buffers from ``first`` on, at least ``window`` bytes and up to ``need``."""
+        nb = len(self.meta)
+        lo = max(0, min(first, nb))
+        hi = lo
+        size = 0
+        bi = self.bi
+        while hi < nb and (size < self.window or hi <= need or hi == lo):
+            size += int(bi[hi, K.BI_DLEN])
+            hi += 1
+        for i in list(self.cols):
+            if not lo <= i < hi:
+                del self.cols[i]
+        for i in range(lo, hi):
+            if i not in self.cols:
+                self.cols[i] = tokenize_fast(self.meta[i].data)
+        self.lo, self.hi = lo, hi
         self.build()
 
     def build(self) -> None:
-        n = sum(len(c) for c in self.cols)
+        bi = self.bi
+        bi[:, K.BI_PSTART] = -1
+        bi[:, K.BI_PEND] = -1
+        n = sum(len(self.cols[i]) for i in range(self.lo, self.hi))
         pk = np.empty((4, n), np.int64)
-        bi = np.zeros((len(self.cols), K.BI_SIZE), np.int64)
         at = 0
         dat = 0
-        for i, (c, b, d) in enumerate(zip(self.cols, self.meta, self.datas)):
+        datas = []
+        for i in range(self.lo, self.hi):
+            c = self.cols[i]
             m = len(c)
             pk[0, at:at + m] = c.kind
             pk[1, at:at + m] = c.count
             pk[2, at:at + m] = c.payload.view(np.int64)
             pk[3, at:at + m] = c.pos
-            bi[i] = (at, at + m, b.ref_timestamp, int(b.consecutive), b.trace_nr, b.offset, len(d), dat, )[:K.BI_SIZE]
+            bi[i, K.BI_PSTART] = at
+            bi[i, K.BI_PEND] = at + m
+            bi[i, K.BI_DSTART] = dat
+            datas.append(self.meta[i].data)
             at += m
-            dat += len(d)
+            dat += int(bi[i, K.BI_DLEN])
         self.pk = pk
-        self.bi = bi
-        self.bd = np.frombuffer(b"".join(self.datas), dtype=np.uint8) if dat else np.zeros(1, np.uint8)
+        self.bd = np.frombuffer(b"".join(datas), dtype=np.uint8) if dat else np.zeros(1, np.uint8)
+
+    def index_at(self, b: int, byte: int) -> int:
+        """Index of the packet of buffer ``b`` (loaded) that starts at or before ``byte``."""
+        c = self.cols[b]
+        j = int(np.searchsorted(c.pos, byte, side="right")) - 1
+        return int(self.bi[b, K.BI_PSTART]) + max(j, 0)
 
     def retokenize(self, b: int, at: int) -> None:
         """perfmode's ``_index_at``: the packets of buffer ``b`` from byte ``at`` re-tokenized."""
         c = self.cols[b]
         j = int(np.searchsorted(c.pos, at, side="left"))
-        tail = tokenize_fast(self.datas[b][at:])
+        tail = tokenize_fast(self.meta[b].data[at:])
         from ptexport.pt.perfpkt import PacketColumns
 
         self.cols[b] = PacketColumns(
@@ -368,7 +418,9 @@ class QueueDecoder:
         return S, F
 
     def setup(self, at: tuple[int, int] | None = None) -> None:
-        """Fresh decoder state; ``at`` = (buffer, packet index): start there as at a new trace."""
+        """Fresh decoder state; ``at`` = (buffer, byte): start there (at a PSB) as at a new trace."""
+        if self.tokens.lo != 0:
+            self.tokens.load(0)
         S, F = self._init_state()
         self.S, self.F = S, F
         self.snap = np.zeros(K.NSTATE, np.int64)
@@ -392,10 +444,12 @@ class QueueDecoder:
         S[K.HAVE_THREAD] = int(have_thread)
         self._select(("setup", pid, have_thread))
         if at is not None:
-            b, idx = at
-            bi = self.tokens.bi
+            b, byte = at
+            tok = self.tokens
+            tok.load(b)
+            bi = tok.bi
             S[K.BUF] = b
-            S[K.IDX] = idx
+            S[K.IDX] = tok.index_at(b, byte)
             S[K.REF_TIMESTAMP] = bi[b, K.BI_REF]
             S[K.BUF_TIMESTAMP] = bi[b, K.BI_REF]
             S[K.ST_TRACE_NR] = bi[b, K.BI_TRACE_NR]
@@ -422,8 +476,21 @@ class QueueDecoder:
                 S[K.NITEM] = 0
             elif r == K.R_RETOK:
                 tok.retokenize(int(S[K.RETOK_BUF]), int(S[K.RETOK_POS]))
+            elif r == K.R_MORE:
+                self.slide(int(S[K.MORE_BUF]))
             if S[K.STACK_DEPTH] > _STACK:
                 raise OverflowError("return stack deeper than the fast decoder's")
+
+    def slide(self, need: int, first: int | None = None) -> None:
+        """Move the token window to start at the current buffer (or ``first``) and reach ``need``."""
+        S = self.S
+        tok = self.tokens
+        cur = int(S[K.BUF])
+        first = (cur if cur >= 0 else 0) if first is None else first
+        old = int(tok.bi[cur, K.BI_PSTART]) if 0 <= cur < len(tok.bi) else -1
+        tok.load(first, need)
+        if old >= 0 and tok.bi[cur, K.BI_PSTART] >= 0:
+            S[K.IDX] += int(tok.bi[cur, K.BI_PSTART]) - old
 
     def counts(self) -> tuple[int, int]:
         """(rows, items) produced so far, including those already taken."""

@@ -58,7 +58,7 @@ NSTATE
 P_RETCOMP P_BRANCH_ENABLE P_MTC_SHIFT P_CTC_N P_CTC_D P_CTC_MULT P_MNTR P_PERIOD_TYPE P_PERIOD P_FUP_NLIP
 P_PERIOD_MASK P_PERIOD_TICKS P_CTC_REM_MASK P_KERNEL_START P_FILTER P_BRANCHES P_ERRORS P_ERR_MINUS_O
 P_ERR_MINUS_L P_TIMELESS P_PER_CPU P_COUNT_ONLY P_RAW_INSN P_SINGLE P_STOP_BUF P_STOP_BYTE
-HAVE_THREAD CTX_LO CTX_HI NEED_IP NEED_TO NEED_MAX NEED_NR RETOK_BUF RETOK_POS NOUT NITEM STEP_NR NBRANCH
+HAVE_THREAD CTX_LO CTX_HI NEED_IP NEED_TO NEED_MAX NEED_NR RETOK_BUF RETOK_POS NOUT NITEM STEP_NR NBRANCH MORE_BUF
 S_SIZE
 """.split()
 for _i, _n in enumerate(_STATE_NAMES):
@@ -78,7 +78,7 @@ K_BUDGET = -1  # an unreported failure that counts toward perf's per-object budg
 K_SETUP_FAIL = -2  # a failure before the first timestamp
 
 # run() results.
-R_DONE, R_NEED, R_RETOK, R_CTX, R_OUTFULL, R_STOP, R_STEP = range(7)
+R_DONE, R_NEED, R_RETOK, R_CTX, R_OUTFULL, R_STOP, R_STEP, R_MORE = range(8)
 PH_SETUP, PH_RUN = 0, 1
 
 # Decoder packet states / type bits / flags / errors / ops (same numbers as perfmode).
@@ -104,6 +104,7 @@ _ELOOP = -40
 _ENOSYS = -38
 W_NEED = -1000
 W_RETOK = -1001
+W_MORE = -1002  # the next buffer is not in the loaded window
 
 _MAX_LOOPS = 10000
 _TSC_SLIP = 0x10000
@@ -132,6 +133,9 @@ def _get_data(S, BI, reposition):
         S[IDX] = 0
         S[STEP] = 0
         return _ENODATA
+    if BI[nxt, BI_PSTART] < 0:
+        S[MORE_BUF] = nxt
+        return W_MORE
     first = S[BUF] < 0
     S[BUF] = nxt
     S[IDX] = BI[nxt, BI_PSTART]
@@ -1003,7 +1007,10 @@ def _fup_in_psb(S, F, PK, BI, STK, HK, HV, BK, BND):
         if not err or err != _EAGAIN:
             return err
     S[PKT_STATE] = IN_SYNC
-    if _psb(S, F, PK, BI):
+    err = _psb(S, F, PK, BI)
+    if err == W_MORE:
+        return err
+    if err:
         S[PKT_STATE] = ERR_RESYNC
         return _ENOENT
     return 0
@@ -1527,7 +1534,7 @@ def _decode(S, F, PK, BI, BD, STK, HK, HV, BK, BND):
             err = _fup_in_psb(S, F, PK, BI, STK, HK, HV, BK, BND)
         else:
             err = _bug(S)
-        if err == W_NEED or err == W_RETOK:
+        if err == W_NEED or err == W_RETOK or err == W_MORE:
             return err
         if err != _ENOLINK:
             break
@@ -1711,7 +1718,9 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, BK, BND, O, IT):
                 S[k] = SNAP[k]
             for k in range(F_SIZE):
                 F[k] = FSNAP[k]
-            return R_NEED if err == W_NEED else R_RETOK
+            if err == W_NEED:
+                return R_NEED
+            return R_RETOK if err == W_RETOK else R_MORE
         e = S[ST_ERR]
         if S[PHASE] == PH_SETUP:
             if e:

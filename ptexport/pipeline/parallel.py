@@ -184,32 +184,39 @@ def _snapshot(qd: Any) -> tuple:
     return S.copy(), qd.F.copy(), qd.stk[:depth].copy(), qd.lastfail_name()
 
 
-def _segment_starts(tokens: Any, n: int, min_bytes: int) -> list[tuple[int, int, int]]:
-    """Up to n-1 PSBs cutting the queue into about equal byte ranges: (buffer, packet index, byte in buffer)."""
+def _segment_starts(tokens: Any, n: int, min_bytes: int) -> list[tuple[int, int]]:
+    """Up to n-1 PSBs cutting the queue into about equal byte ranges: (buffer, byte in buffer)."""
     from ptexport.flow import perffast_kernel as K
-    from ptexport.flow.perffast_tok import PSB
+    from ptexport.pt.perfpkt import PSB_BYTES
 
-    pk, bi = tokens.pk, tokens.bi
+    bi = tokens.bi
     total = int(bi[:, K.BI_DLEN].sum()) if len(bi) else 0
     n = min(n, total // max(min_bytes, 1))
     if n < 2:
         return []
-    psb = np.flatnonzero(pk[0] == PSB)
-    if not len(psb):
-        return []
-    bufs = np.searchsorted(bi[:, K.BI_PEND], psb, side="right")
-    absb = bi[bufs, K.BI_OFFSET] + pk[3, psb]
-    out = []
-    last = -1
+    starts = np.cumsum(np.concatenate([[0], bi[:, K.BI_DLEN]]))[:-1]
+    out: list[tuple[int, int]] = []
     for j in range(1, n):
-        i = int(np.searchsorted(absb, total * j // n))
-        if i < len(psb) and i > last and absb[i] > 0:
-            out.append((int(bufs[i]), int(psb[i]), int(pk[3, psb[i]])))
-            last = i
+        target = total * j // n
+        b = int(np.searchsorted(starts, target, side="right")) - 1
+        byte = target - int(starts[b])
+        found = None
+        while b < len(bi) and found is None:
+            data = tokens.meta[b].data
+            while byte < len(data):
+                chunk = bytes(data[byte:byte + (1 << 16) + 15])
+                at = chunk.find(PSB_BYTES)
+                if at >= 0:
+                    found = (b, byte + at)
+                    break
+                byte += 1 << 16
+            b, byte = b + 1, 0
+        if found is not None and found != (0, 0) and (not out or found > out[-1]):
+            out.append(found)
     return out
 
 
-def _segment_job(path: str, config: Any, qnum: int, at: tuple[int, int] | None, start_pos: tuple[int, int] | None,
+def _segment_job(path: str, config: Any, qnum: int, at: tuple[int, int] | None,
                  stop: tuple[int, int] | None, count_only: bool) -> dict:
     """In a worker: decode one segment (speculatively from its PSB unless it is the first)."""
     from ptexport.flow import perffast_kernel as K
@@ -223,7 +230,7 @@ def _segment_job(path: str, config: Any, qnum: int, at: tuple[int, int] | None, 
     records = []
     r = None
     if at is not None:
-        rec_stop = (start_pos[0], start_pos[1] + _WINDOW_BYTES)
+        rec_stop = (at[0], at[1] + _WINDOW_BYTES)
         while True:
             pos = qd.position()
             if pos >= rec_stop or (stop is not None and pos >= stop):
@@ -273,10 +280,14 @@ def _load_state(qd: Any, snap: tuple, pos: tuple[int, int]) -> None:
     b, byte = pos
     tok = qd.tokens
     if 0 <= b < len(tok.bi):
+        tok.load(b)
         for _ in range(2):
-            lo, hi = int(tok.bi[b, K.BI_PSTART]), int(tok.bi[b, K.BI_PEND])
-            j = lo + int(np.searchsorted(tok.pk[3, lo:hi], byte))
-            if j >= hi or tok.pk[3, j] == byte:
+            hi = int(tok.bi[b, K.BI_PEND])
+            j = tok.index_at(b, byte)
+            if byte >= int(tok.bi[b, K.BI_DLEN]):
+                j = hi
+                break
+            if tok.pk[3, j] == byte:
                 break
             tok.retokenize(b, byte)
         qd.S[K.IDX] = j
@@ -302,24 +313,22 @@ def _remap_fails(qd: Any, o: np.ndarray, names: list[str]) -> None:
     o[K.O_OBJ] = np.where(obj >= 0, remap[obj], -1)
 
 
-def _submit_segments(session: Any, qnum: int, pool: Any, starts: list[tuple[int, int, int]],
+def _submit_segments(session: Any, qnum: int, pool: Any, starts: list[tuple[int, int]],
                      count_only: bool) -> list[Any]:
     path = str(session.pd.path)
-    cuts = [(b, byte) for b, _, byte in starts]
     futs = []
     for k in range(len(starts) + 1):
-        at = None if k == 0 else (starts[k - 1][0], starts[k - 1][1])
-        start_pos = None if k == 0 else cuts[k - 1]
-        stop = cuts[k] if k < len(cuts) else None
-        futs.append(pool.submit(_segment_job, path, session.cfg, qnum, at, start_pos, stop, count_only))
+        at = None if k == 0 else starts[k - 1]
+        stop = starts[k] if k < len(starts) else None
+        futs.append(pool.submit(_segment_job, path, session.cfg, qnum, at, stop, count_only))
     return futs
 
 
-def _stitch_segments(futs: list[Any], starts: list[tuple[int, int, int]], qd: Any, count_only: bool) -> Any:
+def _stitch_segments(futs: list[Any], starts: list[tuple[int, int]], qd: Any, count_only: bool) -> Any:
     """Rows of one queue from its segments, equal to serial decoding (see above)."""
     from ptexport.flow import perffast_kernel as K
 
-    cuts = [(b, byte) for b, _, byte in starts]
+    cuts = list(starts)
     mask = _cmp_mask()
     os_, its = [], []
     nbranch = 0

@@ -53,7 +53,7 @@ def traces(tmp_path_factory):
     def make(variant):
         if variant not in made:
             d = tmp_path_factory.mktemp("synth")
-            assert main(["synth", "--out", str(d), "--program", *variant, "--branches", "8000"],
+            assert main(["synth", "--out", str(d), "--branches", "8000", "--program", *variant],
                         out=io.StringIO()) == 0
             made[variant] = d / "perf.data" if (d / "perf.data").exists() else d  # --kcore: a directory
         return made[variant]
@@ -241,3 +241,13 @@ def test_reference_queues_in_worker_pool(traces):
         for a, b in zip(serial, pooled):
             for c in _COLUMNS:
                 assert _norm(a.cols[c]) == _norm(b.cols[c]), c
+
+
+def test_token_window_slides(traces, monkeypatch):
+    """A one-buffer token window (memory bound) gives the same rows as the reference."""
+    monkeypatch.setattr(perffast, "_WINDOW", 1)
+    path = traces(("calls", "--ovf", "2", "--truncate", "2", "--branches", "20000"))
+    with open_perf_data(str(path)) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("be")))
+        assert max(len(b) for _, b in s.queues()) > 1
+    assert_same_queues(path)
