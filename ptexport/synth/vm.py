@@ -52,8 +52,10 @@ HOST_CR3 = 0x10A000
 MISC_KERNEL = 1
 
 # ground-truth kinds
-(K_TR_STRT, K_TR_END, K_JCC, K_JMP, K_CALL, K_RET, K_VMENTRY, K_VMEXIT) = range(8)
-KIND_NAMES = ("tr strt", "tr end", "jcc", "jmp", "call", "return", "vmentry", "vmexit")
+(K_TR_STRT, K_TR_END, K_JCC, K_JMP, K_CALL, K_RET, K_VMENTRY, K_VMEXIT, K_SYSCALL,
+ K_SYSRET) = range(10)
+KIND_NAMES = ("tr strt", "tr end", "jcc", "jmp", "call", "return", "vmentry", "vmexit",
+              "syscall", "sysret")
 
 TPI = 2                 # TSC ticks per instruction
 MTC_TICKS_UNIT = G.TSC_CTC_N // G.TSC_CTC_D
@@ -151,6 +153,14 @@ class Ctx:
     ip: int
     stack: list[int] = field(default_factory=list)
     known_from: int = 0      # stack entries below this depth are unknown to the decoder
+    also: tuple[Code, ...] = ()   # more code in the same address space (the guest kernel)
+    sysret_ip: int = 0       # where sysretq returns (the saved RCX)
+    insns: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.insns = dict(self.code.insns)
+        for c in self.also:
+            self.insns.update(c.insns)
 
 
 @dataclass
@@ -245,7 +255,7 @@ class VmEncoder:
         (host, returned as ("vmresume")).  Returns (time, instructions run)."""
         w = self.w
         rng = self.rng
-        insns = ctx.code.insns
+        insns = ctx.insns
         stack = ctx.stack
         n = 0
         cpu = self.cpu
@@ -284,6 +294,17 @@ class VmEncoder:
                 self._mtcs_upto(t)
                 w.tip(nxt)
                 add(t, cpu, *who, ip, nxt, K_CALL)
+            elif kind == "syscall":
+                ctx.sysret_ip = nxt
+                nxt = ins.target
+                self._mtcs_upto(t)
+                w.tip(nxt)
+                add(t, cpu, *who, ip, nxt, K_SYSCALL)
+            elif kind == "sysret":
+                nxt = ctx.sysret_ip
+                self._mtcs_upto(t)
+                w.tip(nxt)
+                add(t, cpu, *who, ip, nxt, K_SYSRET)
             elif kind == "ret":
                 if not stack:
                     raise SynthError(f"vm generator: ret with an empty stack at {ip:#x}")
@@ -316,8 +337,8 @@ def synthesize_vm(out_dir: str | Path, opts: VmOptions) -> dict:
         raise SynthError(f"cannot create {out}: {e.strerror}") from e
     rng = random.Random(opts.seed)
     hcode = host_code(HOST_KBASE)
-    gk = guest_code(GUEST_KBASE, "gk")
-    gu = guest_code(GUEST_UBASE, "gu")
+    gk = guest_code(GUEST_KBASE, "gk", kernel=True)
+    gu = guest_code(GUEST_UBASE, "gu", syscall_entry=gk.labels["gk_syscall_entry"])
     host_dir, guest_dir = out / "host.data", out / "guest.data"
     write_kcore_dir(host_dir / "kcore_dir", hcode)
     write_kcore_dir(guest_dir / "kcore_dir", gk)
@@ -333,7 +354,8 @@ def synthesize_vm(out_dir: str | Path, opts: VmOptions) -> dict:
             threads.append(GuestThread(50 + v, 50 + v, f"kworker/{v}", Ctx(gk, gk.labels["gk_main"]),
                                        0x2000 + 0x1000 * v, False))
         if opts.guest in ("user", "mixed"):
-            threads.append(GuestThread(700, 700 + v, "gprog", Ctx(gu, gu.labels["gu_main"]),
+            threads.append(GuestThread(700, 700 + v, "gprog",
+                                       Ctx(gu, gu.labels["gu_main"], also=(gk,)),
                                        0x80000 + 0x1000 * v, True))
         vcpus.append(Vcpu(v, P + 1 + v, 0x1BFF6A + 0x1C9E * v, offsets[v],
                           Ctx(hcode, hcode.labels["vcpu_run"]), threads))
@@ -467,7 +489,7 @@ def run_slot(enc: VmEncoder, vc: Vcpu, t: int, opts: VmOptions, rng: random.Rand
     # run the host until the exit handler's indirect call, where tracing stops
     ctx = vc.host
     while True:
-        ins = ctx.code.insns[ctx.ip]
+        ins = ctx.insns[ctx.ip]
         if ins.kind == "icall":
             t += TPI
             tgt = rng.choice(ins.targets)

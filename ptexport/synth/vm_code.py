@@ -3,7 +3,9 @@ the files perf reads code from (a static ELF for user code, a kcore_dir for kern
 
 Every instruction the generator uses has one fixed encoding, so layout is one pass and the
 walker needs no disassembler: ``nop`` (90), ``call rel32`` (e8), ``jmp rel32`` (e9),
-``jz rel32`` (0f 84), ``call *%rax`` (ff d0), ``ret`` (c3), ``vmresume`` (0f 01 c3).
+``jz rel32`` (0f 84), ``call *%rax`` (ff d0), ``ret`` (c3), ``vmresume`` (0f 01 c3),
+``syscall`` (0f 05, to the kernel entry given as ``syscall_entry``) and ``sysretq``
+(48 0f 07).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from pathlib import Path
 
 from ptexport.errors import SynthError
 
-SIZES = {"nop": 1, "call": 5, "jmp": 5, "jz": 6, "icall": 2, "ret": 1, "vmresume": 3}
+SIZES = {"nop": 1, "call": 5, "jmp": 5, "jz": 6, "icall": 2, "ret": 1, "vmresume": 3,
+         "syscall": 2, "sysret": 3}
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class Code:
         return self.base + len(self.data)
 
 
-def assemble(base: int, program: list, functions: tuple[str, ...]) -> Code:
+def assemble(base: int, program: list, functions: tuple[str, ...], syscall_entry: int = 0) -> Code:
     """``program``: a list of ``"label:"`` strings and ``(kind, arg)`` tuples."""
     labels: dict[str, int] = {}
     ip = base
@@ -75,6 +78,12 @@ def assemble(base: int, program: list, functions: tuple[str, ...]) -> Code:
         elif kind == "vmresume":
             out += b"\x0f\x01\xc3"
             insns[ip] = Insn(ip, kind, size)
+        elif kind == "syscall":
+            out += b"\x0f\x05"
+            insns[ip] = Insn(ip, kind, size, target=syscall_entry)
+        elif kind == "sysret":
+            out += b"\x48\x0f\x07"
+            insns[ip] = Insn(ip, kind, size)
         else:
             raise SynthError(f"unknown instruction kind {kind!r}")
         ip += size
@@ -82,25 +91,35 @@ def assemble(base: int, program: list, functions: tuple[str, ...]) -> Code:
     return Code(base, bytes(out), insns, labels, syms)
 
 
-def _body(prefix: str, nfuncs: int) -> tuple[list, tuple[str, ...]]:
+def _body(prefix: str, nfuncs: int, syscalls: bool = False,
+          kernel_entry: bool = False) -> tuple[list, tuple[str, ...]]:
     """A main loop calling ``nfuncs`` small functions directly and through a pointer,
-    with conditional branches whose outcome the walker chooses."""
+    with conditional branches whose outcome the walker chooses (and, for user code, a
+    system call per round; for kernel code, the system call entry ending in sysretq)."""
     p = prefix
     fn = [f"{p}_f{i}" for i in range(nfuncs)]
     prog: list = [f"{p}_main:"]
     for i in range(nfuncs):
         prog += [("nop",), ("call", fn[i]), ("jz", f"{p}_m{i}"), ("nop",), f"{p}_m{i}:",
                  ("icall", fn)]
+        if syscalls and i == nfuncs // 2:
+            prog += [("nop",), ("syscall",)]
     prog += [("nop",), ("jmp", f"{p}_main")]
+    if kernel_entry:
+        prog += [f"{p}_syscall_entry:", ("nop",), ("call", fn[0]), ("jz", f"{p}_se_x"),
+                 ("icall", fn), f"{p}_se_x:", ("nop",), ("sysret",)]
     for i in range(nfuncs):
         prog += [f"{fn[i]}:", ("nop",), f"{fn[i]}_l:", ("nop",), ("jz", f"{fn[i]}_x"), ("nop",),
                  ("jz", f"{fn[i]}_l"), f"{fn[i]}_x:", ("nop",), ("ret",)]
-    return prog, (f"{p}_main", *fn)
+    return prog, (f"{p}_main", *fn) + ((f"{p}_syscall_entry",) if kernel_entry else ())
 
 
-def guest_code(base: int, prefix: str, nfuncs: int = 4) -> Code:
-    prog, funcs = _body(prefix, nfuncs)
-    return assemble(base, prog, funcs)
+def guest_code(base: int, prefix: str, nfuncs: int = 4, *, kernel: bool = False,
+               syscall_entry: int = 0) -> Code:
+    """Guest kernel code (with a system call entry) or guest user code (making system calls
+    to ``syscall_entry`` when given)."""
+    prog, funcs = _body(prefix, nfuncs, syscalls=bool(syscall_entry), kernel_entry=kernel)
+    return assemble(base, prog, funcs, syscall_entry)
 
 
 def host_code(base: int) -> Code:

@@ -32,6 +32,12 @@ _LINE = re.compile(r"^\s*(?:VM:\s*(\d+)\s+VCPU:(\d+)\s+)?(-?\d+)/(-?\d+)\s+\[(\d
                    r"\s+(.*?)\s+([0-9a-f]+) =>\s+([0-9a-f]+)\s*$")
 FIELDS = "machine_pid,vcpu,pid,tid,cpu,time,flags,ip,addr"
 
+# perf 6.1's flags text for each ground-truth kind (vm.KIND_NAMES order).  Tracing stops at
+# an indirect call here, hence "tr end  call".  A VM exit's flags (branch|async|vmexit|
+# interrupt... = 4131) have no name in perf 6.1, which prints the flag letters "bcyh".
+PERF_FLAGS = ("tr strt", "tr end  call", "jcc", "jmp", "call", "return", "vmentry", "bcyh",
+              "syscall", "sysret")
+
 
 def _perf() -> str:
     perf = shutil.which("perf")
@@ -155,6 +161,14 @@ def compare(out: Path, perf: VmPerfBranches, *, guest_sideband: bool = True) -> 
                     i = int(bad[0])
                     res["first_mismatch"] = {"cpu": int(cpu), "index": i, "column": k,
                                              "truth": int(a[i]), "perf": int(b[i])}
+        want = [PERF_FLAGS[k] for k in truth["kind"][ts][:n]]
+        got = [f for f, keep in zip(perf.flags, ps) if keep][:n]
+        bad = [i for i, (a, b) in enumerate(zip(want, got)) if a != b]
+        if bad:
+            res["mismatches"] += len(bad)
+            if res["first_mismatch"] is None:
+                res["first_mismatch"] = {"cpu": int(cpu), "index": bad[0], "column": "flags",
+                                         "truth": want[bad[0]], "perf": got[bad[0]]}
         dt = np.abs(truth["time"][ts][:n].astype(np.int64) - perf.time[ps][:n])
         if n:
             res["max_time_error_ns"] = max(res["max_time_error_ns"], int(dt.max()))

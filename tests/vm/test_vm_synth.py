@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ptexport.errors import UsageError
-from ptexport.synth.vm import K_VMENTRY, K_VMEXIT, VmOptions, synthesize_vm
+from ptexport.synth.vm import K_SYSCALL, K_SYSRET, K_VMENTRY, K_VMEXIT, VmOptions, synthesize_vm
 from ptexport.synth.vm_verify import compare, parse, perf_pipeline, vm_time_correlation
 
 from ptxtest import needs_perf
@@ -41,6 +41,11 @@ def test_layout_and_truth(mixed):
     assert ((t["kind"] == K_VMENTRY) & ~guest & (t["to_ip"] == 0)).sum() == n_entry // 2
     assert ((t["kind"] == K_VMEXIT) & guest & (t["to_ip"] == 0)).sum() == \
         (t["kind"] == K_VMEXIT).sum() // 2
+    # the guest user threads make system calls into the guest kernel and return (sysretq)
+    sc = t["kind"] == K_SYSCALL
+    assert sc.sum() > 10 and (t["from_ip"][sc] < 0x500000).all()
+    assert (t["to_ip"][sc] >= 0xFFFFFFFF80000000).all()
+    assert abs(int(sc.sum()) - int((t["kind"] == K_SYSRET).sum())) <= 2
     vm = meta["vcpus"]
     assert vm[0]["vmcs"] != vm[1]["vmcs"]
     assert meta["guest_psbs"] > 0
