@@ -280,3 +280,36 @@ def default_kernel_start(kernel_map_starts: list[int]) -> int:
 
 def exists(path: str) -> bool:
     return Path(path).exists()
+
+
+# perf marks an object's data unreadable (DSO_DATA_STATUS_ERROR) outside Intel PT
+# decoding too; an object so marked before its first PT read reports one
+# "Failed to get instruction" instead of two.  Two places do it in perf 6.1:
+#
+# * perf script fetches the instruction at every sample it prints that carries
+#   none (script_fetch_insn -> arch_fetch_insn -> thread__memcpy): the 'cycles'
+#   samples of a recording read the object at their ip;
+# * an mmap of [vdso] makes perf ask the thread's other objects for their ELF
+#   class (machine__thread_dso_type -> dso__type): in address order, every map
+#   of a file ('/'-named) is opened until one is a readable ELF.
+
+
+def sample_fetch_marks(obj: CodeObject | None) -> list[CodeObject]:
+    """The object perf script's instruction fetch at a sample's ip marks unreadable (if any)."""
+    return [obj] if obj is not None and obj.data is None else []
+
+
+def vdso_probe_marks(objs: list[CodeObject]) -> list[CodeObject]:
+    """Objects perf's ELF-class probe at a [vdso] mmap marks unreadable.
+
+    ``objs``: the objects of the thread's file maps ('/'-named) in address order.
+    The probe stops at the first object that reads as an ELF file.
+    """
+    out = []
+    for obj in objs:
+        if obj.data is None:
+            out.append(obj)
+            continue
+        if bytes(obj.data[:4]) == b"\x7fELF" and len(obj.data) >= 16 and obj.data[4] in (1, 2):
+            break
+    return out

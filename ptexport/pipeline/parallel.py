@@ -440,7 +440,7 @@ def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | N
         return len(cols) - n_err, n_err
     parts = _decode_all(session, jobs, True, min_segment_bytes)
     kinds = [np.asarray(p.cols["kind"]) for p in parts]
-    if any((k == K_BUDGET).any() for k in kinds):
+    if any((k == K_BUDGET).any() for k in kinds) or session.data_error_marks():
         # Silent failures share perf's per-object budget with reported ones: order matters.
         cols = session.decode(jobs)
         n_err = int((cols.kind == EV_ERROR).sum())

@@ -264,6 +264,9 @@ class PerfSession:
         self.switches: list[Any] = []  # SWITCH / SWITCH_CPU_WIDE records, file order
         self.buffer_nr: dict[int, int] = {}  # id(AUXTRACE record) -> place among all AUXTRACE records
         self.event_tscs: list[tuple[int, bool]] = []  # timestamped records as TSC, perf's order
+        # Outside PT decoding perf marks objects unreadable at these (see codewalk.sample_fetch_marks):
+        self.sample_ips: list[tuple[int, int, int]] = []  # (time, pid, ip) of non-PT SAMPLE records
+        self.vdso_mmaps: list[tuple[int, int]] = []  # (time, pid) of [vdso] mmaps
         self._cpu_index: dict[int, _CpuIndex] = {}
         self._obj_ids: dict[str, int] = {}
         self._branches_filter = 0
@@ -501,7 +504,7 @@ class PerfSession:
         if not self.timeless and len(cols["kind"]):
             order = self._perf_order(parts, len(lost), cols)
             cols = {c: v[order] for c, v in cols.items()}
-        keep = self._perf_failure_budget(cols, [f for p in parts for f in p.setup_failures])
+        keep = self._perf_failure_budget(cols, [f for p in parts for f in p.setup_failures], self.data_error_marks())
         cols = {c: v[keep] for c, v in cols.items()}
         del cols["obj"], cols["step"]
         return SampleColumns(**cols)
@@ -616,15 +619,60 @@ class PerfSession:
             ranks[i] = key_rank.get(k, len(emitted))
         return np.lexsort((np.arange(len(queue)), ranks))
 
+    def data_error_marks(self) -> dict[int, int]:
+        """Object id -> TSC at which perf (outside PT decoding) first marks the object unreadable.
+
+        perf script fetches the instruction at each non-PT sample's ip, and a
+        [vdso] mmap probes the thread's file maps for their ELF class; both open
+        the object and, when that fails, set its data status to ERROR.
+        """
+        from ptexport.pipeline.codewalk import sample_fetch_marks, vdso_probe_marks
+
+        if self.timeless or self.tc is None:
+            return {}
+        arch = self.pd.features.get("arch")
+        native = not arch or str(arch) == "x86_64"  # perf script fetches instructions on the native arch only
+        found: list[tuple[int, str]] = []
+        lookup = self._lookup()
+        if native:
+            for time, pid, ip in self.sample_ips:
+                lookup.pid, lookup.time = pid, time
+                hit = lookup(ip, ip >= self.kernel_start)
+                found += [(time, o.name) for o in sample_fetch_marks(hit[3] if hit else None)]
+        host = self.sb.host
+        for time, pid in self.vdso_mmaps:
+            objs, last = [], None
+            for e in host.maps(pid).live_at(time):
+                if e is last or not e.filename.startswith("/"):
+                    continue
+                last = e
+                objs.append(self.objects.get(e.filename, e.build_id or self.build_ids.get(e.filename)))
+            found += [(time, o.name) for o in vdso_probe_marks(objs)]
+        marks: dict[int, int] = {}
+        for time, name in found:
+            tsc = int(self.tc.perf_time_to_tsc(time))
+            obj = self._obj_id(name)
+            if obj not in marks or tsc < marks[obj]:
+                marks[obj] = tsc
+        return marks
+
     @staticmethod
-    def _perf_failure_budget(cols: dict[str, np.ndarray], setup_failures: list[int]) -> np.ndarray:
-        """Rows to keep: an object's failures past perf's first two are silent in perf."""
+    def _perf_failure_budget(cols: dict[str, np.ndarray], setup_failures: list[int],
+                             marks: dict[int, int] | None = None) -> np.ndarray:
+        """Rows to keep: an object's failures past perf's first two are silent in perf.
+
+        ``marks`` (object id -> TSC) are objects perf found unreadable outside PT
+        decoding: one marked before its first PT read reports only that read.
+        """
         seen: dict[int, int] = {}
         for obj in setup_failures:
             seen[obj] = seen.get(obj, 0) + 1
         keep = cols["kind"] >= 0
+        tscs = cols["tsc"]
         for i in np.flatnonzero(cols["obj"] >= 0):
             obj = int(cols["obj"][i])
+            if marks and obj not in seen and obj in marks and marks[obj] <= int(tscs[i]):
+                seen[obj] = 1  # status ERROR already: the first PT read reports, later ones are silent
             n = seen.get(obj, 0) + 1
             seen[obj] = n
             if n > _REPORTED_FAILURES_PER_OBJECT:
@@ -641,6 +689,9 @@ def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
     switches: list[Any] = []
     buffer_nr: dict[int, int] = {}
     events: list[tuple[int, bool]] = []  # (perf time, AUX record reporting lost data)
+    sample_ips: list[tuple[int, int, int]] = []
+    vdso_mmaps: list[tuple[int, int]] = []
+    pmu_type = getattr(getattr(pd, "auxtrace_info", None), "pmu_type", None)
 
     def tap(records: Iterable[Any]):
         for rec in records:
@@ -650,6 +701,11 @@ def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
                 streams.setdefault(key, []).append(rec)
             elif rec.type < 64 and rec.time:
                 events.append((rec.time, rec.type == RecordType.AUX and bool(rec.flags & 0x01)))  # TRUNCATED: perf 6.1 reports lost data
+                if rec.type == RecordType.SAMPLE:
+                    if rec.ip and rec.pid is not None and getattr(rec.attr, "type", None) != pmu_type:
+                        sample_ips.append((rec.time, rec.pid, rec.ip))
+                elif rec.type in (RecordType.MMAP, RecordType.MMAP2) and rec.filename == "[vdso]":
+                    vdso_mmaps.append((rec.time, rec.pid))
                 if rec.type in (RecordType.SWITCH, RecordType.SWITCH_CPU_WIDE):
                     switches.append(rec)
             yield rec
@@ -658,6 +714,8 @@ def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
                         auxtrace_info=getattr(pd, "auxtrace_info", None), exec_clears_maps=False)
     session = PerfSession(pd, sb, config, streams)
     session.switches = switches
+    session.sample_ips = sample_ips
+    session.vdso_mmaps = vdso_mmaps
     session.buffer_nr = buffer_nr
     events.sort(key=lambda e: e[0])  # perf's ordered events: by time, file order within a time
     if not session.timeless and session.tc is not None:
