@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ptexport.pt.perfpkt import Pkt, tokenize
 
 M64 = (1 << 64) - 1
@@ -69,6 +71,55 @@ class TscPatch:
     new: int
 
 
+def _kind_table() -> np.ndarray:
+    from ptexport.pt.packets import PacketKind as K
+
+    t = np.full(256, int(Pkt.BAD), dtype=np.uint8)
+    pairs = {K.PAD: Pkt.PAD, K.TNT_8: Pkt.TNT, K.TNT_64: Pkt.TNT, K.TIP: Pkt.TIP,
+             K.TIP_PGE: Pkt.TIP_PGE, K.TIP_PGD: Pkt.TIP_PGD, K.FUP: Pkt.FUP, K.PIP: Pkt.PIP,
+             K.MODE_EXEC: Pkt.MODE_EXEC, K.MODE_TSX: Pkt.MODE_TSX, K.STOP: Pkt.TRACESTOP,
+             K.CBR: Pkt.CBR, K.TSC: Pkt.TSC, K.MTC: Pkt.MTC, K.TMA: Pkt.TMA, K.CYC: Pkt.CYC,
+             K.VMCS: Pkt.VMCS, K.OVF: Pkt.OVF, K.PSB: Pkt.PSB, K.PSBEND: Pkt.PSBEND,
+             K.MNT: Pkt.MNT, K.PTW: Pkt.PTWRITE, K.EXSTOP: Pkt.EXSTOP, K.MWAIT: Pkt.MWAIT,
+             K.PWRE: Pkt.PWRE, K.PWRX: Pkt.PWRX, K.BBP: Pkt.BBP, K.BIP: Pkt.BIP,
+             K.BEP: Pkt.BEP, K.CFE: Pkt.CFE, K.EVD: Pkt.EVD}
+    for a, b in pairs.items():
+        t[int(a)] = int(b)
+    return t
+
+
+def packet_lists(data) -> tuple[list, list, list, list]:
+    """(kinds as Pkt, counts, payloads, offsets) of a buffer, payloads in perf's form (PIP:
+    the NR bit; VMCS: the raw 40-bit field; TMA: CTC with the fast counter as count).
+
+    The compiled columnar decoder is used when numba is installed (a decode error there
+    resynchronizes at the next PSB, as perf's decoder does after a bad packet); otherwise
+    the perf-style tokenizer."""
+    from ptexport.pt import fastdecode
+
+    if fastdecode.numba is None:
+        pk = tokenize(data)
+        return pk.kind.tolist(), pk.count.tolist(), pk.payload.tolist(), pk.pos.tolist()
+    from ptexport.pt.packets import PacketKind as K
+
+    cols, _errors = fastdecode.decode_columns_fast(data)
+    kind = cols["kind"]
+    keep = kind != int(K.PAD)          # perf's lookaheads skip PADs; nothing else does
+    kind = kind[keep]
+    p0 = cols["p0"][keep]
+    p1 = cols["p1"][keep]
+    payload = p0.copy()
+    pip = kind == int(K.PIP)
+    payload[pip] = p1[pip] & np.uint64(1)
+    vm = kind == int(K.VMCS)
+    payload[vm] = p0[vm] >> np.uint64(12)
+    count = np.zeros(len(kind), dtype=np.uint64)
+    tma = kind == int(K.TMA)
+    count[tma] = p1[tma]
+    return (_KINDS[kind].tolist(), count.tolist(), payload.tolist(),
+            cols["offset"][keep].tolist())
+
+
 def parse_offsets(spec: str) -> tuple[int, dict[int, int]]:
     """perf's option syntax: ``[<TSC Offset> [: <VMCS> [, <VMCS>]...]]...`` (hex or decimal).
     Returns (default offset, {vmcs: offset}); raises ValueError on bad text."""
@@ -106,6 +157,9 @@ class _Lookahead:
         self.pip_payload = self.vmcs_payload = self.tma_ctc = self.tma_fc = 0
         self.ctc_delta = ctc_delta
         self.last_ctc = last_ctc
+
+
+_KINDS = _kind_table()
 
 
 class VmTimeCorrelator:
@@ -401,11 +455,7 @@ class _Queue:
                 self.have_tma = False
                 self.ref_timestamp = buf.ref_timestamp
                 self.same_buf = False
-            pk = tokenize(buf.data)
-            kinds = pk.kind.tolist()
-            counts = pk.count.tolist()
-            payloads = pk.payload.tolist()
-            positions = pk.pos.tolist()
+            kinds, counts, payloads, positions = packet_lists(buf.data)
             k = (kinds, counts, payloads)
             skip_to_psb = False
             for i, t in enumerate(kinds):

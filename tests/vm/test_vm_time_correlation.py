@@ -174,3 +174,15 @@ def test_variants_equal_perf(variant, tmp_path):
     rc, _ = _ptexport("vm-time-correlation", str(out / "host.data"), "-o", str(tmp_path / "ours"))
     assert rc == 0
     assert (tmp_path / "ours" / "data").read_bytes() == (perf_copy / "data").read_bytes()
+
+
+def test_compiled_and_python_packet_paths_agree(two_offsets, monkeypatch):
+    from ptexport.cli.vm_time_correlation import correlate
+    from ptexport.pt import fastdecode
+
+    out, _ = two_offsets
+    fast = correlate(str(out / "host.data"))[:2]
+    monkeypatch.setattr(fastdecode, "numba", None)
+    slow = correlate(str(out / "host.data"))[:2]
+    assert fast == slow
+    assert sum(len(v) for v in fast[1].values()) > 0
