@@ -126,19 +126,38 @@ def vmcs(w: PacketWriter, value: int) -> None:
 # -- ground truth -------------------------------------------------------------------------------
 
 class Truth:
+    """Ground-truth rows, packed into numpy chunks as they come (a few bytes per branch)."""
+
     COLS = ("tsc", "cpu", "machine_pid", "vcpu", "pid", "tid", "from_ip", "to_ip", "kind")
+    TYPES = (np.uint64, np.int32, np.int32, np.int32, np.int32, np.int32, np.uint64, np.uint64,
+             np.uint8)
+    CHUNK = 1 << 18
 
     def __init__(self) -> None:
         self.rows: list[tuple] = []
+        self.chunks: list[list[np.ndarray]] = []
+        self.n = 0
 
     def add(self, *row) -> None:
         self.rows.append(row)
+        if len(self.rows) >= self.CHUNK:
+            self._pack()
+
+    def _pack(self) -> None:
+        if self.rows:
+            cols = list(zip(*self.rows))
+            self.chunks.append([np.array(c, dtype=t) for c, t in zip(cols, self.TYPES)])
+            self.n += len(self.rows)
+            self.rows = []
+
+    def __len__(self) -> int:
+        return self.n + len(self.rows)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        types = (np.uint64, np.int32, np.int32, np.int32, np.int32, np.int32, np.uint64,
-                 np.uint64, np.uint8)
-        cols = list(zip(*self.rows)) if self.rows else [()] * len(self.COLS)
-        out = {k: np.array(c, dtype=t) for k, c, t in zip(self.COLS, cols, types)}
+        self._pack()
+        out = {k: (np.concatenate([ch[i] for ch in self.chunks]) if self.chunks
+                   else np.zeros(0, dtype=t))
+               for i, (k, t) in enumerate(zip(self.COLS, self.TYPES))}
         out["time"] = G.tsc_to_ns(out["tsc"])
         return out
 
@@ -368,7 +387,7 @@ def synthesize_vm(out_dir: str | Path, opts: VmOptions) -> dict:
     on_cpu: list[int | None] = [None] * opts.cpus
     vcpu_free = [0] * opts.vcpus
     slot = 0
-    while len(truth.rows) < opts.branches:
+    while len(truth) < opts.branches:
         # the next slot: the CPU that is free first runs the VCPU that waited longest
         c = min(range(opts.cpus), key=lambda k: cpu_free[k])
         v = min(range(opts.vcpus), key=lambda k: (vcpu_free[k], k))
@@ -401,7 +420,7 @@ def synthesize_vm(out_dir: str | Path, opts: VmOptions) -> dict:
     meta = {
         "options": asdict(opts),
         "machine_pid": P,
-        "branches": len(truth.rows),
+        "branches": len(truth),
         "kinds": list(KIND_NAMES),
         "pt_bytes": sum(len(e.w.buf) for e in encoders),
         "guest_psbs": sum(e.guest_psbs for e in encoders),
