@@ -447,6 +447,8 @@ def _calc_cbr(S, F):
     S[CUR_CBR] = cbr
     F[F_CBR_CYC_TO_TSC] = F[F_MNTR] / cbr if cbr else 0.0
     F[F_TSC_TO_CYC] = cbr / F[F_MNTR] if F[F_MNTR] else 0.0
+    S[CYC_REF_TIMESTAMP] = S[TIMESTAMP]
+    S[CYCLE_CNT] = 0
     if S[PGE]:
         _mtc_cyc_cnt_pge(S)
 

@@ -622,6 +622,10 @@ class PerfDecoder:
             return
         self.cbr = cbr
         self.cbr_cyc_to_tsc = self.max_non_turbo_ratio_fp / cbr if cbr else 0.0
+        # perf 6.1.y (stable backport of "Fix CYC timestamps after standalone CBR"):
+        # CYC counts restart from the CBR's time.
+        self.cyc_ref_timestamp = self.timestamp
+        self.cycle_cnt = 0
         self.tsc_to_cyc = cbr / self.max_non_turbo_ratio_fp if self.max_non_turbo_ratio_fp else 0.0
         if self.pge:
             self._mtc_cyc_cnt_pge()
