@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ptexport.errors import InputError, UsageError
 from ptexport.perfdata import open_perf_data
-from ptexport.perfdata.constants import RecordType
+from ptexport.perfdata.constants import PERF_RECORD_MISC_SWITCH_OUT, RecordType
 from ptexport.pt.vmtime import VmBuffer, VmTimeConfig, VmTimeCorrelator, parse_offsets
 
 NAME = "vm-time-correlation"
@@ -30,6 +30,9 @@ def add_arguments(parser) -> None:
                              "(repeatable; without :VMCS it applies to every VMCS)")
     parser.add_argument("-o", "--output", metavar="OUT",
                         help="where to write the corrected copy (required without --dry-run)")
+    parser.add_argument("--vcpus", action="store_true",
+                        help="also list each VMCS with the host thread(s) that ran it (from "
+                             "the context switches) and the VCPU its 'CPU n/KVM' name gives")
 
 
 def correlate(trace: str, spec: str = "") -> tuple[list[str], dict, object]:
@@ -60,18 +63,70 @@ def correlate(trace: str, spec: str = "") -> tuple[list[str], dict, object]:
         for key in sorted(queues, key=lambda k: (k[0] != "cpu", k[1])):
             recs = queues[key]
             bufs = [VmBuffer(bytes(pd.aux_data(r)), r.reference, i > 0) for i, r in enumerate(recs)]
-            for p in corr.run_queue(bufs):
+            for p in corr.run_queue(bufs, key):
                 rec = recs[p.buffer]
                 patches.setdefault(rec.src or main, []).append((rec.data_offset + p.pos + 1, p.new))
     return corr.messages, patches, corr
 
 
+def vcpu_table(trace: str, corr) -> list[dict]:
+    """Each VMCS seen with the host threads that ran it: the VMCS packet's time and CPU
+    give the thread switched in there (SWITCH_CPU_WIDE); a thread named ``CPU n/KVM`` is
+    VCPU n of its process (perf inject's rule)."""
+    import bisect
+    import re
+
+    comms: dict[int, tuple[int, str]] = {}
+    ins: dict[int, list[tuple[int, int, int]]] = {}
+    with open_perf_data(trace) as pd:
+        tc = pd.time_conv
+        for rec in pd.records(types=[RecordType.COMM, RecordType.SWITCH_CPU_WIDE]):
+            if rec.type == RecordType.COMM:
+                comms[rec.tid] = (rec.pid, rec.comm)
+            elif not rec.misc & PERF_RECORD_MISC_SWITCH_OUT and rec.sample_id is not None:
+                sid = rec.sample_id
+                ins.setdefault(sid.cpu, []).append((sid.time or 0, sid.pid, sid.tid))
+    if tc is None:
+        return []
+    for v in ins.values():
+        v.sort()
+    seen: dict[tuple, int] = {}
+    for queue, tsc, vmcs in corr.vmcs_seen:
+        cpu = queue[1] if isinstance(queue, tuple) and queue[0] == "cpu" else None
+        timeline = ins.get(cpu, [])
+        k = bisect.bisect_right(timeline, (tc.tsc_to_perf_time(tsc), 1 << 62, 0)) - 1
+        pid, tid = (timeline[k][1], timeline[k][2]) if k >= 0 else (-1, -1)
+        seen[(vmcs, pid, tid)] = seen.get((vmcs, pid, tid), 0) + 1
+    rows = []
+    for (vmcs, pid, tid), n in sorted(seen.items()):
+        comm = comms.get(tid, (pid, ""))[1]
+        m = re.match(r"CPU (\d+)/KVM$", comm)
+        info = corr.vmcs_table.get(vmcs)
+        rows.append({"vmcs": vmcs, "pid": pid, "tid": tid, "comm": comm,
+                     "vcpu": int(m.group(1)) if m else None, "vmcs_packets": n,
+                     "tsc_offset": info.tsc_offset if info is not None and info.tsc_offset else None})
+    return rows
+
+
+def vcpu_report(trace: str, corr) -> list[str]:
+    lines = []
+    for r in vcpu_table(trace, corr):
+        vcpu = f"VCPU {r['vcpu']}" if r["vcpu"] is not None else "VCPU ?"
+        off = f"TSC Offset {r['tsc_offset']:#x}" if r["tsc_offset"] is not None else "TSC Offset ?"
+        lines.append(f"VMCS {r['vmcs']:#x}: pid {r['pid']} tid {r['tid']} ({r['comm'] or '?'}) "
+                     f"{vcpu}, {r['vmcs_packets']} VMCS packets, {off}")
+    return lines
+
+
 def run(args, out) -> int:
     if not args.dry_run and not args.output:
         raise UsageError("give --output OUT for the corrected copy, or --dry-run")
-    messages, patches, _ = correlate(args.trace, " ".join(args.offset))
+    messages, patches, corr = correlate(args.trace, " ".join(args.offset))
     for m in messages:
         out.write(m + "\n")
+    if args.vcpus:
+        for line in vcpu_report(args.trace, corr):
+            out.write(line + "\n")
     if args.dry_run:
         return 0
     src, dst = Path(args.trace), Path(args.output)

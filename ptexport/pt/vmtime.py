@@ -169,6 +169,9 @@ class VmTimeCorrelator:
         self.cfg = cfg
         self.vmcs_table: dict[int, VmcsInfo] = {}
         self.messages: list[str] = []
+        # (queue, perf's timestamp (TSC) at the packet, VMCS) of every VMCS packet seen after
+        # the first timestamp: which thread ran which VMCS is a sideband question
+        self.vmcs_seen: list[tuple[object, int, int]] = []
         n, d = cfg.tsc_ctc_ratio_n, cfg.tsc_ctc_ratio_d
         self.mult = n // d if n and d and n % d == 0 else 0
 
@@ -194,9 +197,11 @@ class VmTimeCorrelator:
 
     # -- one queue -------------------------------------------------------------------------
 
-    def run_queue(self, buffers: list[VmBuffer]) -> list[TscPatch]:
+    def run_queue(self, buffers: list[VmBuffer], queue: object = None) -> list[TscPatch]:
         """Walk one queue's buffers (in order); returns the TSC packets translated."""
-        return _Queue(self, buffers).run()
+        q = _Queue(self, buffers)
+        q.queue = queue
+        return q.run()
 
 
 class _Queue:
@@ -217,6 +222,7 @@ class _Queue:
         self.last_reliable_timestamp = cfg.first_timestamp
         self.printed: set[str] = set()
         self.patches: list[TscPatch] = []
+        self.queue: object = None
 
     def _log(self, msg: str) -> None:
         self.o.messages.append(msg)
@@ -504,6 +510,8 @@ class _Queue:
                 elif t == Pkt.VMCS:
                     if payloads[i] != NO_VMCS:
                         self.vmcs = payloads[i]
+                        if self.timestamp:
+                            self.o.vmcs_seen.append((self.queue, self.timestamp, payloads[i]))
         return self.patches
 
 

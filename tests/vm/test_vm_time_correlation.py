@@ -186,3 +186,20 @@ def test_compiled_and_python_packet_paths_agree(two_offsets, monkeypatch):
     slow = correlate(str(out / "host.data"))[:2]
     assert fast == slow
     assert sum(len(v) for v in fast[1].values()) > 0
+
+
+def test_vcpu_table_maps_vmcs_to_vcpu_threads(tmp_path):
+    """Three VCPU threads time-sliced over two host CPUs: every VMCS belongs to exactly the
+    thread 'CPU n/KVM' that ran it."""
+    from ptexport.cli.vm_time_correlation import correlate, vcpu_table
+
+    out = tmp_path / "v"
+    meta = synthesize_vm(out, VmOptions(branches=30_000, vcpus=3, cpus=2, seed=9))
+    _msgs, _patches, corr = correlate(str(out / "host.data"))
+    rows = vcpu_table(str(out / "host.data"), corr)
+    got = sorted((r["vmcs"], r["tid"], r["vcpu"]) for r in rows)
+    want = sorted((v["vmcs"], v["host_tid"], v["vcpu"]) for v in meta["vcpus"])
+    assert got == want
+    assert all(r["pid"] == meta["machine_pid"] and r["vmcs_packets"] > 0 for r in rows)
+    rc, text = _ptexport("vm-time-correlation", str(out / "host.data"), "--dry-run", "--vcpus")
+    assert rc == 0 and "(CPU 2/KVM) VCPU 2" in text
