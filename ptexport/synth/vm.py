@@ -208,7 +208,7 @@ class VmEncoder:
     """One host CPU's PT stream."""
 
     def __init__(self, cpu: int, opts: VmOptions, truth: Truth, rng: random.Random,
-                 pid: int, sideband: list, gsideband: list) -> None:
+                 pid: int) -> None:
         self.cpu = cpu
         self.opts = opts
         self.truth = truth
@@ -220,8 +220,6 @@ class VmEncoder:
         self.next_mtc = 0
         self.psb_marks: list[tuple[int, int]] = []
         self.end_time = 0
-        self.sideband = sideband
-        self.gsideband = gsideband
         # current context (for PSB+)
         self.vcpu: Vcpu | None = None
         self.in_guest = False
@@ -270,8 +268,10 @@ class VmEncoder:
 
     # walking
     def walk(self, ctx: Ctx, t: int, budget: int | None, who: tuple) -> tuple[int, int]:
-        """Execute from ``ctx.ip`` until ``budget`` instructions ran (guest) or a vmresume
-        (host, returned as ("vmresume")).  Returns (time, instructions run)."""
+        """Execute from ``ctx.ip`` until ``budget`` instructions ran, or (``budget`` None)
+        up to a ``vmresume``, which is left for the caller.  Packets go to the stream and
+        every branch perf will report to the ground truth, as ``who`` (machine pid, VCPU,
+        pid, tid).  Returns (time, instructions run)."""
         w = self.w
         rng = self.rng
         insns = ctx.insns
@@ -382,7 +382,7 @@ def synthesize_vm(out_dir: str | Path, opts: VmOptions) -> dict:
     truth = Truth()
     sideband: list = []     # host: (tsc, kind, args...)
     gsideband: list = []    # guest: (host tsc, kind, args...)
-    encoders = [VmEncoder(c, opts, truth, rng, P, sideband, gsideband) for c in range(opts.cpus)]
+    encoders = [VmEncoder(c, opts, truth, rng, P) for c in range(opts.cpus)]
     cpu_free = [G.TSC_BASE + 10_000 + 1000 * c for c in range(opts.cpus)]
     on_cpu: list[int | None] = [None] * opts.cpus
     vcpu_free = [0] * opts.vcpus
