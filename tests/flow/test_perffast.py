@@ -223,7 +223,10 @@ def test_segments_decoded_in_parallel_equal_serial(traces, variant):
         par = parallel.decode_queues(s, 4, min_segment_bytes=600)
         _queues_equal(serial, par)
         assert parallel.count_samples(s, 4, min_segment_bytes=600) == parallel.count_samples(s, 1)
-    if variant is not None:  # the joins agreed (no segment decoded twice)
+    # the joins agreed (no segment decoded twice); not with CBR+CYC: since perf 6.1.y restarts CYC
+    # counting at a CBR change, a decoder started at a PSB times CYC packets from that PSB's CBR,
+    # the serial one from its last MTC, and the two can stay apart for a whole segment.
+    if variant is not None and "--cbr" not in variant:
         assert parallel.STATS["matched"] > before["matched"]
         assert parallel.STATS["redone"] == before["redone"]
 
