@@ -184,7 +184,7 @@ def run_synth_vm(args, out) -> int:
     opts = VmOptions(branches=args.branches, vcpus=args.vcpus, cpus=max(args.cpus, 1),
                      machine_pid=args.machine_pid, guest=args.vm, tsc_offsets=offsets,
                      mtc_period=args.mtc_period, psb_period=args.psb_period, seed=args.seed,
-                     tsc_scale=args.tsc_scale)
+                     tsc_scale=args.tsc_scale, cyc=args.timing == "cyc")
     t0 = time.monotonic()
     meta = synthesize_vm(args.out, opts)
     dt = time.monotonic() - t0

@@ -75,6 +75,7 @@ class VmOptions:
     guest_tsc_every: int = 0         # TSC+TMA (guest TSC) after every Nth VM entry (0: never)
     aux_chunk: int = 64 * 1024       # largest AUXTRACE buffer (buffers end at a PSB)
     tsc_scale: float = 1.0           # VMX TSC scaling: guest TSC = (host * mult >> 48) + offset
+    cyc: bool = False                # CYC packets (intel_pt/cyc/, as perf's VM examples record)
     runs_per_slot: int = 12          # VM runs per host scheduling slot
     seed: int = 1
 
@@ -224,6 +225,7 @@ class VmEncoder:
         self.vcpu: Vcpu | None = None
         self.in_guest = False
         self.guest_psbs = 0
+        self.cyc_last = 0
 
     # timing
     def _tsc_tma(self, t: int) -> None:
@@ -232,6 +234,15 @@ class VmEncoder:
         self.w.tsc(tsc & ((1 << 64) - 1))
         self.w.tma(t // MTC_TICKS_UNIT, t % MTC_TICKS_UNIT)
         self.next_mtc = (t // self.mtc_ticks + 1) * self.mtc_ticks
+        self.cyc_last = t
+
+    def _timing(self, t: int, tnt: bool = False) -> None:
+        """Timing packets due before a branch's packet: MTCs, and a CYC with the core
+        cycles since the last one (CBR = the max non-turbo ratio: 1 cycle = 1 TSC tick)."""
+        self._mtcs_upto(t)
+        if self.opts.cyc and t > self.cyc_last and not (tnt and self.w.tnt_pending):
+            self.w.cyc(t - self.cyc_last)
+            self.cyc_last = t
 
     def _mtcs_upto(self, t: int) -> None:
         while self.next_mtc <= t:
@@ -243,6 +254,8 @@ class VmEncoder:
         self.last_psb = w.psb()
         self.psb_marks.append((self.last_psb, t))
         self._tsc_tma(t)
+        if self.opts.cyc:
+            w.cbr(G.MAX_NONTURBO_RATIO)
         v = self.vcpu
         if self.in_guest:
             self.guest_psbs += 1
@@ -295,7 +308,7 @@ class VmEncoder:
                 continue
             if kind == "jz":
                 taken = rng.random() < 0.35
-                self._mtcs_upto(t)
+                self._timing(t, tnt=True)
                 w.tnt(taken)
                 if taken:
                     nxt = ins.target
@@ -310,25 +323,25 @@ class VmEncoder:
             elif kind == "icall":
                 stack.append(ip + ins.size)
                 nxt = rng.choice(ins.targets)
-                self._mtcs_upto(t)
+                self._timing(t)
                 w.tip(nxt)
                 add(t, cpu, *who, ip, nxt, K_CALL)
             elif kind == "syscall":
                 ctx.sysret_ip = nxt
                 nxt = ins.target
-                self._mtcs_upto(t)
+                self._timing(t)
                 w.tip(nxt)
                 add(t, cpu, *who, ip, nxt, K_SYSCALL)
             elif kind == "sysret":
                 nxt = ctx.sysret_ip
-                self._mtcs_upto(t)
+                self._timing(t)
                 w.tip(nxt)
                 add(t, cpu, *who, ip, nxt, K_SYSRET)
             elif kind == "ret":
                 if not stack:
                     raise SynthError(f"vm generator: ret with an empty stack at {ip:#x}")
                 nxt = stack.pop()
-                self._mtcs_upto(t)
+                self._timing(t, tnt=len(stack) >= ctx.known_from)
                 if len(stack) >= ctx.known_from:
                     w.tnt(True)          # return compression: the decoder saw the call
                 else:
@@ -465,7 +478,7 @@ def run_slot(enc: VmEncoder, vc: Vcpu, t: int, opts: VmOptions, rng: random.Rand
     if len(w.buf) - enc.last_psb >= opts.psb_period or not enc.psb_marks:
         enc.psb_plus(t, None)
     else:
-        enc._mtcs_upto(t)
+        enc._timing(t)
         enc._tsc_tma(t)
     _reset_known(vc.host)
     w.mode_exec64()
@@ -477,7 +490,7 @@ def run_slot(enc: VmEncoder, vc: Vcpu, t: int, opts: VmOptions, rng: random.Rand
         t += TPI
         g = vc.threads[vc.cur]
         gwho = (P, vc.index, g.pid, g.tid)
-        enc._mtcs_upto(t)
+        enc._timing(t)
         pip(w, g.cr3, True)
         vmcs(w, vc.vmcs)
         w.mode_exec64()
@@ -494,7 +507,7 @@ def run_slot(enc: VmEncoder, vc: Vcpu, t: int, opts: VmOptions, rng: random.Rand
         t, _ = enc.walk(g.ctx, t, budget, gwho)
         # VM exit
         t += TPI
-        enc._mtcs_upto(t)
+        enc._timing(t)
         w.fup(g.ctx.ip)
         pip(w, HOST_CR3, False)
         w.mode_exec64()
@@ -512,7 +525,7 @@ def run_slot(enc: VmEncoder, vc: Vcpu, t: int, opts: VmOptions, rng: random.Rand
         if ins.kind == "icall":
             t += TPI
             tgt = rng.choice(ins.targets)
-            enc._mtcs_upto(t)
+            enc._timing(t)
             w.tip_pgd(tgt)
             add(t, cpu, *host_who, ins.ip, tgt, K_TR_END)
             ctx.stack.append(ins.ip + ins.size)
@@ -573,8 +586,8 @@ def _open(path: Path):
 def write_host(path: Path, opts: VmOptions, encoders: list[VmEncoder], vcpus: list[Vcpu],
                sideband: list, hcode: Code) -> None:
     ncpu = opts.cpus
-    popts = G.SynthOptions(timing="mtc", mtc_period=opts.mtc_period, psb_period=opts.psb_period,
-                           cpus=ncpu)
+    popts = G.SynthOptions(timing="cyc" if opts.cyc else "mtc", mtc_period=opts.mtc_period,
+                           psb_period=opts.psb_period, cpus=ncpu)
     pt = Attr(type=G.PMU_TYPE, config=pt_config(popts), sample_type=ST,
               flags=attr_flags(AttrFlag.DISABLED, AttrFlag.INHERIT, AttrFlag.SAMPLE_ID_ALL),
               name="intel_pt//", ids=[100 + c for c in range(ncpu)], aux_watermark=0x100000)

@@ -137,13 +137,16 @@ def test_synth_vm_cli_check(tmp_path):
     ("mixed", 3, 3, 256, 512, 0, 50, 1),
     ("user", 2, 1, 1024, 8192, 1, 2000, 5),
     ("kernel", 2, 2, 256, 512, 3, 2000, 12),
+    ("mixed", 2, 2, 512, 8192, 1, 300, 5, True),      # with CYC (intel_pt/cyc/)
+    ("kernel", 2, 1, 1024, 2048, 0, 300, 5, True),
 ])
 def test_variants_decode_like_perf(variant, tmp_path):
-    guest, vcpus, cpus, psb, chunk, every, insns, runs = variant
+    guest, vcpus, cpus, psb, chunk, every, insns, runs, *cyc = variant
     out = tmp_path / "o"
     meta = synthesize_vm(out, VmOptions(branches=6000, guest=guest, vcpus=vcpus, cpus=cpus,
                                         psb_period=psb, aux_chunk=chunk, guest_tsc_every=every,
-                                        guest_insns=insns, runs_per_slot=runs, seed=cpus))
+                                        guest_insns=insns, runs_per_slot=runs, seed=cpus,
+                                        cyc=bool(cyc)))
     sideband = guest != "kernel"
     res = compare(out, parse(perf_pipeline(out, tmp_path / "w", inject_guest=sideband)),
                   guest_sideband=sideband)

@@ -152,18 +152,20 @@ VARIANTS = [  # (vcpus, cpus, psb_period, aux_chunk, guest_tsc_every, guest, gue
     (2, 1, 512, 512, 0, "mixed", 50, True),         # many small AUX buffers, two offsets
     (3, 3, 1024, 8192, 1, "kernel", 2000, True),    # guest TSC outside PSB+ after each entry
     (1, 2, 4096, 65536, 0, "user", 300, False),
+    (2, 2, 512, 2048, 1, "mixed", 300, True, True),  # with CYC, as perf's VM examples record
 ]
 
 
 @needs_perf
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_variants_equal_perf(variant, tmp_path):
-    vcpus, cpus, psb, chunk, every, guest, insns, distinct = variant
+    vcpus, cpus, psb, chunk, every, guest, insns, distinct, *cyc = variant
     offs = tuple((-(0x3000000000 + 0x1000 * v * distinct)) & M64 for v in range(vcpus))
     out = tmp_path / "o"
     synthesize_vm(out, VmOptions(branches=8000, vcpus=vcpus, cpus=cpus, psb_period=psb,
                                  aux_chunk=chunk, guest_tsc_every=every, guest=guest,
-                                 guest_insns=insns, tsc_offsets=offs, seed=vcpus + psb))
+                                 guest_insns=insns, tsc_offsets=offs, seed=vcpus + psb,
+                                 cyc=bool(cyc)))
     perf_copy = tmp_path / "perf"
     shutil.copytree(out / "host.data", perf_copy)
     perf = _perf_inject(perf_copy / "data", "dry-run", tmp_path)
