@@ -5,9 +5,13 @@
 :func:`count_samples` is ``dump branches --count``: it decodes everything
 and keeps only errors (what perf's failure budget needs) and counts.
 
-With ``jobs`` > 1 queues are decoded in a process pool; each worker opens
-the perf.data itself (a job is a small picklable tuple: path, options,
-queue number) and returns its rows, so output equals serial decoding.
+With ``jobs`` > 1 (and at least 2 MB of trace) work goes to a process
+pool; each worker opens the perf.data itself (a job is a small picklable
+tuple: path, options, queue number, start/stop positions).  With the
+compiled decoder every queue is cut at PSBs into ``jobs`` segments decoded
+at the same time and joined exactly (see "PSB segments" below); with the
+reference decoder whole queues go to workers.  Output always equals serial
+decoding.
 """
 
 from __future__ import annotations
@@ -37,16 +41,8 @@ _WORKER: dict[tuple, Any] = {}
 
 
 def _worker_job(path: str, config: Any, qnum: int, count_only: bool) -> Any:
-    """In a worker: open (once per worker) and decode queue ``qnum``."""
-    from ptexport.perfdata import open_perf_data
-    from ptexport.pipeline.perfsession import open_session
-
-    key = (path, repr(config))
-    got = _WORKER.get(key)
-    if got is None:
-        pd = open_perf_data(path)
-        got = _WORKER[key] = (pd, open_session(pd, config))
-    session = got[1]
+    """In a worker: decode queue ``qnum`` whole (the reference decoder or the compiled one)."""
+    session = _worker_session(path, config)
     qkey, bufs = session.queues()[qnum]
     rows = _decode_one(session, qnum, qkey, bufs, count_only)
     if not isinstance(rows.items_err, np.ndarray):
@@ -252,7 +248,7 @@ def _worker_session(path: str, config: Any) -> Any:
     from ptexport.perfdata import open_perf_data
     from ptexport.pipeline.perfsession import open_session
 
-    key = (path, repr(config))
+    key = (path, repr(config))  # one open file and sideband model per worker process
     got = _WORKER.get(key)
     if got is None:
         pd = open_perf_data(path)
