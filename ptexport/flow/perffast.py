@@ -3,7 +3,8 @@
 :func:`decode_queue_fast` returns what ``PerfSession.decode_queue`` returns
 (rows with perf's branch and error samples, setup failures, and the per-step
 items the session's merge needs) for ``--itrace`` selections made of
-branches (``b``, ``c``, ``r``) and errors (``e``, with ``-o``/``-l``); the
+branches (``b``, ``c``, ``r``), power events (``p``: PSB, CBR, MWAIT, PWRE,
+EXSTOP, PWRX) and errors (``e``, with ``-o``/``-l``); the
 decoder itself is :mod:`ptexport.flow.perffast_kernel`, a port of
 :mod:`ptexport.flow.perfmode` (which stays the readable reference; the
 differential tests in ``tests/flow/test_perffast.py`` hold them equal).
@@ -52,7 +53,7 @@ def supported(session: Any) -> bool:
     it = session.cfg.itrace
     if numba is None:
         return False
-    if it.instructions or it.transactions or it.ptwrites or it.pwr_events:
+    if it.instructions or it.transactions or it.ptwrites:
         return False
     return session.params.period_type == PERIOD_NONE
 
@@ -413,6 +414,8 @@ class QueueDecoder:
         S[K.P_ERR_MINUS_L] = int("l" in it.error_minus)
         S[K.P_TIMELESS] = int(s.timeless)
         S[K.P_PER_CPU] = int(self.per_cpu)
+        S[K.P_PWR] = int(it.pwr_events)
+        S[K.SESS_CBR_SEEN] = -1  # perf starts from UINT_MAX
         S[K.P_COUNT_ONLY] = int(self.count_only)
         S[K.P_STOP_BUF] = -1
         return S, F
@@ -453,6 +456,9 @@ class QueueDecoder:
             S[K.REF_TIMESTAMP] = bi[b, K.BI_REF]
             S[K.BUF_TIMESTAMP] = bi[b, K.BI_REF]
             S[K.ST_TRACE_NR] = bi[b, K.BI_TRACE_NR]
+            # A guess of what the serial decoder has here (it records the offset when it walks
+            # over this PSB; a sync does not): joins are checked state by state anyway.
+            S[K.ST_PSB_OFFSET] = bi[b, K.BI_OFFSET] + byte
 
     def drive(self, single: bool = False, stop: tuple[int, int] | None = None) -> int:
         """Run the kernel until the queue ends (R_DONE), ``stop`` (R_STOP) or one step (R_STEP)."""
@@ -555,7 +561,7 @@ class QueueDecoder:
             "kind": o[K.O_KIND], "tsc": tsc, "time": time, "cpu": np.full(n, self.cpu, np.int64), "pid": pid,
             "tid": tid, "ip": o[K.O_IP].view(np.uint64), "addr": o[K.O_ADDR].view(np.uint64),
             "flags": o[K.O_FLAGS], "insn_cnt": o[K.O_INSN], "cyc_cnt": o[K.O_CYC], "period": zeros,
-            "code": o[K.O_CODE], "payload": zeros.view(np.uint64), "queue": np.full(n, self.qnum, np.int64),
+            "code": o[K.O_CODE], "payload": o[K.O_PAYLOAD].view(np.uint64), "queue": np.full(n, self.qnum, np.int64),
             "offset": o[K.O_OFFSET], "nr": o[K.O_NR], "insn_len": o[K.O_INSN_LEN], "trace_nr": o[K.O_TRACE_NR],
             "obj": np.where(obj >= 0, obj_map[obj], -1), "step": o[K.O_STEP],
         }

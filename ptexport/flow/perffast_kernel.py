@@ -52,12 +52,12 @@ ST_TYPE ST_FLAGS ST_ERR ST_FROM_IP ST_TO_IP ST_TIMESTAMP ST_EST_TS ST_TOT_INSN S
 ST_INSN_LEN ST_FROM_NR ST_TO_NR ST_TRACE_NR ST_PSB_OFFSET ST_POS ST_CBR ST_CBR_PAYLOAD ST_PTW_PAYLOAD
 ST_MWAIT_PAYLOAD ST_PWRE_PAYLOAD ST_PWRX_PAYLOAD
 INS_OP INS_BR INS_LEN INS_REL
-PHASE PTQ_TS CTX_TSC LAST_BR_INSN LAST_BR_CYC BASE_TRACE_NR LASTFAIL INJ_VALID INJ_IP INJ_TO INJ_MAX INJ_NR
+PHASE PTQ_TS CTX_TSC LAST_BR_INSN LAST_BR_CYC BASE_TRACE_NR SESS_CBR_SEEN LASTFAIL INJ_VALID INJ_IP INJ_TO INJ_MAX INJ_NR
 INJ_ERR INJ_CNT INJ_NEWIP INJ_OP INJ_BR INJ_LEN INJ_REL INJ_FAIL
 NSTATE
 P_RETCOMP P_BRANCH_ENABLE P_MTC_SHIFT P_CTC_N P_CTC_D P_CTC_MULT P_MNTR P_PERIOD_TYPE P_PERIOD P_FUP_NLIP
 P_PERIOD_MASK P_PERIOD_TICKS P_CTC_REM_MASK P_KERNEL_START P_FILTER P_BRANCHES P_ERRORS P_ERR_MINUS_O
-P_ERR_MINUS_L P_TIMELESS P_PER_CPU P_COUNT_ONLY P_RAW_INSN P_SINGLE P_STOP_BUF P_STOP_BYTE
+P_ERR_MINUS_L P_TIMELESS P_PER_CPU P_PWR P_COUNT_ONLY P_RAW_INSN P_SINGLE P_STOP_BUF P_STOP_BYTE
 HAVE_THREAD CTX_LO CTX_HI NEED_IP NEED_TO NEED_MAX NEED_NR RETOK_BUF RETOK_POS NOUT NITEM STEP_NR NBRANCH MORE_BUF
 S_SIZE
 """.split()
@@ -72,7 +72,9 @@ BI_PSTART, BI_PEND, BI_REF, BI_CONSEC, BI_TRACE_NR, BI_OFFSET, BI_DLEN, BI_DSTAR
 BK_CNT, BK_BYTES, BK_OP, BK_BR, BK_LEN, BK_REL, BK_BND0, BK_BNDN, BK_SIZE = range(9)
 # Output columns.
 O_KIND, O_TSC, O_WHO_TSC, O_IP, O_ADDR, O_FLAGS, O_INSN, O_CYC, O_CODE, O_OFFSET, O_NR, O_INSN_LEN, O_TRACE_NR, \
-    O_OBJ, O_STEP, O_SIZE = range(16)
+    O_OBJ, O_STEP, O_PAYLOAD, O_SIZE = range(17)
+# perfsession's sample kinds for power events.
+EV_CBR, EV_MWAIT, EV_PWRE, EV_EXSTOP, EV_PWRX, EV_PSB = 5, 6, 7, 8, 9, 10
 # Row kinds besides perfsession's EV_BRANCH (0) and EV_ERROR (1).
 K_BUDGET = -1  # an unreported failure that counts toward perf's per-object budget
 K_SETUP_FAIL = -2  # a failure before the first timestamp
@@ -1645,7 +1647,18 @@ def _row(S, O, kind, ip, addr, flags, ins, cyc, code, offset, nr, insn_len, obj)
     O[O_TRACE_NR, n] = S[BASE_TRACE_NR]
     O[O_OBJ, n] = obj
     O[O_STEP, n] = S[STEP_NR]
+    O[O_PAYLOAD, n] = 0
     S[NOUT] = n + 1
+
+
+def _prow(S, O, kind, flags, payload, offset):
+    """A power-event sample (perf's intel_pt_synth_*_sample for --itrace=p)."""
+    if S[P_COUNT_ONLY]:
+        S[NBRANCH] += 1
+        return
+    # Like branches, perf's power/PSB samples carry the state's from_ip and to_ip.
+    _row(S, O, kind, S[ST_FROM_IP], S[ST_TO_IP], flags, 0, 0, 0, offset, 0, 0, -1)
+    O[O_PAYLOAD, S[NOUT] - 1] = payload
 
 
 def _item(S, IT, is_err):
@@ -1661,9 +1674,25 @@ def _synth(S, O):
     """The branch part of intel_pt_sample() for the state just decoded, at PTQ_TS."""
     S[CTX_TSC] = S[PTQ_TS]
     S[BASE_TRACE_NR] = S[ST_TRACE_NR]
+    flags = _sample_flags(S)
+    if S[P_PWR]:
+        typ = S[ST_TYPE]
+        pflags = flags if S[ST_FROM_IP] else 0
+        if typ & T_PSB_EVT:
+            _prow(S, O, EV_PSB, 0, S[ST_PSB_OFFSET], S[ST_PSB_OFFSET])
+        if S[ST_CBR] != S[SESS_CBR_SEEN]:
+            S[SESS_CBR_SEEN] = S[ST_CBR]
+            _prow(S, O, EV_CBR, pflags, S[ST_CBR_PAYLOAD], 0)
+        if typ & T_MWAIT_OP:
+            _prow(S, O, EV_MWAIT, pflags, S[ST_MWAIT_PAYLOAD], 0)
+        if typ & T_PWR_ENTRY:
+            _prow(S, O, EV_PWRE, pflags, S[ST_PWRE_PAYLOAD], 0)
+        if typ & T_EX_STOP:
+            _prow(S, O, EV_EXSTOP, pflags, 1 if S[ST_FLAGS] & F_FUP_IP else 0, 0)
+        if typ & T_PWR_EXIT:
+            _prow(S, O, EV_PWRX, pflags, S[ST_PWRX_PAYLOAD], 0)
     if not (S[ST_TYPE] & T_BRANCH) or not S[P_BRANCHES]:
         return
-    flags = _sample_flags(S)
     if S[P_FILTER] and not (S[P_FILTER] & flags):
         return
     cyc = S[ST_TOT_CYC] - S[LAST_BR_CYC] if S[ST_FLAGS] & F_SAMPLE_IPC else 0
@@ -1702,7 +1731,7 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, BK, BND, O, IT):
     ns = NSTATE
     cap = O.shape[1]
     while True:
-        if S[NOUT] + 3 > cap or S[NITEM] + 2 > IT.shape[1]:
+        if S[NOUT] + 9 > cap or S[NITEM] + 2 > IT.shape[1]:
             return R_OUTFULL
         if S[P_STOP_BUF] >= 0:
             b, byte = cursor(S, PK, BI)

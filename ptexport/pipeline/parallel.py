@@ -128,11 +128,10 @@ def _cmp_mask() -> np.ndarray:
     mask[:K.NSTATE] = True
     for name in ("IDX", "STUCK_IP", "STUCK_IP_PRD", "STUCK_IP_CNT", "RET_ADDR", "TNT_COUNT", "TNT_PAYLOAD",
                  "FUP_TX_FLAGS", "FUP_PTW_PAYLOAD", "FUP_MWAIT_PAYLOAD", "FUP_PWRE_PAYLOAD", "LAST_MASKED_TS",
-                 "PERIOD_INSN_CNT", "TOT_INSN_CNT", "ST_TOT_INSN", "LAST_BR_INSN", "ST_PSB_OFFSET", "ST_CBR",
+                 "PERIOD_INSN_CNT", "TOT_INSN_CNT", "ST_TOT_INSN", "LAST_BR_INSN",
                  "TOT_CYC_CNT", "SAMPLE_TOT_CYC_CNT", "ST_TOT_CYC", "LAST_BR_CYC", "BASE_CYC_CNT",
                  "CYC_CNT_TIMESTAMP", "CYCLE_CNT",
-                 "ST_CBR_PAYLOAD", "ST_PTW_PAYLOAD", "ST_MWAIT_PAYLOAD", "ST_PWRE_PAYLOAD", "ST_PWRX_PAYLOAD",
-                 "ST_POS", "INS_OP", "INS_BR", "INS_LEN", "INS_REL", "LASTFAIL", "MTC_INSN", "INJ_IP", "INJ_TO",
+                 "ST_PTW_PAYLOAD", "ST_POS", "INS_OP", "INS_BR", "INS_LEN", "INS_REL", "LASTFAIL", "MTC_INSN", "INJ_IP", "INJ_TO",
                  "INJ_MAX", "INJ_NR", "INJ_ERR", "INJ_CNT", "INJ_NEWIP", "INJ_OP", "INJ_BR", "INJ_LEN", "INJ_REL",
                  "INJ_FAIL"):
         mask[getattr(K, name)] = False
@@ -436,7 +435,7 @@ def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | N
         return len(cols) - n_err, n_err
     parts = _decode_all(session, jobs, True, min_segment_bytes)
     kinds = [np.asarray(p.cols["kind"]) for p in parts]
-    if any((k == K_BUDGET).any() for k in kinds) or session.data_error_marks():
+    if any((k == K_BUDGET).any() for k in kinds) or session.data_error_marks() or session.cfg.itrace.initial_skip:
         # Silent failures share perf's per-object budget with reported ones: order matters.
         cols = session.decode(jobs)
         n_err = int((cols.kind == EV_ERROR).sum())

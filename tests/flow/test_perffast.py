@@ -103,9 +103,15 @@ def test_fast_equals_reference_on_generated(traces, variant):
     assert assert_same_queues(traces(variant)) > 7000
 
 
-@pytest.mark.parametrize("itrace", ["b", "e", "ce", "re", "cre", "be-o", "be-l"])
+@pytest.mark.parametrize("itrace", ["b", "e", "ce", "re", "cre", "be-o", "be-l", "bep", "p"])
 def test_fast_equals_reference_itrace(traces, itrace):
     assert_same_queues(traces(("threads", "--ovf", "3", "--corrupt", "3", "--truncate", "2")), itrace)
+
+
+@pytest.mark.parametrize("itrace", ["bep", "pe"])
+def test_fast_equals_reference_power_events(traces, itrace):
+    n = assert_same_queues(traces(("calls", "--ptwrite", "fup", "--power", "--cbr", "30")), itrace)
+    assert n > (7000 if "b" in itrace else 0)
 
 
 def test_fast_equals_reference_on_quipper():
@@ -196,6 +202,7 @@ SEGMENTED = [  # short PSB periods: many places to cut
     ("calls", "--no-retcomp", "--ip-compression", "mixed", "--tnt", "long", "--psb-period", "1024"),
     MULTI + ("--psb-period", "512"),
     ("calls", "--ovf", "3", "--corrupt", "3", "--truncate", "2", "--psb-period", "1024"),
+    ("calls", "--power", "--cbr", "30", "--timing", "cyc", "--psb-period", "1024"),
 ]
 
 
@@ -219,6 +226,11 @@ def test_segments_decoded_in_parallel_equal_serial(traces, variant):
     before = dict(parallel.STATS)
     with open_perf_data(str(path)) as pd:
         s = open_session(pd, DecodeConfig(itrace=parse_itrace("be")))
+        serial = parallel.decode_queues(s, 1)
+        par = parallel.decode_queues(s, 4, min_segment_bytes=600)
+        _queues_equal(serial, par)
+    with open_perf_data(str(path)) as pd:  # with power events (export's default: bep)
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("bep")))
         serial = parallel.decode_queues(s, 1)
         par = parallel.decode_queues(s, 4, min_segment_bytes=600)
         _queues_equal(serial, par)
