@@ -3,8 +3,9 @@
 :func:`decode_queue_fast` returns what ``PerfSession.decode_queue`` returns
 (rows with perf's branch and error samples, setup failures, and the per-step
 items the session's merge needs) for ``--itrace`` selections made of
-branches (``b``, ``c``, ``r``), power events (``p``: PSB, CBR, MWAIT, PWRE,
-EXSTOP, PWRX) and errors (``e``, with ``-o``/``-l``); the
+branches (``b``, ``c``, ``r``), transactions (``x``), ptwrite (``w``), power
+events (``p``: PSB, CBR, MWAIT, PWRE, EXSTOP, PWRX) and errors (``e``, with
+``-o``/``-l``) - everything but instruction samples (``i``) and skips (``s``); the
 decoder itself is :mod:`ptexport.flow.perffast_kernel`, a port of
 :mod:`ptexport.flow.perfmode` (which stays the readable reference; the
 differential tests in ``tests/flow/test_perffast.py`` hold them equal).
@@ -53,8 +54,8 @@ def supported(session: Any) -> bool:
     it = session.cfg.itrace
     if numba is None:
         return False
-    if it.instructions or it.transactions or it.ptwrites:
-        return False
+    if it.instructions or it.initial_skip:
+        return False  # (--itrace=sN: held-back CBR events are decided in perf order by the reference)
     return session.params.period_type == PERIOD_NONE
 
 
@@ -415,6 +416,8 @@ class QueueDecoder:
         S[K.P_TIMELESS] = int(s.timeless)
         S[K.P_PER_CPU] = int(self.per_cpu)
         S[K.P_PWR] = int(it.pwr_events)
+        S[K.P_TX] = int(it.transactions)
+        S[K.P_PTW] = int(it.ptwrites)
         S[K.SESS_CBR_SEEN] = -1  # perf starts from UINT_MAX
         S[K.P_COUNT_ONLY] = int(self.count_only)
         S[K.P_STOP_BUF] = -1

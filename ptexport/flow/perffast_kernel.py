@@ -57,7 +57,7 @@ INJ_ERR INJ_CNT INJ_NEWIP INJ_OP INJ_BR INJ_LEN INJ_REL INJ_FAIL
 NSTATE
 P_RETCOMP P_BRANCH_ENABLE P_MTC_SHIFT P_CTC_N P_CTC_D P_CTC_MULT P_MNTR P_PERIOD_TYPE P_PERIOD P_FUP_NLIP
 P_PERIOD_MASK P_PERIOD_TICKS P_CTC_REM_MASK P_KERNEL_START P_FILTER P_BRANCHES P_ERRORS P_ERR_MINUS_O
-P_ERR_MINUS_L P_TIMELESS P_PER_CPU P_PWR P_COUNT_ONLY P_RAW_INSN P_SINGLE P_STOP_BUF P_STOP_BYTE
+P_ERR_MINUS_L P_TIMELESS P_PER_CPU P_PWR P_TX P_PTW P_COUNT_ONLY P_RAW_INSN P_SINGLE P_STOP_BUF P_STOP_BYTE
 HAVE_THREAD CTX_LO CTX_HI NEED_IP NEED_TO NEED_MAX NEED_NR RETOK_BUF RETOK_POS NOUT NITEM STEP_NR NBRANCH MORE_BUF
 S_SIZE
 """.split()
@@ -74,7 +74,7 @@ BK_CNT, BK_BYTES, BK_OP, BK_BR, BK_LEN, BK_REL, BK_BND0, BK_BNDN, BK_SIZE = rang
 O_KIND, O_TSC, O_WHO_TSC, O_IP, O_ADDR, O_FLAGS, O_INSN, O_CYC, O_CODE, O_OFFSET, O_NR, O_INSN_LEN, O_TRACE_NR, \
     O_OBJ, O_STEP, O_PAYLOAD, O_SIZE = range(17)
 # perfsession's sample kinds for power events.
-EV_CBR, EV_MWAIT, EV_PWRE, EV_EXSTOP, EV_PWRX, EV_PSB = 5, 6, 7, 8, 9, 10
+EV_TRANSACTION, EV_PTWRITE, EV_CBR, EV_MWAIT, EV_PWRE, EV_EXSTOP, EV_PWRX, EV_PSB = 3, 4, 5, 6, 7, 8, 9, 10
 # Row kinds besides perfsession's EV_BRANCH (0) and EV_ERROR (1).
 K_BUDGET = -1  # an unreported failure that counts toward perf's per-object budget
 K_SETUP_FAIL = -2  # a failure before the first timestamp
@@ -1691,6 +1691,18 @@ def _synth(S, O):
             _prow(S, O, EV_EXSTOP, pflags, 1 if S[ST_FLAGS] & F_FUP_IP else 0, 0)
         if typ & T_PWR_EXIT:
             _prow(S, O, EV_PWRX, pflags, S[ST_PWRX_PAYLOAD], 0)
+    if S[P_TX] and S[ST_TYPE] & T_TRANSACTION:
+        if S[P_COUNT_ONLY]:
+            S[NBRANCH] += 1
+        else:
+            _row(S, O, EV_TRANSACTION, S[ST_FROM_IP], S[ST_TO_IP], flags, 0, 0, 0, 0, 0, 0, -1)
+    if S[P_PTW] and S[ST_TYPE] & T_PTW:
+        if S[P_COUNT_ONLY]:
+            S[NBRANCH] += 1
+        else:
+            _row(S, O, EV_PTWRITE, S[ST_FROM_IP], S[ST_TO_IP], flags if S[ST_FROM_IP] else 0, 0, 0,
+                 1 if S[ST_FLAGS] & F_FUP_IP else 0, 0, 0, 0, -1)
+            O[O_PAYLOAD, S[NOUT] - 1] = S[ST_PTW_PAYLOAD]
     if not (S[ST_TYPE] & T_BRANCH) or not S[P_BRANCHES]:
         return
     if S[P_FILTER] and not (S[P_FILTER] & flags):

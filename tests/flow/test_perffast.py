@@ -108,10 +108,10 @@ def test_fast_equals_reference_itrace(traces, itrace):
     assert_same_queues(traces(("threads", "--ovf", "3", "--corrupt", "3", "--truncate", "2")), itrace)
 
 
-@pytest.mark.parametrize("itrace", ["bep", "pe"])
+@pytest.mark.parametrize("itrace", ["bep", "pe", "bwe", "we", "bxwpe"])
 def test_fast_equals_reference_power_events(traces, itrace):
     n = assert_same_queues(traces(("calls", "--ptwrite", "fup", "--power", "--cbr", "30")), itrace)
-    assert n > (7000 if "b" in itrace else 0)
+    assert n >= (7000 if "b" in itrace else 0)
 
 
 def test_fast_equals_reference_on_quipper():
