@@ -379,8 +379,14 @@ class PerfSession:
                 if typ & T_PSB_EVT:
                     rows.add(kind=EV_PSB, ip=st.from_ip, addr=st.to_ip, flags=0, payload=st.psb_offset, offset=st.psb_offset, **base)
                 if st.cbr != cbr_seen:
-                    cbr_seen = st.cbr
-                    rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0, payload=st.cbr_payload, **base)
+                    if it.initial_skip and sum(1 for k in rows.cols["kind"] if k >= 0 and k not in (EV_ERROR, EV_CBR)) < it.initial_skip:
+                        # --itrace=sN: perf holds a CBR back while samples are skipped and retries at each
+                        # state; which try is emitted depends on all queues (decided in perf order: code 1)
+                        rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                 payload=st.cbr_payload, code=1, **base)
+                    else:
+                        cbr_seen = st.cbr
+                        rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0, payload=st.cbr_payload, **base)
                 if typ & T_MWAIT_OP:
                     rows.add(kind=EV_MWAIT, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0, payload=st.mwait_payload, **base)
                 if typ & T_PWR_ENTRY:
@@ -505,6 +511,8 @@ class PerfSession:
             order = self._perf_order(parts, len(lost), cols)
             cols = {c: v[order] for c, v in cols.items()}
         keep = self._perf_failure_budget(cols, [f for p in parts for f in p.setup_failures], self.data_error_marks())
+        if self.cfg.itrace.initial_skip:
+            keep &= self._initial_skip_keep(cols, self.cfg.itrace.initial_skip)
         cols = {c: v[keep] for c, v in cols.items()}
         del cols["obj"], cols["step"]
         return SampleColumns(**cols)
@@ -655,6 +663,33 @@ class PerfSession:
             if obj not in marks or tsc < marks[obj]:
                 marks[obj] = tsc
         return marks
+
+    @staticmethod
+    def _initial_skip_keep(cols: dict[str, np.ndarray], skip: int) -> np.ndarray:
+        """--itrace=sN: perf drops its first N synthesized samples (errors are not samples).
+
+        A CBR event is not counted: perf holds it back (its queue retries at each
+        state) while fewer than N - 4 samples were skipped (intel_pt_skip_cbr_event).
+        """
+        kinds = cols["kind"].tolist()
+        keep = np.ones(len(kinds), bool)
+        seen: dict[int, int] = {}  # queue -> CBR ratio emitted last
+        n = 0
+        for i, k in enumerate(kinds):
+            if k < 0 or k == EV_ERROR:
+                continue
+            if k == EV_CBR:
+                q, cbr = int(cols["queue"][i]), int(cols["payload"][i]) & 0xFF
+                if seen.get(q) == cbr or (cols["code"][i] and n + 4 < skip):
+                    keep[i] = False
+                else:
+                    seen[q] = cbr
+                continue
+            if n < skip:
+                keep[i] = False
+                n += 1
+        cols["code"][cols["kind"] == EV_CBR] = 0
+        return keep
 
     @staticmethod
     def _perf_failure_budget(cols: dict[str, np.ndarray], setup_failures: list[int],
