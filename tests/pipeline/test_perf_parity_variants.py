@@ -115,3 +115,14 @@ def test_fault_variants_report_errors(trace, variant):
     assert main(["dump", "branches", path, "--itrace=e"], out=out) == 0
     assert theirs
     assert _collapse(out.getvalue()) == theirs
+
+
+@needs_perf
+@pytest.mark.parametrize("itrace", ["bep", "cr", "s3be"])
+def test_quipper_kinds_equal_perf(quipper, itrace):
+    """The real Skylake recording (binaries missing: errors, out-of-decoder failure marks)."""
+    theirs = [line for line in _perf(str(quipper), False, itrace) if "[-01]" not in line]  # its 'cycles' samples
+    out = io.StringIO()
+    assert main(["dump", "branches", str(quipper), f"--itrace={itrace}"], out=out) == 0
+    assert theirs
+    assert _collapse(out.getvalue()) == theirs
