@@ -54,8 +54,8 @@ def supported(session: Any) -> bool:
     it = session.cfg.itrace
     if numba is None:
         return False
-    if it.instructions or it.initial_skip:
-        return False  # (--itrace=sN: held-back CBR events are decided in perf order by the reference)
+    if it.instructions or it.initial_skip or it.quick:
+        return False  # (--itrace=sN: held-back CBR events are decided in perf order; q: hop/leap modes)
     return session.params.period_type == PERIOD_NONE
 
 

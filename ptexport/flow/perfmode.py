@@ -31,7 +31,10 @@ from typing import Protocol, Sequence
 from ptexport.pt.perfpkt import PSB_BYTES, PacketColumns, Pkt, tokenize
 
 # Decoder packet states.
-NO_PSB, NO_IP, ERR_RESYNC, IN_SYNC, TNT_CONT, TNT, TIP, TIP_PGD, FUP, FUP_NO_TIP, FUP_IN_PSB = range(11)
+NO_PSB, NO_IP, ERR_RESYNC, IN_SYNC, TNT_CONT, TNT, TIP, TIP_PGD, FUP, FUP_NO_TIP, FUP_IN_PSB, RESAMPLE = range(12)
+
+# Hop mode (--itrace=q): what a packet does to the walk.
+_HOP_PROCESS, _HOP_IGNORE, _HOP_RETURN, _HOP_AGAIN = range(4)
 
 # State.type bits (perf's INTEL_PT_* sample types).
 T_BRANCH = 1 << 0
@@ -161,6 +164,7 @@ class Params:
     period_type: int = PERIOD_NONE
     period: int = 0
     fup_with_nlip: bool = False  # perf sets it for GenuineIntel,6,92 (Goldmont)
+    quick: int = 0  # --itrace=q: 1 hop (FUP/TIP ips, no code walk), 2 leap (PSB to PSB)
 
 
 @dataclass(slots=True)
@@ -802,6 +806,9 @@ class PerfDecoder:
             # The FUP after an OVF says where tracing goes on: a trace begin.
             self.overflow = False
             if not ret and not self.pge:
+                if self.p.quick:
+                    st.type = 0
+                    self.pkt_state = RESAMPLE
                 self.pge = True
                 st.type |= T_BRANCH | T_TRACE_BEGIN
                 st.from_ip = 0
@@ -1113,6 +1120,17 @@ class PerfDecoder:
         if err:
             return err
         while True:
+            if self.p.quick:
+                hop, err, no_tip = self._hop_trace(no_tip)
+                if hop == _HOP_IGNORE:
+                    err = self._get_next_packet()
+                    if err:
+                        return err
+                    continue
+                if hop == _HOP_RETURN:
+                    return err
+                if hop == _HOP_AGAIN:
+                    continue
             k = self.kind
             if k == Pkt.TNT:
                 if self.count:
@@ -1137,6 +1155,8 @@ class PerfDecoder:
                     st.from_ip = 0
                     st.to_ip = self.ip
                     st.type |= T_TRACE_BEGIN
+                    if self.p.quick:  # resample to get to_ip as an "instruction" sample
+                        self.pkt_state = RESAMPLE
                     return 0
             elif k == Pkt.OVF:
                 return self._overflow()
@@ -1276,6 +1296,74 @@ class PerfDecoder:
             err = self._get_next_packet()
             if err:
                 return err
+
+    def _hop_trace(self, no_tip: bool) -> tuple[int, int, bool]:
+        """perf's intel_pt_hop_trace: ips from FUP and TIP packets, TNT ignored, no code walked."""
+        st = self.state
+        if self.p.quick >= 2 and not self.in_psb and self.kind != Pkt.PSB:
+            err = self._scan_for_psb()  # leap: PSB to PSB, the ip from the FUP in PSB+
+            if err:
+                return _HOP_RETURN, err, no_tip
+        k = self.kind
+        if k == Pkt.TNT:
+            return _HOP_IGNORE, 0, no_tip
+        if k == Pkt.TIP_PGD:
+            self.pge = False
+            if not self.count:
+                self._set_nr()
+                return _HOP_IGNORE, 0, no_tip
+            self._set_ip()
+            st.type |= T_TRACE_END
+            st.from_ip = 0
+            st.to_ip = self.ip
+            self._update_nr()
+            return _HOP_RETURN, 0, no_tip
+        if k == Pkt.TIP:
+            if not self.count:
+                self._set_nr()
+                return _HOP_IGNORE, 0, no_tip
+            self._set_ip()
+            st.type = T_INSTRUCTION
+            st.from_ip = self.ip
+            st.to_ip = 0
+            self._update_nr()
+            return _HOP_RETURN, 0, no_tip
+        if k == Pkt.FUP:
+            if not self.count:
+                return _HOP_IGNORE, 0, no_tip
+            self._set_ip()
+            if self.set_fup_mwait or self.set_fup_pwre or not self.p.branch_enable or not self.pge:
+                no_tip = True
+            if no_tip:
+                st.type = T_INSTRUCTION
+                st.from_ip = self.ip
+                st.to_ip = 0
+                self._fup_event()
+                return _HOP_RETURN, 0, no_tip
+            self._fup_event()
+            st.type |= T_INSTRUCTION | T_BRANCH
+            err = self._walk_fup_tip()
+            if not err and st.to_ip:
+                self.pkt_state = RESAMPLE
+            return _HOP_RETURN, err, no_tip
+        if k == Pkt.PSB:
+            st.psb_offset = self._abs_pos()
+            self.psb_ip = 0
+            self.last_ip = 0
+            self.have_last_ip = True
+            err = self._walk_psbend()
+            if err == _EAGAIN:
+                return _HOP_AGAIN, 0, no_tip
+            if err:
+                return _HOP_RETURN, err, no_tip
+            st.type = T_PSB_EVT
+            if self.psb_ip:
+                st.type |= T_INSTRUCTION
+                self.ip = self.psb_ip
+            st.from_ip = self.psb_ip
+            st.to_ip = 0
+            return _HOP_RETURN, 0, no_tip
+        return _HOP_PROCESS, 0, no_tip
 
     def _walk_fup_tip(self) -> int:
         st = self.state
@@ -1431,7 +1519,7 @@ class PerfDecoder:
         err = self._walk_to_ip()
         if err or ((st.type & T_PSB_EVT) and not self.ip):
             return err
-        self.pkt_state = IN_SYNC
+        self.pkt_state = RESAMPLE if self.p.quick else IN_SYNC  # hop: resample to_ip as an instruction
         st.from_ip = 0
         st.to_ip = self.ip
         return 0
@@ -1488,7 +1576,7 @@ class PerfDecoder:
         st.from_ip = self.psb_ip
         st.to_ip = 0
         if self.ip:
-            self.pkt_state = IN_SYNC
+            self.pkt_state = RESAMPLE if self.p.quick else IN_SYNC  # hop: the PSB FUP ip as an instruction
         return 0
 
     def _est_timestamp(self) -> int:
@@ -1532,6 +1620,12 @@ class PerfDecoder:
                     err = self._walk_trace()
             elif ps == FUP_IN_PSB:
                 err = self._fup_in_psb()
+            elif ps == RESAMPLE:
+                self.pkt_state = IN_SYNC
+                st.type = T_INSTRUCTION
+                st.from_ip = self.ip
+                st.to_ip = 0
+                err = 0
             else:
                 err = self._bug()
             if err != _ENOLINK:
@@ -1554,7 +1648,7 @@ class PerfDecoder:
                 st.type |= T_CBR_CHG
                 st.cbr_payload = self.cbr_payload
                 st.cbr = self.cbr
-            if self.pkt_state in (NO_PSB, NO_IP, ERR_RESYNC, IN_SYNC, TNT_CONT):
+            if self.pkt_state in (NO_PSB, NO_IP, ERR_RESYNC, IN_SYNC, TNT_CONT, RESAMPLE):
                 self._update_sample_time()
                 if self.sample_cyc:
                     self.sample_tot_cyc_cnt = self.tot_cyc_cnt

@@ -200,6 +200,7 @@ def _params(info: Any, attrs: Iterable[Any], cpuid: str, itrace: ItraceOptions, 
     pt_attrs = [a for a in attrs if a.type == pmu_type]
     config = pt_attrs[0].config if pt_attrs else 0
     p = Params()
+    p.quick = min(int(itrace.quick or 0), 2)
     p.return_compression = not (info.noretcomp_bit and any(a.config & info.noretcomp_bit for a in pt_attrs))
     p.branch_enable = not any((a.config & 1) and not (a.config & 0x2000) for a in pt_attrs)
     bits = info.mtc_freq_bits or 0
@@ -403,7 +404,8 @@ class PerfSession:
                     ins = ipc_insn - last_in_insn
                     last_in_insn, last_in_cyc = ipc_insn, ipc_cyc
                 rows.add(kind=EV_INSTRUCTION, ip=st.from_ip, addr=st.to_ip, flags=flags,
-                         period=st.tot_insn_cnt - last_insn_cnt, insn_cnt=ins, cyc_cnt=cyc, **base)
+                         period=1 if self.params.quick else st.tot_insn_cnt - last_insn_cnt, insn_cnt=ins,
+                         cyc_cnt=cyc, **base)
                 last_insn_cnt = st.tot_insn_cnt
             if it.transactions and typ & T_TRANSACTION:
                 rows.add(kind=EV_TRANSACTION, ip=st.from_ip, addr=st.to_ip, flags=flags, **base)

@@ -6,7 +6,7 @@ decoded by perf 6.1 and by ``ptexport dump branches``; the outputs must be
 equal line for line (runs of blanks aside).  The itrace kinds tested per
 variant are the ones that print something there: branches and errors (be),
 calls/returns (cr), instructions every 100 (i100), PSB/CBR/power events (p),
-ptwrite (w); sN (skip the first N samples) with p, where perf holds CBR events back.
+ptwrite (w); q and qq (hop and leap modes); sN (skip the first N samples) with p, where perf holds CBR events back.
 """
 
 from __future__ import annotations
@@ -25,14 +25,15 @@ _BRANCHES = "4000"
 # id -> (synth options, itrace kinds)
 VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "loops-tsc-only": (("--program", "loops", "--timing", "tsc"), ("be", "i100")),
-    "calls-mtc": (("--program", "calls", "--timing", "mtc", "--mtc-period", "5"), ("be", "cr", "i100", "p")),
+    "calls-mtc": (("--program", "calls", "--timing", "mtc", "--mtc-period", "5"), ("be", "cr", "i100", "p", "beq", "iq",
+                                                                                 "iqq")),
     "calls-cyc-cbr": (("--program", "calls", "--timing", "cyc", "--cbr", "18"), ("be", "i100", "p", "s7bep")),
     "calls-noretcomp-mixed-ip": (("--program", "calls", "--no-retcomp", "--ip-compression", "mixed", "--tnt", "long"),
                                  ("be", "cr")),
     "threads-2cpus-cyc": (("--program", "threads", "--cpus", "2", "--timing", "cyc"), ("be", "cr", "i100", "p", "s5bep")),
     "threads-per-thread": (("--program", "threads", "--per-thread"), ("be", "i100", "p")),
-    "forkexec-2cpus": (("--program", "forkexec", "--cpus", "2"), ("be", "cr")),
-    "calls-ovf": (("--program", "calls", "--ovf", "3"), ("be", "i100")),
+    "forkexec-2cpus": (("--program", "forkexec", "--cpus", "2"), ("be", "cr", "bq", "iq")),
+    "calls-ovf": (("--program", "calls", "--ovf", "3"), ("be", "i100", "beq", "iq")),
     "threads-ovf-cyc": (("--program", "threads", "--cpus", "2", "--ovf", "4", "--timing", "cyc"), ("be",)),
     "calls-truncated": (("--program", "calls", "--truncate", "2", "--psb-period", "1024"), ("be", "i100")),
     "threads-per-thread-truncated": (("--program", "threads", "--per-thread", "--truncate", "2", "--psb-period", "1024"),
@@ -42,7 +43,7 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "events-ptwrite-fup": (("--program", "events", "--ptwrite", "fup"), ("be", "w", "i100")),
     "events-ptwrite-nofup": (("--program", "events", "--ptwrite", "nofup"), ("be", "w")),
     "events-ptwrite-ovf": (("--program", "events", "--ptwrite", "fup", "--ovf", "2"), ("be", "w")),
-    "events-power": (("--program", "events", "--power"), ("be", "p", "i100")),
+    "events-power": (("--program", "events", "--power"), ("be", "p", "i100", "ipwq")),
     "events-power-cyc": (("--program", "events", "--power", "--timing", "cyc", "--cbr", "18"), ("be", "p")),
     "threads-pipe": (("--program", "threads", "--cpus", "2", "--pipe"), ("be", "cr", "bi100")),
     "calls-pipe-faults": (("--program", "calls", "--pipe", "--ovf", "2", "--truncate", "1",
