@@ -17,9 +17,10 @@ behaviour state for state:
 
 It knows nothing of perf.data or threads: code bytes come through the
 ``walker`` object (see :class:`InsnWalker`), trace bytes through a list of
-:class:`Buffer` objects.  Hop/leap modes (``--itrace=q``), VM time
-correlation and event trace (CFE/EVD samples) are not implemented yet; CFE
-and EVD packets are skipped.
+:class:`Buffer` objects.  Hop and leap modes (``--itrace=q``/``qq``,
+``Params.quick``) follow perf's intel_pt_hop_trace.  VM time correlation and
+event trace (CFE/EVD samples) are not implemented yet; CFE and EVD packets
+are skipped.
 """
 
 from __future__ import annotations

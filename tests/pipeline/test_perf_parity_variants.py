@@ -119,7 +119,7 @@ def test_fault_variants_report_errors(trace, variant):
 
 
 @needs_perf
-@pytest.mark.parametrize("itrace", ["bep", "cr", "s3be"])
+@pytest.mark.parametrize("itrace", ["bep", "cr", "s3be", "beq", "iq"])
 def test_quipper_kinds_equal_perf(quipper, itrace):
     """The real Skylake recording (binaries missing: errors, out-of-decoder failure marks)."""
     theirs = [line for line in _perf(str(quipper), False, itrace) if "[-01]" not in line]  # its 'cycles' samples
