@@ -91,7 +91,8 @@ def run(args, out) -> int:
         if k == EV_ERROR:
             # perf prints the ip with %#lx, which gives a bare "0" for zero.
             ip = f"{ips[i]:#x}" if ips[i] else "0"
-            write(f" instruction trace error type 1 time {_time(times[i]).lstrip()} cpu {cpus[i]} pid {pids[i]} "
+            when = _time(times[i]).lstrip() if times[i] else "0"  # perf: "time 0" without a time
+            write(f" instruction trace error type 1 time {when} cpu {cpus[i]} pid {pids[i]} "
                   f"tid {tids[i]} ip {ip} code {codes[i]}: {cols.error_message(codes[i])}\n")
             continue
         # perf script: branch events print "ip => addr", other events "addr ip".

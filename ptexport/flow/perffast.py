@@ -54,8 +54,10 @@ def supported(session: Any) -> bool:
     it = session.cfg.itrace
     if numba is None:
         return False
-    if it.instructions or it.initial_skip or it.quick:
-        return False  # (--itrace=sN: held-back CBR events are decided in perf order; q: hop/leap modes)
+    if it.instructions or it.initial_skip or it.quick or session.timeless:
+        # sN: held-back CBR events are decided in perf order; q: hop/leap modes; timeless: the
+        # queue's thread and maps are those of the end (perf decodes timeless queues late)
+        return False
     return session.params.period_type == PERIOD_NONE
 
 

@@ -96,6 +96,7 @@ _DEFAULTS = {"obj": -1}
 
 # perf reports an object's failed code reads twice, then recovers silently.
 _REPORTED_FAILURES_PER_OBJECT = 2
+_TIMELESS_MAP_TIME = 1 << 62  # maps as perf sees them when a timeless queue is decoded (late)
 
 
 @dataclass
@@ -226,7 +227,7 @@ def _params(info: Any, attrs: Iterable[Any], cpuid: str, itrace: ItraceOptions, 
         if not p.period:
             p.period_type, p.period = PERIOD_INSTRUCTIONS, 1
     # Timeless decoding when TSC is off or perf time cannot be related to it.
-    timeless = not info.tsc_bit or not info.cap_user_time_zero
+    timeless = not info.tsc_bit or not info.cap_user_time_zero or bool(itrace.timeless_decoding)  # or --itrace=Z
     for a in attrs:
         if not a.sample_type & 0x4:  # PERF_SAMPLE_TIME
             timeless = True
@@ -335,18 +336,29 @@ class PerfSession:
         lookup = self._lookup()
         walker = PerfCodeWalker(lookup, self.kernel_start)
         dec = PerfDecoder(self._buffers(bufs), walker, self.params)
-        cur = self._cpu_current(cpu) if per_cpu else None
+        cur = self._cpu_current(cpu) if per_cpu and not self.timeless else None
+        # Timeless decoding (no TSC, or --itrace=Z): perf decodes a queue at its thread's EXIT or at
+        # the end, with the maps of that moment and, for a CPU queue, the thread current on the CPU
+        # then (it follows no context switch while decoding).
+        map_time = _TIMELESS_MAP_TIME if self.timeless else None
+        end_who = (-1, -1)
+        if per_cpu and self.timeless:
+            tl = self.sb.host.cpus.get(cpu)
+            if tl is not None and len(tl):
+                end_who = (int(tl.pids[-1]), int(tl.tids[-1]))
 
         def who(tsc: int) -> tuple[int, int]:
             if per_cpu:
-                return cur.at(tsc)
+                return cur.at(tsc) if cur is not None else end_who
             t = self.sb.thread(qtid)
             return (t.pid if t is not None else -1), qtid
 
         # perf's setup: decode until the first state with a timestamp; errors dropped;
         # no thread known for a CPU queue yet.
-        walker.have_thread = not per_cpu
-        lookup.pid = -1 if per_cpu else who(0)[0]
+        walker.have_thread = not per_cpu or (self.timeless and end_who[1] >= 0)
+        lookup.pid = -1 if per_cpu and not self.timeless else who(0)[0]
+        if map_time is not None:
+            lookup.time = map_time
         ptq_ts = 0
         while True:
             st = dec.decode()
@@ -431,7 +443,7 @@ class PerfSession:
                                  **base)
             # ---- next state; the walker reads code as the current thread sees it
             lookup.pid = pid
-            lookup.time = time
+            lookup.time = time if map_time is None else map_time
             walker.have_thread = tid >= 0 or not per_cpu
             while True:
                 st = dec.decode()
@@ -506,7 +518,13 @@ class PerfSession:
 
         parts = decode_queues(self, jobs)
         lost = self.lost_data_rows()
+        if self.timeless:
+            parts = self._timeless_order(parts)
         allp = parts + [lost]
+        if self.timeless and len(lost):
+            # perf reports lost data when it reads the AUX record; timeless queues are decoded
+            # later (at their thread's EXIT, else at the end): those rows come first.
+            allp = [lost] + parts
         cols = {c: np.concatenate([np.asarray(p.cols[c], dtype=np.int64 if c not in ("tsc", "ip", "addr", "payload") else np.uint64)
                                    for p in allp]) for c in _COLUMNS}
         if not self.timeless and len(cols["kind"]):
@@ -518,6 +536,15 @@ class PerfSession:
         cols = {c: v[keep] for c, v in cols.items()}
         del cols["obj"], cols["step"]
         return SampleColumns(**cols)
+
+    def _timeless_order(self, parts: list[Any]) -> list[Any]:
+        """Timeless decoding order: a per-thread queue at its thread's EXIT, the others at the end."""
+        keys = []
+        for q, (key, _) in enumerate(self.queues()):
+            t = self.sb.thread(key[1]) if key[0] == "thread" else None
+            end = getattr(t, "end", None) if t is not None else None
+            keys.append((end if end is not None and end < _TIMELESS_MAP_TIME else _TIMELESS_MAP_TIME, q))
+        return [parts[q] for _, q in sorted(keys)] if len(keys) == len(parts) else parts
 
     def _perf_order(self, parts: list[_Rows], n_lost: int, cols: dict[str, np.ndarray]) -> np.ndarray:
         """Row order perf produces: its queue heap run up to each sideband event's time.

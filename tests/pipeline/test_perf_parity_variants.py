@@ -127,3 +127,25 @@ def test_quipper_kinds_equal_perf(quipper, itrace):
     assert main(["dump", "branches", str(quipper), f"--itrace={itrace}"], out=out) == 0
     assert theirs
     assert _collapse(out.getvalue()) == theirs
+
+
+def _drop_time(line: str) -> str:
+    """A sample line without its time field (perf cannot print time with --itrace=Z)."""
+    if line.startswith("instruction trace error"):
+        return line
+    parts = line.split(" ")
+    return " ".join(parts[:2] + parts[3:])
+
+
+@needs_perf
+@pytest.mark.parametrize("variant", ["calls-ovf", "threads-2cpus-cyc", "threads-per-thread", "calls-truncated"])
+def test_timeless_decoding_equals_perf(trace, variant):
+    """--itrace=Z: queues decoded whole (per-thread ones at their EXIT), thread and maps of the end."""
+    path, _ = trace(variant)
+    proc = subprocess.run(["perf", "script", "-i", path, "--itrace=beZ", "-F", "pid,tid,cpu,ip,addr,flags"],
+                          capture_output=True, text=True, check=True)
+    theirs = _collapse(proc.stdout)
+    out = io.StringIO()
+    assert main(["dump", "branches", path, "--itrace=beZ"], out=out) == 0
+    assert theirs
+    assert [_drop_time(line) for line in _collapse(out.getvalue())] == theirs
