@@ -75,10 +75,9 @@ class MigrationDb:
         if self.dialect == "postgresql":
             sql = sql.replace("?", "%s")
         cur = self.conn.execute(sql, tuple(params))
-        try:
-            return list(cur.fetchall())
-        except Exception:  # statements without rows
+        if cur.description is None:  # a statement without rows (DDL, UPDATE ...)
             return []
+        return list(cur.fetchall())
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if self.dialect == "postgresql":
