@@ -455,3 +455,282 @@ def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | N
             if n <= 2:
                 n_err += 1
     return sum(p.branch_count for p in parts), n_err
+
+
+# ------------------------------------------------------------ streaming
+#
+# ``PerfSession.iter_batches``: the same rows as decoding everything and
+# ordering it with ``PerfSession._perf_order``, but each queue is decoded
+# on demand (the compiled decoder a chunk of rows at a time) and perf's
+# queue heap is simulated as the items arrive, so rows leave as soon as
+# their place is known.  Memory holds each queue's undelivered chunk, the
+# output batch and the sideband, not the trace's samples.
+
+STREAM_CHUNK = 1 << 15  # rows (and items) per compiled-decoder chunk
+
+
+def _drive_chunk(qd: Any) -> int:
+    """``QueueDecoder.drive`` that hands back control when its output arrays are full."""
+    from ptexport.flow import perffast_kernel as K
+
+    S = qd.S
+    S[K.P_SINGLE] = 0
+    S[K.P_STOP_BUF], S[K.P_STOP_BYTE] = -1, 0
+    tok = qd.tokens
+    while True:
+        r = K.run(S, qd.F, qd.snap, qd.fsnap, tok.pk, tok.bi, tok.bd, qd.stk, qd.table.hk,
+                  qd.table.hv, qd.blocks.bk, qd.blocks.bnd, qd.out, qd.items)
+        if r == K.R_DONE or r == K.R_OUTFULL:
+            return r
+        if r == K.R_NEED:
+            qd._need(S)
+        elif r == K.R_CTX:
+            qd._context(int(S[K.CTX_TSC]), S)
+        elif r == K.R_RETOK:
+            tok.retokenize(int(S[K.RETOK_BUF]), int(S[K.RETOK_POS]))
+        elif r == K.R_MORE:
+            qd.slide(int(S[K.MORE_BUF]))
+        if S[K.STACK_DEPTH] > 1 << 16:
+            raise OverflowError("return stack deeper than the fast decoder's")
+
+
+def _fast_chunks(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any], chunk: int):
+    from ptexport.flow import perffast_kernel as K
+    from ptexport.flow.perffast import QueueDecoder
+
+    qd = QueueDecoder(session, qnum, key, bufs)
+    qd.setup()
+    qd.out = np.zeros((K.O_SIZE, max(chunk, 64)), np.int64)
+    qd.items = np.zeros((2, max(chunk, 64)), np.int64)
+    while True:
+        r = _drive_chunk(qd)
+        yield qd._rows(*qd.take())
+        if r == K.R_DONE:
+            return
+
+
+def _queue_chunks(session: Any, jobs: int | None, chunk: int) -> list[Any]:
+    """Per queue, an iterator of rows objects (``_Rows``/``FastRows``) in decoding order."""
+    from ptexport.flow import perffast
+
+    queues = session.queues()
+    if jobs != 1:
+        parts = decode_queues(session, jobs)  # worker processes: whole queues (not bounded)
+        return [iter([p]) for p in parts]
+    if perffast.supported(session):
+        return [_fast_chunks(session, q, key, bufs, chunk) for q, (key, bufs) in enumerate(queues)]
+    return [iter([session.decode_queue(q, key, bufs)]) for q, (key, bufs) in enumerate(queues)]
+
+
+_U64 = ("tsc", "ip", "addr", "payload")
+
+
+def _as_cols(rows: Any, columns: tuple[str, ...]) -> dict[str, np.ndarray]:
+    return {c: np.asarray(rows.cols[c], dtype=np.uint64 if c in _U64 else np.int64) for c in columns}
+
+
+class _Source:
+    """One queue's items (for the heap) and undelivered rows, decoded on demand."""
+
+    def __init__(self, chunks: Any, columns: tuple[str, ...]) -> None:
+        self.chunks = chunks
+        self.columns = columns
+        self.err = np.zeros(0, bool)
+        self.ts = np.zeros(0, np.int64)
+        self.base = 0  # item index of err[0]
+        self.rows: list[dict[str, np.ndarray]] = []  # undelivered row chunks, queue order
+        self.done = False
+        self.setup_failures: list[int] = []
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.ts)
+
+    def more(self) -> bool:
+        if self.done:
+            return False
+        part = next(self.chunks, None)
+        if part is None:
+            self.done = True
+            return False
+        self.setup_failures += list(part.setup_failures)
+        if len(part):
+            self.rows.append(_as_cols(part, self.columns))
+        err = np.asarray(part.items_err, dtype=bool)
+        ts = np.asarray(part.items_ts, dtype=np.int64)
+        if len(ts):
+            self.err = np.concatenate([self.err, err])
+            self.ts = np.concatenate([self.ts, ts])
+        return True
+
+    def ensure(self, i: int) -> bool:
+        """Item ``i`` decoded (False when the queue has fewer items)."""
+        while i >= self.end:
+            if not self.more():
+                return False
+        return True
+
+    def drop_items(self, upto: int) -> None:
+        k = upto - self.base
+        if k > 4096 and k * 2 > len(self.ts):
+            self.err = self.err[k:].copy()
+            self.ts = self.ts[k:].copy()
+            self.base = upto
+
+    def take_rows(self, hi: int | None) -> list[dict[str, np.ndarray]]:
+        """Undelivered rows of steps before ``hi`` (all when None)."""
+        out = []
+        while self.rows:
+            c = self.rows[0]
+            n = len(c["kind"]) if hi is None else int(np.searchsorted(c["step"], hi, side="left"))
+            if n >= len(c["kind"]):
+                out.append(self.rows.pop(0))
+                continue
+            if n:
+                out.append({k: v[:n] for k, v in c.items()})
+                self.rows[0] = {k: v[n:] for k, v in c.items()}
+            break
+        return out
+
+
+class StreamMerge:
+    """perf's queue-heap order (``PerfSession._perf_order``), run incrementally over :class:`_Source` s."""
+
+    def __init__(self, sources: list[_Source], event_tscs: list[tuple[int, bool]], lost: dict[str, np.ndarray],
+                 batch_rows: int) -> None:
+        self.src = sources
+        self.events = event_tscs
+        self.lost = lost
+        self.n_lost = len(lost["kind"])
+        self.batch_rows = max(1, batch_rows)
+        self.pending: list[dict[str, np.ndarray]] = []
+        self.npending = 0
+        self.heap: list[list[int]] = []
+        self.nxt = [0] * len(sources)
+
+    # perf's auxtrace heap (same sift rules as PerfSession._perf_order)
+    def _push(self, q: int, ordinal: int) -> None:
+        heap = self.heap
+        heap.append([ordinal, q])
+        pos = len(heap) - 1
+        while pos:
+            parent = (pos - 1) >> 1
+            if ordinal >= heap[parent][0]:
+                break
+            heap[pos] = heap[parent]
+            pos = parent
+        heap[pos] = [ordinal, q]
+
+    def _pop(self) -> None:
+        heap = self.heap
+        cnt = len(heap)
+        last = heap[-1]
+        pos = 0
+        while True:
+            left = 2 * pos + 1
+            if left >= cnt - 1:
+                break
+            right = left + 1
+            if right >= cnt - 1 or heap[left][0] < heap[right][0]:
+                heap[pos] = heap[left]
+                pos = left
+            else:
+                heap[pos] = heap[right]
+                pos = right
+        heap.pop()
+        if pos < len(heap):
+            heap[pos] = last
+            while pos:
+                parent = (pos - 1) >> 1
+                if last[0] >= heap[parent][0]:
+                    break
+                heap[pos] = heap[parent]
+                pos = parent
+            heap[pos] = last
+
+    def _emit(self, chunks: list[dict[str, np.ndarray]]) -> None:
+        for c in chunks:
+            n = len(c["kind"])
+            if n:
+                self.pending.append(c)
+                self.npending += n
+
+    def _flush(self, final: bool = False):
+        while self.npending >= self.batch_rows or (final and self.npending):
+            cols = {k: np.concatenate([c[k] for c in self.pending]) for k in self.pending[0]}
+            n = min(self.batch_rows, self.npending)
+            rest = {k: v[n:] for k, v in cols.items()}
+            self.pending = [rest] if len(rest["kind"]) else []
+            self.npending -= n
+            yield {k: v[:n] for k, v in cols.items()}
+
+    def _run(self, q: int, limit: int):
+        """Emit queue ``q`` from its pending item until an item at or past ``limit``; its ordinal or None."""
+        s = self.src[q]
+        i = self.nxt[q] + 1
+        win = 64
+        while True:
+            if not s.ensure(i):
+                self.nxt[q] = s.end
+                self._emit(s.take_rows(s.end))
+                s.drop_items(s.end)
+                yield from self._flush()
+                return None
+            a = i - s.base
+            b = min(a + win, len(s.ts))
+            hit = np.flatnonzero((~s.err[a:b]) & (s.ts[a:b] >= limit))
+            if len(hit):
+                i += int(hit[0])
+                self.nxt[q] = i
+                self._emit(s.take_rows(i))
+                s.drop_items(i)
+                yield from self._flush()
+                return int(s.ts[i - s.base])
+            i += b - a
+            win = min(win * 4, 1 << 16)
+            if self.npending + 0 < self.batch_rows and i < s.end:
+                continue
+            self._emit(s.take_rows(i))  # these items are emitted whatever comes next
+            s.drop_items(i)
+            yield from self._flush()
+
+    def _process(self, limit: int):
+        heap = self.heap
+        while heap and heap[0][0] < limit:
+            q = heap[0][1]
+            self._pop()
+            ts = min(heap[0][0] + 1, limit) if heap else limit
+            ordinal = yield from self._run(q, ts)
+            if ordinal is not None:
+                self._push(q, ordinal)
+
+    def _lost_row(self, i: int) -> dict[str, np.ndarray]:
+        return {k: v[i:i + 1] for k, v in self.lost.items()}
+
+    def start(self) -> None:
+        """Decode every queue up to its first timestamped state (all setup failures are known then)."""
+        for q, s in enumerate(self.src):
+            if s.ensure(0):
+                self._push(q, int(s.ts[0]))
+
+    def batches(self):
+        """Row chunks (column dicts with obj and step) in perf's order, about ``batch_rows`` each."""
+        lost_i = 0
+        for tsc, is_lost in self.events:
+            if tsc:
+                yield from self._process(tsc)
+            if is_lost and lost_i < self.n_lost:
+                self._emit([self._lost_row(lost_i)])
+                lost_i += 1
+        yield from self._process(1 << 64)
+        if lost_i < self.n_lost:
+            self._emit([{k: v[lost_i:] for k, v in self.lost.items()}])
+        # Rows no emitted item claims go last, in queue order (as in _perf_order).
+        for s in self.src:
+            while True:
+                self._emit(s.take_rows(None))
+                yield from self._flush()
+                if not s.more():
+                    break
+            self._emit(s.take_rows(None))
+        yield from self._flush(final=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
@@ -93,6 +93,8 @@ _COLUMNS = ("kind", "tsc", "time", "cpu", "pid", "tid", "ip", "addr", "flags", "
             "period", "code", "payload", "queue", "offset", "nr", "insn_len", "trace_nr", "obj", "step")
 
 _DEFAULTS = {"obj": -1}
+_OUT_COLUMNS = tuple(c for c in _COLUMNS if c not in ("obj", "step"))
+_U64_COLUMNS = ("tsc", "ip", "addr", "payload")
 
 # perf reports an object's failed code reads twice, then recovers silently.
 _REPORTED_FAILURES_PER_OBJECT = 2
@@ -166,21 +168,52 @@ class _CpuIndex:
 
 
 class _MapLookup:
-    """The walker's view of memory: the maps of process ``pid`` at perf time ``time``."""
+    """The walker's view of memory: the maps of process ``pid`` at perf time ``time``.
 
-    __slots__ = ("machine", "objects", "build_ids", "pid", "time")
+    Kernel code comes from the recording's kcore copy when there is one (perf loads
+    kcore in place of the kernel map).  ``guest(ip, kernel)`` reads non-root code:
+    the guest machine of host process ``pid`` (see pipeline/guest.py), whose user
+    code is that of guest process ``guest_pid`` (-1: unknown, unreadable).
+    """
 
-    def __init__(self, machine: Any, objects: CodeObjects, build_ids: dict[str, bytes]) -> None:
+    __slots__ = ("machine", "objects", "build_ids", "pid", "time", "kcore", "guests", "guest_pid")
+
+    def __init__(self, machine: Any, objects: CodeObjects, build_ids: dict[str, bytes],
+                 kcore: Any = None, guests: Any = None) -> None:
         self.machine = machine
         self.objects = objects
         self.build_ids = build_ids
         self.pid = -1
         self.time = 0
+        self.kcore = kcore
+        self.guests = guests
+        self.guest_pid = -1
 
     def __call__(self, ip: int, kernel: bool):
         if self.pid < 0 and not kernel:
             return None
+        if kernel and self.kcore is not None:
+            return self.kcore.at(ip)
         e = self.machine.map_at(self.pid, ip, self.time, kernel=kernel)
+        if e is None:
+            return None
+        return e.start, e.end, e.pgoff, self.objects.get(e.filename, e.build_id or self.build_ids.get(e.filename))
+
+    def guest(self, ip: int, kernel: bool):
+        g = self.guests
+        if g is None:
+            return None
+        mpid = g.machine_pid(self.pid)
+        if kernel:
+            code = g.kcore(mpid)
+            if code is not None:
+                return code.at(ip)
+        elif self.guest_pid < 0:
+            return None
+        m = g.sb.machine(mpid)
+        if m is None:
+            return None
+        e = m.map_at(self.guest_pid, ip, self.time, kernel=kernel)
         if e is None:
             return None
         return e.start, e.end, e.pgoff, self.objects.get(e.filename, e.build_id or self.build_ids.get(e.filename))
@@ -193,6 +226,7 @@ class DecodeConfig:
     buildid_dir: str | None = None
     search_dirs: tuple[str, ...] = ()
     cpus: frozenset[int] | None = None
+    guest_kcore: str | None = None  # guest kcore_dir for perf's default guest (--guestkallsyms' folder)
 
 
 def _params(info: Any, attrs: Iterable[Any], cpuid: str, itrace: ItraceOptions, tc: Any) -> tuple[Params, bool]:
@@ -298,7 +332,12 @@ class PerfSession:
         return 0 if self.timeless else self.tc.tsc_to_perf_time(tsc)
 
     def _lookup(self) -> "_MapLookup":
-        return _MapLookup(self.sb.host, self.objects, self.build_ids)
+        if not hasattr(self, "_guest_spaces"):
+            from ptexport.pipeline.guest import GuestSpaces, host_kcore
+
+            self._host_kcore = host_kcore(self.pd)
+            self._guest_spaces = GuestSpaces(self.pd, self.sb, getattr(self.cfg, "guest_kcore", None))
+        return _MapLookup(self.sb.host, self.objects, self.build_ids, self._host_kcore, self._guest_spaces)
 
     def build_id_of(self, filename: str, build_id: bytes | None) -> bytes | None:
         return build_id or self.build_ids.get(filename)
@@ -513,7 +552,46 @@ class PerfSession:
 
         The compiled decoder (:mod:`ptexport.flow.perffast`) is used when numba is
         installed and the options allow it; its output equals :meth:`decode_queue`'s.
+        This is :meth:`iter_batches` concatenated.
         """
+        return concat_columns(list(self.iter_batches(jobs)))
+
+    def iter_batches(self, jobs: int | None = 1, batch_rows: int = 1 << 16) -> Iterator[SampleColumns]:
+        """:meth:`decode`'s samples in order, in batches of at most ``batch_rows`` rows.
+
+        With ``jobs`` == 1 and the compiled decoder, memory does not grow with the
+        trace: queues are decoded a chunk at a time as perf's queue heap (run
+        incrementally, see :class:`ptexport.pipeline.parallel.StreamMerge`) needs
+        them.  Otherwise (worker processes, the reference decoder) each queue is
+        decoded whole first, and timeless or ``--itrace=sN`` sessions are ordered
+        whole, then cut into batches.
+        """
+        from ptexport.pipeline.parallel import STREAM_CHUNK, StreamMerge, _as_cols, _queue_chunks, _Source
+
+        batch_rows = max(1, int(batch_rows))
+        if self.timeless or self.cfg.itrace.initial_skip:
+            cols = self._decode_whole(jobs)
+            for lo in range(0, len(cols), batch_rows):
+                yield SampleColumns(**{c: getattr(cols, c)[lo:lo + batch_rows] for c in _OUT_COLUMNS})
+            return
+        lost = _as_cols(self.lost_data_rows(), _COLUMNS)
+        sources = [_Source(chunks, _COLUMNS) for chunks in _queue_chunks(self, jobs, STREAM_CHUNK)]
+        merge = StreamMerge(sources, self.event_tscs, lost, batch_rows)
+        merge.start()
+        seen: dict[int, int] = {}
+        for s in sources:
+            for obj in s.setup_failures:
+                seen[obj] = seen.get(obj, 0) + 1
+        marks = self.data_error_marks()
+        for cols in merge.batches():
+            keep = self._budget_keep(cols, seen, marks)
+            if keep.all():
+                yield SampleColumns(**{c: cols[c] for c in _OUT_COLUMNS})
+            elif keep.any():
+                yield SampleColumns(**{c: cols[c][keep] for c in _OUT_COLUMNS})
+
+    def _decode_whole(self, jobs: int | None = 1) -> SampleColumns:
+        """Every queue decoded whole, then ordered (timeless sessions and --itrace=sN)."""
         from ptexport.pipeline.parallel import decode_queues
 
         parts = decode_queues(self, jobs)
@@ -731,6 +809,11 @@ class PerfSession:
         seen: dict[int, int] = {}
         for obj in setup_failures:
             seen[obj] = seen.get(obj, 0) + 1
+        return PerfSession._budget_keep(cols, seen, marks)
+
+    @staticmethod
+    def _budget_keep(cols: dict[str, np.ndarray], seen: dict[int, int], marks: dict[int, int] | None) -> np.ndarray:
+        """:meth:`_perf_failure_budget` over consecutive batches: ``seen`` (object id -> failures) carries over."""
         keep = cols["kind"] >= 0
         tscs = cols["tsc"]
         for i in np.flatnonzero(cols["obj"] >= 0):
@@ -742,6 +825,15 @@ class PerfSession:
             if n > _REPORTED_FAILURES_PER_OBJECT:
                 keep[i] = False
         return keep
+
+
+def concat_columns(batches: list[SampleColumns]) -> SampleColumns:
+    """Batches of :meth:`PerfSession.iter_batches` as one :class:`SampleColumns`."""
+    if not batches:
+        return SampleColumns(**{c: np.zeros(0, np.uint64 if c in _U64_COLUMNS else np.int64) for c in _OUT_COLUMNS})
+    if len(batches) == 1:
+        return batches[0]
+    return SampleColumns(**{c: np.concatenate([getattr(b, c) for b in batches]) for c in _OUT_COLUMNS})
 
 
 def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
