@@ -205,6 +205,45 @@ class CodeObjects:
         return obj
 
 
+class KcoreCode:
+    """A kcore copy (``perf record --kcore``'s kcore_dir/kcore) as perf uses it once loaded:
+    each PT_LOAD segment is a kernel map whose bytes are read from the file.
+
+    ``at(ip)`` answers like a :data:`MapLookup` (start, end, file offset of start, object).
+    An unreadable or non-ELF file gives an empty object (every read fails, as in perf).
+    """
+
+    def __init__(self, path: str, name: str | None = None) -> None:
+        self.path = path
+        self.segments: list[tuple[int, int, int, CodeObject]] = []
+        try:
+            from elftools.elf.elffile import ELFFile
+
+            with open(path, "rb") as f:
+                data = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+                f.seek(0)
+                elf = ELFFile(f)
+                phdrs = [(p["p_vaddr"], p["p_offset"], p["p_filesz"]) for p in elf.iter_segments()
+                         if p["p_type"] == "PT_LOAD" and p["p_filesz"]]
+        except Exception:  # noqa: BLE001 - unreadable kcore: perf reports failed reads
+            return
+        label = name or path
+        for vaddr, off, size in sorted(phdrs):
+            obj = CodeObject(f"{label}@{vaddr:#x}", data[off:off + size])
+            self.segments.append((vaddr, vaddr + size, 0, obj))
+        self._starts = [s[0] for s in self.segments]
+
+    def at(self, ip: int) -> "tuple[int, int, int, CodeObject] | None":
+        if not self.segments:
+            return None
+        import bisect
+
+        i = bisect.bisect_right(self._starts, ip) - 1
+        if i >= 0 and ip < self.segments[i][1]:
+            return self.segments[i]
+        return None
+
+
 # A lookup from (ip, kernel?) to (mapping start, mapping end, file offset of start, CodeObject), or None.
 MapLookup = Callable[[int, bool], "tuple[int, int, int, CodeObject] | None"]
 
@@ -214,6 +253,8 @@ class PerfCodeWalker:
 
     def __init__(self, lookup: MapLookup, kernel_start: int, decoder: InsnDecoder | None = None) -> None:
         self.lookup = lookup
+        # Guest code (non-root ips): the lookup's ``guest(ip, kernel)`` when it has one.
+        self.guest_lookup: MapLookup | None = getattr(lookup, "guest", None)
         self.kernel_start = kernel_start
         self.dec = decoder or InsnDecoder()
         # (object name, build id, offset) -> (insn_cnt, byte_cnt, Insn)
@@ -230,14 +271,20 @@ class PerfCodeWalker:
         if to_ip and ip == to_ip:
             return 0, 0, ip, insn
         if nr:
-            return _EINVAL, 0, ip, insn  # guest code: not decoded here yet
-        kernel = ip >= self.kernel_start
-        if not self.have_thread and not kernel:
-            return _EINVAL, 0, ip, insn
+            # perf's intel_pt_nr_cpumode: bit 63 makes a guest ip kernel code (64-bit guests)
+            lookup = self.guest_lookup
+            if lookup is None:
+                return _EINVAL, 0, ip, insn
+            kernel = bool(ip >> 63)
+        else:
+            lookup = self.lookup
+            kernel = ip >= self.kernel_start
+            if not self.have_thread and not kernel:
+                return _EINVAL, 0, ip, insn
         insn_cnt = 0
         one_map = True
         while True:
-            hit = self.lookup(ip, kernel)
+            hit = lookup(ip, kernel)
             if hit is None:
                 return _EINVAL, insn_cnt, ip, insn
             start, end, pgoff, obj = hit
