@@ -27,7 +27,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--symfs", metavar="DIR", help="look for binaries under DIR")
     parser.add_argument("--buildid-dir", metavar="DIR", help="build-id cache (default ~/.debug)")
     parser.add_argument("--jobs", type=int, metavar="N",
-                        help="decode in N worker processes (default: all cores; 1: in this process)")
+                        help="decode in N worker processes (default: all cores for --count, else 1: in this "
+                             "process, streaming in bounded memory)")
 
 
 def parse_cpu_list(text: str | None) -> frozenset[int] | None:
@@ -52,8 +53,7 @@ def _time(ns: int) -> str:
 
 def run(args, out) -> int:
     from ptexport.perfdata import open_perf_data
-    from ptexport.pipeline.perfsession import EV_BRANCH, EV_ERROR, EVENT_NAMES, DecodeConfig, open_session  # noqa: F401
-    from ptexport.samples.flags import format_flags_field
+    from ptexport.pipeline.perfsession import DecodeConfig, open_session
     from ptexport.samples.itrace import parse_itrace
 
     itrace = parse_itrace(args.itrace)
@@ -69,7 +69,23 @@ def run(args, out) -> int:
             n_samples, n_err = count_samples(session, args.jobs)
             out.write(f"{n_samples} samples, {n_err} errors\n")
             return 0
-        cols = session.decode(args.jobs)
+        # Text and CSV stream batches in perf's order: memory stays bounded (one process by
+        # default; --jobs N > 1 decodes whole queues in workers first).
+        jobs = 1 if args.jobs is None else args.jobs
+        if args.csv:
+            w = csv.writer(out, lineterminator="\n")
+            w.writerow(["time", "cpu", "pid", "tid", "ip", "addr", "flags", "event", "error"])
+            for cols in session.iter_batches(jobs):
+                _write_csv(w, cols)
+        else:
+            for cols in session.iter_batches(jobs):
+                _write_text(out, cols)
+    return 0
+
+
+def _write_csv(w, cols) -> None:
+    from ptexport.pipeline.perfsession import EV_ERROR, EVENT_NAMES
+
     kinds = cols.kind.tolist()
     times = cols.time.tolist()
     cpus = cols.cpu.tolist()
@@ -79,26 +95,38 @@ def run(args, out) -> int:
     addrs = cols.addr.tolist()
     flags = cols.flags.tolist()
     codes = cols.code.tolist()
-    if args.csv:
-        w = csv.writer(out, lineterminator="\n")
-        w.writerow(["time", "cpu", "pid", "tid", "ip", "addr", "flags", "event", "error"])
-        for i, k in enumerate(kinds):
-            err = cols.error_message(codes[i]) if k == EV_ERROR else ""
-            w.writerow([times[i], cpus[i], pids[i], tids[i], ips[i], addrs[i], flags[i], EVENT_NAMES[k], err])
-        return 0
-    write = out.write
+    for i, k in enumerate(kinds):
+        err = cols.error_message(codes[i]) if k == EV_ERROR else ""
+        w.writerow([times[i], cpus[i], pids[i], tids[i], ips[i], addrs[i], flags[i], EVENT_NAMES[k], err])
+
+
+def _write_text(out, cols) -> None:
+    from ptexport.pipeline.perfsession import EV_BRANCH, EV_ERROR
+    from ptexport.samples.flags import format_flags_field
+
+    kinds = cols.kind.tolist()
+    times = cols.time.tolist()
+    cpus = cols.cpu.tolist()
+    pids = cols.pid.tolist()
+    tids = cols.tid.tolist()
+    ips = cols.ip.tolist()
+    addrs = cols.addr.tolist()
+    flags = cols.flags.tolist()
+    codes = cols.code.tolist()
+    lines = []
     for i, k in enumerate(kinds):
         if k == EV_ERROR:
             # perf prints the ip with %#lx, which gives a bare "0" for zero.
             ip = f"{ips[i]:#x}" if ips[i] else "0"
             when = _time(times[i]).lstrip() if times[i] else "0"  # perf: "time 0" without a time
-            write(f" instruction trace error type 1 time {when} cpu {cpus[i]} pid {pids[i]} "
-                  f"tid {tids[i]} ip {ip} code {codes[i]}: {cols.error_message(codes[i])}\n")
+            lines.append(f" instruction trace error type 1 time {when} cpu {cpus[i]} pid {pids[i]} "
+                         f"tid {tids[i]} ip {ip} code {codes[i]}: {cols.error_message(codes[i])}\n")
             continue
         # perf script: branch events print "ip => addr", other events "addr ip".
         if k == EV_BRANCH:
             tail = f"{ips[i]:>16x} => {addrs[i]:>16x}"
         else:
             tail = f"{addrs[i]:>16x} {ips[i]:>16x}"
-        write(f"{pids[i]:>5}/{tids[i]:<5} [{cpus[i]:03d}] {_time(times[i])}: {format_flags_field(flags[i])} {tail}\n")
-    return 0
+        lines.append(f"{pids[i]:>5}/{tids[i]:<5} [{cpus[i]:03d}] {_time(times[i])}: "
+                     f"{format_flags_field(flags[i])} {tail}\n")
+    out.write("".join(lines))

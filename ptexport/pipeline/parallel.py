@@ -423,6 +423,16 @@ def decode_queues(session: Any, jobs: int | None = 1, min_segment_bytes: int | N
     return _decode_all(session, jobs, False, min_segment_bytes)
 
 
+def _count_streamed(session: Any, jobs: int | None) -> tuple[int, int]:
+    from ptexport.pipeline.perfsession import EV_ERROR
+
+    n = n_err = 0
+    for cols in session.iter_batches(jobs):
+        n += len(cols)
+        n_err += int((cols.kind == EV_ERROR).sum())
+    return n - n_err, n_err
+
+
 def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | None = None) -> tuple[int, int]:
     """(samples, errors) that ``session.decode(jobs)`` would return, without keeping the samples."""
     from ptexport.flow import perffast
@@ -430,16 +440,12 @@ def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | N
     from ptexport.pipeline.perfsession import EV_ERROR
 
     if not perffast.supported(session):
-        cols = session.decode(jobs)
-        n_err = int((cols.kind == EV_ERROR).sum())
-        return len(cols) - n_err, n_err
+        return _count_streamed(session, jobs)
     parts = _decode_all(session, jobs, True, min_segment_bytes)
     kinds = [np.asarray(p.cols["kind"]) for p in parts]
     if any((k == K_BUDGET).any() for k in kinds) or session.data_error_marks() or session.cfg.itrace.initial_skip:
         # Silent failures share perf's per-object budget with reported ones: order matters.
-        cols = session.decode(jobs)
-        n_err = int((cols.kind == EV_ERROR).sum())
-        return len(cols) - n_err, n_err
+        return _count_streamed(session, 1)
     # perf reports an object's first two failures (setup failures included): order-free here.
     budget: dict[int, int] = {}
     for p in parts:
