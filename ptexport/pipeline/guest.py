@@ -21,6 +21,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ptexport.pipeline.codewalk import KcoreCode
 
 DEFAULT_GUEST_PID = 0  # perf's DEFAULT_GUEST_KERNEL_ID machine
@@ -75,3 +77,88 @@ def host_kcore(pd: Any) -> KcoreCode | None:
         return None
     path = os.path.join(str(kd), "kcore")
     return KcoreCode(path, "[kernel.kcore]") if os.path.isfile(path) else None
+
+
+class VcpuAttribution:
+    """perf's VM split of samples (intel_pt_sample with guest sideband).
+
+    A sample taken in guest code (``nr``) of a trace with guest sideband (ID_INDEX
+    entries with a machine_pid, merged by ``perf inject --guest-data``) carries the
+    guest machine's pid, the VCPU (from the host thread's comm "CPU n/KVM") and the
+    guest thread current on that VCPU (the guest's switch records, keyed by VCPU,
+    compared in TSC).  Every other sample has machine_pid 0 and vcpu -1, which perf
+    script prints as nothing.
+    """
+
+    def __init__(self, session: Any) -> None:
+        self.s = session
+        self.guests = GuestSpaces(session.pd, session.sb)
+        self.enabled = self.guests.have_guest_sideband
+        self._vcpu: dict[int, tuple[int, int] | None] = {}
+        self._tl: dict[tuple[int, int], tuple[Any, Any, Any] | None] = {}
+
+    def vcpu_of(self, host_tid: int) -> tuple[int, int] | None:
+        """(guest machine pid, VCPU) run by host thread ``host_tid``, or None."""
+        if host_tid not in self._vcpu:
+            hit = self.s.sb.vcpu_of_host_thread(host_tid) if host_tid >= 0 else None
+            if hit is not None and self.s.sb.machine(hit[0]) is None:
+                hit = None
+            self._vcpu[host_tid] = hit
+        return self._vcpu[host_tid]
+
+    def _timeline(self, mpid: int, vcpu: int):
+        key = (mpid, vcpu)
+        if key not in self._tl:
+            m = self.s.sb.machine(mpid)
+            tl = m.cpus.get(vcpu) if m is not None else None
+            if tl is None or not len(tl):
+                self._tl[key] = None
+            else:
+                tc = self.s.tc
+                tscs = tc.perf_time_to_tsc_array(tl.times.astype(np.uint64)) if tc is not None else tl.times
+                self._tl[key] = (np.asarray(tscs, dtype=np.uint64), tl.pids, tl.tids)
+        return self._tl[key]
+
+    def guest_thread(self, host_tid: int, tsc: int) -> tuple[int, int]:
+        """(pid, tid) of the guest thread current on ``host_tid``'s VCPU at ``tsc`` ((-1, -1): unknown)."""
+        hit = self.vcpu_of(host_tid)
+        if hit is None:
+            return -1, -1
+        tl = self._timeline(*hit)
+        if tl is None:
+            return -1, -1
+        i = int(np.searchsorted(tl[0], np.uint64(tsc), side="right")) - 1
+        if i < 0:
+            return -1, -1
+        return int(tl[1][i]), int(tl[2][i])
+
+    def guest_pid_at_time(self, host_tid: int, time: int) -> int:
+        """The pid of the guest thread current on ``host_tid``'s VCPU at perf time ``time`` (-1: unknown)."""
+        hit = self.vcpu_of(host_tid)
+        if hit is None:
+            return -1
+        m = self.s.sb.machine(hit[0])
+        tl = m.cpus.get(hit[1]) if m is not None else None
+        got = tl.at(time) if tl is not None else None
+        return got[0] if got is not None else -1
+
+    def apply(self, cols: Any) -> Any:
+        """Fill ``cols.machine_pid`` / ``cols.vcpu`` and give guest samples their guest pid/tid."""
+        n = len(cols.kind)
+        mp = np.zeros(n, np.int64)
+        vc = np.full(n, -1, np.int64)
+        if self.enabled and n:
+            rows = np.nonzero(np.asarray(cols.nr) != 0)[0]
+            pid = np.array(cols.pid, copy=True)
+            tid = np.array(cols.tid, copy=True)
+            htid = np.asarray(cols.tid)
+            tsc = np.asarray(cols.tsc)
+            for i in rows.tolist():
+                hit = self.vcpu_of(int(htid[i]))
+                if hit is None:
+                    continue
+                mp[i], vc[i] = hit
+                pid[i], tid[i] = self.guest_thread(int(htid[i]), int(tsc[i]))
+            cols.pid, cols.tid = pid, tid
+        cols.machine_pid, cols.vcpu = mp, vc
+        return cols

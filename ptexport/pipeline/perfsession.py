@@ -124,6 +124,9 @@ class SampleColumns:
     nr: np.ndarray  # 1 when the sample is in a guest (non-root)
     insn_len: np.ndarray  # length of the branch instruction (0 for async branches)
     trace_nr: np.ndarray  # decoder trace number: a change is a discontinuity
+    # Filled by decode() (pipeline/guest.py VcpuAttribution): guest machine pid (0: host) and VCPU (-1)
+    machine_pid: np.ndarray | None = None
+    vcpu: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -176,7 +179,7 @@ class _MapLookup:
     code is that of guest process ``guest_pid`` (-1: unknown, unreadable).
     """
 
-    __slots__ = ("machine", "objects", "build_ids", "pid", "time", "kcore", "guests", "guest_pid")
+    __slots__ = ("machine", "objects", "build_ids", "pid", "tid", "time", "kcore", "guests", "vcpus")
 
     def __init__(self, machine: Any, objects: CodeObjects, build_ids: dict[str, bytes],
                  kcore: Any = None, guests: Any = None) -> None:
@@ -187,7 +190,8 @@ class _MapLookup:
         self.time = 0
         self.kcore = kcore
         self.guests = guests
-        self.guest_pid = -1
+        self.tid = -1  # the host thread (a VCPU thread when guest code runs)
+        self.vcpus = None  # guest.VcpuAttribution with guest sideband: the guest thread on the VCPU
 
     def __call__(self, ip: int, kernel: bool):
         if self.pid < 0 and not kernel:
@@ -208,12 +212,17 @@ class _MapLookup:
             code = g.kcore(mpid)
             if code is not None:
                 return code.at(ip)
-        elif self.guest_pid < 0:
-            return None
+        guest_pid = -1
+        if not kernel:
+            if self.vcpus is None or not self.vcpus.enabled:
+                return None  # perf: guest user code needs the guest thread (guest sideband)
+            guest_pid = self.vcpus.guest_pid_at_time(self.tid, self.time)
+            if guest_pid < 0:
+                return None
         m = g.sb.machine(mpid)
         if m is None:
             return None
-        e = m.map_at(self.guest_pid, ip, self.time, kernel=kernel)
+        e = m.map_at(guest_pid, ip, self.time, kernel=kernel)
         if e is None:
             return None
         return e.start, e.end, e.pgoff, self.objects.get(e.filename, e.build_id or self.build_ids.get(e.filename))
@@ -333,11 +342,14 @@ class PerfSession:
 
     def _lookup(self) -> "_MapLookup":
         if not hasattr(self, "_guest_spaces"):
-            from ptexport.pipeline.guest import GuestSpaces, host_kcore
+            from ptexport.pipeline.guest import GuestSpaces, VcpuAttribution, host_kcore
 
             self._host_kcore = host_kcore(self.pd)
             self._guest_spaces = GuestSpaces(self.pd, self.sb, getattr(self.cfg, "guest_kcore", None))
-        return _MapLookup(self.sb.host, self.objects, self.build_ids, self._host_kcore, self._guest_spaces)
+            self._vcpus = VcpuAttribution(self)
+        lookup = _MapLookup(self.sb.host, self.objects, self.build_ids, self._host_kcore, self._guest_spaces)
+        lookup.vcpus = self._vcpus
+        return lookup
 
     def build_id_of(self, filename: str, build_id: bytes | None) -> bytes | None:
         return build_id or self.build_ids.get(filename)
@@ -482,6 +494,7 @@ class PerfSession:
                                  **base)
             # ---- next state; the walker reads code as the current thread sees it
             lookup.pid = pid
+            lookup.tid = tid
             lookup.time = time if map_time is None else map_time
             walker.have_thread = tid >= 0 or not per_cpu
             while True:
@@ -554,7 +567,13 @@ class PerfSession:
         installed and the options allow it; its output equals :meth:`decode_queue`'s.
         This is :meth:`iter_batches` concatenated.
         """
-        return concat_columns(list(self.iter_batches(jobs)))
+        return self.vcpu_columns(concat_columns(list(self.iter_batches(jobs))))
+
+    def vcpu_columns(self, cols: SampleColumns) -> SampleColumns:
+        """Fill machine_pid/vcpu and give guest samples their guest pid/tid (perf's VM split)."""
+        from ptexport.pipeline.guest import VcpuAttribution
+
+        return VcpuAttribution(self).apply(cols)
 
     def iter_batches(self, jobs: int | None = 1, batch_rows: int = 1 << 16) -> Iterator[SampleColumns]:
         """:meth:`decode`'s samples in order, in batches of at most ``batch_rows`` rows.

@@ -1,0 +1,116 @@
+"""Decoding VM traces in perf mode: guest code, VCPU attribution, equal to perf 6.1's pipeline.
+
+The generated host recording (ptexport synth --vm) is decoded like perf does it:
+* guest kernel only: ``perf script -i host --guestkallsyms=...`` (perf's default guest,
+  no guest sideband: guest branches stay on the host thread);
+* with guest sideband: ``perf inject --guest-data`` then ``perf script -F machine_pid,vcpu,...``
+  (guest branches carry the guest machine, the VCPU and the guest thread).
+Our samples are compared per host CPU, in order, with perf's lines.
+
+The compiled decoder (flow/perffast) does not read guest code yet: these tests decode with
+the reference decoder (perffast.numba = None makes perffast.supported() False).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ptexport.pipeline.codewalk import KcoreCode, PerfCodeWalker
+from ptexport.synth.vm import VmOptions, synthesize_vm
+from ptexport.synth.vm_verify import parse, perf_pipeline
+
+from ptxtest import needs_perf
+
+
+@pytest.fixture
+def reference(monkeypatch):
+    from ptexport.flow import perffast
+
+    monkeypatch.setattr(perffast, "numba", None)
+
+
+def _decode(path: Path, guest_kcore: str | None = None):
+    from ptexport.perfdata import open_perf_data
+    from ptexport.pipeline.perfsession import DecodeConfig, open_session
+    from ptexport.samples.itrace import parse_itrace
+
+    with open_perf_data(str(path)) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("be"), guest_kcore=guest_kcore))
+        return s.decode(1)
+
+
+def _compare(cols, perf, *, times: bool = True) -> dict:
+    """Per host CPU: counts and every column equal, in order (perf prints no VM for machine 0)."""
+    out = {"mismatch": {}, "max_dt": 0}
+    mp = np.where(cols.machine_pid == 0, -1, cols.machine_pid)
+    ours = {"machine_pid": mp, "vcpu": cols.vcpu, "pid": cols.pid, "tid": cols.tid,
+            "ip": cols.ip.astype(np.int64), "addr": cols.addr.astype(np.int64), "time": cols.time}
+    theirs = {"machine_pid": perf.machine_pid, "vcpu": perf.vcpu, "pid": perf.pid, "tid": perf.tid,
+              "ip": perf.from_ip.astype(np.int64), "addr": perf.to_ip.astype(np.int64), "time": perf.time}
+    for cpu in np.unique(perf.cpu):
+        a, b = cols.cpu == cpu, perf.cpu == cpu
+        if a.sum() != b.sum():
+            out["mismatch"][f"count cpu {cpu}"] = (int(a.sum()), int(b.sum()))
+            continue
+        for k in ours:
+            if k == "time" and not times:
+                continue
+            bad = np.nonzero(ours[k][a] != theirs[k][b])[0]
+            if len(bad):
+                out["mismatch"][f"{k} cpu {cpu}"] = (len(bad), int(bad[0]))
+        out["max_dt"] = max(out["max_dt"], int(np.abs(cols.time[a] - perf.time[b]).max()))
+    return out
+
+
+def test_kcore_code_reads_segments(tmp_path):
+    out = tmp_path / "k"
+    synthesize_vm(out, VmOptions(branches=500, guest="kernel"))
+    k = KcoreCode(str(out / "guest.data" / "kcore_dir" / "kcore"))
+    start, end, pgoff, obj = k.at(0xFFFFFFFF81000000)
+    assert start == 0xFFFFFFFF81000000 and end > start and pgoff == 0 and obj.read(0, 1)
+    assert k.at(0xFFFFFFFF80000000) is None
+    assert KcoreCode(str(tmp_path / "missing")).at(0xFFFFFFFF81000000) is None
+
+
+def test_walker_guest_code_needs_a_guest_lookup():
+    walker = PerfCodeWalker(lambda ip, kernel: None, 1 << 63)
+    assert walker.guest_lookup is None
+    assert walker.walk(0xFFFFFFFF81000000, 0, 0, True)[0] == -22
+
+
+@needs_perf
+def test_guest_kernel_only_equals_perf(tmp_path, reference):
+    """No guest sideband: perf's default guest, its code from the kcore beside --guestkallsyms."""
+    out = tmp_path / "o"
+    meta = synthesize_vm(out, VmOptions(branches=3000, guest="kernel", vcpus=2, cpus=2, seed=3))
+    perf = parse(perf_pipeline(out, tmp_path / "w", inject_guest=False))
+    assert not [line for line in perf.other if "error" in line]
+    assert len(perf.time) == meta["branches"]
+    cols = _decode(tmp_path / "w" / "host.data", str(out / "guest.data" / "kcore_dir"))
+    assert len(cols) == len(perf.time) and not (cols.kind != 0).any()
+    res = _compare(cols, perf)
+    assert res["mismatch"] == {}
+    assert (cols.machine_pid == 0).all() and (cols.vcpu == -1).all()
+    # without the guest kcore, guest code cannot be read (perf: "Failed to get instruction")
+    bad = _decode(tmp_path / "w" / "host.data")
+    assert (bad.kind != 0).any()
+
+
+@needs_perf
+@pytest.mark.parametrize("guest,seed", [("user", 2), ("mixed", 3)])
+def test_guest_sideband_equals_perf(tmp_path, reference, guest, seed):
+    """perf inject --guest-data: machine_pid, VCPU, guest pid/tid, from, to equal perf line for line."""
+    out = tmp_path / "o"
+    meta = synthesize_vm(out, VmOptions(branches=6000, guest=guest, vcpus=2, cpus=2, seed=seed))
+    perf = parse(perf_pipeline(out, tmp_path / "w"))
+    cols = _decode(tmp_path / "w" / "inj.data")
+    assert len(cols) == len(perf.time) == meta["branches"]
+    res = _compare(cols, perf, times=False)
+    assert res["mismatch"] == {}
+    guest_rows = cols.machine_pid == meta["machine_pid"]
+    assert guest_rows.any() and set(cols.vcpu[guest_rows].tolist()) == {0, 1}
+    # times: see the report (a VM entry after a guest TSC may be dated ~10 ns earlier than perf)
+    assert res["max_dt"] <= 330
