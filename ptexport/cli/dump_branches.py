@@ -26,6 +26,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cpu", metavar="LIST", help="only these CPUs (e.g. 0,2-3)")
     parser.add_argument("--symfs", metavar="DIR", help="look for binaries under DIR")
     parser.add_argument("--buildid-dir", metavar="DIR", help="build-id cache (default ~/.debug)")
+    parser.add_argument("--guestkallsyms", metavar="FILE",
+                        help="the default guest's kallsyms; its kcore is read beside it (perf's option)")
+    parser.add_argument("--guest-kcore", metavar="DIR", help="the default guest's kcore_dir (kallsyms, kcore)")
     parser.add_argument("--jobs", type=int, metavar="N",
                         help="decode in N worker processes (default: all cores for --count, else 1: in this "
                              "process, streaming in bounded memory)")
@@ -57,8 +60,12 @@ def run(args, out) -> int:
     from ptexport.samples.itrace import parse_itrace
 
     itrace = parse_itrace(args.itrace)
+    import os
+
+    guest_kcore = args.guest_kcore or (os.path.dirname(os.path.abspath(args.guestkallsyms))
+                                       if args.guestkallsyms else None)
     cfg = DecodeConfig(itrace=itrace, symfs=args.symfs, buildid_dir=args.buildid_dir,
-                       cpus=parse_cpu_list(args.cpu))
+                       cpus=parse_cpu_list(args.cpu), guest_kcore=guest_kcore)
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: expected 1 or more")
     with open_perf_data(args.trace) as pd:
@@ -79,7 +86,7 @@ def run(args, out) -> int:
                 _write_csv(w, cols)
         else:
             for cols in session.iter_batches(jobs):
-                _write_text(out, cols)
+                _write_text(out, session.vcpu_columns(cols))
     return 0
 
 
@@ -113,13 +120,17 @@ def _write_text(out, cols) -> None:
     addrs = cols.addr.tolist()
     flags = cols.flags.tolist()
     codes = cols.code.tolist()
+    # perf script -F machine_pid,vcpu,...: "VM:%5d VCPU:%03d " before guest samples (machine_pid != 0)
+    mps = cols.machine_pid.tolist() if cols.machine_pid is not None else [0] * len(kinds)
+    vcpus = cols.vcpu.tolist() if cols.vcpu is not None else [-1] * len(kinds)
     lines = []
     for i, k in enumerate(kinds):
         if k == EV_ERROR:
             # perf prints the ip with %#lx, which gives a bare "0" for zero.
             ip = f"{ips[i]:#x}" if ips[i] else "0"
             when = _time(times[i]).lstrip() if times[i] else "0"  # perf: "time 0" without a time
-            lines.append(f" instruction trace error type 1 time {when} cpu {cpus[i]} pid {pids[i]} "
+            vm = f"machine_pid {mps[i]} vcpu {vcpus[i]} " if mps[i] else ""
+            lines.append(f" instruction trace error type 1 time {when} {vm}cpu {cpus[i]} pid {pids[i]} "
                          f"tid {tids[i]} ip {ip} code {codes[i]}: {cols.error_message(codes[i])}\n")
             continue
         # perf script: branch events print "ip => addr", other events "addr ip".
@@ -127,6 +138,7 @@ def _write_text(out, cols) -> None:
             tail = f"{ips[i]:>16x} => {addrs[i]:>16x}"
         else:
             tail = f"{addrs[i]:>16x} {ips[i]:>16x}"
-        lines.append(f"{pids[i]:>5}/{tids[i]:<5} [{cpus[i]:03d}] {_time(times[i])}: "
+        vm = f"VM:{mps[i]:5d} VCPU:{vcpus[i]:03d} " if mps[i] else ""
+        lines.append(f"{vm}{pids[i]:>5}/{tids[i]:<5} [{cpus[i]:03d}] {_time(times[i])}: "
                      f"{format_flags_field(flags[i])} {tail}\n")
     out.write("".join(lines))

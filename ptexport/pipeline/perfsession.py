@@ -573,7 +573,9 @@ class PerfSession:
         """Fill machine_pid/vcpu and give guest samples their guest pid/tid (perf's VM split)."""
         from ptexport.pipeline.guest import VcpuAttribution
 
-        return VcpuAttribution(self).apply(cols)
+        if getattr(self, "_vcpu_attr", None) is None:
+            self._vcpu_attr = VcpuAttribution(self)
+        return self._vcpu_attr.apply(cols)
 
     def iter_batches(self, jobs: int | None = 1, batch_rows: int = 1 << 16) -> Iterator[SampleColumns]:
         """:meth:`decode`'s samples in order, in batches of at most ``batch_rows`` rows.

@@ -114,3 +114,40 @@ def test_guest_sideband_equals_perf(tmp_path, reference, guest, seed):
     assert guest_rows.any() and set(cols.vcpu[guest_rows].tolist()) == {0, 1}
     # times: see the report (a VM entry after a guest TSC may be dated ~10 ns earlier than perf)
     assert res["max_dt"] <= 330
+
+
+def _dump(argv: list[str]) -> str:
+    import io
+
+    from ptexport.cli import main
+
+    out = io.StringIO()
+    assert main(["dump", "branches", "--jobs", "1", *argv], out) == 0, out.getvalue()
+    return out.getvalue()
+
+
+@needs_perf
+def test_dump_branches_prints_like_perf(tmp_path, reference):
+    """`ptexport dump branches` prints perf script's lines: kernel-only with --guestkallsyms exactly;
+    with guest sideband the "VM: PID VCPU:NNN" prefix, pid/tid, flags, from, to (time aside)."""
+    out = tmp_path / "k"
+    synthesize_vm(out, VmOptions(branches=2000, guest="kernel", seed=5))
+    text = perf_pipeline(out, tmp_path / "wk", inject_guest=False, fields="pid,tid,cpu,time,flags,ip,addr")
+    ours = _dump(["--guestkallsyms", str(out / "guest.data" / "kcore_dir" / "kallsyms"),
+                  str(tmp_path / "wk" / "host.data")])
+    assert ours.splitlines() == [line for line in text.splitlines() if "[00" in line]
+
+    out = tmp_path / "m"
+    synthesize_vm(out, VmOptions(branches=4000, guest="mixed", seed=6))
+    text = perf_pipeline(out, tmp_path / "wm", fields="machine_pid,vcpu,pid,tid,cpu,time,flags,ip,addr")
+    ours = _dump([str(tmp_path / "wm" / "inj.data")])
+
+    def per_cpu(lines):
+        import re
+
+        strip = [re.sub(r"\d+\.\d{9}:", "T:", line) for line in lines if "[00" in line]
+        return {c: [line for line in strip if f"[{c:03d}]" in line] for c in (0, 1)}
+
+    got, want = per_cpu(ours.splitlines()), per_cpu(text.splitlines())
+    assert got == want
+    assert any(line.startswith("VM: ") and "VCPU:001" in line for line in got[1] + got[0])
