@@ -340,6 +340,17 @@ class PerfSession:
     def _perf_time(self, tsc: int) -> int:
         return 0 if self.timeless else self.tc.tsc_to_perf_time(tsc)
 
+    @property
+    def _est_tsc(self) -> bool:
+        """perf's est_tsc: a branch from the kernel (or from nowhere) to user space (x86_64: below
+        2^63, perf's kernel_start there) is dated by the decoder's estimate.  perf turns it off
+        when it follows context switches by the kernel's __switch_to (sync_switch); that choice is
+        not modelled yet, so only VM traces (KVM VCPU threads, no __switch_to) use it here."""
+        v = getattr(self, "_est_tsc_v", None)
+        if v is None:
+            v = self._est_tsc_v = not self.timeless and bool(self.sb.hypervisors())
+        return v
+
     def _lookup(self) -> "_MapLookup":
         if not hasattr(self, "_guest_spaces"):
             from ptexport.pipeline.guest import GuestSpaces, VcpuAttribution, host_kcore
@@ -517,7 +528,10 @@ class PerfSession:
                     rows.add(kind=EV_ERROR, ip=st.from_ip, code=st.err, offset=st.pos, obj=obj, **base)
                 elif obj >= 0:
                     rows.add(kind=-1, obj=obj, **base)  # counts toward perf's failure budget only
-            if st.timestamp > ptq_ts:
+            if (self._est_tsc and (st.from_ip >= 1 << 63 or not st.from_ip) and st.to_ip
+                    and st.to_ip < 1 << 63):
+                ptq_ts = st.est_timestamp  # perf's est_tsc: estimated TSC on return to user space
+            elif st.timestamp > ptq_ts:
                 ptq_ts = st.timestamp
             step += 1
             rows.items_err.append(False)

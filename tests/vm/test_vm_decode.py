@@ -108,12 +108,10 @@ def test_guest_sideband_equals_perf(tmp_path, reference, guest, seed):
     perf = parse(perf_pipeline(out, tmp_path / "w"))
     cols = _decode(tmp_path / "w" / "inj.data")
     assert len(cols) == len(perf.time) == meta["branches"]
-    res = _compare(cols, perf, times=False)
-    assert res["mismatch"] == {}
+    res = _compare(cols, perf)
+    assert res["mismatch"] == {} and res["max_dt"] == 0
     guest_rows = cols.machine_pid == meta["machine_pid"]
     assert guest_rows.any() and set(cols.vcpu[guest_rows].tolist()) == {0, 1}
-    # times: see the report (a VM entry after a guest TSC may be dated ~10 ns earlier than perf)
-    assert res["max_dt"] <= 330
 
 
 def _dump(argv: list[str]) -> str:
@@ -128,8 +126,8 @@ def _dump(argv: list[str]) -> str:
 
 @needs_perf
 def test_dump_branches_prints_like_perf(tmp_path, reference):
-    """`ptexport dump branches` prints perf script's lines: kernel-only with --guestkallsyms exactly;
-    with guest sideband the "VM: PID VCPU:NNN" prefix, pid/tid, flags, from, to (time aside)."""
+    """`ptexport dump branches` prints perf script's lines: kernel-only with --guestkallsyms, and with
+    guest sideband the "VM: PID VCPU:NNN" prefix (per host CPU: perf interleaves CPUs its own way)."""
     out = tmp_path / "k"
     synthesize_vm(out, VmOptions(branches=2000, guest="kernel", seed=5))
     text = perf_pipeline(out, tmp_path / "wk", inject_guest=False, fields="pid,tid,cpu,time,flags,ip,addr")
@@ -143,10 +141,8 @@ def test_dump_branches_prints_like_perf(tmp_path, reference):
     ours = _dump([str(tmp_path / "wm" / "inj.data")])
 
     def per_cpu(lines):
-        import re
-
-        strip = [re.sub(r"\d+\.\d{9}:", "T:", line) for line in lines if "[00" in line]
-        return {c: [line for line in strip if f"[{c:03d}]" in line] for c in (0, 1)}
+        keep = [line for line in lines if "[00" in line]
+        return {c: [line for line in keep if f"[{c:03d}]" in line] for c in (0, 1)}
 
     got, want = per_cpu(ours.splitlines()), per_cpu(text.splitlines())
     assert got == want
