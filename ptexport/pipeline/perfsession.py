@@ -525,7 +525,7 @@ class PerfSession:
                 if it.errors and not (
                     (st.err == ERR_OVR and "o" in it.error_minus) or (st.err == ERR_LOST and "l" in it.error_minus)
                 ):
-                    rows.add(kind=EV_ERROR, ip=st.from_ip, code=st.err, offset=st.pos, obj=obj, **base)
+                    rows.add(kind=EV_ERROR, ip=st.from_ip, code=st.err, offset=st.pos, obj=obj, nr=int(st.from_nr), **base)
                 elif obj >= 0:
                     rows.add(kind=-1, obj=obj, **base)  # counts toward perf's failure budget only
             if (self._est_tsc and (st.from_ip >= 1 << 63 or not st.from_ip) and st.to_ip

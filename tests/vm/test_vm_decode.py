@@ -147,3 +147,27 @@ def test_dump_branches_prints_like_perf(tmp_path, reference):
     got, want = per_cpu(ours.splitlines()), per_cpu(text.splitlines())
     assert got == want
     assert any(line.startswith("VM: ") and "VCPU:001" in line for line in got[1] + got[0])
+
+
+@needs_perf
+def test_guest_errors_carry_the_guest_thread(tmp_path, reference):
+    """Guest user code that cannot be read: the same errors as perf, with machine_pid, vcpu and the
+    guest pid/tid (perf's intel_ptq_synth_error with guest sideband and from_nr)."""
+    import subprocess
+
+    out = tmp_path / "m"
+    synthesize_vm(out, VmOptions(branches=3000, guest="mixed", seed=7))
+    perf_pipeline(out, tmp_path / "w")
+    (out / "gprog").rename(out / "gprog.hidden")
+    inj = tmp_path / "w" / "inj.data"
+    r = subprocess.run(["perf", "script", "-i", str(inj), "--itrace=be", "--ns", "-F",
+                        "machine_pid,vcpu,pid,tid,cpu,time,flags,ip,addr"],
+                       capture_output=True, text=True, cwd=str(tmp_path / "w"))
+    want = [line for line in (r.stdout + r.stderr).splitlines() if "[00" in line or "error type" in line]
+    got = [line for line in _dump([str(inj)]).splitlines()]
+    errors = [line for line in got if "error type" in line]
+    assert errors and all("machine_pid 4000 vcpu " in line for line in errors)
+    for c in (0, 1):
+        def mine(lines):
+            return [line for line in lines if f"[{c:03d}]" in line or f" cpu {c} " in line]
+        assert mine(got) == mine(want)
