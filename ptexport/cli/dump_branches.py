@@ -81,16 +81,20 @@ def run(args, out) -> int:
         jobs = 1 if args.jobs is None else args.jobs
         if args.csv:
             w = csv.writer(out, lineterminator="\n")
-            w.writerow(["time", "cpu", "pid", "tid", "ip", "addr", "flags", "event", "error"])
+            from ptexport.pipeline.guest import VcpuAttribution
+
+            vm = VcpuAttribution(session).enabled  # guest sideband: machine_pid,vcpu columns too
+            w.writerow(["time", "cpu", "pid", "tid", "ip", "addr", "flags", "event", "error"]
+                       + (["machine_pid", "vcpu"] if vm else []))
             for cols in session.iter_batches(jobs):
-                _write_csv(w, cols)
+                _write_csv(w, session.vcpu_columns(cols) if vm else cols, vm)
         else:
             for cols in session.iter_batches(jobs):
                 _write_text(out, session.vcpu_columns(cols))
     return 0
 
 
-def _write_csv(w, cols) -> None:
+def _write_csv(w, cols, vm: bool = False) -> None:
     from ptexport.pipeline.perfsession import EV_ERROR, EVENT_NAMES
 
     kinds = cols.kind.tolist()
@@ -102,9 +106,11 @@ def _write_csv(w, cols) -> None:
     addrs = cols.addr.tolist()
     flags = cols.flags.tolist()
     codes = cols.code.tolist()
+    extra = list(zip(cols.machine_pid.tolist(), cols.vcpu.tolist())) if vm else None
     for i, k in enumerate(kinds):
         err = cols.error_message(codes[i]) if k == EV_ERROR else ""
-        w.writerow([times[i], cpus[i], pids[i], tids[i], ips[i], addrs[i], flags[i], EVENT_NAMES[k], err])
+        row = [times[i], cpus[i], pids[i], tids[i], ips[i], addrs[i], flags[i], EVENT_NAMES[k], err]
+        w.writerow(row + list(extra[i]) if vm else row)
 
 
 def _write_text(out, cols) -> None:

@@ -171,3 +171,18 @@ def test_guest_errors_carry_the_guest_thread(tmp_path, reference):
         def mine(lines):
             return [line for line in lines if f"[{c:03d}]" in line or f" cpu {c} " in line]
         assert mine(got) == mine(want)
+
+
+@needs_perf
+def test_dump_branches_csv_has_vcpu_columns(tmp_path, reference):
+    import csv
+    import io
+
+    out = tmp_path / "m"
+    meta = synthesize_vm(out, VmOptions(branches=2000, guest="mixed", seed=8))
+    perf = parse(perf_pipeline(out, tmp_path / "w"))
+    rows = list(csv.DictReader(io.StringIO(_dump(["--csv", str(tmp_path / "w" / "inj.data")]))))
+    assert len(rows) == len(perf.time)
+    mp = np.array([int(r["machine_pid"]) for r in rows])
+    assert set(mp.tolist()) == {0, meta["machine_pid"]}
+    assert sorted(int(r["vcpu"]) for r in rows) == sorted(np.where(perf.vcpu < 0, -1, perf.vcpu).tolist())
