@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time as _time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -434,70 +434,80 @@ class _Exporter:
         tscs = tc.perf_time_to_tsc_array(times).tolist() if len(times) else []
         return [(int(t) if r.time else 0, r) for t, r in zip(tscs, recs)]
 
-    def run(self, cols: SampleColumns, progress: Callable[[int, int], None] | None = None) -> None:
-        n = len(cols)
+    def run(self, batches: SampleColumns | Iterable[SampleColumns],
+            progress: Callable[[int, int], None] | None = None) -> None:
+        """Export samples in perf's order: one :class:`SampleColumns` or its batches (bounded memory)."""
+        if isinstance(batches, SampleColumns):
+            batches = [batches]
+            total = len(batches[0])
+        else:
+            total = 0  # not known while streaming
         events = self._events()
-        kinds = cols.kind.tolist()
-        tscs = cols.tsc.tolist()
-        times = cols.time.tolist()
-        cpus = cols.cpu.tolist()
-        pids = cols.pid.tolist()
-        tids = cols.tid.tolist()
-        ips = cols.ip.tolist()
-        addrs = cols.addr.tolist()
-        flags = cols.flags.tolist()
-        insn = cols.insn_cnt.tolist()
-        cyc = cols.cyc_cnt.tolist()
-        codes = cols.code.tolist()
-        payloads = cols.payload.tolist()
-        offsets = cols.offset.tolist()
-        insn_len = cols.insn_len.tolist()
-        trace_nr = cols.trace_nr.tolist()
         samples = self._samples
         tree = self._tree
         j = 0
         n_ev = len(events)
-        for i in range(n):
-            k = kinds[i]
-            while j < n_ev and events[j][0] <= tscs[i]:
-                self.event(events[j][1])
-                j += 1
-            if k == EV_ERROR:
-                th = self.pt.find(pids[i], tids[i])
-                self.error_rows.append((len(self.error_rows) + 1, 0, offsets[i], codes[i],
-                                        cols.error_message(codes[i]), times[i], cpus[i], ips[i],
-                                        th.db_id if th is not None else 0, self.host))
-                continue
-            time = times[i]
-            thread_id, comm_id = self.threads(pids[i], tids[i], time)
-            evsel_id = self.evsel(k)
-            pid = pids[i]
-            dso, sym, sym_off, _ = self.resolve(pid, ips[i], time)
-            to_dso, to_sym, to_off, to_start = self.resolve(pid, addrs[i], time) if k == EV_BRANCH \
-                else (0, 0, 0, 0)
-            self.n_samples += 1
-            sid = self.n_samples
-            f = flags[i]
-            for key, val in (("id", sid), ("evsel_id", evsel_id), ("machine_id", self.host),
-                             ("thread_id", thread_id), ("comm_id", comm_id), ("dso_id", dso), ("symbol_id", sym),
-                             ("sym_offset", sym_off), ("ip", ips[i]), ("time", time), ("cpu", cpus[i]),
-                             ("to_dso_id", to_dso), ("to_symbol_id", to_sym), ("to_sym_offset", to_off),
-                             ("to_ip", addrs[i]), ("branch_type", f & PERF_BRANCH_MASK),
-                             ("in_tx", 1 if f & _IN_TX else 0), ("call_path_id", 0), ("insn_count", insn[i]),
-                             ("cyc_count", cyc[i]), ("flags", f)):
-                samples[key].append(val)
-            self._payload(k, sid, payloads[i], codes[i])
-            if k == EV_BRANCH and self.calltree is not None:
-                for key, val in (("time", time), ("ip", ips[i]), ("addr", addrs[i]), ("flags", f), ("ref", sid),
-                                 ("thread_id", thread_id), ("cpu", cpus[i]), ("pid", pid), ("tid", tids[i]),
-                                 ("comm_id", comm_id), ("insn_len", insn_len[i]), ("insn_cnt", insn[i]),
-                                 ("cyc_cnt", cyc[i]), ("from_sym", sym), ("to_sym", to_sym),
-                                 ("to_sym_start", to_start), ("trace_nr", trace_nr[i])):
-                    tree[key].append(val)
-            if len(samples["id"]) >= _BATCH:
-                self._flush(samples, tree)
-                if progress:
-                    progress(i + 1, n)
+        done = 0
+        for cols in batches:
+            n = len(cols)
+            kinds = cols.kind.tolist()
+            tscs = cols.tsc.tolist()
+            times = cols.time.tolist()
+            cpus = cols.cpu.tolist()
+            pids = cols.pid.tolist()
+            tids = cols.tid.tolist()
+            ips = cols.ip.tolist()
+            addrs = cols.addr.tolist()
+            flags = cols.flags.tolist()
+            insn = cols.insn_cnt.tolist()
+            cyc = cols.cyc_cnt.tolist()
+            codes = cols.code.tolist()
+            payloads = cols.payload.tolist()
+            offsets = cols.offset.tolist()
+            insn_len = cols.insn_len.tolist()
+            trace_nr = cols.trace_nr.tolist()
+            for i in range(n):
+                k = kinds[i]
+                while j < n_ev and events[j][0] <= tscs[i]:
+                    self.event(events[j][1])
+                    j += 1
+                if k == EV_ERROR:
+                    th = self.pt.find(pids[i], tids[i])
+                    self.error_rows.append((len(self.error_rows) + 1, 0, offsets[i], codes[i],
+                                            cols.error_message(codes[i]), times[i], cpus[i], ips[i],
+                                            th.db_id if th is not None else 0, self.host))
+                    continue
+                time = times[i]
+                thread_id, comm_id = self.threads(pids[i], tids[i], time)
+                evsel_id = self.evsel(k)
+                pid = pids[i]
+                dso, sym, sym_off, _ = self.resolve(pid, ips[i], time)
+                to_dso, to_sym, to_off, to_start = self.resolve(pid, addrs[i], time) if k == EV_BRANCH \
+                    else (0, 0, 0, 0)
+                self.n_samples += 1
+                sid = self.n_samples
+                f = flags[i]
+                for key, val in (("id", sid), ("evsel_id", evsel_id), ("machine_id", self.host),
+                                 ("thread_id", thread_id), ("comm_id", comm_id), ("dso_id", dso), ("symbol_id", sym),
+                                 ("sym_offset", sym_off), ("ip", ips[i]), ("time", time), ("cpu", cpus[i]),
+                                 ("to_dso_id", to_dso), ("to_symbol_id", to_sym), ("to_sym_offset", to_off),
+                                 ("to_ip", addrs[i]), ("branch_type", f & PERF_BRANCH_MASK),
+                                 ("in_tx", 1 if f & _IN_TX else 0), ("call_path_id", 0), ("insn_count", insn[i]),
+                                 ("cyc_count", cyc[i]), ("flags", f)):
+                    samples[key].append(val)
+                self._payload(k, sid, payloads[i], codes[i])
+                if k == EV_BRANCH and self.calltree is not None:
+                    for key, val in (("time", time), ("ip", ips[i]), ("addr", addrs[i]), ("flags", f), ("ref", sid),
+                                     ("thread_id", thread_id), ("cpu", cpus[i]), ("pid", pid), ("tid", tids[i]),
+                                     ("comm_id", comm_id), ("insn_len", insn_len[i]), ("insn_cnt", insn[i]),
+                                     ("cyc_cnt", cyc[i]), ("from_sym", sym), ("to_sym", to_sym),
+                                     ("to_sym_start", to_start), ("trace_nr", trace_nr[i])):
+                        tree[key].append(val)
+                if len(samples["id"]) >= _BATCH:
+                    self._flush(samples, tree)
+                    if progress:
+                        progress(done + i + 1, total)
+            done += n
         while j < n_ev:
             self.event(events[j][1])
             j += 1
@@ -595,6 +605,24 @@ class _RecordTee:
             yield rec
 
 
+class _Timed:
+    """An iterator of sample batches that adds up the time spent producing them (decoding)."""
+
+    def __init__(self, it: Iterable[SampleColumns], seconds: float = 0.0) -> None:
+        self._it = iter(it)
+        self.seconds = seconds
+
+    def __iter__(self) -> Iterator[SampleColumns]:
+        return self
+
+    def __next__(self) -> SampleColumns:
+        t = _time.perf_counter()
+        try:
+            return next(self._it)
+        finally:
+            self.seconds += _time.perf_counter() - t
+
+
 def export_trace(path: str, target: str, config: ExportConfig,
                  progress: Callable[[int, int], None] | None = None) -> ExportSummary:
     """Decode ``path`` and write the database at ``target`` (SQLite path or postgresql:// URL)."""
@@ -603,11 +631,11 @@ def export_trace(path: str, target: str, config: ExportConfig,
     with open_perf_data(path) as pd:
         session = open_session(_RecordTee(pd) if getattr(pd, "is_pipe", False) else pd, DecodeConfig(itrace=config.itrace, symfs=config.symfs,
                                                 buildid_dir=config.buildid_dir, cpus=config.cpus))
-        cols = session.decode()
-        summary.decode_seconds = _time.perf_counter() - t0
+        batches = _Timed(session.iter_batches(), _time.perf_counter() - t0)  # decoded as the export goes
         with open_writer(target, force=config.force) as w:
             ex = _Exporter(session, w, config)
-            ex.run(cols, progress)
+            ex.run(batches, progress)
+            summary.decode_seconds = batches.seconds
             summary.rows = {"samples": ex.n_samples, "context_switches": len(ex.switch_rows),
                             "decode_errors": len(ex.error_rows), "threads": len(ex.m.threads),
                             "symbols": len(ex.m.symbols), "dsos": len(ex._dso_ids)}

@@ -67,6 +67,8 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
     from ptexport.flow import perffast
 
     if jobs == 1 or not path or not os.path.exists(str(path)):
+        if count_only and perffast.supported(session):
+            return [_count_queue(session, q, key, bufs) for q, (key, bufs) in enumerate(queues)]
         return [_decode_one(session, q, key, bufs, count_only) for q, (key, bufs) in enumerate(queues)]
     from concurrent.futures import ProcessPoolExecutor
 
@@ -513,6 +515,27 @@ def _fast_chunks(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any],
         yield qd._rows(*qd.take())
         if r == K.R_DONE:
             return
+
+
+def _count_queue(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any]) -> Any:
+    """Count-only decoding of one queue in bounded memory: per-step items are dropped as they come."""
+    from ptexport.flow import perffast_kernel as K
+    from ptexport.flow.perffast import QueueDecoder
+
+    qd = QueueDecoder(session, qnum, key, bufs, count_only=True)
+    qd.setup()
+    kept = []
+    while True:
+        r = _drive_chunk(qd)
+        o, _ = qd.take()
+        if o.shape[1]:
+            kept.append(o)
+        if r == K.R_DONE:
+            break
+    o = np.concatenate(kept, axis=1) if kept else np.zeros((K.O_SIZE, 0), np.int64)
+    rows = qd._rows(o, np.zeros((2, 0), np.int64))
+    rows.branch_count = int(qd.S[K.NBRANCH])
+    return rows
 
 
 def _queue_chunks(session: Any, jobs: int | None, chunk: int) -> list[Any]:
