@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from ptexport.pipeline.auxheap import PerfQueueHeap
+
 
 def default_jobs() -> int:
     try:
@@ -634,48 +636,8 @@ class StreamMerge:
         self.batch_rows = max(1, batch_rows)
         self.pending: list[dict[str, np.ndarray]] = []
         self.npending = 0
-        self.heap: list[list[int]] = []
+        self.heap = PerfQueueHeap()
         self.nxt = [0] * len(sources)
-
-    # perf's auxtrace heap (same sift rules as PerfSession._perf_order)
-    def _push(self, q: int, ordinal: int) -> None:
-        heap = self.heap
-        heap.append([ordinal, q])
-        pos = len(heap) - 1
-        while pos:
-            parent = (pos - 1) >> 1
-            if ordinal >= heap[parent][0]:
-                break
-            heap[pos] = heap[parent]
-            pos = parent
-        heap[pos] = [ordinal, q]
-
-    def _pop(self) -> None:
-        heap = self.heap
-        cnt = len(heap)
-        last = heap[-1]
-        pos = 0
-        while True:
-            left = 2 * pos + 1
-            if left >= cnt - 1:
-                break
-            right = left + 1
-            if right >= cnt - 1 or heap[left][0] < heap[right][0]:
-                heap[pos] = heap[left]
-                pos = left
-            else:
-                heap[pos] = heap[right]
-                pos = right
-        heap.pop()
-        if pos < len(heap):
-            heap[pos] = last
-            while pos:
-                parent = (pos - 1) >> 1
-                if last[0] >= heap[parent][0]:
-                    break
-                heap[pos] = heap[parent]
-                pos = parent
-            heap[pos] = last
 
     def _emit(self, chunks: list[dict[str, np.ndarray]]) -> None:
         for c in chunks:
@@ -727,11 +689,11 @@ class StreamMerge:
         heap = self.heap
         while heap and heap[0][0] < limit:
             q = heap[0][1]
-            self._pop()
+            self.heap.pop_top()
             ts = min(heap[0][0] + 1, limit) if heap else limit
             ordinal = yield from self._run(q, ts)
             if ordinal is not None:
-                self._push(q, ordinal)
+                self.heap.push(q, ordinal)
 
     def _lost_row(self, i: int) -> dict[str, np.ndarray]:
         return {k: v[i:i + 1] for k, v in self.lost.items()}
@@ -740,7 +702,7 @@ class StreamMerge:
         """Decode every queue up to its first timestamped state (all setup failures are known then)."""
         for q, s in enumerate(self.src):
             if s.ensure(0):
-                self._push(q, int(s.ts[0]))
+                self.heap.push(q, int(s.ts[0]))
 
     def batches(self):
         """Row chunks (column dicts with obj and step) in perf's order, about ``batch_rows`` each."""

@@ -66,6 +66,7 @@ from ptexport.flow.perfmode import (
     Params,
     PerfDecoder,
 )
+from ptexport.pipeline.auxheap import PerfQueueHeap
 from ptexport.pipeline.codewalk import CodeObjects, PerfCodeWalker, default_kernel_start
 from ptexport.samples.flags import IpFlag
 from ptexport.samples.itrace import ItraceOptions, PeriodType
@@ -673,45 +674,8 @@ class PerfSession:
             return perf_order([(p.items_err, p.items_ts) for p in parts], self.event_tscs, n_lost,
                               cols["queue"], cols["step"], sum(len(p) for p in parts))
         emitted: list[tuple[int, int]] = []  # (queue, step) or (-1, lost index), in emission order
-        heap: list[list[int]] = []  # [ordinal, queue]
-
-        def push(q: int, ordinal: int) -> None:
-            heap.append([ordinal, q])
-            pos = len(heap) - 1
-            while pos:
-                parent = (pos - 1) >> 1
-                if ordinal >= heap[parent][0]:
-                    break
-                heap[pos] = heap[parent]
-                pos = parent
-            heap[pos] = [ordinal, q]
-
-        def pop() -> None:
-            cnt = len(heap)
-            last = heap[-1]
-            pos = 0
-            while True:
-                left = 2 * pos + 1
-                if left >= cnt - 1:
-                    break
-                right = left + 1
-                if right >= cnt - 1 or heap[left][0] < heap[right][0]:
-                    heap[pos] = heap[left]
-                    pos = left
-                else:
-                    heap[pos] = heap[right]
-                    pos = right
-            # Re-insert the last item at the hole, sifting up (perf's auxtrace_heap__pop).
-            heap.pop()
-            if pos < len(heap):
-                heap[pos] = last
-                while pos:
-                    parent = (pos - 1) >> 1
-                    if last[0] >= heap[parent][0]:
-                        break
-                    heap[pos] = heap[parent]
-                    pos = parent
-                heap[pos] = last
+        heap = PerfQueueHeap()
+        push, pop = heap.push, heap.pop_top
 
         nxt = [0] * len(parts)  # next item to decode per queue (item 0 is the pending first state)
         for q, p in enumerate(parts):
