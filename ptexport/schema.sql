@@ -200,6 +200,24 @@ CREATE TABLE vcpus (
     tsc_offset_source varchar(16)                 -- where tsc_offset came from: option, sideband, measured, none
 );
 
+-- One row per VM exit of a VCPU thread (perf's host-side exit sample "0 => handler"),
+-- paired with the next VM entry of the same host thread; entry_time - exit_time is the
+-- time the VCPU spent in the host (exit handling, and being scheduled out).
+CREATE TABLE vm_exits (
+    id              integer NOT NULL PRIMARY KEY, -- exit id, in export (time) order
+    machine_id      bigint,                       -- machines.id of the guest that exited
+    vcpu            integer,                      -- VCPU number (-1 unknown)
+    thread_id       bigint,                       -- threads.id of the host VCPU thread
+    cpu             integer,                      -- host cpu of the exit
+    exit_id         bigint,                       -- samples.id of the exit's host-side branch sample
+    exit_time       bigint,                       -- perf time of the exit, ns
+    guest_ip        bigint,                       -- guest ip at the exit (the FUP of the VM exit; 0 unknown)
+    entry_id        bigint,                       -- samples.id of the thread's next VM entry (host side); 0: none in the trace
+    entry_time      bigint,                       -- perf time of that entry, ns (0: none)
+    reason          varchar(40),                  -- VMX exit reason (CPUID, HLT, IO_INSTRUCTION, MSR_READ, ...), 'external interrupt or other', 'unknown'
+    reason_source   varchar(16)                   -- kvm_exit (a recorded kvm:kvm_exit tracepoint) or instruction (the guest instruction at guest_ip)
+);
+
 CREATE TABLE decode_errors (
     id              integer NOT NULL PRIMARY KEY, -- error id
     segment         bigint,                       -- index of the PSB segment of the AUX stream
@@ -541,6 +559,79 @@ FROM vcpus
 INNER JOIN machines ON machines.id = vcpus.machine_id
 INNER JOIN threads ON threads.id = vcpus.thread_id;
 
+CREATE VIEW vm_exits_view AS
+SELECT
+    vm_exits.id,
+    vm_exits.machine_id,
+    machines.pid AS machine_pid,
+    vm_exits.vcpu,
+    vm_exits.cpu,
+    threads.pid AS host_pid,
+    threads.tid AS host_tid,
+    vm_exits.exit_time,
+    vm_exits.entry_time,
+    CASE WHEN vm_exits.entry_id = 0 THEN NULL ELSE vm_exits.entry_time - vm_exits.exit_time END AS host_ns,
+    to_hex(vm_exits.guest_ip) AS guest_ip_hex,
+    vm_exits.reason,
+    vm_exits.reason_source
+FROM vm_exits
+INNER JOIN machines ON machines.id = vm_exits.machine_id
+INNER JOIN threads ON threads.id = vm_exits.thread_id;
+
+-- Host and guest events in one host-time line (what trace-cmd's merged host/guest report
+-- shows): every sample and every context switch with its machine, VCPU, cpu and thread.
+-- Switches show the thread switched in (kind 'switch in') or out ('switch out').
+-- ORDER BY time, cpu to read it as one timeline.
+CREATE VIEW timeline_view AS
+SELECT
+    samples.time,
+    samples.cpu,
+    samples.machine_id,
+    samples.machine_pid,
+    samples.vcpu,
+    samples.thread_id,
+    threads.pid,
+    threads.tid,
+    comms.comm AS command,
+    'sample' AS source,
+    samples.id AS source_id,
+    selected_events.name AS event,
+    branch_types.name AS kind,
+    samples.ip,
+    samples.to_ip,
+    samples.symbol_id,
+    samples.to_symbol_id
+FROM samples
+INNER JOIN threads ON threads.id = samples.thread_id
+INNER JOIN comms ON comms.id = samples.comm_id
+INNER JOIN selected_events ON selected_events.id = samples.evsel_id
+LEFT JOIN branch_types ON branch_types.id = samples.branch_type
+WHERE samples.id > 0
+UNION ALL
+SELECT
+    context_switches.time,
+    context_switches.cpu,
+    context_switches.machine_id,
+    machines.pid AS machine_pid,
+    CAST(-1 AS INTEGER) AS vcpu,
+    CASE WHEN context_switches.flags = 0 THEN context_switches.thread_in_id ELSE context_switches.thread_out_id END,
+    threads.pid,
+    threads.tid,
+    comms.comm,
+    'switch' AS source,
+    context_switches.id,
+    'context switch' AS event,
+    CASE WHEN context_switches.flags = 0 THEN 'switch in' WHEN context_switches.flags = 3 THEN 'switch out preempt'
+         ELSE 'switch out' END,
+    0,
+    0,
+    0,
+    0
+FROM context_switches
+INNER JOIN machines ON machines.id = context_switches.machine_id
+INNER JOIN threads ON threads.id = CASE WHEN context_switches.flags = 0 THEN context_switches.thread_in_id ELSE context_switches.thread_out_id END
+INNER JOIN comms ON comms.id = CASE WHEN context_switches.flags = 0 THEN context_switches.comm_in_id ELSE context_switches.comm_out_id END;
+
 CREATE VIEW decode_errors_view AS
 SELECT
     decode_errors.id,
@@ -602,3 +693,5 @@ CREATE INDEX call_paths_parent_idx ON call_paths (parent_id, symbol_id, ip);
 CREATE INDEX comm_threads_comm_idx ON comm_threads (comm_id, thread_id);
 -- context switches per cpu in time order (time chart)
 CREATE INDEX context_switches_cpu_time_idx ON context_switches (cpu, time);
+-- VM exits per reason and per VCPU thread
+CREATE INDEX vm_exits_reason_idx ON vm_exits (reason);
