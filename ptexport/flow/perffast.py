@@ -16,12 +16,15 @@ walker sees (the process current on the CPU at the last sample, the maps at
 that time), so there is one table per *context* (pid, whether a thread is
 known, which map generation of that pid and the kernel is live); the kernel
 stops when the sample time leaves the TSC range of its context, and Python
-switches tables.  A miss (a block not in the table yet), a walk the table
-cannot answer (code that cannot be read, a block crossing a mapping's end,
-walks bounded by an instruction count) or a PSB found inside a packet
-returns to Python, which asks the reference walker
-(:class:`~ptexport.pipeline.codewalk.PerfCodeWalker`) or re-tokenizes, and
-the kernel re-runs that decode step from a snapshot.
+switches tables.  Guest (non-root) code has a second table per *guest
+context*, what the reference's ``_MapLookup.guest`` reads: the guest machine
+of the host process, the guest process current on the host thread's VCPU
+(guest sideband) and the generation of that guest's maps.  A miss (a block
+not in the table yet), a walk the table cannot answer (code that cannot be
+read, a block crossing a mapping's end, walks bounded by an instruction
+count) or a PSB found inside a packet returns to Python, which asks the
+reference walker (:class:`~ptexport.pipeline.codewalk.PerfCodeWalker`) or
+re-tokenizes, and the kernel re-runs that decode step from a snapshot.
 
 Without numba (the optional ``fast`` extra) :func:`available` is False and
 callers use the reference.
@@ -224,6 +227,10 @@ class QueueDecoder:
         self.cur = session._cpu_current(self.cpu) if self.per_cpu else None
         self.blocks = _Blocks()
         self.tables: dict[tuple, _Table] = {}
+        self.gtables: dict[tuple, _Table] = {}  # guest code, per guest context
+        self.gtable = self.table = _Table(16)
+        self._guest_machines = bool(session.sb.guests())
+        self._guest_map_changes: dict[tuple[int, int], np.ndarray] = {}
         self.fail_names: list[str] = []
         self.fail_ids: dict[str, int] = {}
         self._map_changes: dict[int, np.ndarray] = {}
@@ -260,22 +267,59 @@ class QueueDecoder:
                 break
         return c
 
-    def _changes(self, pid: int) -> np.ndarray:
-        """Perf times at which the maps seen by ``pid`` (its own and the kernel's) change."""
-        got = self._map_changes.get(pid)
-        if got is None:
-            host = self.s.sb.host
-            times = set()
-            for e in host.kernel_maps.entries:
+    @staticmethod
+    def _machine_changes(machine: Any, pid: int) -> np.ndarray:
+        """Perf times at which the maps seen by ``pid`` of ``machine`` (its own and the kernel's) change."""
+        times = set()
+        for e in machine.kernel_maps.entries:
+            times.add(e.valid_from)
+            times.add(e.valid_to)
+        if pid >= 0:
+            for e in machine.maps(pid).entries:
                 times.add(e.valid_from)
                 times.add(e.valid_to)
-            if pid >= 0:
-                for e in host.maps(pid).entries:
-                    times.add(e.valid_from)
-                    times.add(e.valid_to)
-            got = np.array(sorted(t for t in times if 0 <= t < (1 << 63)), dtype=np.int64)
-            self._map_changes[pid] = got
+        return np.array(sorted(t for t in times if 0 <= t < (1 << 63)), dtype=np.int64)
+
+    def _changes(self, pid: int) -> np.ndarray:
+        """Perf times at which the host maps seen by ``pid`` change."""
+        got = self._map_changes.get(pid)
+        if got is None:
+            got = self._map_changes[pid] = self._machine_changes(self.s.sb.host, pid)
         return got
+
+    def _guest_context(self, pid: int, tid: int, time: int, lo: int, hi: int) -> tuple[tuple, int, int]:
+        """(key, lo, hi): the guest address space ``_MapLookup.guest`` reads for host thread ``tid``
+        of process ``pid`` at perf time ``time``, and the TSC range inside [lo, hi) where it holds."""
+        s = self.s
+        mpid = s._guest_spaces.machine_pid(pid)
+        if not self._guest_machines:
+            return ("g", mpid), lo, hi  # no guest sideband: the guest's kcore only, static
+        gpid = -1
+        vc = s._vcpus
+        hit = vc.vcpu_of(tid) if vc.enabled and tid >= 0 else None
+        if hit is not None:
+            m = s.sb.machine(hit[0])
+            tl = m.cpus.get(hit[1]) if m is not None else None
+            if tl is not None and len(tl):
+                i = tl.index_at(time)  # the point guest_pid_at_time reads
+                if i >= 0:
+                    gpid = int(tl._pids[i])
+                    if not s.timeless:
+                        lo = max(lo, self._tsc_at_or_after(int(tl._times[i])))
+                if i + 1 < len(tl) and not s.timeless:
+                    hi = min(hi, self._tsc_at_or_after(int(tl._times[i + 1])))
+        gen = -1
+        m = s.sb.machine(mpid)
+        if m is not None and not s.timeless:
+            ch = self._guest_map_changes.get((mpid, gpid))
+            if ch is None:
+                ch = self._guest_map_changes[(mpid, gpid)] = self._machine_changes(m, gpid)
+            gen = int(np.searchsorted(ch, time, side="right"))
+            if gen > 0:
+                lo = max(lo, self._tsc_at_or_after(int(ch[gen - 1])))
+            if gen < len(ch):
+                hi = min(hi, self._tsc_at_or_after(int(ch[gen])))
+        return ("g", mpid, gpid, gen), lo, hi
 
     def _context(self, tsc: int, S: np.ndarray) -> None:
         """Point the walker and the kernel at the context of a sample at ``tsc``."""
@@ -293,19 +337,25 @@ class QueueDecoder:
                 lo = max(lo, self._tsc_at_or_after(int(ch[g - 1])))
             if g < len(ch):
                 hi = min(hi, self._tsc_at_or_after(int(ch[g])))
+        gkey, lo, hi = self._guest_context(pid, tid, time, lo, hi)
         self.lookup.pid = pid
+        self.lookup.tid = tid
         self.lookup.time = time
         self.walker.have_thread = have_thread
         S[K.HAVE_THREAD] = int(have_thread)
         S[K.CTX_LO] = lo
         S[K.CTX_HI] = hi
-        self._select((pid, have_thread, gen))
+        self._select((pid, have_thread, gen), gkey)
 
-    def _select(self, ctx: tuple) -> None:
+    def _select(self, ctx: tuple, gctx: tuple) -> None:
         t = self.tables.get(ctx)
         if t is None:
             t = self.tables[ctx] = _Table()
         self.table = t
+        g = self.gtables.get(gctx)
+        if g is None:
+            g = self.gtables[gctx] = _Table(1 << 8)
+        self.gtable = g
 
     # -------------------------------------------------------------- code
 
@@ -319,20 +369,24 @@ class QueueDecoder:
             self.fail_names.append(name)
         return i
 
-    def _block(self, ip: int) -> bool:
-        """Put the block at ``ip`` in the current table if it can be cached; False if not."""
+    def _block(self, ip: int, nr: bool = False) -> bool:
+        """Put the block at ``ip`` in the current table (guest code: the guest table) if it can be
+        cached; False if not."""
         w = self.walker
-        kernel = ip >= w.kernel_start
-        if not w.have_thread and not kernel:
-            return False
-        hit = self.lookup(ip, kernel)
+        if nr:
+            hit = self.lookup.guest(ip, bool(ip >> 63))  # the walker's rule (intel_pt_nr_cpumode)
+        else:
+            kernel = ip >= w.kernel_start
+            if not w.have_thread and not kernel:
+                return False
+            hit = self.lookup(ip, kernel)
         if hit is None:
             return False
         start, end, pgoff, obj = hit
         offset = ip - start + pgoff
         row = self.blocks.index.get((obj.name, offset))
         if row is None:
-            err, cnt, new_ip, insn = w.walk(ip, 0, 0, False)
+            err, cnt, new_ip, insn = w.walk(ip, 0, 0, nr)
             if err or insn.branch == BR_NO_BRANCH:
                 return False
             # Instruction boundaries, decoded the walker's way; all inside this mapping.
@@ -351,7 +405,7 @@ class QueueDecoder:
                 return False
             row = self.blocks.add(cnt, new_ip - ip, insn, bounds)
             self.blocks.index[(obj.name, offset)] = row
-        t = self.table
+        t = self.gtable if nr else self.table
         if 2 * (t.n + 1) > len(t.hk):
             big = _Table(2 * len(t.hk))
             for k, v in zip(t.hk[t.hv >= 0].tolist(), t.hv[t.hv >= 0].tolist()):
@@ -367,7 +421,7 @@ class QueueDecoder:
         to_ip = int(S[K.NEED_TO]) & _MASK64
         mx = int(S[K.NEED_MAX])
         nr = bool(S[K.NEED_NR])
-        if not mx and not nr and self._block(ip):
+        if not mx and self._block(ip, nr):
             return
         err, cnt, new_ip, insn = self.walker.walk(ip, to_ip, mx, nr)
         S[K.INJ_VALID] = 1
@@ -415,6 +469,7 @@ class QueueDecoder:
         S[K.P_ERRORS] = int(it.errors)
         S[K.P_ERR_MINUS_O] = int("o" in it.error_minus)
         S[K.P_ERR_MINUS_L] = int("l" in it.error_minus)
+        S[K.P_EST_TSC] = int(s._est_tsc)
         S[K.P_TIMELESS] = int(s.timeless)
         S[K.P_PER_CPU] = int(self.per_cpu)
         S[K.P_PWR] = int(it.pwr_events)
@@ -447,10 +502,12 @@ class QueueDecoder:
         else:
             pid, have_thread = self._who(0)[0], True
         self.lookup.pid = pid
+        self.lookup.tid = -1
         self.lookup.time = 0
         self.walker.have_thread = have_thread
         S[K.HAVE_THREAD] = int(have_thread)
-        self._select(("setup", pid, have_thread))
+        gkey = self._guest_context(pid, -1, 0, 0, 0)[0]
+        self._select(("setup", pid, have_thread), ("setup",) + gkey)
         if at is not None:
             b, byte = at
             tok = self.tokens
@@ -472,8 +529,7 @@ class QueueDecoder:
         S[K.P_STOP_BUF], S[K.P_STOP_BYTE] = stop if stop is not None else (-1, 0)
         tok = self.tokens
         while True:
-            r = K.run(S, self.F, self.snap, self.fsnap, tok.pk, tok.bi, tok.bd, self.stk, self.table.hk,
-                      self.table.hv, self.blocks.bk, self.blocks.bnd, self.out, self.items)
+            r = self.kernel_run()
             if r == K.R_DONE or r == K.R_STOP or r == K.R_STEP:
                 return r
             if r == K.R_NEED:
@@ -491,6 +547,13 @@ class QueueDecoder:
                 self.slide(int(S[K.MORE_BUF]))
             if S[K.STACK_DEPTH] > _STACK:
                 raise OverflowError("return stack deeper than the fast decoder's")
+
+    def kernel_run(self) -> int:
+        """One call of the compiled decoder over the current window and tables (an R_* code)."""
+        tok = self.tokens
+        return K.run(self.S, self.F, self.snap, self.fsnap, tok.pk, tok.bi, tok.bd, self.stk, self.table.hk,
+                     self.table.hv, self.gtable.hk, self.gtable.hv, self.blocks.bk, self.blocks.bnd, self.out,
+                     self.items)
 
     def slide(self, need: int, first: int | None = None) -> None:
         """Move the token window to start at the current buffer (or ``first``) and reach ``need``."""

@@ -14,7 +14,8 @@ can stop and resume at any decode step:
   buffer (packet range, reference timestamp, consecutive, trace_nr, offset,
   length, start in ``BD``, the raw bytes);
 * code comes from a block table keyed by IP (valid for one address space
-  context, see :mod:`ptexport.flow.perffast`): for a block start the
+  context, see :mod:`ptexport.flow.perffast`; guest (non-root) code from a
+  second table, the guest's address space in that context): for a block start the
   instruction count, byte count up to the final branch, the branch's class,
   and the byte offsets of its instruction boundaries (for walks to an IP);
 * samples are written as rows of ``O`` (see ``O_*``).
@@ -57,7 +58,7 @@ INJ_ERR INJ_CNT INJ_NEWIP INJ_OP INJ_BR INJ_LEN INJ_REL INJ_FAIL
 NSTATE
 P_RETCOMP P_BRANCH_ENABLE P_MTC_SHIFT P_CTC_N P_CTC_D P_CTC_MULT P_MNTR P_PERIOD_TYPE P_PERIOD P_FUP_NLIP
 P_PERIOD_MASK P_PERIOD_TICKS P_CTC_REM_MASK P_KERNEL_START P_FILTER P_BRANCHES P_ERRORS P_ERR_MINUS_O
-P_ERR_MINUS_L P_TIMELESS P_PER_CPU P_PWR P_TX P_PTW P_COUNT_ONLY P_RAW_INSN P_SINGLE P_STOP_BUF P_STOP_BYTE
+P_ERR_MINUS_L P_EST_TSC P_TIMELESS P_PER_CPU P_PWR P_TX P_PTW P_COUNT_ONLY P_RAW_INSN P_SINGLE P_STOP_BUF P_STOP_BYTE
 HAVE_THREAD CTX_LO CTX_HI NEED_IP NEED_TO NEED_MAX NEED_NR RETOK_BUF RETOK_POS NOUT NITEM STEP_NR NBRANCH MORE_BUF
 S_SIZE
 """.split()
@@ -505,8 +506,9 @@ def tab_insert(HK, HV, ip, val):
         h = (h + 1) & mask
 
 
-def _walk(S, HK, HV, BK, BND, ip, to_ip, max_insn, nr):
-    """perf's walk_insn callback answered from the table; returns (err, cnt, new_ip, op, br, len, rel)."""
+def _walk(S, HK, HV, GK, GV, BK, BND, ip, to_ip, max_insn, nr):
+    """perf's walk_insn callback answered from the tables (HK/HV host code, GK/GV guest code when
+    ``nr``); returns (err, cnt, new_ip, op, br, len, rel)."""
     if to_ip and ip == to_ip:
         S[LASTFAIL] = -1
         return 0, 0, ip, OP_OTHER, BR_NO_BRANCH, 0, 0
@@ -515,15 +517,13 @@ def _walk(S, HK, HV, BK, BND, ip, to_ip, max_insn, nr):
         S[INJ_VALID] = 0
         S[LASTFAIL] = S[INJ_FAIL]
         return S[INJ_ERR], S[INJ_CNT], S[INJ_NEWIP], S[INJ_OP], S[INJ_BR], S[INJ_LEN], S[INJ_REL]
-    if nr:
-        S[LASTFAIL] = -1
-        return _EINVAL, 0, ip, OP_OTHER, BR_NO_BRANCH, 0, 0
-    if not S[HAVE_THREAD] and _ult(ip, S[P_KERNEL_START]):
+    if not nr and not S[HAVE_THREAD] and _ult(ip, S[P_KERNEL_START]):
         S[LASTFAIL] = -1
         return _EINVAL, 0, ip, OP_OTHER, BR_NO_BRANCH, 0, 0
     b = -1
     if not max_insn:
-        b = tab_find(HK, HV, ip)
+        # guest (non-root) code has its own table: the guest's address space of the context
+        b = tab_find(GK, GV, ip) if nr else tab_find(HK, HV, ip)
     if b < 0:
         S[NEED_IP] = ip
         S[NEED_TO] = to_ip
@@ -615,10 +615,10 @@ def _pop(S, STK):
     return 0
 
 
-def _walk_insn(S, STK, HK, HV, BK, BND, to_ip):
+def _walk_insn(S, STK, HK, HV, GK, GV, BK, BND, to_ip):
     S[MTC_INSN] = 1
     max_insn_cnt = _next_sample(S)
-    err, insn_cnt, new_ip, op, br, ln, rel = _walk(S, HK, HV, BK, BND, S[IP], to_ip, max_insn_cnt, S[ST_TO_NR])
+    err, insn_cnt, new_ip, op, br, ln, rel = _walk(S, HK, HV, GK, GV, BK, BND, S[IP], to_ip, max_insn_cnt, S[ST_TO_NR])
     if err == W_NEED:
         return W_NEED
     S[IP] = new_ip
@@ -745,11 +745,11 @@ def _fup_event(S):
     return ret
 
 
-def _walk_fup(S, STK, HK, HV, BK, BND):
+def _walk_fup(S, STK, HK, HV, GK, GV, BK, BND):
     _clear_insn(S)
     ip = S[LAST_IP]
     while True:
-        err = _walk_insn(S, STK, HK, HV, BK, BND, ip)
+        err = _walk_insn(S, STK, HK, HV, GK, GV, BK, BND, ip)
         if err == W_NEED:
             return err
         if err == _RETURN:
@@ -770,9 +770,9 @@ def _walk_fup(S, STK, HK, HV, BK, BND):
         return _bug(S)
 
 
-def _walk_tip(S, STK, HK, HV, BK, BND):
+def _walk_tip(S, STK, HK, HV, GK, GV, BK, BND):
     _clear_insn(S)
-    err = _walk_insn(S, STK, HK, HV, BK, BND, 0)
+    err = _walk_insn(S, STK, HK, HV, GK, GV, BK, BND, 0)
     if err == W_NEED:
         return err
     if err == _RETURN:
@@ -799,10 +799,10 @@ def _walk_tip(S, STK, HK, HV, BK, BND):
     return _bug(S)
 
 
-def _walk_tnt(S, PK, BI, STK, HK, HV, BK, BND):
+def _walk_tnt(S, PK, BI, STK, HK, HV, GK, GV, BK, BND):
     _clear_insn(S)
     while True:
-        err = _walk_insn(S, STK, HK, HV, BK, BND, 0)
+        err = _walk_insn(S, STK, HK, HV, GK, GV, BK, BND, 0)
         if err == W_NEED:
             return err
         if err == _RETURN:
@@ -1005,9 +1005,9 @@ def _psb(S, F, PK, BI):
     return 0
 
 
-def _fup_in_psb(S, F, PK, BI, STK, HK, HV, BK, BND):
+def _fup_in_psb(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
     if S[IP] != S[LAST_IP]:
-        err = _walk_fup(S, STK, HK, HV, BK, BND)
+        err = _walk_fup(S, STK, HK, HV, GK, GV, BK, BND)
         if not err or err != _EAGAIN:
             return err
     S[PKT_STATE] = IN_SYNC
@@ -1020,7 +1020,7 @@ def _fup_in_psb(S, F, PK, BI, STK, HK, HV, BK, BND):
     return 0
 
 
-def _psb_with_fup(S, F, PK, BI, STK, HK, HV, BK, BND):
+def _psb_with_fup(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
     """Returns (done, err)."""
     if not S[P_BRANCH_ENABLE] or not S[PGE]:
         return False, 0
@@ -1078,12 +1078,12 @@ def _psb_with_fup(S, F, PK, BI, STK, HK, HV, BK, BND):
     S[PAYLOAD] = fup_payload
     _set_last_ip(S)
     S[PKT_STATE] = FUP_IN_PSB
-    return True, _fup_in_psb(S, F, PK, BI, STK, HK, HV, BK, BND)
+    return True, _fup_in_psb(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND)
 
 
 # ------------------------------------------------------------------- main walk
 
-def _walk_trace(S, F, PK, BI, STK, HK, HV, BK, BND):
+def _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
     no_tip = False
     err = _get_next_packet(S, PK, BI)
     if err:
@@ -1095,14 +1095,14 @@ def _walk_trace(S, F, PK, BI, STK, HK, HV, BK, BND):
                 S[TNT_COUNT] = S[COUNT]
                 S[TNT_PAYLOAD] = S[PAYLOAD]
                 S[PKT_STATE] = TNT_ST
-                err = _walk_tnt(S, PK, BI, STK, HK, HV, BK, BND)
+                err = _walk_tnt(S, PK, BI, STK, HK, HV, GK, GV, BK, BND)
                 if err != _EAGAIN:
                     return err
         elif k == TIP_PGD:
             if S[COUNT]:
                 _set_last_ip(S)
             S[PKT_STATE] = TIP_PGD_ST
-            return _walk_tip(S, STK, HK, HV, BK, BND)
+            return _walk_tip(S, STK, HK, HV, GK, GV, BK, BND)
         elif k == TIP_PGE:
             S[PGE] = 1
             S[OVERFLOW] = 0
@@ -1120,7 +1120,7 @@ def _walk_trace(S, F, PK, BI, STK, HK, HV, BK, BND):
             if S[COUNT]:
                 _set_last_ip(S)
             S[PKT_STATE] = TIP_ST
-            return _walk_tip(S, STK, HK, HV, BK, BND)
+            return _walk_tip(S, STK, HK, HV, GK, GV, BK, BND)
         elif k == FUP:
             if S[COUNT] == 0:
                 no_tip = False
@@ -1135,7 +1135,7 @@ def _walk_trace(S, F, PK, BI, STK, HK, HV, BK, BND):
                     if S[SET_FUP_MWAIT]:
                         no_tip = True
                     S[PKT_STATE] = FUP_NO_TIP if no_tip else FUP_ST
-                    err = _walk_fup(S, STK, HK, HV, BK, BND)
+                    err = _walk_fup(S, STK, HK, HV, GK, GV, BK, BND)
                     if err != _EAGAIN:
                         return err
                     if not no_tip:
@@ -1149,7 +1149,7 @@ def _walk_trace(S, F, PK, BI, STK, HK, HV, BK, BND):
         elif k == PSB:
             S[ST_PSB_OFFSET] = _abs_pos(S, PK, BI)
             S[PSB_IP] = 0
-            done, err = _psb_with_fup(S, F, PK, BI, STK, HK, HV, BK, BND)
+            done, err = _psb_with_fup(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND)
             if done:
                 return err
             err = _psb(S, F, PK, BI)
@@ -1504,7 +1504,7 @@ def _errno_to_code(err):
     return ERR_UNK
 
 
-def _decode(S, F, PK, BI, BD, STK, HK, HV, BK, BND):
+def _decode(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
     """PerfDecoder.decode(); returns 0, or W_NEED/W_RETOK (state to be restored by the caller)."""
     while True:
         S[ST_TYPE] = T_BRANCH
@@ -1519,23 +1519,23 @@ def _decode(S, F, PK, BI, BD, STK, HK, HV, BK, BND):
                 S[IP] = 0
             err = _sync_ip(S, F, PK, BI)
         elif ps == IN_SYNC:
-            err = _walk_trace(S, F, PK, BI, STK, HK, HV, BK, BND)
+            err = _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND)
         elif ps == TNT_ST or ps == TNT_CONT:
-            err = _walk_tnt(S, PK, BI, STK, HK, HV, BK, BND)
+            err = _walk_tnt(S, PK, BI, STK, HK, HV, GK, GV, BK, BND)
             if err == _EAGAIN:
-                err = _walk_trace(S, F, PK, BI, STK, HK, HV, BK, BND)
+                err = _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND)
         elif ps == TIP_ST or ps == TIP_PGD_ST:
-            err = _walk_tip(S, STK, HK, HV, BK, BND)
+            err = _walk_tip(S, STK, HK, HV, GK, GV, BK, BND)
         elif ps == FUP_ST:
-            err = _walk_fup(S, STK, HK, HV, BK, BND)
+            err = _walk_fup(S, STK, HK, HV, GK, GV, BK, BND)
             if err == _EAGAIN:
                 err = _walk_fup_tip(S, F, PK, BI)
         elif ps == FUP_NO_TIP:
-            err = _walk_fup(S, STK, HK, HV, BK, BND)
+            err = _walk_fup(S, STK, HK, HV, GK, GV, BK, BND)
             if err == _EAGAIN:
-                err = _walk_trace(S, F, PK, BI, STK, HK, HV, BK, BND)
+                err = _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND)
         elif ps == FUP_IN_PSB:
-            err = _fup_in_psb(S, F, PK, BI, STK, HK, HV, BK, BND)
+            err = _fup_in_psb(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND)
         else:
             err = _bug(S)
         if err == W_NEED or err == W_RETOK or err == W_MORE:
@@ -1738,7 +1738,7 @@ def cursor(S, PK, BI):
     return b, BI[b, BI_DLEN]
 
 
-def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, BK, BND, O, IT):
+def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, O, IT):
     """Decode and synthesize until done or until Python must answer something (R_* codes)."""
     ns = NSTATE
     cap = O.shape[1]
@@ -1755,7 +1755,7 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, BK, BND, O, IT):
             SNAP[k] = S[k]
         for k in range(F_SIZE):
             FSNAP[k] = F[k]
-        err = _decode(S, F, PK, BI, BD, STK, HK, HV, BK, BND)
+        err = _decode(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND)
         if err:
             for k in range(ns):
                 S[k] = SNAP[k]
@@ -1793,13 +1793,15 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, BK, BND, O, IT):
             _item(S, IT, 1)
             obj = S[LASTFAIL]
             if S[P_ERRORS] and not ((e == ERR_OVR and S[P_ERR_MINUS_O]) or (e == ERR_LOST and S[P_ERR_MINUS_L])):
-                _row(S, O, 1, S[ST_FROM_IP], 0, 0, 0, 0, e, S[ST_POS], 0, 0, obj)
+                _row(S, O, 1, S[ST_FROM_IP], 0, 0, 0, 0, e, S[ST_POS], S[ST_FROM_NR], 0, obj)
             elif obj >= 0:
                 _row(S, O, K_BUDGET, 0, 0, 0, 0, 0, 0, 0, 0, 0, obj)
             if S[P_SINGLE]:
                 return R_STEP
             continue
-        if S[ST_TIMESTAMP] > S[PTQ_TS]:
+        if (S[P_EST_TSC] and S[ST_FROM_IP] <= 0 and S[ST_TO_IP] > 0):
+            S[PTQ_TS] = S[ST_EST_TS]  # perf's est_tsc: kernel (or nothing) -> user space (below 2^63)
+        elif S[ST_TIMESTAMP] > S[PTQ_TS]:
             S[PTQ_TS] = S[ST_TIMESTAMP]
         S[STEP_NR] += 1
         _item(S, IT, 0)

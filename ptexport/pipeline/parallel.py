@@ -488,8 +488,7 @@ def _drive_chunk(qd: Any) -> int:
     S[K.P_STOP_BUF], S[K.P_STOP_BYTE] = -1, 0
     tok = qd.tokens
     while True:
-        r = K.run(S, qd.F, qd.snap, qd.fsnap, tok.pk, tok.bi, tok.bd, qd.stk, qd.table.hk,
-                  qd.table.hv, qd.blocks.bk, qd.blocks.bnd, qd.out, qd.items)
+        r = qd.kernel_run()
         if r == K.R_DONE or r == K.R_OUTFULL:
             return r
         if r == K.R_NEED:
