@@ -59,6 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--preempt", type=int, default=0, metavar="N",
                    help="a timer interrupt every N instructions: FUP + TIP.PGD ('tr end async'), "
                         "other threads run (preempted switch-out)")
+    s.add_argument("--event-trace", action="store_true",
+                   help="Event Trace (intel_pt/event_trace=1/, needs --preempt): CFE.INTR (+EVD CR2 "
+                        "for page faults) bound to the interrupt's FUP, CFE.IRET before tracing resumes, "
+                        "RFLAGS.IF in MODE.Exec")
     s.add_argument("--pipe", action="store_true",
                    help="pipe-mode perf.data, as perf record -o - writes it")
     s.add_argument("--kcore", action="store_true",
@@ -99,7 +103,7 @@ def run(args, out) -> int:
                         per_thread=args.per_thread, ovf=args.ovf, corrupt=args.corrupt,
                         truncate=args.truncate, replay=args.replay, pipe=args.pipe,
                         kcore=args.kcore, ptwrite=args.ptwrite, power=args.power,
-                        preempt=args.preempt,
+                        preempt=args.preempt, event_trace=args.event_trace,
                         elf_path=args.elf_path)
     t0 = time.monotonic()
     res = synthesize(args.out, opts)

@@ -61,6 +61,10 @@ def supported(session: Any) -> bool:
         # sN: held-back CBR events are decided in perf order; q: hop/leap modes; timeless: the
         # queue's thread and maps are those of the end (perf decodes timeless queues late)
         return False
+    if it.intr_events or getattr(session, "event_trace", False):
+        # Event Trace (CFE/EVD samples, RFLAGS.IF in every sample's flags): reference only
+        # (perffast must mirror: nothing, it is not used for these sessions)
+        return False
     return session.params.period_type == PERIOD_NONE
 
 

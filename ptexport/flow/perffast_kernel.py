@@ -695,6 +695,8 @@ def _clear_insn(S):
 def _fup_event(S):
     saved_type = S[ST_TYPE]
     S[ST_TYPE] &= ~T_BRANCH
+    S[ST_INSN_OP] = OP_OTHER  # perf 6.1 (stable fix): an FUP event is no instruction
+    S[ST_INSN_LEN] = 0
     ret = False
     if S[SET_FUP_TX]:
         S[SET_FUP_TX] = 0

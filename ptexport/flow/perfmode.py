@@ -18,9 +18,11 @@ behaviour state for state:
 It knows nothing of perf.data or threads: code bytes come through the
 ``walker`` object (see :class:`InsnWalker`), trace bytes through a list of
 :class:`Buffer` objects.  Hop and leap modes (``--itrace=q``/``qq``,
-``Params.quick``) follow perf's intel_pt_hop_trace.  VM time correlation and
-event trace (CFE/EVD samples) are not implemented yet; CFE and EVD packets
-are skipped.
+``Params.quick``) follow perf's intel_pt_hop_trace.  Event Trace follows perf
+6.1: a CFE (with the EVDs before it) is an ``T_EVT`` state, bound to the next
+FUP when it has an IP, and RFLAGS.IF from MODE.Exec gives ``T_IFLAG_CHG``
+states and the ``from_iflag``/``to_iflag`` of every state.  VM time
+correlation is not implemented.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ T_TRACE_BEGIN = 1 << 9
 T_TRACE_END = 1 << 10
 T_BLK_ITEMS = 1 << 11
 T_PSB_EVT = 1 << 12
+T_EVT = 1 << 13
+T_IFLAG_CHG = 1 << 14
+
+_IFLAG = 1 << 2  # MODE.Exec: RFLAGS.IF (the packet's count)
+_MAX_EVDS = 64
 
 # State.flags bits.
 F_IN_TX = 1 << 0
@@ -113,7 +120,7 @@ _TSC_SLIP = 0x10000
 _PSB_ABORT = frozenset({
     Pkt.TIP_PGD, Pkt.TIP_PGE, Pkt.TIP, Pkt.TNT, Pkt.TRACESTOP, Pkt.BAD, Pkt.PSB, Pkt.PTWRITE,
     Pkt.PTWRITE_IP, Pkt.EXSTOP, Pkt.EXSTOP_IP, Pkt.MWAIT, Pkt.PWRE, Pkt.PWRX, Pkt.BBP, Pkt.BIP,
-    Pkt.BEP, Pkt.BEP_IP,
+    Pkt.BEP, Pkt.BEP_IP, Pkt.CFE, Pkt.CFE_IP, Pkt.EVD,
 })
 
 
@@ -194,6 +201,11 @@ class State:
     mwait_payload: int = 0
     pwre_payload: int = 0
     pwrx_payload: int = 0
+    cfe_type: int = 0  # Event Trace (T_EVT): CFE type and vector, EVD (type, payload) pairs
+    cfe_vector: int = 0
+    evd: tuple = ()
+    from_iflag: bool = False  # RFLAGS.IF before / after this state (MODE.Exec, Event Trace)
+    to_iflag: bool = False
 
 
 def _multdiv(t: int, n: int, d: int) -> int:
@@ -288,6 +300,14 @@ class PerfDecoder:
         self.fup_ptw_payload = 0
         self.fup_mwait_payload = 0
         self.fup_pwre_payload = 0
+        # Event Trace: a CFE waiting for its FUP, the EVDs before it; RFLAGS.IF now and next.
+        self.set_fup_cfe_ip = False
+        self.set_fup_cfe = False
+        self.fup_cfe = (0, 0)
+        self.evd: list[tuple[int, int]] = []
+        self.set_fup_mode_exec = False
+        self.iflag = False
+        self.next_iflag = False
         # Timing.
         self.timestamp = 0
         self.tsc_timestamp = 0
@@ -575,7 +595,7 @@ class PerfDecoder:
         for kind, count, payload, last in self._lookahead():
             if kind in (Pkt.TNT, Pkt.TIP_PGE, Pkt.TIP, Pkt.FUP, Pkt.PSB, Pkt.PIP, Pkt.MODE_EXEC,
                         Pkt.MODE_TSX, Pkt.PSBEND, Pkt.PAD, Pkt.VMCS, Pkt.MNT, Pkt.PTWRITE,
-                        Pkt.PTWRITE_IP, Pkt.BBP, Pkt.BIP, Pkt.BEP, Pkt.BEP_IP):
+                        Pkt.PTWRITE_IP, Pkt.BBP, Pkt.BIP, Pkt.BEP, Pkt.BEP_IP, Pkt.CFE, Pkt.CFE_IP, Pkt.EVD):
                 continue
             if kind == Pkt.MTC:
                 if not have_tma:
@@ -764,12 +784,32 @@ class PerfDecoder:
         if self.tx_flags & F_IN_TX:
             st.flags |= F_IN_TX
 
-    def _fup_event(self) -> bool:
+    def _fup_event(self, no_tip: bool) -> bool:
         """perf's intel_pt_fup_event: only the bits an FUP event owns change in state.type."""
         st = self.state
         saved_type = st.type
         st.type &= ~T_BRANCH
+        st.insn_op = OP_OTHER  # perf 6.1: an FUP event is no instruction (its flags show none)
+        st.insn_len = 0
         ret = False
+        sample_fup_insn = False
+        if self.set_fup_cfe_ip or self.set_fup_cfe:
+            ip = self.set_fup_cfe_ip
+            self.set_fup_cfe_ip = self.set_fup_cfe = False
+            st.type |= T_EVT
+            if not ip and self.pge:
+                st.type |= T_BRANCH
+            st.cfe_type, st.cfe_vector = self.fup_cfe
+            st.evd = tuple(self.evd)
+            self.evd = []
+            if ip or self.pge:
+                st.flags |= F_FUP_IP
+            ret = True
+        if self.set_fup_mode_exec:
+            self.set_fup_mode_exec = False
+            self._sample_iflag()
+            sample_fup_insn = no_tip
+            ret = True
         if self.set_fup_tx_flags:
             self.set_fup_tx_flags = False
             self.tx_flags = self.fup_tx_flags
@@ -818,9 +858,66 @@ class PerfDecoder:
         if ret:
             st.from_ip = self.ip
             st.to_ip = 0
+            if sample_fup_insn:
+                self._sample_fup_insn()
         else:
             st.type = saved_type
         return ret
+
+    def _sample_fup_insn(self) -> None:
+        """perf's intel_pt_sample_fup_insn: an instruction sample at the FUP, with the event's flags."""
+        st = self.state
+        st.insn_op = OP_OTHER
+        st.insn_len = 0
+        if not self.p.branch_enable or not self.pge or self.p.quick or self.ip != self.last_ip:
+            return
+        self.mtc_insn = True
+        max_insn_cnt = self._next_sample()
+        if max_insn_cnt != 1:
+            return
+        err, insn_cnt, new_ip, insn = self.walker.walk(self.ip, 0, max_insn_cnt, st.to_nr)
+        if err:
+            return  # reported by the next walk
+        self.ip = new_ip
+        if insn.branch != BR_NO_BRANCH:
+            return
+        self.tot_insn_cnt += insn_cnt
+        self.timestamp_insn_cnt += insn_cnt
+        self.sample_insn_cnt += insn_cnt
+        self.period_insn_cnt += insn_cnt
+        self._sample_insn()
+        st.type |= T_INSTRUCTION
+        self.ip += insn.length
+
+    # RFLAGS.IF (Event Trace): MODE.Exec in PSB+ states it, elsewhere it changes at the next branch.
+    def _mode_exec_status(self) -> None:
+        iflag = bool(self.count & _IFLAG)
+        self.exec_mode = self.payload
+        self.iflag = self.next_iflag = iflag
+        self.state.from_iflag = self.state.to_iflag = iflag
+
+    def _mode_exec(self) -> None:
+        self.exec_mode = self.payload
+        self.next_iflag = bool(self.count & _IFLAG)
+
+    def _sample_iflag(self) -> None:
+        st = self.state
+        st.type |= T_IFLAG_CHG
+        st.from_iflag = self.iflag
+        st.to_iflag = self.next_iflag
+        self.iflag = self.next_iflag
+
+    def _sample_iflag_chg(self) -> None:
+        if self.iflag != self.next_iflag:
+            self._sample_iflag()
+
+    def _clear_fup_event(self) -> None:
+        self.set_fup_tx_flags = self.set_fup_ptw = self.set_fup_mwait = False
+        self.set_fup_pwre = self.set_fup_exstop = self.set_fup_bep = False
+        self.set_fup_cfe_ip = self.set_fup_cfe = False
+        self.evd = []
+        self.set_fup_mode_exec = False
+        self.iflag = self.next_iflag
 
     def _walk_fup(self) -> int:
         insn = Insn()
@@ -835,7 +932,7 @@ class PerfDecoder:
             ):
                 no_tip = self.pkt_state != FUP
                 self.pkt_state = IN_SYNC
-                if self._fup_event() and no_tip:
+                if self._fup_event(no_tip) and no_tip:
                     return 0
                 return _EAGAIN
             self.set_fup_tx_flags = False
@@ -855,6 +952,7 @@ class PerfDecoder:
         if err:
             return err
         self._update_nr()
+        self._sample_iflag_chg()
         if insn.branch == BR_INDIRECT:
             if self.pkt_state == TIP_PGD:
                 self.pge = False
@@ -907,6 +1005,7 @@ class PerfDecoder:
                 st.to_ip = self.last_ip
                 self.ip = self.last_ip
                 self._update_nr()
+                self._sample_iflag_chg()
                 return 0
             if insn.branch == BR_CONDITIONAL:
                 self.tnt_count -= 1
@@ -957,8 +1056,7 @@ class PerfDecoder:
         self.state.from_ip = self.ip
         self.ip = 0
         self.pge = False
-        self.set_fup_tx_flags = self.set_fup_ptw = self.set_fup_mwait = False
-        self.set_fup_pwre = self.set_fup_exstop = self.set_fup_bep = False
+        self._clear_fup_event()
         self.overflow = True
         return _EOVERFLOW
 
@@ -992,7 +1090,7 @@ class PerfDecoder:
         elif k == Pkt.CBR:
             self._calc_cbr()
         elif k == Pkt.MODE_EXEC:
-            self.exec_mode = self.payload
+            self._mode_exec_status()
         elif k == Pkt.PIP:
             self._set_pip()
         elif k == Pkt.FUP:
@@ -1025,7 +1123,8 @@ class PerfDecoder:
                 if k == Pkt.PSBEND:
                     return 0
                 if k in (Pkt.TIP_PGD, Pkt.TIP_PGE, Pkt.TIP, Pkt.PTWRITE, Pkt.PTWRITE_IP, Pkt.EXSTOP,
-                         Pkt.EXSTOP_IP, Pkt.MWAIT, Pkt.PWRE, Pkt.PWRX, Pkt.BBP, Pkt.BIP, Pkt.BEP, Pkt.BEP_IP):
+                         Pkt.EXSTOP_IP, Pkt.MWAIT, Pkt.PWRE, Pkt.PWRX, Pkt.BBP, Pkt.BIP, Pkt.BEP, Pkt.BEP_IP,
+                         Pkt.CFE, Pkt.CFE_IP, Pkt.EVD):
                     if k == Pkt.TIP_PGD:
                         self.continuous_period = False
                     return _ENOENT
@@ -1097,7 +1196,7 @@ class PerfDecoder:
                     fup = None
                 break
             if kind in (Pkt.PTWRITE, Pkt.PTWRITE_IP, Pkt.EXSTOP, Pkt.EXSTOP_IP, Pkt.MWAIT, Pkt.PWRE,
-                        Pkt.PWRX, Pkt.BBP, Pkt.BIP, Pkt.BEP, Pkt.BEP_IP):
+                        Pkt.PWRX, Pkt.BBP, Pkt.BIP, Pkt.BEP, Pkt.BEP_IP, Pkt.CFE, Pkt.CFE_IP, Pkt.EVD):
                 if after_psbend:
                     after_psbend -= 1
                     if not after_psbend:
@@ -1152,6 +1251,7 @@ class PerfDecoder:
                 self._mtc_cyc_cnt_pge()
                 self._set_nr()
                 if self.count:
+                    self._sample_iflag_chg()
                     self._set_ip()
                     st.from_ip = 0
                     st.to_ip = self.ip
@@ -1173,7 +1273,7 @@ class PerfDecoder:
                     self._set_last_ip()
                     if not self.p.branch_enable or not self.pge:
                         self.ip = self.last_ip
-                        if self._fup_event():
+                        if self._fup_event(no_tip):
                             return 0
                         no_tip = False
                     else:
@@ -1223,7 +1323,33 @@ class PerfDecoder:
                     st.type = 0
                     return 0
             elif k == Pkt.MODE_EXEC:
-                self.exec_mode = self.payload
+                self._mode_exec()
+                err = self._get_next_packet()
+                if err:
+                    return err
+                if self.kind == Pkt.FUP:
+                    self.set_fup_mode_exec = True
+                    no_tip = True
+                continue  # examine the packet after MODE.Exec
+            elif k == Pkt.CFE:
+                self.fup_cfe = (self.count, self.payload)
+                self.set_fup_cfe = True
+                if not self.pge:
+                    self._fup_event(True)
+                    return 0
+            elif k == Pkt.CFE_IP:
+                self.fup_cfe = (self.count, self.payload)
+                err = self._get_next_packet()
+                if err:
+                    return err
+                if self.kind == Pkt.FUP:
+                    self.set_fup_cfe_ip = True
+                    no_tip = True
+                continue  # the FUP (or whatever came instead) next
+            elif k == Pkt.EVD:
+                if len(self.evd) >= _MAX_EVDS:
+                    return _ENOSYS  # perf: "Too many EVD packets"
+                self.evd.append((self.count, self.payload))
             elif k == Pkt.MODE_TSX:
                 if not self.pge or self.in_psb:
                     self._update_in_tx()
@@ -1293,7 +1419,7 @@ class PerfDecoder:
                     self.set_fup_bep = True
                     no_tip = True
                 continue
-            # PSBEND, VMCS, MNT, PAD, BBP, BIP, CFE, EVD: nothing to do here.
+            # PSBEND, VMCS, MNT, PAD, BBP, BIP: nothing to do here.
             err = self._get_next_packet()
             if err:
                 return err
@@ -1328,6 +1454,7 @@ class PerfDecoder:
             st.from_ip = self.ip
             st.to_ip = 0
             self._update_nr()
+            self._sample_iflag_chg()
             return _HOP_RETURN, 0, no_tip
         if k == Pkt.FUP:
             if not self.count:
@@ -1339,9 +1466,9 @@ class PerfDecoder:
                 st.type = T_INSTRUCTION
                 st.from_ip = self.ip
                 st.to_ip = 0
-                self._fup_event()
+                self._fup_event(no_tip)
                 return _HOP_RETURN, 0, no_tip
-            self._fup_event()
+            self._fup_event(no_tip)
             st.type |= T_INSTRUCTION | T_BRANCH
             err = self._walk_fup_tip()
             if not err and st.to_ip:
@@ -1381,7 +1508,7 @@ class PerfDecoder:
             k = self.kind
             if k in (Pkt.TNT, Pkt.FUP, Pkt.TRACESTOP, Pkt.PSB, Pkt.TSC, Pkt.TMA, Pkt.MODE_TSX, Pkt.BAD,
                      Pkt.PSBEND, Pkt.PTWRITE, Pkt.PTWRITE_IP, Pkt.EXSTOP, Pkt.EXSTOP_IP, Pkt.MWAIT,
-                     Pkt.PWRE, Pkt.PWRX, Pkt.BBP, Pkt.BIP, Pkt.BEP, Pkt.BEP_IP):
+                     Pkt.PWRE, Pkt.PWRX, Pkt.BBP, Pkt.BIP, Pkt.BEP, Pkt.BEP_IP, Pkt.CFE, Pkt.CFE_IP, Pkt.EVD):
                 self.pkt_state = ERR_RESYNC
                 self.step = 0
                 return _ENOENT
@@ -1421,6 +1548,7 @@ class PerfDecoder:
                     self._set_ip()
                     st.to_ip = self.ip
                 self._update_nr()
+                self._sample_iflag_chg()
                 return 0
             elif k == Pkt.PIP:
                 self._update_pip()
@@ -1431,8 +1559,8 @@ class PerfDecoder:
             elif k == Pkt.CYC:
                 self._calc_cyc_timestamp()
             elif k == Pkt.MODE_EXEC:
-                self.exec_mode = self.payload
-            elif k in (Pkt.VMCS, Pkt.MNT, Pkt.PAD, Pkt.CFE, Pkt.CFE_IP, Pkt.EVD):
+                self._mode_exec()
+            elif k in (Pkt.VMCS, Pkt.MNT, Pkt.PAD):
                 pass
             else:
                 return self._bug()
@@ -1484,7 +1612,7 @@ class PerfDecoder:
             elif k == Pkt.PIP:
                 self._set_pip()
             elif k == Pkt.MODE_EXEC:
-                self.exec_mode = self.payload
+                self._mode_exec_status()
             elif k == Pkt.MODE_TSX:
                 self._update_in_tx()
             elif k == Pkt.OVF:
@@ -1510,8 +1638,7 @@ class PerfDecoder:
 
     def _sync_ip(self) -> int:
         st = self.state
-        self.set_fup_tx_flags = self.set_fup_ptw = self.set_fup_mwait = False
-        self.set_fup_pwre = self.set_fup_exstop = self.set_fup_bep = False
+        self._clear_fup_event()
         self.overflow = False
         if not self.p.branch_enable:
             self.pkt_state = IN_SYNC

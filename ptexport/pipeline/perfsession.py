@@ -52,7 +52,9 @@ from ptexport.flow.perfmode import (
     PERIOD_NONE,
     PERIOD_TICKS,
     T_BRANCH,
+    T_EVT,
     T_EX_STOP,
+    T_IFLAG_CHG,
     T_INSTRUCTION,
     T_MWAIT_OP,
     T_PSB_EVT,
@@ -72,8 +74,11 @@ from ptexport.samples.flags import IpFlag
 from ptexport.samples.itrace import ItraceOptions, PeriodType
 
 # Sample kinds.
-EV_BRANCH, EV_ERROR, EV_INSTRUCTION, EV_TRANSACTION, EV_PTWRITE, EV_CBR, EV_MWAIT, EV_PWRE, EV_EXSTOP, EV_PWRX, EV_PSB = range(11)
-EVENT_NAMES = ("branches", "error", "instructions", "transactions", "ptwrite", "cbr", "mwait", "pwre", "exstop", "pwrx", "psb")
+EV_BRANCH, EV_ERROR, EV_INSTRUCTION, EV_TRANSACTION, EV_PTWRITE, EV_CBR, EV_MWAIT, EV_PWRE, EV_EXSTOP, EV_PWRX, EV_PSB, \
+    EV_EVT, EV_IFLAG = range(13)
+EVENT_NAMES = ("branches", "error", "instructions", "transactions", "ptwrite", "cbr", "mwait", "pwre", "exstop", "pwrx", "psb",
+               "evt", "iflag")
+_INTEL_PT_CFG_EVT_EN = 1 << 31  # intel_pt/event_trace=1/
 
 _F = IpFlag
 _OP_FLAGS = {
@@ -119,7 +124,7 @@ class SampleColumns:
     cyc_cnt: np.ndarray
     period: np.ndarray
     code: np.ndarray  # error code (EV_ERROR), else 0
-    payload: np.ndarray  # ptwrite/cbr/mwait/pwre/pwrx payload, psb offset
+    payload: np.ndarray  # ptwrite/cbr/mwait/pwre/pwrx payload, psb offset, evt CFE word, iflag bits
     queue: np.ndarray
     offset: np.ndarray  # trace offset in the queue (errors, psb)
     nr: np.ndarray  # 1 when the sample is in a guest (non-root)
@@ -316,6 +321,10 @@ class PerfSession:
         self._cpu_index: dict[int, _CpuIndex] = {}
         self._obj_ids: dict[str, int] = {}
         self._branches_filter = 0
+        # Event Trace: perf's cap_event_trace (AUXTRACE_INFO) puts RFLAGS.IF in the flags of every
+        # sample; 'evt' samples need the event_trace config bit (perf makes their attr only then).
+        self.event_trace = bool(getattr(info, "cap_event_trace", None))
+        self._evt_attr = any(a.type == info.pmu_type and a.config & _INTEL_PT_CFG_EVT_EN for a in pd.attrs)
         it = config.itrace
         if it.calls:
             self._branches_filter |= int(_F.CALL | _F.ASYNC | _F.TRACE_END)
@@ -446,10 +455,21 @@ class PerfSession:
             pid, tid = who(ptq_ts)
             time = self._perf_time(ptq_ts)
             flags = self._sample_flags(st)
+            if self.event_trace:
+                flags |= self._iflag_flags(st)
             ipc_insn, ipc_cyc = st.tot_insn_cnt, st.tot_cyc_cnt
             typ = st.type
             base = dict(tsc=ptq_ts, time=time, cpu=cpu, pid=pid, tid=tid, queue=qnum, trace_nr=st.trace_nr,
                         step=step)
+            if it.intr_events:
+                # perf's intel_pt_synth_events_sample / intel_pt_synth_iflag_chg_sample, before power events
+                if typ & T_EVT and self._evt_attr:
+                    rows.add(kind=EV_EVT, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                             payload=self.cfe_word(st), **base)
+                if typ & T_IFLAG_CHG and self.event_trace:
+                    via = bool(typ & T_BRANCH)
+                    rows.add(kind=EV_IFLAG, ip=st.from_ip, addr=st.to_ip if via else 0, flags=flags,
+                             payload=int(st.to_iflag) | int(via) << 1, **base)
             if it.pwr_events:
                 # perf's power/ptwrite/psb samples carry the state's from_ip and to_ip like branches do
                 if typ & T_PSB_EVT:
@@ -537,6 +557,22 @@ class PerfSession:
             step += 1
             rows.items_err.append(False)
             rows.items_ts.append(ptq_ts)
+
+    @staticmethod
+    def cfe_word(st: Any) -> int:
+        """perf's perf_synth_intel_evt word: CFE type, IP bit 7, vector bits 8-15, EVD count from 16."""
+        return (st.cfe_type & 0x1F) | int(bool(st.flags & F_FUP_IP)) << 7 | (st.cfe_vector & 0xFF) << 8 \
+            | len(st.evd) << 16
+
+    @staticmethod
+    def _iflag_flags(st: Any) -> int:
+        """RFLAGS.IF bits of perf's intel_pt_sample_flags (cap_event_trace)."""
+        if st.type & T_IFLAG_CHG:
+            flags = 0 if st.from_iflag else int(_F.INTR_DISABLE)
+            if st.from_iflag != st.to_iflag:
+                flags |= int(_F.INTR_TOGGLE)
+            return flags
+        return 0 if st.to_iflag else int(_F.INTR_DISABLE)
 
     @staticmethod
     def _sample_flags(st: Any) -> int:

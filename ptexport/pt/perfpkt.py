@@ -226,7 +226,7 @@ def decode_one(buf, i: int, n: int, ctx: int = _NO_CTX):
                 exec_mode = {0: 16, 1: 64, 2: 32}.get(b1 & 3)
                 if exec_mode is None:
                     return Pkt.BAD, 0, 0, -1
-                return Pkt.MODE_EXEC, 0, exec_mode, 2
+                return Pkt.MODE_EXEC, b1 & 0x04, exec_mode, 2  # count: RFLAGS.IF (perf's INTEL_PT_IFLAG)
             if mode == 1:
                 if (b1 & 3) == 3:
                     return Pkt.BAD, 0, 0, -1

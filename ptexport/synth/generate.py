@@ -42,8 +42,12 @@ TIME_SHIFT, TIME_MULT, TIME_ZERO = 32, 1 << 31, 0   # 2 GHz TSC: ns = tsc / 2
 TSC_CTC_N, TSC_CTC_D = 80, 1         # 25 MHz crystal clock
 MAX_NONTURBO_RATIO = 20              # 2 GHz / 100 MHz bus clock
 SYSCALL_TICKS = 2000                 # time a thread spends in the kernel per system call
-EV_PTWRITE, EV_MWAIT, EV_PWRE, EV_EXSTOP, EV_PWRX = range(5)
-EV_NAMES = ("ptwrite", "mwait", "pwre", "exstop", "pwrx")
+EV_PTWRITE, EV_MWAIT, EV_PWRE, EV_EXSTOP, EV_PWRX, EV_EVT = range(6)
+EV_NAMES = ("ptwrite", "mwait", "pwre", "exstop", "pwrx", "evt")
+# Event Trace (--event-trace): CFE types and the vectors of the interrupts the generator makes
+CFE_INTR, CFE_IRET = 1, 2
+TIMER_VECTOR, PF_VECTOR = 0xEC, 14  # Linux's local APIC timer; #PF (with an EVD CR2 packet)
+EVD_CR2 = 0
 WAIT_TICKS = 400                     # how long a TPAUSE waits
 OVF_LOST_BLOCKS = 60                 # blocks whose packets an overflow loses
 
@@ -84,6 +88,7 @@ class SynthOptions:
     ptwrite: str = "off"             # off | fup | nofup: PTW packets (with FUP or not)
     power: bool = False              # power events (pwr_evt): MWAIT, PWRE, EXSTOP, PWRX
     preempt: int = 0                 # timer interrupts every N instructions (0: none)
+    event_trace: bool = False        # Event Trace (event_trace=1): CFE/EVD at interrupts, IF in MODE.Exec
     replay: str = "auto"             # on | off | auto (above REPLAY_ABOVE branches)
     insn_truth_limit: int = 3_000_000  # write truth_insns.npz when there are at most this many
 
@@ -111,6 +116,10 @@ class SynthOptions:
             raise UsageError("--preempt must be at least 50 instructions")
         if self.replay not in ("on", "off", "auto"):
             raise UsageError("--replay must be on, off or auto")
+        if self.event_trace and not self.preempt:
+            raise UsageError("--event-trace needs --preempt N (its events are the interrupts)")
+        if self.event_trace and self.replay == "on":
+            raise UsageError("--event-trace cannot be replayed: use --replay off")
         for name in ("ovf", "corrupt", "truncate"):
             if not 0 <= getattr(self, name) <= 1000:
                 raise UsageError(f"--{name} must be 0..1000")
@@ -249,6 +258,7 @@ class CpuEncoder:
         self.tip_marks: list[tuple[int, int, int, int]] = []
         self.psb_fup: list[int | None] = []          # the FUP IP in each PSB+ (None: none)
         self.truncated_at: list[int] = []            # AUX chunks that end truncated here
+        self.n_intr = 0                              # interrupts encoded (event trace)
 
     # timing helpers
     def _ctc(self, t: int) -> tuple[int, int]:
@@ -291,7 +301,7 @@ class CpuEncoder:
         if self.opts.cbr or self.opts.power:
             w.cbr(self.opts.cbr or MAX_NONTURBO_RATIO)
         if ip is not None:
-            w.mode_exec64()
+            w.mode_exec64(self.opts.event_trace)
             w.fup(ip)
         self.psb_fup.append(ip)
         w.psbend()
@@ -359,7 +369,12 @@ class CpuEncoder:
         else:
             self._mtcs_upto(t)
             self._tsc_tma(t)
-        w.mode_exec64()
+        if opts.event_trace and getattr(sl, "after_intr", False):
+            # back to user space from the interrupt handler: CFE.IRET (no IP: tracing is off
+            # until the TIP.PGE), as the SDM and libipt's ptet-int-iret-cpl_3 test show it
+            w.cfe(CFE_IRET)
+            self.events.append((t, cpu, tid, 0, EV_EVT, CFE_IRET << 8))
+        w.mode_exec64(opts.event_trace)
         w.tip_pge(addrs[0])
         truth.add(t, cpu, tid, 0, addrs[0], KIND_TR_STRT)
         # Direct branches make no packet: perf can only time them by the packet before
@@ -486,6 +501,15 @@ class CpuEncoder:
         self._cyc(t)
         if sl.sysno == SYS_PREEMPTED:
             # an interrupt: FUP with the IP of the next instruction, tracing stops
+            if opts.event_trace:
+                # CFE.INTR bound to the FUP; every third one a page fault with its CR2 (EVD)
+                self.n_intr += 1
+                vector = TIMER_VECTOR
+                if self.n_intr % 3 == 0:
+                    vector = PF_VECTOR
+                    w.evd(EVD_CR2, 0x7F0000000000 + (self.n_intr << 12))
+                w.cfe(CFE_INTR, vector, ip=True)
+                self.events.append((t, cpu, tid, sl.end_ip, EV_EVT, (CFE_INTR << 8) | vector))
             w.fup(sl.end_ip)
             w.tip_pgd(None)
             kind = KIND_ASYNC
@@ -545,7 +569,8 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
     prog_path = find_program(opts.program)
     program = Program.load(prog_path)
     extra = _extra_programs(program)
-    replay = opts.replay == "on" or (opts.replay == "auto" and opts.branches > REPLAY_ABOVE)
+    replay = opts.replay == "on" or (opts.replay == "auto" and opts.branches > REPLAY_ABOVE
+                                     and not opts.event_trace)
     if replay:
         from ptexport.synth.replay import synthesize_replay
 
@@ -557,6 +582,8 @@ def synthesize(out_dir: str | Path, opts: SynthOptions) -> SynthResult:
     caches = {id(p): BlockCache(p) for p in emu.programs}
 
     _tag_programs(emu, program)
+    if opts.event_trace:
+        _mark_after_interrupt(emu.slices)
 
     ticks_per_insn = ticks_per_insn_for(opts)
     ninsns = slice_lengths(emu.slices, caches)
@@ -706,6 +733,14 @@ def _extra_programs(program: Program) -> dict[str, Program]:
             except SynthError:
                 pass
     return out
+
+
+def _mark_after_interrupt(slices) -> None:
+    """Set ``slice.after_intr`` on slices that resume a thread its interrupt stopped (an IRET)."""
+    last: dict[int, int] = {}
+    for sl in slices:
+        sl.after_intr = last.get(sl.tid) == SYS_PREEMPTED
+        last[sl.tid] = sl.sysno
 
 
 def _tag_programs(emu, program: Program) -> None:

@@ -155,9 +155,21 @@ class PacketWriter:
     def psbend(self) -> None:
         self.buf += PSBEND
 
-    def mode_exec64(self) -> None:
+    def mode_exec64(self, iflag: bool = False) -> None:
         self.flush_tnt()
-        self.buf += b"\x99\x01"   # MODE.Exec: CS.L=1 (64-bit)
+        # MODE.Exec: CS.L=1 (64-bit); bit 2 is RFLAGS.IF when Event Trace is on
+        self.buf += b"\x99\x05" if iflag else b"\x99\x01"
+
+    def cfe(self, typ: int, vector: int = 0, ip: bool = False) -> None:
+        """Control Flow Event (Event Trace): ``typ`` (1 INTR, 2 IRET, ...), ``vector``; with
+        ``ip`` a FUP with the event's IP must follow."""
+        self.flush_tnt()
+        self.buf += bytes((0x02, 0x13, (0x80 if ip else 0) | (typ & 0x1F), vector & 0xFF))
+
+    def evd(self, typ: int, payload: int) -> None:
+        """Event Data (Event Trace) for the next CFE: ``typ`` 0 = CR2 (page-fault address)."""
+        self.flush_tnt()
+        self.buf += bytes((0x02, 0x53, typ & 0x3F)) + (payload & (2**64 - 1)).to_bytes(8, "little")
 
     def pad(self, n: int = 1) -> None:
         self.buf += b"\x00" * n

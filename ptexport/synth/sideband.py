@@ -47,6 +47,8 @@ def pt_config(opts) -> int:
         c |= 1 << IntelPTConfig.FUP_ON_PTW
     if opts.power:
         c |= 1 << IntelPTConfig.PWR_EVT
+    if getattr(opts, "event_trace", False):
+        c |= 1 << IntelPTConfig.EVENT  # event_trace (perf's INTEL_PT_CFG_EVT_EN)
     psb = max(0, min(15, opts.psb_period.bit_length() - 12))
     c |= psb << IntelPTConfig.PSB_PERIOD
     return c
@@ -91,6 +93,8 @@ def auxtrace_priv(opts, pt: Attr) -> list[int]:
     priv[14] = 1 << IntelPTConfig.CYC
     priv[15] = G.MAX_NONTURBO_RATIO
     priv[16] = 0                                  # no address filter
+    if getattr(opts, "event_trace", False):
+        priv.append(1)                            # cap_event_trace (perf >= 5.18: after the filter)
     return priv
 
 
