@@ -4,6 +4,7 @@ VIEWS = ("vm_exits_view", "timeline_view")
 
 
 def migrate(db):
+    db.add_column("context_switches", "vcpu", -1)
     if "vm_exits" not in db.tables():
         db.create_table("vm_exits")
     name = "vm_exits_reason_idx"

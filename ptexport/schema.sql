@@ -184,7 +184,8 @@ CREATE TABLE context_switches (
     comm_out_id     bigint,                       -- comms.id switched out
     thread_in_id    bigint,                       -- threads.id switched in
     comm_in_id      bigint,                       -- comms.id switched in
-    flags           integer                       -- 0 in, 1 out, 3 out with preemption
+    flags           integer,                      -- 0 in, 1 out, 3 out with preemption
+    vcpu            integer DEFAULT -1            -- ptexport: the VCPU (guest CPU) of a guest machine's switch, -1 on the host
 );
 
 -- ---------------------------------------------------------------- ptexport's tables
@@ -613,7 +614,7 @@ SELECT
     context_switches.cpu,
     context_switches.machine_id,
     machines.pid AS machine_pid,
-    CAST(-1 AS INTEGER) AS vcpu,
+    context_switches.vcpu,
     CASE WHEN context_switches.flags = 0 THEN context_switches.thread_in_id ELSE context_switches.thread_out_id END,
     threads.pid,
     threads.tid,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 NAME = "export"
@@ -22,18 +23,30 @@ def add_arguments(parser) -> None:
                         help="kernel symbols from this kallsyms file (default: the recording's kcore_dir, "
                              "the build-id cache, or /proc/kallsyms when the running kernel's build-id matches)")
     parser.add_argument("--buildid-dir", metavar="DIR", help="build-id cache (default ~/.debug)")
+    parser.add_argument("--guestkallsyms", metavar="FILE",
+                        help="guest kernel symbols for guest code without guest sideband (perf's default guest); "
+                             "its kcore beside it is the guest kernel's code")
+    parser.add_argument("--guest-kcore", metavar="DIR", help="the default guest's kcore_dir (kallsyms, kcore)")
+    parser.add_argument("--guestmount", metavar="DIR",
+                        help="guests' root file systems as DIR/PID (machines.root_dir; guest programs read there)")
     parser.add_argument("-f", "--force", action="store_true", help="replace an existing database")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary")
 
 
 def run(args, out) -> int:
     from ptexport.cli.dump_branches import parse_cpu_list
+    from ptexport.errors import UsageError
     from ptexport.pipeline.export import ExportConfig, export_trace
     from ptexport.samples.itrace import export_default, parse_itrace
 
     itrace = parse_itrace(args.itrace) if args.itrace else export_default()
+    for opt, path, want_dir in (("--guestkallsyms", args.guestkallsyms, False), ("--guest-kcore", args.guest_kcore, True),
+                                ("--guestmount", args.guestmount, True)):
+        if path and not (os.path.isdir(path) if want_dir else os.path.isfile(path)):
+            raise UsageError(f"{opt} {path}: no such {'directory' if want_dir else 'file'}")
     cfg = ExportConfig(itrace=itrace, calls=args.calls, force=args.force, symfs=args.symfs, kallsyms=args.kallsyms,
-                       buildid_dir=args.buildid_dir, cpus=parse_cpu_list(args.cpu))
+                       buildid_dir=args.buildid_dir, cpus=parse_cpu_list(args.cpu), guestkallsyms=args.guestkallsyms,
+                       guest_kcore=args.guest_kcore, guestmount=args.guestmount)
     progress = None
     bar = None
     if not args.quiet and sys.stderr.isatty():

@@ -257,7 +257,7 @@ def _write(w: Writer) -> tuple[dict[str, np.ndarray], dict[int, int], dict[int, 
         (3700, 1, "app101", "kvm201", 1),
     ]
     w.write_rows("context_switches", [
-        (i + 1, host, t, cpu, threads[o], comms[o], threads[n_], comms[n_], f)
+        (i + 1, host, t, cpu, threads[o], comms[o], threads[n_], comms[n_], f, -1)
         for i, (t, cpu, o, n_, f) in enumerate(cs)])
     w.write_rows("decode_errors", [
         (1, 3, 0x1F2C, "bad_packet", "bad packet: opcode 0xd3", 2500, 0, 0, threads["app100"], host),

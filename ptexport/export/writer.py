@@ -101,7 +101,12 @@ class Writer:
         rows = [tuple(_signed(v) for v in r) for r in rows]
         if not rows:
             return
-        ncol = len(self.schema.tables[table])
+        cols = self.schema.tables[table]
+        ncol = len(cols)
+        short = min(len(r) for r in rows)
+        if short < ncol and all(c.default is not None for c in cols[short:]):
+            # trailing columns with a DEFAULT (ptexport's additions to perf's tables) may be left out
+            rows = [r + tuple(c.default for c in cols[len(r):]) for r in rows]
         for r in rows:
             if len(r) != ncol:
                 raise ValueError(f"{table}: row has {len(r)} values, the table has {ncol} columns")

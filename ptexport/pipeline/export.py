@@ -31,6 +31,7 @@ this module is where the two meet (DESIGN.md section 2).
 
 from __future__ import annotations
 
+import os
 import time as _time
 from dataclasses import dataclass, field
 from itertools import islice
@@ -47,6 +48,7 @@ from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import RecordType
 from ptexport.pipeline.export_fast import AddressCache, run_fast
 from ptexport.pipeline.export_machine import MachineState
+from ptexport.pipeline.export_vm import KernelMachineState, VmExport, host_kernel_image, perf_event_modifier
 from ptexport.pipeline.export_ref import SAMPLE_KEYS, run_reference
 from ptexport.pipeline.perfthreads import PerfThread, PerfThreads
 from ptexport.pipeline.perfsession import (
@@ -98,6 +100,9 @@ class ExportConfig:
     tids: frozenset[int] | None = None
     time_range: tuple[int | None, int | None] | None = None
     reference: bool = False  # the per-sample loop (export_ref), the oracle of the batch loop
+    guestkallsyms: str | None = None  # perf's default guest's kallsyms (guest code without guest sideband)
+    guest_kcore: str | None = None  # the default guest's kcore_dir (default: --guestkallsyms' folder)
+    guestmount: str | None = None  # guests' root directories: GUESTMOUNT/PID
 
 
 @dataclass
@@ -111,15 +116,8 @@ class ExportSummary:
 
 
 def _modifier(attr: Any) -> str:
-    """perf's event-name modifier for exclude bits (``:u``, ``:k``)."""
-    mods = ""
-    if attr.exclude_kernel and not attr.exclude_user:
-        mods += "u"
-    elif attr.exclude_user and not attr.exclude_kernel:
-        mods += "k"
-    if attr.exclude_hv and not (attr.exclude_kernel or attr.exclude_user):
-        pass
-    return f":{mods}" if mods else ""
+    """perf's event-name modifier (``:u``, ``:k``, ``:HG``...): evsel__add_modifiers."""
+    return perf_event_modifier(attr)
 
 
 class _EventFeed:
@@ -197,9 +195,16 @@ class _Exporter:
         pt = PerfThreads(comm_exec=not getattr(session.pd, "is_pipe", False)
                          and any(getattr(a, "comm_exec", False) for a in session.pd.attrs))
         self._elf_tabs: dict[str, Any] = {}
-        host = MachineState(self.m, session, pid=-1, root_dir="", sb=session.sb.host, pt=pt,
-                            kernel_start=session.kernel_start, load_kallsyms=self._load_kallsyms,
-                            elf_tabs=self._elf_tabs)
+        kimage = host_kernel_image(session, config.kallsyms)  # a --kcore recording: perf loads kcore
+        if kimage is not None:
+            host: MachineState = KernelMachineState(
+                self.m, session, pid=-1, root_dir="", sb=session.sb.host, pt=pt,
+                kernel_start=session.kernel_start, load_kallsyms=self._load_kallsyms, elf_tabs=self._elf_tabs,
+                kernel_image=kimage)
+        else:
+            host = MachineState(self.m, session, pid=-1, root_dir="", sb=session.sb.host, pt=pt,
+                                kernel_start=session.kernel_start, load_kallsyms=self._load_kallsyms,
+                                elf_tabs=self._elf_tabs)
         self.machines: list[MachineState] = [host]
         self.host = host.machine_id  # the host's machines row id
         self.pt = host.pt  # the host's thread table
@@ -217,6 +222,8 @@ class _Exporter:
         self._samples: dict[str, list[int]] = {k: [] for k in SAMPLE_KEYS}  # the recording's SAMPLE records
         self.addr_cache = AddressCache()
         self.feed: _EventFeed | None = None
+        # guest machines, VCPUs and VM exits (pipeline/export_vm.py); inactive without KVM VCPU threads
+        self.vm = VmExport(self, config.guestkallsyms, config.guestmount)
 
     # ------------------------------------------------------------------ machines
 
@@ -226,9 +233,12 @@ class _Exporter:
         Guest machines plug in here: give each guest a :class:`MachineState` (its
         own PerfThreads, sideband Machine, kernel_start) and map the samples'
         ``machine_pid`` column (0: host) to its index.  Everything downstream keys
-        its lookups by this index.
+        its lookups by this index.  Guests: :meth:`VmExport.machine_index` (which also fills
+        ``cols.machine_pid``/``cols.vcpu``, perf's VM split).
         """
-        return None
+        if not self.vm.active:
+            return None
+        return self.vm.machine_index(cols)
 
     def machine_ids(self, mi: np.ndarray | None, n: int) -> np.ndarray:
         """machines row ids for machine indexes ``mi`` (None: ``n`` host samples)."""
@@ -275,16 +285,17 @@ class _Exporter:
 
     # -------------------------------------------------------------------- rows
 
-    def switch(self, rec: Any) -> None:
-        """perf's db_export__switch (after Intel PT has seen the switch)."""
+    def switch(self, rec: Any, st: MachineState | None = None, vcpu: int = -1) -> None:
+        """perf's db_export__switch (after Intel PT has seen the switch) on the host or guest ``st``."""
         if self.cfg.cpus is not None and rec.cpu is not None and rec.cpu not in self.cfg.cpus:
             return
+        st = st if st is not None else self.machines[0]
         time = rec.time or 0
         out = bool(rec.misc & _SWITCH_OUT)
-        a_id, a_comm, a_idle = self._switch_side(rec.pid, rec.tid)
+        a_id, a_comm, a_idle = st.switch_side(rec.pid, rec.tid)
         b_id, b_comm, b_idle = 0, 0, False
         if rec.type == RecordType.SWITCH_CPU_WIDE:
-            b_id, b_comm, b_idle = self._switch_side(rec.next_prev_pid, rec.next_prev_tid)
+            b_id, b_comm, b_idle = st.switch_side(rec.next_prev_pid, rec.next_prev_tid)
         if (not a_id or a_idle) and (not b_id or b_idle):
             return
         if out:
@@ -294,11 +305,16 @@ class _Exporter:
         flags = (1 if out else 0) | (2 if out and rec.misc & _SWITCH_OUT_PREEMPT else 0)
         cpu = rec.cpu if rec.cpu is not None else -1
         self.n_switches += 1
-        self.switch_rows.append((self.n_switches, self.host, time, cpu, t_out, c_out, t_in, c_in, flags))
+        self.switch_rows.append((self.n_switches, st.machine_id, time, cpu, t_out, c_out, t_in, c_in, flags, vcpu))
 
     def event(self, rec: Any) -> None:
         """One sideband record, as perf's session delivers it (Intel PT first, then the tool)."""
         t = rec.type
+        if self.vm.guest_ids and t != RecordType.SAMPLE:
+            hit = self.vm.record_machine(rec)
+            if hit is not None:
+                self.guest_event(rec, self.machines[hit[0]], hit[1])
+                return
         if t == RecordType.SAMPLE:
             self.sample_record(rec)
         elif t == RecordType.COMM:
@@ -316,6 +332,21 @@ class _Exporter:
             if not rec.misc & _SWITCH_OUT:
                 self.pt.findnew(rec.pid, rec.tid)
             self.switch(rec)
+
+    def guest_event(self, rec: Any, st: MachineState, vcpu: int) -> None:
+        """A guest's sideband record (merged by perf inject --guest-data) on its machine's thread table."""
+        t = rec.type
+        if t == RecordType.COMM:
+            st.pt.on_comm(rec.pid, rec.tid, rec.comm, rec.time or 0, bool(rec.misc & _COMM_EXEC))
+        elif t == RecordType.FORK:
+            st.pt.on_fork(rec.pid, rec.tid, rec.ppid, rec.ptid, rec.time or 0)
+        elif t in (RecordType.MMAP, RecordType.MMAP2):
+            if (rec.misc & 7) not in (1, 4):
+                st.pt.findnew(rec.pid, rec.tid)
+        elif t in (RecordType.SWITCH_CPU_WIDE, RecordType.SWITCH):
+            if not rec.misc & _SWITCH_OUT:  # intel_pt_guest_context_switch: the VCPU's current thread
+                st.pt.findnew(rec.pid, rec.tid)
+            self.switch(rec, st, vcpu)
 
     def sample_record(self, rec: Any) -> None:
         """A SAMPLE record of the recording (perf exports those beside the synthesized ones)."""
@@ -405,6 +436,8 @@ class _Exporter:
                            for k in samples}
         self.m.flush(self.w)
         if samples is not None and len(samples["id"]):
+            if self.vm.active and "machine_pid" in samples:
+                self.vm.samples(samples)
             self.w.write_samples(samples)
         if self.calltree is not None and tree is not None and len(tree["ref"]):
             self.calltree.process_batch(tree)
@@ -434,10 +467,13 @@ class _Exporter:
             run_fast(self, batches, progress, total)
         self.write_batch(None, None, {})
         if self.calltree is not None:
-            exported = [th for th in self.pt.all if th.db_id]
-            self.calltree.flush_all(perf_flush_order([th.db_id for th in exported], [th.tid for th in exported]))
+            exported = [(th, st.pid) for st in self.machines for th in st.pt.all if th.db_id]
+            self.calltree.flush_all(perf_flush_order([th.db_id for th, _ in exported], [th.tid for th, _ in exported],
+                                                     [pid for _, pid in exported]))
             self._write_calls()
         self.m.flush(self.w)
+        if self.vm.active:
+            self.vm.finish(self.w)
 
     def _write_calls(self) -> None:
         paths = self.calltree.take_call_paths()
@@ -493,8 +529,11 @@ def export_trace(path: str, target: str, config: ExportConfig,
     t0 = _time.perf_counter()
     summary = ExportSummary(target)
     with open_perf_data(path) as pd:
-        session = open_session(_RecordTee(pd) if getattr(pd, "is_pipe", False) else pd, DecodeConfig(itrace=config.itrace, symfs=config.symfs,
-                                                buildid_dir=config.buildid_dir, cpus=config.cpus))
+        guest_kcore = config.guest_kcore or (os.path.dirname(os.path.abspath(config.guestkallsyms))
+                                             if config.guestkallsyms else None)
+        session = open_session(_RecordTee(pd) if getattr(pd, "is_pipe", False) else pd,
+                               DecodeConfig(itrace=config.itrace, symfs=config.symfs, buildid_dir=config.buildid_dir,
+                                            cpus=config.cpus, guest_kcore=guest_kcore))
         batches = _Timed(session.iter_batches(), _time.perf_counter() - t0)  # decoded as the export goes
         with open_writer(target, force=config.force) as w:
             ex = _Exporter(session, w, config)

@@ -420,7 +420,16 @@ class _Batch:
                 "to_ip": pick(cols.addr).astype(np.uint64, copy=False), "branch_type": flags & PERF_BRANCH_MASK,
                 "in_tx": ((flags & _IN_TX) != 0).astype(np.int64), "call_path_id": np.zeros(n, np.int64),
                 "insn_count": pick(cols.insn_cnt).astype(np.int64, copy=False),
-                "cyc_count": pick(cols.cyc_cnt).astype(np.int64, copy=False), "flags": flags}
+                "cyc_count": pick(cols.cyc_cnt).astype(np.int64, copy=False), "flags": flags,
+                **self.vm_columns(pick)}
+
+    def vm_columns(self, pick: Callable[[np.ndarray], np.ndarray]) -> dict[str, np.ndarray]:
+        """samples.machine_pid / vcpu when the batch went through the VM split (else their defaults, -1)."""
+        cols = self.cols
+        if self.mi is None or cols.machine_pid is None or cols.vcpu is None:
+            return {}
+        return {"machine_pid": pick(np.asarray(cols.machine_pid, np.int64)),
+                "vcpu": pick(np.asarray(cols.vcpu, np.int64))}
 
     def tree_columns(self) -> dict[str, np.ndarray]:
         cols = self.cols

@@ -36,10 +36,15 @@ from __future__ import annotations
 import os
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
+import numpy as np
+
+from ptexport.errors import PtExportError
 from ptexport.images.kallsyms import load_kallsyms
 from ptexport.images.symbols import Symbol, SymbolTable
+from ptexport.pipeline.export_machine import _KERNEL_DSOS, MachineState
+from ptexport.pipeline.perfthreads import PerfThreads
 from ptexport.samples.flags import IpFlag
 
 HOST_PID = -1
@@ -117,6 +122,27 @@ def exit_reason_of_insn(code: bytes, ip: int = 0) -> str:
                 name = name[len(prefix):]
         return _INSN_REASONS.get(name, OTHER_REASON)
     return UNKNOWN_REASON
+
+
+def perf_event_modifier(attr: Any) -> str:
+    """perf's event-name modifier of an attr (evsel__add_modifiers): ``:k``/``:u``/``:h`` for the
+    excluded contexts, and ``H``/``G`` (host, guest) when host or guest counting is not the default
+    (an intel_pt event recorded for guests too, as ``perf kvm --guest --host record`` or a host
+    recording of VMs makes it, is ``branches:HG``)."""
+    mods = ""
+    guest_default = False
+    if attr.exclude_kernel or attr.exclude_user or attr.exclude_hv:
+        mods += "" if attr.exclude_kernel else "k"
+        mods += "" if attr.exclude_user else "u"
+        mods += "" if attr.exclude_hv else "h"
+        guest_default = True
+    if attr.precise_ip:
+        mods += "p" * min(int(attr.precise_ip), 3)
+        guest_default = True
+    if attr.exclude_host or bool(attr.exclude_guest) == guest_default:
+        mods += "" if attr.exclude_host else "H"
+        mods += "" if attr.exclude_guest else "G"
+    return f":{mods}" if mods else ""
 
 
 # ---------------------------------------------------------------------------------- kernels
@@ -217,59 +243,50 @@ def guest_kallsyms_path(trace_path: str, kcore_dir: str | None, machine_pid: int
 
 # ---------------------------------------------------------------------------------- VM exits
 
-@dataclass
-class _Exit:
-    row: list  # the vm_exits row, completed at the next VM entry
-
-
 class VmExits:
     """VM exits paired with the next VM entry of their host VCPU thread, in export order.
 
-    perf splits a VM exit into two branch samples: the guest side (guest ip => 0) and the
-    host side (0 => the host's exit handler), and a VM entry into the host side (host
-    ip => 0) and the guest side (0 => guest ip).  An exit is the host-side exit sample;
-    its guest ip is that of the guest-side one just before it on the same CPU.
+    perf splits a VM exit into two branch samples: the guest side (guest ip => 0, in the
+    guest machine) and the host side (0 => the host's exit handler, on the host VCPU
+    thread), and a VM entry into the host side (host ip => 0) and the guest side
+    (0 => guest ip).  An exit is the host-side exit sample; its guest ip, machine and
+    VCPU are those of the guest-side sample just before it on the same CPU.
     """
 
-    def __init__(self, reason_of: Any) -> None:
-        self.reason_of = reason_of  # (machine_pid, vcpu, host tid, guest ip, time) -> reason
+    def __init__(self, reason_of: Callable[[int, int, int, int, int], tuple[str, str]]) -> None:
+        self.reason_of = reason_of  # (machine pid, VCPU, guest thread id, guest ip, time) -> (reason, source)
         self.rows: list[list] = []
-        self._guest_ip: dict[int, int] = {}  # cpu -> guest ip of its last guest-side exit
-        self._open: dict[int, list] = {}  # host tid -> its exit waiting for the next entry
-        self._tracepoint: dict[int, list[tuple[int, str]]] = {}  # host tid -> (time, reason) of kvm_exit
+        self._guest: dict[int, tuple[int, int, int, int, int]] = {}  # cpu -> last guest-side exit
+        self._open: dict[int, list] = {}  # host thread id -> its exit waiting for the next entry
 
-    def sample(self, sid: int, flags: int, ip: int, addr: int, time: int, cpu: int, host_tid: int,
-               thread_id: int, machine_id: int, machine_pid: int, vcpu: int, host_side: bool) -> None:
+    def sample(self, sid: int, flags: int, ip: int, addr: int, time: int, cpu: int, thread_id: int,
+               machine_id: int, machine_pid: int, vcpu: int) -> None:
         if flags & VMEXIT:
-            if not host_side:
-                self._guest_ip[cpu] = ip
+            if addr == 0:  # guest side: guest ip => 0
+                self._guest[cpu] = (machine_id, machine_pid, vcpu, thread_id, ip)
                 return
-            gip = self._guest_ip.pop(cpu, 0)
-            row = [len(self.rows) + 1, machine_id, vcpu, thread_id, cpu, sid, time, gip, 0, 0,
-                   None, None, host_tid, machine_pid]
+            mid, mp, vc, gth, gip = self._guest.pop(cpu, (0, -1, -1, 0, 0))
+            row = [len(self.rows) + 1, mid, vc, thread_id, cpu, sid, time, gip, 0, 0, None, None, mp, gth]
             self.rows.append(row)
-            self._open[host_tid] = row
-        elif flags & VMENTRY and host_side:
-            row = self._open.pop(host_tid, None)
+            self._open[thread_id] = row
+        elif flags & VMENTRY and ip != 0:  # host side: host ip => 0
+            row = self._open.pop(thread_id, None)
             if row is not None:
                 row[8], row[9] = sid, time
 
-    def kvm_exit(self, host_tid: int, time: int, reason: str) -> None:
-        """A recorded kvm:kvm_exit tracepoint of host thread ``host_tid``: the reason of its last exit."""
-        row = self._open.get(host_tid)
-        if row is None:
-            for r in reversed(self.rows):
-                if r[12] == host_tid:
-                    row = r
-                    break
-        if row is not None and row[6] <= time and row[11] != "kvm_exit":
-            row[10], row[11] = reason, "kvm_exit"
+    def kvm_exit(self, thread_id: int, time: int, reason: str) -> None:
+        """A recorded kvm:kvm_exit tracepoint of host thread ``thread_id``: the reason of its last exit."""
+        for r in reversed(self.rows):
+            if r[3] == thread_id:
+                if r[6] <= time and r[11] != "kvm_exit":
+                    r[10], r[11] = reason, "kvm_exit"
+                return
 
     def finish(self) -> list[tuple]:
         out = []
         for r in self.rows:
             if r[10] is None:
-                r[10], r[11] = self.reason_of(r[13], r[2], r[12], r[7], r[6])
+                r[10], r[11] = self.reason_of(r[12], r[2], r[13], r[7], r[6])
             out.append(tuple(r[:12]))
         return out
 
@@ -304,8 +321,303 @@ def kvm_exit_field_offset(tracing_data: bytes | None) -> int:
         return 8
 
 
-__all__ = [
-    "KernelImage", "load_kernel_image", "kcore_segments", "kernel_dso_name", "guest_kallsyms_path",
-    "exit_reason_of_insn", "VmExits", "kvm_exit_reason", "kvm_exit_field_offset", "VMX_EXIT_REASONS",
-    "OTHER_REASON", "UNKNOWN_REASON",
-]
+
+# ---------------------------------------------------------------------------------- machines
+
+class GuestThreads(PerfThreads):
+    """A guest machine's thread table: a new thread of a process creates its main thread too
+    (perf's thread__init_maps shares the leader's maps), which guests without sideband need:
+    their threads are only ever created by samples."""
+
+    def findnew(self, pid: int, tid: int):
+        th = self.find(pid, tid)
+        if th is None:
+            th = super().findnew(pid, tid)
+            if pid >= 0 and pid != tid:
+                super().findnew(pid, pid)
+        return th
+
+
+class KernelMachineState(MachineState):
+    """A machine whose kernel DSO perf loads from kallsyms (+ kcore): a guest, or the host of a
+    ``perf record --kcore`` recording.  User space and kernel modules resolve as on the host."""
+
+    def __init__(self, *args: Any, kernel_image: Callable[[], KernelImage | None], **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._kimage_fn = kernel_image
+        self._kimage: KernelImage | None = None
+        self._kimage_loaded = False
+        self._kdso = 0
+        self._ksyms: dict[int, int] = {}  # map-space symbol start -> symbol id
+        self.guest_pid_of: dict[int, int] = {}
+
+    @property
+    def kernel_image(self) -> KernelImage | None:
+        if not self._kimage_loaded:
+            self._kimage_loaded = True
+            self._kimage = self._kimage_fn()
+        return self._kimage
+
+    def resolve(self, pid: int, ip: int, time: int, kernel: bool | None = None) -> tuple[int, int, int, int]:
+        if not ip:
+            return (0, 0, 0, 0)
+        if kernel is None:
+            kernel = ip >= self.kernel_start
+        if not kernel:
+            return super().resolve(pid, ip, time, False)
+        e = self.sb.map_at(pid, ip, time, kernel=True)
+        if e is None:
+            return (0, 0, 0, 0)
+        if not e.filename.startswith(_KERNEL_DSOS):
+            return super().resolve(pid, ip, time, True)  # a module map
+        ki = self.kernel_image
+        if ki is None:
+            name = kernel_dso_name(self.pid)
+            ki = self._kimage = KernelImage(name, name, SymbolTable([]))
+        off = ki.map_ip(ip)
+        if off is None:
+            return (0, 0, 0, 0)  # outside kcore's maps (or the kernel map as its symbols fixed it up)
+        if not self._kdso:
+            self._kdso = self.m.dso(self.machine_id, ki.long_name, ki.short_name, "")
+        dso = self._kdso
+        sym = ki.table.find(off)
+        if sym is None:
+            unknown = self._unknown.setdefault(dso, {})
+            sid = unknown.get(off)
+            if sid is None:
+                sid = unknown[off] = self.m.symbols.get(("unknown", dso, off), (dso, off, off, 0, "unknown"))
+            return dso, sid, 0, ip
+        sid = self._ksyms.get(sym.start)
+        if sid is None:
+            sid = self._ksyms[sym.start] = self.m.symbol(dso, sym.start, sym.end, sym.name, sym.binding)
+        return dso, sid, off - sym.start, ki.address(sym.start)
+
+
+def host_kernel_image(session: Any, kallsyms: str | None) -> Callable[[], KernelImage | None] | None:
+    """The host kernel of a ``--kcore`` recording as perf loads it (None: not a kcore recording, or
+    ``--kallsyms`` given, which perf then loads as kallsyms only... with kcore beside it, as kcore)."""
+    kd = getattr(session.pd, "kcore_dir", None)
+    if kallsyms or kd is None:
+        return None
+    path = os.path.join(str(kd), "kallsyms")
+    if not os.path.isfile(path) or not os.path.isfile(os.path.join(str(kd), "kcore")):
+        return None
+
+    def load() -> KernelImage | None:
+        try:
+            return load_kernel_image(path, "[kernel.kallsyms]")
+        except PtExportError:
+            return None
+
+    return load
+
+
+class VmExport:
+    """The VM side of one export: guest machine states, VCPU attribution, vcpus and vm_exits rows."""
+
+    def __init__(self, ex: Any, guestkallsyms: str | None = None, guestmount: str | None = None) -> None:
+        self.ex = ex
+        self.s = ex.s
+        self.sb = ex.s.sb
+        self.guestkallsyms = guestkallsyms
+        self.guestmount = guestmount
+        self.hypervisors = self.sb.hypervisors()
+        self.guest_ids = {i: mp for i, (mp, _v) in (self.sb.id_index or {}).items() if mp}
+        self.guest_vcpu = {i: v for i, (mp, v) in (self.sb.id_index or {}).items() if mp}
+        self.by_pid: dict[int, int] = {}  # machine pid -> index in ex.machines
+        self.exits = VmExits(self._reason)
+        self._code: Any = None
+        self.stats: list[tuple[str, int, str, str]] = []  # (name, value, severity, description)
+        self._check_guests()
+
+    @property
+    def active(self) -> bool:
+        return bool(self.hypervisors or self.guest_ids)
+
+    # ------------------------------------------------------------ machines
+
+    def state(self, machine_pid: int) -> int:
+        """Index in ``ex.machines`` of guest ``machine_pid`` (created when first needed)."""
+        idx = self.by_pid.get(machine_pid)
+        if idx is not None:
+            return idx
+        ex = self.ex
+        sbm = self.sb.machine(machine_pid)
+        if sbm is None:
+            from ptexport.sideband.model import Machine
+
+            sbm = Machine(machine_pid)
+        root = os.path.join(self.guestmount, str(machine_pid)) if self.guestmount and machine_pid > 0 else ""
+        pt = GuestThreads(comm_exec=ex.pt.comm_exec)
+        if machine_pid != DEFAULT_GUEST_PID:
+            pt.findnew(-1, machine_pid).set_comm(f"[guest/{machine_pid}]", 0, False)  # machine__init
+        kallsyms = guest_kallsyms_path(str(self.s.pd.path), getattr(self.s.pd, "kcore_dir", None), machine_pid,
+                                       self.guestkallsyms, self.guestmount)
+        name = kernel_dso_name(machine_pid)
+
+        def load() -> KernelImage | None:
+            if kallsyms is None:
+                return None
+            try:
+                return load_kernel_image(kallsyms, name)
+            except PtExportError:
+                return None
+
+        st = KernelMachineState(ex.m, self.s, pid=machine_pid, root_dir=root, sb=sbm, pt=pt,
+                                kernel_start=1 << 63, load_kallsyms=lambda: None, elf_tabs=ex._elf_tabs,
+                                kernel_image=load)
+        ex.machines.append(st)
+        idx = self.by_pid[machine_pid] = len(ex.machines) - 1
+        return idx
+
+    def record_machine(self, rec: Any) -> tuple[int, int] | None:
+        """(index in ex.machines, VCPU) of a guest sideband record, None for the host's."""
+        rid = getattr(rec, "id", None)
+        mp = self.guest_ids.get(rid) if rid is not None else None
+        if not mp:
+            return None
+        return self.state(mp), self.guest_vcpu.get(rid, -1)
+
+    def machine_index(self, cols: Any) -> np.ndarray | None:
+        """Fill ``cols.machine_pid`` (-1 host) / ``cols.vcpu`` (perf's VM split) and give each sample
+        its machine's index; None when every sample is the host's."""
+        cols = self.s.vcpu_columns(cols)
+        n = len(cols)
+        mp = np.asarray(cols.machine_pid, np.int64)
+        vc = np.asarray(cols.vcpu, np.int64)
+        nr = np.asarray(cols.nr) != 0
+        guest = nr & (mp > 0)
+        orphan = nr & ~guest  # guest code without guest sideband: perf's machine of the host pid, else pid 0
+        mi = np.zeros(n, np.int64)
+        out_mp = np.full(n, -1, np.int64)
+        out_vc = np.where(guest, vc, -1)
+        if guest.any():
+            for p in np.unique(mp[guest]).tolist():
+                w = guest & (mp == p)
+                mi[w] = self.state(int(p))
+                out_mp[w] = p
+        if orphan.any():
+            w = np.flatnonzero(orphan)
+            tids = np.asarray(cols.tid)[w]
+            pids = np.asarray(cols.pid)[w]
+            for j, (p, t) in enumerate(zip(pids.tolist(), tids.tolist())):
+                gp = p if p > 0 and self.sb.machine(p) is not None else DEFAULT_GUEST_PID
+                mi[w[j]] = self.state(gp)
+                out_mp[w[j]] = gp
+                hit = self.sb.vcpu_of_host_thread(t) if t >= 0 else None
+                out_vc[w[j]] = hit[1] if hit is not None and hit[0] == p else -1
+        cols.machine_pid = out_mp
+        cols.vcpu = out_vc
+        return mi if (guest.any() or orphan.any() or len(self.ex.machines) > 1) else None
+
+    # ------------------------------------------------------------ VM exits
+
+    def samples(self, cols: dict[str, Any]) -> None:
+        """Note the VM entries/exits of a batch of sample rows (ids assigned)."""
+        flags = np.asarray(cols["flags"], np.int64)
+        w = np.flatnonzero(flags & (VMENTRY | VMEXIT))
+        if not len(w):
+            return
+        get = {k: np.asarray(cols[k])[w].tolist() for k in ("id", "ip", "to_ip", "time", "cpu", "thread_id",
+                                                           "machine_id", "machine_pid", "vcpu")}
+        for j, f in enumerate(flags[w].tolist()):
+            self.exits.sample(get["id"][j], f, get["ip"][j], get["to_ip"][j], get["time"][j], get["cpu"][j],
+                              get["thread_id"][j], get["machine_id"][j], get["machine_pid"][j], get["vcpu"][j])
+
+    def _reason(self, machine_pid: int, vcpu: int, guest_thread: int, ip: int, time: int) -> tuple[str, str]:
+        code = self._read_guest(machine_pid, guest_thread, ip, time)
+        return exit_reason_of_insn(code, ip), "instruction"
+
+    def _read_guest(self, machine_pid: int, guest_thread: int, ip: int, time: int) -> bytes:
+        if not ip or machine_pid < 0:
+            return b""
+        from ptexport.pipeline.guest import GuestSpaces
+
+        if self._code is None:
+            self._code = GuestSpaces(self.s.pd, self.sb, self.guestkallsyms and os.path.dirname(self.guestkallsyms))
+        if ip >> 63:
+            k = self._code.kcore(machine_pid)
+            hit = k.at(ip) if k is not None else None
+            if hit is None:
+                return b""
+            start, _end, pgoff, obj = hit
+            return obj.read(ip - start + pgoff, 16)
+        idx = self.by_pid.get(machine_pid)
+        if idx is None:
+            return b""
+        st = self.ex.machines[idx]
+        pid = st.guest_pid_of.get(guest_thread)
+        if pid is None:
+            for th in st.pt.all:
+                if th.db_id:
+                    st.guest_pid_of[th.db_id] = th.pid
+            pid = st.guest_pid_of.get(guest_thread, -1)
+        e = st.sb.map_at(pid, ip, time, kernel=False) if pid >= 0 else None
+        if e is None:
+            return b""
+        name = e.filename
+        if st is not None and self.guestmount and machine_pid > 0:
+            rooted = os.path.join(self.guestmount, str(machine_pid), name.lstrip("/"))
+            if os.path.isfile(rooted):
+                name = rooted
+        obj = self.s.objects.get(name, self.s.build_id_of(e.filename, e.build_id))
+        return obj.read(ip - e.start + e.pgoff, 16)
+
+    # ------------------------------------------------------------ output
+
+    def finish(self, w: Any) -> None:
+        """Write vm_exits, vcpus and the guest-data warnings (stats) at the end of the export."""
+        rows = self.exits.finish()
+        if rows:
+            w.write_rows("vm_exits", rows)
+        rows = self.vcpu_rows()
+        if rows:
+            w.write_rows("vcpus", rows)
+        if self.stats:
+            w.write_rows("stats", [(i + 1, name, -1, value, sev, desc)
+                                   for i, (name, value, sev, desc) in enumerate(self.stats)])
+
+    # ------------------------------------------------------------ vcpus, checks
+
+    def vcpu_rows(self) -> list[tuple]:
+        """One vcpus row per VCPU thread of each hypervisor process."""
+        ex = self.ex
+        rows = []
+        host = ex.machines[0]
+        for mpid, vcpus in sorted(self.hypervisors.items()):
+            idx = self.by_pid.get(mpid)
+            if idx is None and self.sb.machine(mpid) is None:
+                idx = self.by_pid.get(DEFAULT_GUEST_PID)
+            mid = ex.machines[idx].machine_id if idx is not None else 0
+            for v, tid in sorted(vcpus.items()):
+                th = host.pt.find(mpid, tid)
+                rows.append((len(rows) + 1, mid, v, th.db_id if th is not None else 0, 0, 0, 0, "none"))
+        return rows
+
+    def _check_guests(self) -> None:
+        """Guest sideband that cannot belong to this recording: counted in ``stats`` as warnings."""
+        for mp in sorted(set(self.guest_ids.values())):
+            if mp not in self.hypervisors:
+                self.stats.append(("vm_guest_without_vcpu_threads", mp, "warning",
+                                   f"guest sideband for machine pid {mp}, but the host has no process {mp} with "
+                                   "'CPU n/KVM' threads: its samples stay unattributed (wrong --guest-data pid?)"))
+                continue
+            g = self.sb.machine(mp)
+            bad = total = 0
+            runs = {}
+            for tl in self.sb.host.cpus.values():
+                for start, end, _p, tid in tl.intervals():
+                    runs.setdefault(tid, []).append((start, end if end is not None else 1 << 63))
+            for v, tl in (g.cpus.items() if g is not None else ()):
+                tid = self.hypervisors[mp].get(v)
+                spans = sorted(runs.get(tid, []))
+                starts = [a for a, _b in spans]
+                for t in tl.times.tolist():
+                    total += 1
+                    i = bisect_right(starts, t) - 1
+                    if i < 0 or t > spans[i][1]:
+                        bad += 1
+            if bad:
+                self.stats.append(("vm_guest_switches_outside_vcpu", bad, "warning",
+                                   f"{bad} of {total} guest context switches of machine {mp} fall where its VCPU "
+                                   "thread is not running on the host (wrong TSC offset in --guest-data?)"))
