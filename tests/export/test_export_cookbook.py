@@ -53,6 +53,12 @@ def check(name: str, rows: list[tuple], expected: dict) -> None:
                                                 ("decode_errors", "error")]
     elif name == "decode_errors":
         assert [tuple(r) for r in rows] == [("bad_packet", 1, 2500), ("nosync", 1, 5900)]
+    elif name == "vm_vcpu_on_cpu":  # VCPU 0 of guest 200 (thread 201) switched in last on cpu 0, not in the guest
+        assert [tuple(r) for r in rows] == [(200, 0, 200, 201, "host")]
+    elif name == "vm_guest_call_graph":  # the guest's calls only (its gmain -> gwork)
+        assert [tuple(r) for r in rows] == [(200, "gmain", 1, 800), (200, "gmain/gwork", 1, 600)]
+    elif name in ("vm_exit_host_time", "vm_timeline"):  # no VM exits, no events at those times: see tests/vm_export
+        assert rows == []
     else:  # pragma: no cover
         raise AssertionError(f"no expected answer for cookbook query {name!r}: add one here")
 

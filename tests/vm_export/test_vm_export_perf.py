@@ -11,36 +11,18 @@ Known differences (perf's, documented in docs/export.md):
 
 from __future__ import annotations
 
-import io
 import sqlite3
 from collections import Counter
 
 import numpy as np
 import pytest
 
-from ptexport.cli import main
 from ptexport.synth.vm import K_VMEXIT
 
 from ptxtest import needs_perf
-from vmexporttest import (PERF_TABLES, columns, have_exporter, make_vm_trace, perf_branches, perf_export,
-                          table_rows, truth_exits)
+from vmexporttest import PERF_TABLES, columns, have_exporter, perf_branches, table_rows, truth_exits
 
 needs_exporter = pytest.mark.skipif(not have_exporter(), reason="perf's export-to-sqlite.py needs python3-pyside2.qtsql")
-
-
-def _export(trace, db, *extra) -> None:
-    out = io.StringIO()
-    assert main([str(trace), "--db", str(db), "-q", *extra], out=out) == 0, out.getvalue()
-
-
-@pytest.fixture(scope="module")
-def mixed(tmp_path_factory):
-    base = tmp_path_factory.mktemp("vm_mixed")
-    vm = make_vm_trace(base, guest="mixed", seed=3, branches=6000)
-    theirs, ours = base / "perf.db", base / "ours.db"
-    perf_export(vm.data, theirs)
-    _export(vm.data, ours)
-    return vm, theirs, ours
 
 
 def _nonpsb(db, table_rows_):

@@ -25,6 +25,7 @@ from ptexport.synth.vm_verify import parse, perf_pipeline
 from ptxtest import perf_python_env
 
 EXPORTER = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
+PG_BASE = os.environ.get("PTEXPORT_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 PERF_TABLES = ["machines", "threads", "comms", "comm_threads", "dsos", "symbols", "selected_events", "samples",
                "calls", "call_paths", "context_switches", "branch_types"]
 OTHER = "external interrupt or other"
@@ -143,3 +144,14 @@ def truth_exits(vm: VmTrace) -> list[dict]:
 
 def load_meta(out: Path) -> dict:
     return json.loads((out / "truth.json").read_text())
+
+
+def export_db(trace: Path, db: str | Path, *extra: str) -> str:
+    """``ptexport TRACE --db DB -q [extra]``; returns what it printed (asserting success)."""
+    import io
+
+    from ptexport.cli import main
+
+    out = io.StringIO()
+    assert main([str(trace), "--db", str(db), "-q", *extra], out=out) == 0, out.getvalue()
+    return out.getvalue()
