@@ -52,6 +52,8 @@ DEFAULT_GUEST_PID = 0
 VMENTRY = int(IpFlag.VMENTRY)
 VMEXIT = int(IpFlag.VMEXIT)
 
+#: Trace bytes per CPU read to find each VCPU's VMCS and TSC offset.
+MEASURE_BYTES = 4 << 20
 #: Reason given to an exit whose guest instruction does not itself exit (an asynchronous exit:
 #: an external interrupt, a preemption timer, an EPT violation...).
 OTHER_REASON = "external interrupt or other"
@@ -580,10 +582,12 @@ class VmExport:
     # ------------------------------------------------------------ vcpus, checks
 
     def vcpu_rows(self) -> list[tuple]:
-        """One vcpus row per VCPU thread of each hypervisor process."""
+        """One vcpus row per VCPU thread of each hypervisor process, with the VMCS its trace shows and
+        the TSC offset measured from guest TSC packets (perf inject --vm-time-correlation's method)."""
         ex = self.ex
         rows = []
         host = ex.machines[0]
+        measured = self._measure_vmcs()
         for mpid, vcpus in sorted(self.hypervisors.items()):
             idx = self.by_pid.get(mpid)
             if idx is None and self.sb.machine(mpid) is None:
@@ -591,8 +595,51 @@ class VmExport:
             mid = ex.machines[idx].machine_id if idx is not None else 0
             for v, tid in sorted(vcpus.items()):
                 th = host.pt.find(mpid, tid)
-                rows.append((len(rows) + 1, mid, v, th.db_id if th is not None else 0, 0, 0, 0, "none"))
+                vmcs, offset, source = measured.get(tid, (0, 0, "none"))
+                rows.append((len(rows) + 1, mid, v, th.db_id if th is not None else 0, vmcs, offset, 0, source))
         return rows
+
+    def _measure_vmcs(self, limit: int = MEASURE_BYTES) -> dict[int, tuple[int, int, str]]:
+        """host tid -> (VMCS, TSC offset, source) from the first ``limit`` bytes of each CPU's trace: the
+        thread current on the CPU at a VMCS packet runs that VMCS; a guest TSC packet in a PSB+ (PIP
+        NR=1) measured against the MTC/TMA clock gives its offset ('measured'; 0 and 'none' when no guest
+        TSC was seen or the guest TSC packets equal the host's, as after perf inject --vm-time-correlation)."""
+        from ptexport.pt.vmtime import VmBuffer, VmTimeConfig, VmTimeCorrelator
+
+        pd, tc = self.s.pd, self.s.tc
+        info = getattr(pd, "auxtrace_info", None)
+        if tc is None or info is None or not hasattr(pd, "aux_data"):
+            return {}
+        pt_attrs = [a for a in pd.attrs if a.type == info.pmu_type]
+        config = pt_attrs[0].config if pt_attrs else 0
+        bits = info.mtc_freq_bits or 0
+        mtc_period = (config & bits) >> ((bits & -bits).bit_length() - 1) if bits else 0
+        corr = VmTimeCorrelator(VmTimeConfig(mtc_period=mtc_period, tsc_ctc_ratio_n=info.tsc_ctc_ratio_n or 0,
+                                             tsc_ctc_ratio_d=info.tsc_ctc_ratio_d or 0))
+        try:
+            for key in sorted(k for k in self.s.streams if k[0] == "cpu"):
+                bufs, size = [], 0
+                for i, rec in enumerate(self.s.streams[key]):
+                    data = bytes(pd.aux_data(rec))
+                    bufs.append(VmBuffer(data, rec.reference, i > 0))
+                    size += len(data)
+                    if size >= limit:
+                        break
+                corr.run_queue(bufs, key)
+        except PtExportError:
+            return {}  # unreadable trace data: decode errors say where; no measurement
+        out: dict[int, tuple[int, int, str]] = {}
+        for queue, tsc, vmcs in corr.vmcs_seen:
+            tl = self.sb.host.cpus.get(queue[1])
+            hit = tl.at(tc.tsc_to_perf_time(tsc)) if tl is not None else None
+            if hit is None or hit[1] in out:
+                continue
+            vi = corr.vmcs_table.get(vmcs)
+            if vi is not None and vi.tsc_offset:
+                out[hit[1]] = (vmcs, vi.tsc_offset, "measured")
+            else:
+                out[hit[1]] = (vmcs, 0, "none")
+        return out
 
     def _check_guests(self) -> None:
         """Guest sideband that cannot belong to this recording: counted in ``stats`` as warnings."""

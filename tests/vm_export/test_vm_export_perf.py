@@ -20,7 +20,8 @@ import pytest
 from ptexport.synth.vm import K_VMEXIT
 
 from ptxtest import needs_perf
-from vmexporttest import PERF_TABLES, columns, have_exporter, perf_branches, table_rows, truth_exits
+from vmexporttest import (PERF_TABLES, columns, export_db, have_exporter, make_vm_trace, perf_branches, perf_export,
+                          table_rows, truth_exits)
 
 needs_exporter = pytest.mark.skipif(not have_exporter(), reason="perf's export-to-sqlite.py needs python3-pyside2.qtsql")
 
@@ -115,3 +116,47 @@ def test_vm_exits_equal_truth(mixed):
     assert {"HLT", "IO_INSTRUCTION", "external interrupt or other"} <= {r[4] for r in got}
     # exits without a later entry in the trace have none
     assert sum(1 for r in got if r[6] == 0) == sum(1 for e in want if e["entry_time"] is None)
+
+
+def test_vcpus_vmcs_and_measured_tsc_offsets(mixed, tmp_path):
+    """The VMCS of each VCPU thread and its TSC offset, measured from the guest TSC packets of the
+    recording as made (the generator's values); after perf inject translated the guest TSC packets
+    there is no offset left to measure."""
+    vm, _theirs, ours = mixed
+    want = [(v["vcpu"], v["vmcs"], v["tsc_offset"] - (1 << 64) if v["tsc_offset"] >> 63 else v["tsc_offset"])
+            for v in vm.meta["vcpus"]]
+    db = tmp_path / "raw.db"
+    export_db(vm.out / "host.data", db)  # the recording before perf inject
+    with sqlite3.connect(db) as c:
+        got = c.execute("SELECT vcpu, vmcs, tsc_offset, tsc_offset_source FROM vcpus WHERE id > 0 ORDER BY vcpu").fetchall()
+    assert got == [(v, vmcs, off, "measured") for v, vmcs, off in want]
+    with sqlite3.connect(ours) as c:
+        got = c.execute("SELECT vcpu, vmcs, tsc_offset, tsc_offset_source FROM vcpus WHERE id > 0 ORDER BY vcpu").fetchall()
+    assert got == [(v, vmcs, 0, "none") for v, vmcs, _off in want]
+
+
+@needs_perf
+@needs_exporter
+def test_guest_kernel_without_sideband_equals_perf_export(tmp_path):
+    """perf kvm --guest --host record of a guest kernel, decoded with --guestkallsyms: perf's default
+    guest (machine pid 0) holds the guest samples under threads with the host threads' pid/tid."""
+    vm = make_vm_trace(tmp_path, guest="kernel", seed=5, branches=2000, inject=False, patch=False)
+    gk = vm.out / "guest.data" / "kcore_dir" / "kallsyms"
+    theirs, ours = tmp_path / "perf.db", tmp_path / "ours.db"
+    perf_export(vm.data, theirs, f"--guestkallsyms={gk}")
+    export_db(vm.data, ours, "--guestkallsyms", str(gk))
+    for table in PERF_TABLES:
+        cols = columns(theirs, table)
+        a, b = table_rows(theirs, table, cols), table_rows(ours, table, cols)
+        if table == "branch_types":
+            assert set(a) <= set(b)
+        elif table == "samples":
+            assert _nonpsb(theirs, a) == _nonpsb(ours, b)
+        else:
+            assert a == b, table
+    with sqlite3.connect(ours) as c:
+        assert c.execute("SELECT pid FROM machines WHERE id > 0 ORDER BY id").fetchall() == [(-1,), (0,)]
+        assert c.execute("SELECT short_name FROM dsos WHERE machine_id = 2").fetchall() == [("[guest.kernel.kallsyms]",)]
+        # perf loses the VCPU; the export has it from the host thread ("CPU n/KVM")
+        assert c.execute("SELECT DISTINCT machine_pid, vcpu FROM samples WHERE machine_id = 2 ORDER BY vcpu"
+                         ).fetchall() == [(0, 0), (0, 1)]
