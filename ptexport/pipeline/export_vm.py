@@ -260,6 +260,7 @@ class VmExits:
         self.rows: list[list] = []
         self._guest: dict[int, tuple[int, int, int, int, int]] = {}  # cpu -> last guest-side exit
         self._open: dict[int, list] = {}  # host thread id -> its exit waiting for the next entry
+        self._tracepoints: list[tuple[int, int, str]] = []  # (host thread id, time, reason) of kvm:kvm_exit
 
     def sample(self, sid: int, flags: int, ip: int, addr: int, time: int, cpu: int, thread_id: int,
                machine_id: int, machine_pid: int, vcpu: int) -> None:
@@ -277,14 +278,22 @@ class VmExits:
                 row[8], row[9] = sid, time
 
     def kvm_exit(self, thread_id: int, time: int, reason: str) -> None:
-        """A recorded kvm:kvm_exit tracepoint of host thread ``thread_id``: the reason of its last exit."""
-        for r in reversed(self.rows):
-            if r[3] == thread_id:
-                if r[6] <= time and r[11] != "kvm_exit":
-                    r[10], r[11] = reason, "kvm_exit"
-                return
+        """A recorded kvm:kvm_exit tracepoint of host thread ``thread_id`` at ``time``: the reason of that
+        thread's last VM exit at or before ``time`` (applied by :meth:`finish`)."""
+        self._tracepoints.append((thread_id, time, reason))
 
     def finish(self) -> list[tuple]:
+        if self._tracepoints:
+            by_thread: dict[int, list[list]] = {}
+            for r in self.rows:
+                by_thread.setdefault(r[3], []).append(r)
+            for thread_id, time, reason in self._tracepoints:
+                rows = by_thread.get(thread_id)
+                if not rows:
+                    continue
+                i = bisect_right([r[6] for r in rows], time) - 1
+                if i >= 0 and rows[i][11] != "kvm_exit":
+                    rows[i][10], rows[i][11] = reason, "kvm_exit"
         out = []
         for r in self.rows:
             if r[10] is None:
@@ -302,6 +311,15 @@ def kvm_exit_reason(raw: bytes | None, offset: int = 8) -> str | None:
     basic = value & 0xFFFF
     name = VMX_EXIT_REASONS.get(basic, f"EXIT_REASON_{basic}")
     return name + (" (failed VM entry)" if value & (1 << 31) else "")
+
+
+def _tracing_data(pd: Any) -> bytes | None:
+    """The recording's tracing data (tracepoint formats), if the reader kept it."""
+    for name in ("tracing_data", "tracing_data_bytes"):
+        v = getattr(pd, name, None)
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            return bytes(v)
+    return None
 
 
 def kvm_exit_field_offset(tracing_data: bytes | None) -> int:
@@ -430,6 +448,7 @@ class VmExport:
         self.exits = VmExits(self._reason)
         self._code: Any = None
         self.stats: list[tuple[str, int, str, str]] = []  # (name, value, severity, description)
+        self._kvm_exit_offset: int | None = None
         self._check_guests()
 
     @property
@@ -564,6 +583,16 @@ class VmExport:
                 name = rooted
         obj = self.s.objects.get(name, self.s.build_id_of(e.filename, e.build_id))
         return obj.read(ip - e.start + e.pgoff, 16)
+
+    def sample_record(self, rec: Any, event_name: str, thread_id: int) -> None:
+        """A SAMPLE record of the recording: a kvm:kvm_exit tracepoint gives its exit's reason."""
+        if event_name != "kvm:kvm_exit":
+            return
+        if self._kvm_exit_offset is None:
+            self._kvm_exit_offset = kvm_exit_field_offset(_tracing_data(self.s.pd))
+        reason = kvm_exit_reason(getattr(rec, "raw", None), self._kvm_exit_offset)
+        if reason is not None:
+            self.exits.kvm_exit(thread_id, rec.time or 0, reason)
 
     # ------------------------------------------------------------ output
 
