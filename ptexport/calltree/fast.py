@@ -22,8 +22,6 @@ import numpy as np
 
 try:
     import numba
-    from numba import types
-    from numba.typed import Dict as _TypedDict
 
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - numba is in the 'fast' extra
@@ -58,29 +56,48 @@ F_FROM_KERNEL = int(IpFlag.SYSCALLRET | IpFlag.INTERRUPT)
 ST_DONE, ST_GROW_E, ST_GROW_P, ST_GROW_O = 0, 1, 2, 3
 
 if HAVE_NUMBA:
-    _KEY = types.UniTuple(types.int64, 3)
-
     @numba.njit(cache=True, nogil=True)
     def _ge_u(a, b):
         return np.uint64(a) >= np.uint64(b)
 
     @numba.njit(cache=True, nogil=True)
-    def _findnew(P, G, cpd, parent, sym, ip):
+    def _cp_slot(P, H, parent, k1, k2):
+        """Slot of H (an open-addressing index of P's nodes, node + 1, 0 empty) for the key."""
+        mask = np.uint64(len(H) - 1)
+        h = ((np.uint64(parent) * np.uint64(0x9E3779B97F4A7C15)) ^ (np.uint64(k1) * np.uint64(0xC2B2AE3D27D4EB4F))
+             ^ (np.uint64(k2) * np.uint64(0x165667B19E3779F9))) >> np.uint64(16)
+        h &= mask
+        while True:
+            v = H[h]
+            if v == 0:
+                return h
+            node = v - 1
+            if P[node, P_PARENT] == parent and P[node, P_SYM] == k1 and P[node, P_IP] == k2:
+                return h
+            h = (h + np.uint64(1)) & mask
+
+    @numba.njit(cache=True, nogil=True)
+    def _rebuild_index(P, G, H):
+        for node in range(1, G[G_NCP]):
+            H[_cp_slot(P, H, P[node, P_PARENT], P[node, P_SYM], P[node, P_IP])] = node + 1
+
+    @numba.njit(cache=True, nogil=True)
+    def _findnew(P, G, H, parent, sym, ip):
         if sym != 0:
-            key = (parent, sym, np.int64(0))
+            k1, k2 = sym, np.int64(0)
         else:
-            key = (parent, np.int64(0), ip)
-        node = cpd.get(key, -1)
-        if node >= 0:
-            return node
+            k1, k2 = np.int64(0), ip
+        h = _cp_slot(P, H, parent, k1, k2)
+        if H[h] != 0:
+            return H[h] - 1
         node = G[G_NCP]
         G[G_NCP] += 1
         P[node, P_PARENT] = parent
-        P[node, P_SYM] = key[1]
-        P[node, P_IP] = key[2]
+        P[node, P_SYM] = k1
+        P[node, P_IP] = k2
         P[node, P_INK] = 1 if _ge_u(ip, G[G_KS]) else 0
         P[node, P_DBID] = 0
-        cpd[key] = node
+        H[h] = node + 1
         return node
 
     @numba.njit(cache=True, nogil=True)
@@ -381,6 +398,11 @@ def _grow(a: np.ndarray, need: int, fill: int = 0) -> np.ndarray:
     return b
 
 
+def _index_size(rows: int) -> int:
+    """Power of two at least twice ``rows`` (the call path index stays at most half full)."""
+    return 1 << max(4, (2 * rows - 1).bit_length())
+
+
 class FastCallTree:
     """:class:`~ptexport.calltree.threadstack.CallTree` compiled with numba (same API, same rows)."""
 
@@ -413,7 +435,9 @@ class FastCallTree:
         self.G[G_KS] = np.uint64(kernel_start).view(np.int64)
         self.G[G_RSTATE0] = 1 if x86 else 0
         self.retsyms = np.unique(np.array([int(s) for s in retpoline_syms if s], dtype=np.int64))
-        self.cpd = _TypedDict.empty(key_type=_KEY, value_type=types.int64)
+        # call path index: (parent, symbol, ip) -> node, open addressing over P (a numba typed dict
+        # would cost a compilation in every process)
+        self.cpd = np.zeros(_index_size(self.P.shape[0]), dtype=np.int64)
         self.slots: dict[tuple[int, int], int] = {}
 
     @property
@@ -482,6 +506,8 @@ class FastCallTree:
         elif status == ST_GROW_P:
             self.P = _grow(self.P, self.P.shape[0] + 8)
             self.PO = _grow(self.PO, self.P.shape[0])
+            self.cpd = np.zeros(_index_size(self.P.shape[0]), dtype=np.int64)
+            _rebuild_index(self.P, self.G, self.cpd)
         elif status == ST_GROW_O:
             self.O = _grow(self.O, int(self.G[G_NOUT]) + 2 * depth + 16)
 

@@ -45,8 +45,10 @@ INDEX_SPLICE_MAX_ROWS = 8_000_000
 _SINGLE_COLUMN_INDEX = re.compile(r"^CREATE INDEX (\w+) ON \w+ \((\w+)\)$")
 #: Rows kept aside (ids below already spooled ones) before a table is spliced early.
 LATE_MAX_ROWS = 2_000_000
-#: Batches queued for the background page builder before write_* waits.
-MAX_PENDING = 3
+#: Rows queued for the background page builders before write_* waits (bounded memory); tiny
+#: batches (the "unknown" rows at open) do not wait for the builders' first, slow, start.
+MAX_PENDING_ROWS = CHUNK_ROWS
+MAX_PENDING = 64
 
 
 def _quote(name: str) -> str:
@@ -84,9 +86,10 @@ class SqliteWriter(Writer):
         self._late: dict[str, list[np.ndarray]] = {}  # rows below the spooled ids, inserted after the splice
         # page building runs in background threads, one per table (numba releases the
         # GIL): samples and calls pages are built side by side while the caller
-        # prepares its next batch; at most MAX_PENDING batches wait (bounded memory)
+        # prepares its next batch; at most MAX_PENDING_ROWS rows wait (bounded memory)
         self._pools: dict[str, ThreadPoolExecutor] = {}  # one thread per table: in order within a table
-        self._pending: deque[Future[None]] = deque()
+        self._pending: deque[tuple[Future[None], int]] = deque()
+        self._pending_rows = 0
         self._handle = None
         self._want_bind = mode in ("btree", "bind")
         self.conn: sqlite3.Connection | None = None
@@ -154,11 +157,18 @@ class SqliteWriter(Writer):
         pool = self._pools.get(table)
         if pool is None:
             pool = self._pools[table] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ptexport-{table}")
-        while len(self._pending) >= MAX_PENDING:
-            self._pending.popleft().result()
+        while self._pending and (len(self._pending) >= MAX_PENDING
+                                 or self._pending_rows + mat.shape[0] > MAX_PENDING_ROWS):
+            self._wait_one()
         self._spools[table].reserve(mat[:, 0])
         self._collect_index_keys(table, mat)
-        self._pending.append(pool.submit(self._spools[table].add, mat))
+        self._pending.append((pool.submit(self._spools[table].add, mat), mat.shape[0]))
+        self._pending_rows += mat.shape[0]
+
+    def _wait_one(self) -> None:
+        fut, rows = self._pending.popleft()
+        self._pending_rows -= rows
+        fut.result()
 
     def _shutdown_pools(self) -> None:
         for pool in self._pools.values():
@@ -168,7 +178,7 @@ class SqliteWriter(Writer):
     def _drain(self) -> None:
         """Wait for the background page building; re-raises its error."""
         while self._pending:
-            self._pending.popleft().result()
+            self._wait_one()
 
     def _plan_index_splices(self) -> None:
         """Single integer-column indexes of bulk tables are built as pages too (created empty now)."""
@@ -368,7 +378,7 @@ class SqliteWriter(Writer):
         os.replace(self.tmp_path, self.path)
 
     def abort(self) -> None:
-        for f in self._pending:
+        for f, _ in self._pending:
             f.cancel()
         try:
             self._drain()

@@ -46,6 +46,7 @@ from ptexport.export.writer import open_writer
 from ptexport.images.kallsyms import find_kallsyms, load_kallsyms
 from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import RecordType
+from ptexport.pipeline.decode_proc import maybe_process
 from ptexport.pipeline.export_fast import AddressCache, run_fast
 from ptexport.pipeline.export_machine import MachineState
 from ptexport.pipeline.export_vm import KernelMachineState, VmExport, host_kernel_image, perf_event_modifier
@@ -100,6 +101,7 @@ class ExportConfig:
     tids: frozenset[int] | None = None
     time_range: tuple[int | None, int | None] | None = None
     reference: bool = False  # the per-sample loop (export_ref), the oracle of the batch loop
+    decode_process: bool = False  # decode in a forked child process (pipeline/decode_proc.py), see there
     guestkallsyms: str | None = None  # perf's default guest's kallsyms (guest code without guest sideband)
     guest_kcore: str | None = None  # the default guest's kcore_dir (default: --guestkallsyms' folder)
     guestmount: str | None = None  # guests' root directories: GUESTMOUNT/PID
@@ -534,14 +536,20 @@ def export_trace(path: str, target: str, config: ExportConfig,
         session = open_session(_RecordTee(pd) if getattr(pd, "is_pipe", False) else pd,
                                DecodeConfig(itrace=config.itrace, symfs=config.symfs, buildid_dir=config.buildid_dir,
                                             cpus=config.cpus, guest_kcore=guest_kcore))
-        batches = _Timed(session.iter_batches(), _time.perf_counter() - t0)  # decoded as the export goes
-        with open_writer(target, force=config.force) as w:
-            ex = _Exporter(session, w, config)
-            ex.run(batches, progress)
-            summary.decode_seconds = batches.seconds
-            summary.rows = {"samples": ex.n_samples, "context_switches": ex.n_switches,
-                            "decode_errors": ex.n_errors, "threads": len(ex.m.threads),
-                            "symbols": len(ex.m.symbols), "dsos": len(ex.m.dsos)}
-            summary.errors = ex.n_errors
+        # decoded as the export goes (optionally by a forked child process on another core)
+        proc = maybe_process(session, config.decode_process)
+        batches = proc if proc is not None else _Timed(session.iter_batches(), _time.perf_counter() - t0)
+        try:
+            with open_writer(target, force=config.force) as w:
+                ex = _Exporter(session, w, config)
+                ex.run(batches, progress)
+                summary.decode_seconds = batches.seconds
+                summary.rows = {"samples": ex.n_samples, "context_switches": ex.n_switches,
+                                "decode_errors": ex.n_errors, "threads": len(ex.m.threads),
+                                "symbols": len(ex.m.symbols), "dsos": len(ex.m.dsos)}
+                summary.errors = ex.n_errors
+        finally:
+            if proc is not None:
+                proc.close()
     summary.seconds = _time.perf_counter() - t0
     return summary

@@ -61,63 +61,102 @@ _MAX_SLOTS = 1 << 22  # the address cache starts over beyond this many entries (
 
 # ----------------------------------------------------------------------------- address cache
 
-def _lookup_py(tab_g, tab_a, tab_v, slot_g, slot_a, nslots, g, a, out):  # pragma: no cover - numba's twin
-    mask = len(tab_v) - 1
+def _slot_of(tab_g, tab_a, tab_v, slot_g, slot_a, nslots, g, a):
+    """(slot, nslots): the slot of key (g, a), appended as slot ``nslots`` when new."""
+    mask = np.uint64(len(tab_v) - 1)
+    h = ((a * np.uint64(0x9E3779B97F4A7C15)) ^ (np.uint64(g) * np.uint64(0xC2B2AE3D27D4EB4F))) >> np.uint64(17)
+    h &= mask
+    while True:
+        v = tab_v[h]
+        if v < 0:
+            tab_g[h] = g
+            tab_a[h] = a
+            tab_v[h] = nslots
+            slot_g[nslots] = g
+            slot_a[nslots] = a
+            return nslots, nslots + 1
+        if tab_a[h] == a and tab_g[h] == g:
+            return v, nslots
+        h = (h + np.uint64(1)) & mask
+
+
+def _sample_slots_py(tab_g, tab_a, tab_v, slot_g, slot_a, nslots, ip, addr, mode, gu, gk, kstart,
+                     out_ip, out_to, miss):
+    """Slots of each sample's ip (mode >= 1) and addr (mode 2); slot 0 (nothing) for mode 0 or address 0.
+
+    A key is (group, address), the group being ``gk`` for kernel addresses (>= ``kstart``) and
+    ``gu`` for user ones.  New keys get the next slots in order, ip before addr of a sample, and
+    their positions (2 * sample + 0 for ip, + 1 for addr) go to ``miss``; returns (nslots, misses).
+    """
     nmiss = 0
-    miss = np.empty(len(a), np.int64)
-    for i in range(len(a)):
-        ai = a[i]
-        gi = g[i]
-        h = ((ai * np.uint64(0x9E3779B97F4A7C15)) ^ (np.uint64(gi) * np.uint64(0xC2B2AE3D27D4EB4F))) >> np.uint64(17)
-        h = int(h) & mask
-        while True:
-            v = tab_v[h]
-            if v < 0:
-                tab_g[h] = gi
-                tab_a[h] = ai
-                tab_v[h] = nslots
-                slot_g[nslots] = gi
-                slot_a[nslots] = ai
-                out[i] = nslots
-                miss[nmiss] = i
+    for i in range(len(ip)):
+        out_ip[i] = 0
+        out_to[i] = 0
+        m = mode[i]
+        if m == 0:
+            continue
+        a = ip[i]
+        if a != 0:
+            before = nslots
+            out_ip[i], nslots = _slot_of(tab_g, tab_a, tab_v, slot_g, slot_a, nslots,
+                                         gk[i] if a >= kstart[i] else gu[i], a)
+            if nslots != before:
+                miss[nmiss] = 2 * i
                 nmiss += 1
-                nslots += 1
-                break
-            if tab_a[h] == ai and tab_g[h] == gi:
-                out[i] = v
-                break
-            h = (h + 1) & mask
-    return nslots, miss[:nmiss]
+        a = addr[i]
+        if m == 2 and a != 0:
+            before = nslots
+            out_to[i], nslots = _slot_of(tab_g, tab_a, tab_v, slot_g, slot_a, nslots,
+                                         gk[i] if a >= kstart[i] else gu[i], a)
+            if nslots != before:
+                miss[nmiss] = 2 * i + 1
+                nmiss += 1
+    return nslots, nmiss
+
+
+def _rehash_py(tab_g, tab_a, tab_v, slot_g, slot_a, n):
+    for s in range(1, n):
+        _slot_of(tab_g, tab_a, tab_v, slot_g, slot_a, s, slot_g[s], slot_a[s])
 
 
 if HAVE_NUMBA:
-    _lookup = numba.njit(cache=True, nogil=True)(_lookup_py)
-else:  # pragma: no cover
-    _lookup = None
+    _slot_of = numba.njit(cache=True, nogil=True)(_slot_of)
+    _sample_slots = numba.njit(cache=True, nogil=True)(_sample_slots_py)
+    _rehash = numba.njit(cache=True, nogil=True)(_rehash_py)
+else:  # pragma: no cover - the same loops, interpreted (slow; numba is in the 'fast' extra)
+    def _sample_slots(*args):
+        with np.errstate(over="ignore"):
+            return _sample_slots_py(*args)
+
+    def _rehash(*args):
+        with np.errstate(over="ignore"):
+            return _rehash_py(*args)
 
 
 class AddressCache:
-    """(group, address) -> slot of a resolved (dso, symbol, offset, start); new keys in first-seen order."""
+    """(group, address) -> slot of a resolved (dso, symbol, offset, start); slot 0 is "nothing".
+
+    A group is (machine index, the process's pid or None for the kernel, map epoch): within
+    one, an address always resolves alike.  Beyond ``_MAX_SLOTS`` entries the cache starts
+    over (bounded memory; later lookups resolve again and find the same ids).
+    """
 
     def __init__(self) -> None:
         self._groups: dict[tuple, int] = {}
         self._reset(1 << 12)
 
     def _reset(self, cap: int) -> None:
-        self.nslots = 0
-        self._alloc(cap)
-        self.dso = np.zeros(cap // 2, np.int64)
-        self.sym = np.zeros(cap // 2, np.int64)
-        self.off = np.zeros(cap // 2, np.int64)
-        self.start = np.zeros(cap // 2, np.uint64)
-        self._py: dict[tuple[int, int], int] = {}
-
-    def _alloc(self, cap: int) -> None:
+        self.nslots = 1
         self.tab_g = np.zeros(cap, np.int64)
         self.tab_a = np.zeros(cap, np.uint64)
         self.tab_v = np.full(cap, -1, np.int64)
-        self.slot_g = np.zeros(cap // 2, np.int64)
-        self.slot_a = np.zeros(cap // 2, np.uint64)
+        half = cap // 2
+        self.slot_g = np.zeros(half, np.int64)
+        self.slot_a = np.zeros(half, np.uint64)
+        self.dso = np.zeros(half, np.int64)
+        self.sym = np.zeros(half, np.int64)
+        self.off = np.zeros(half, np.int64)
+        self.start = np.zeros(half, np.uint64)
 
     def group(self, key: tuple) -> int:
         g = self._groups.get(key)
@@ -134,75 +173,57 @@ class AddressCache:
             return self.group((machine, space, lo))
         u, inv = np.unique(epochs, return_inverse=True)
         ids = np.array([self.group((machine, space, int(e))) for e in u.tolist()], np.int64)
-        return ids[inv]
+        return ids[inv.reshape(-1)]
 
-    def _grow(self, need: int) -> None:
+    def _make_room(self, need: int) -> None:
         cap = len(self.tab_v)
         if (self.nslots + need) * 2 <= cap:
             return
         if self.nslots + need > _MAX_SLOTS:
-            self._reset(1 << max(12, (2 * need - 1).bit_length()))
+            self._reset(1 << max(12, (2 * need + 2).bit_length()))
             return
         while (self.nslots + need) * 2 > cap:
             cap *= 2
-        n = self.nslots
-        old = (self.slot_g[:n].copy(), self.slot_a[:n].copy())
-        self._alloc(cap)
-        for name in ("dso", "sym", "off", "start"):
-            a = getattr(self, name)
-            b = np.zeros(cap // 2, a.dtype)
-            b[:n] = a[:n]
-            setattr(self, name, b)
-        self.nslots = 0
-        out = np.empty(n, np.int64)
-        self.nslots, _ = _lookup(self.tab_g, self.tab_a, self.tab_v, self.slot_g, self.slot_a, 0,
-                                 old[0], old[1], out)
+        n, half = self.nslots, cap // 2
+        for name in ("slot_g", "slot_a", "dso", "sym", "off", "start"):
+            old = getattr(self, name)
+            new = np.zeros(half, old.dtype)
+            new[:n] = old[:n]
+            setattr(self, name, new)
+        self.tab_g = np.zeros(cap, np.int64)
+        self.tab_a = np.zeros(cap, np.uint64)
+        self.tab_v = np.full(cap, -1, np.int64)
+        _rehash(self.tab_g, self.tab_a, self.tab_v, self.slot_g, self.slot_a, n)
 
-    def lookup(self, g: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(slot of each key, positions of the keys seen for the first time, in order)."""
-        n = len(a)
-        out = np.empty(n, np.int64)
-        if _lookup is not None:
-            self._grow(n)
-            self.nslots, miss = _lookup(self.tab_g, self.tab_a, self.tab_v, self.slot_g, self.slot_a,
-                                        self.nslots, g, a, out)
-            return out, miss
-        return self._lookup_numpy(g, a, out)  # pragma: no cover - without numba
-
-    def _lookup_numpy(self, g: np.ndarray, a: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self.nslots + len(a) > _MAX_SLOTS:
-            self._reset(1 << 12)
-        key = np.empty(len(a), dtype=[("g", np.int64), ("a", np.uint64)])
-        key["g"], key["a"] = g, a
-        u, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        slots = np.empty(len(u), np.int64)
-        miss = []
-        for j in np.argsort(first, kind="stable").tolist():
-            k = (int(u["g"][j]), int(u["a"][j]))
-            s = self._py.get(k)
-            if s is None:
-                s = self._py[k] = self.nslots
-                self.nslots += 1
-                miss.append(int(first[j]))
-            slots[j] = s
-        need = self.nslots
-        if need > len(self.dso):
-            cap = 1 << need.bit_length()
-            for name in ("dso", "sym", "off", "start"):
-                a0 = getattr(self, name)
-                b = np.zeros(cap, a0.dtype)
-                b[:len(a0)] = a0
-                setattr(self, name, b)
-        out[:] = slots[inv.reshape(-1)]
-        return out, np.asarray(miss, np.int64)
+    def lookup(self, ip: np.ndarray, addr: np.ndarray, mode: np.ndarray, gu: np.ndarray, gk: np.ndarray,
+               kstart: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ip slots, addr slots, positions of the keys seen for the first time); see _sample_slots_py."""
+        n = len(ip)
+        self._make_room(2 * n)
+        out_ip = np.empty(n, np.int64)
+        out_to = np.empty(n, np.int64)
+        miss = np.empty(2 * n, np.int64)
+        self.nslots, nmiss = _sample_slots(self.tab_g, self.tab_a, self.tab_v, self.slot_g, self.slot_a,
+                                           self.nslots, ip, addr, mode, gu, gk, kstart, out_ip, out_to, miss)
+        return out_ip, out_to, miss[:nmiss]
 
 
 # ----------------------------------------------------------------------------- the loop
 
-def _first_seen(values: np.ndarray) -> list[int]:
-    """Distinct values in order of first appearance."""
-    u, first = np.unique(values, return_index=True)
-    return u[np.argsort(first, kind="stable")].tolist()
+def _first_seen_small(values: np.ndarray) -> list[int]:
+    """Distinct small non-negative ints (sample kinds) in order of first appearance."""
+    present = np.flatnonzero(np.bincount(values)).tolist()
+    if len(present) == 1:
+        return present
+    return [k for _, k in sorted((int(np.argmax(values == k)), k) for k in present)]
+
+
+def _same_epoch(changes: np.ndarray, tmin: int, tmax: int) -> int | None:
+    """The map epoch of every time in [tmin, tmax] when it is one, else None."""
+    if not len(changes):
+        return 0
+    e = int(np.searchsorted(changes, tmin, side="right"))
+    return e if e == int(np.searchsorted(changes, tmax, side="right")) else None
 
 
 class _Batch:
@@ -288,112 +309,100 @@ class _Batch:
     def resolve_range(self, lo: int, hi: int) -> None:
         """Event and symbol ids of the samples in [lo, hi), first references first."""
         ex, cols = self.ex, self.cols
-        idx = np.flatnonzero(~self.err[lo:hi])
-        if not len(idx):
+        if hi <= lo:
             return
-        idx += lo
-        kind = cols.kind[idx]
-        kinds = _first_seen(kind)
-        if len(kinds) == 1:
-            self.evsel[idx] = ex.evsel(kinds[0])
+        kind = cols.kind[lo:hi]
+        err = self.err[lo:hi]
+        kinds = [k for k in _first_seen_small(kind) if k != EV_ERROR]
+        if not kinds:
+            return
+        if len(kinds) == 1 and not err.any():
+            self.evsel[lo:hi] = ex.evsel(kinds[0])
         else:
-            table = np.zeros(max(kinds) + 1, np.int64)
+            table = np.zeros(int(kind.max()) + 1, np.int64)
             for k in kinds:
                 table[k] = ex.evsel(k)
-            self.evsel[idx] = table[kind]
-        ip = cols.ip[idx]
-        addr = cols.addr[idx]
+            self.evsel[lo:hi] = table[kind]
         is_br = kind == EV_BRANCH
-        m = len(idx)
-        # interleaved ip0, addr0, ip1, addr1 ... (addr of branches only; 0 resolves to nothing)
-        keys_a = np.empty(2 * m, np.uint64)
-        keys_a[0::2] = ip
-        keys_a[1::2] = np.where(is_br, addr, 0)
-        live = keys_a != 0
-        pos = np.flatnonzero(live)
-        if not len(pos):
-            return
-        keys_a = keys_a[pos]
-        sample = idx[pos >> 1]
-        groups = self._groups(idx, sample, keys_a)
+        mode = (~err).view(np.int8) + is_br.view(np.int8)  # 0: error, 1: ip, 2: ip and addr
+        gu, gk, ks = self._groups(lo, hi)
         cache = ex.addr_cache
-        slots, miss = cache.lookup(groups, keys_a)
-        first_only = []
-        if len(miss):
-            first_only = self._resolve_misses(cache, slots, miss, keys_a, sample)
-        dso = cache.dso[slots]
-        sym = cache.sym[slots]
-        off = cache.off[slots]
-        for p, r in first_only:  # perf fixed the kernel map up after resolving this address once
-            dso[p], sym[p], off[p] = r[0], r[1], r[2]
-        is_ip = (pos & 1) == 0
-        at = sample[is_ip]
-        self.dso[at] = dso[is_ip]
-        self.sym[at] = sym[is_ip]
-        self.off[at] = off[is_ip]
-        is_to = ~is_ip
-        if is_to.any():
-            start = cache.start[slots]
-            for p, r in first_only:
-                start[p] = r[3]
-            at = sample[is_to]
-            self.to_dso[at] = dso[is_to]
-            self.to_sym[at] = sym[is_to]
-            self.to_off[at] = off[is_to]
-            self.to_start[at] = start[is_to]
+        out_ip, out_to, miss = cache.lookup(cols.ip[lo:hi], cols.addr[lo:hi], mode, gu, gk, ks)
+        first_only = self._resolve_misses(cache, lo, out_ip, out_to, miss) if len(miss) else ()
+        self.dso[lo:hi] = cache.dso[out_ip]
+        self.sym[lo:hi] = cache.sym[out_ip]
+        self.off[lo:hi] = cache.off[out_ip]
+        if is_br.any():
+            self.to_dso[lo:hi] = cache.dso[out_to]
+            self.to_sym[lo:hi] = cache.sym[out_to]
+            self.to_off[lo:hi] = cache.off[out_to]
+            self.to_start[lo:hi] = cache.start[out_to]
+        for i, to, r in first_only:  # perf fixed the kernel map up after resolving this address once
+            if to:
+                self.to_dso[i], self.to_sym[i], self.to_off[i], self.to_start[i] = r
+            else:
+                self.dso[i], self.sym[i], self.off[i] = r[:3]
 
-    def _groups(self, idx: np.ndarray, sample: np.ndarray, keys_a: np.ndarray) -> np.ndarray:
-        """Cache group of each key: (machine, the process or the kernel, map epoch)."""
+    def _groups(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per sample in [lo, hi): cache group of a user address, of a kernel address, and kernel_start."""
         ex, cols = self.ex, self.cols
         cache = ex.addr_cache
-        out = np.empty(len(keys_a), np.int64)
-        mi = self.mi[sample] if self.mi is not None else None
-        machines = [0] if mi is None else _first_seen(mi)
+        n = hi - lo
+        t = cols.time[lo:hi]
+        pid = cols.pid[lo:hi]
+        mi = self.mi[lo:hi] if self.mi is not None else None
+        gu = np.empty(n, np.int64)
+        gk = np.empty(n, np.int64)
+        ks = np.empty(n, np.uint64)
+        machines = [0] if mi is None else np.flatnonzero(np.bincount(mi)).tolist()
         for m in machines:
             st = ex.machines[m]
-            sel = np.flatnonzero(mi == m) if mi is not None else None
-            s = sample if sel is None else sample[sel]
-            a = keys_a if sel is None else keys_a[sel]
-            t = cols.time[s]
-            kern = a >= np.uint64(st.kernel_start)
-            g = np.empty(len(s), np.int64)
-            if kern.any():
-                g[kern] = cache.groups(m, None, st.kernel_epochs(t[kern]))
-            user = ~kern
-            if user.any():
-                pu = cols.pid[s[user]]
-                tu = t[user]
-                gu = np.empty(len(pu), np.int64)
-                p0 = int(pu[0])
-                if (pu == p0).all():
-                    gu[:] = cache.groups(m, p0, st.user_epochs(p0, tu))
-                else:
-                    for q in _first_seen(pu):
-                        w = pu == q
-                        gu[w] = cache.groups(m, q, st.user_epochs(q, tu[w]))
-                g[user] = gu
-            if sel is None:
-                out[:] = g
-            else:
-                out[sel] = g
-        return out
+            sel: Any = slice(None) if len(machines) == 1 else np.flatnonzero(mi == m)
+            tm = t[sel]
+            pm = pid[sel]
+            ks[sel] = st.kernel_start
+            tmin, tmax = int(tm.min()), int(tm.max())
+            e = _same_epoch(st._change_times(None), tmin, tmax)
+            gk[sel] = cache.group((m, None, e)) if e is not None else cache.groups(m, None, st.kernel_epochs(tm))
+            pmin, pmax = int(pm.min()), int(pm.max())
+            if pmin == pmax:
+                e = _same_epoch(st._change_times(pmin), tmin, tmax)
+                gu[sel] = (cache.group((m, pmin, e)) if e is not None
+                           else cache.groups(m, pmin, st.user_epochs(pmin, tm)))
+                continue
+            g = np.empty(len(pm), np.int64)
+            u, inv = np.unique(pm, return_inverse=True)
+            inv = inv.reshape(-1)
+            for j, q in enumerate(u.tolist()):
+                w = np.flatnonzero(inv == j)
+                g[w] = cache.groups(m, q, st.user_epochs(q, tm[w]))
+            gu[sel] = g
+        return gu, gk, ks
 
-    def _resolve_misses(self, cache: AddressCache, slots: np.ndarray, miss: np.ndarray, keys_a: np.ndarray,
-                        sample: np.ndarray) -> list[tuple[int, tuple]]:
+    def _resolve_misses(self, cache: AddressCache, lo: int, out_ip: np.ndarray, out_to: np.ndarray,
+                        miss: np.ndarray) -> list[tuple[int, int, tuple]]:
+        """Resolve the new keys in order (perf's first references) into their cache slots."""
         ex, cols = self.ex, self.cols
         first_only = []
-        samp = sample[miss]
-        pids = cols.pid[samp].tolist()
-        times = cols.time[samp].tolist()
-        mis = self.mi[samp].tolist() if self.mi is not None else [0] * len(pids)
-        for p, addr, pid, time, m, slot in zip(miss.tolist(), keys_a[miss].tolist(), pids, times, mis,
-                                                slots[miss].tolist()):
-            st = ex.machines[m]
+        smp = (miss >> 1) + lo
+        tos = (miss & 1).tolist()
+        pids = cols.pid[smp].tolist()
+        times = cols.time[smp].tolist()
+        ips = cols.ip[smp].tolist()
+        addrs = cols.addr[smp].tolist()
+        mis = self.mi[smp].tolist() if self.mi is not None else None
+        slot_ip = out_ip[miss >> 1].tolist()
+        slot_to = out_to[miss >> 1].tolist()
+        for k, i in enumerate(smp.tolist()):
+            st = ex.machines[mis[k] if mis is not None else 0]
+            to = tos[k]
+            a = addrs[k] if to else ips[k]
+            slot = slot_to[k] if to else slot_ip[k]
             before = st.kmap_range
-            r = st.resolve(pid, addr, time)
+            r = st.resolve(pids[k], a, times[k])
             after = st.kmap_range
-            if before is None and after is not None and not after[0] <= addr < after[1]:
-                first_only.append((p, r))  # later lookups of this address find nothing
+            if before is None and after is not None and not after[0] <= a < after[1]:
+                first_only.append((i, to, r))  # later lookups of this address find nothing
                 r = (0, 0, 0, 0)
             cache.dso[slot], cache.sym[slot], cache.off[slot], cache.start[slot] = r
         return first_only
@@ -433,7 +442,8 @@ class _Batch:
 
     def tree_columns(self) -> dict[str, np.ndarray]:
         cols = self.cols
-        br = np.flatnonzero(cols.kind == EV_BRANCH)
+        is_br = cols.kind == EV_BRANCH
+        br: Any = slice(None) if is_br.all() else np.flatnonzero(is_br)
         i64 = np.int64
         return {"time": cols.time[br].astype(i64, copy=False), "ip": cols.ip[br].astype(np.uint64, copy=False),
                 "addr": cols.addr[br].astype(np.uint64, copy=False), "flags": cols.flags[br].astype(i64, copy=False),
@@ -450,7 +460,7 @@ class _Batch:
         cols = self.cols
         kind = cols.kind
         out: dict[str, list[tuple]] = {}
-        present = set(np.unique(kind).tolist()) if len(kind) else set()
+        present = set(np.flatnonzero(np.bincount(kind)).tolist()) if len(kind) else set()
         for k in (EV_PSB, EV_PTWRITE, EV_CBR, EV_MWAIT, EV_PWRE, EV_PWRX, EV_EXSTOP):
             if k not in present:
                 continue
