@@ -360,10 +360,13 @@ class _Exporter:
         if evsel_id is None:
             evsel_id = self.m.evsel(self.s.pd.event_name(attr))
             self._evsel[("attr", id(attr))] = evsel_id
+            self._evsel[("name", evsel_id)] = self.s.pd.event_name(attr)
         pid = rec.pid if rec.pid is not None else -1
         tid = rec.tid if rec.tid is not None else -1
         time = rec.time or 0
         thread_id, comm_id = self.threads(pid, tid, time)
+        if self.vm.active:  # a kvm:kvm_exit tracepoint names its VM exit's reason
+            self.vm.sample_record(rec, self._evsel.get(("name", evsel_id), ""), thread_id)
         ip = rec.ip or 0
         cpumode = rec.misc & 7
         dso, sym, sym_off, _ = self.resolve(pid, ip, time, kernel=cpumode in (1, 4))

@@ -519,14 +519,16 @@ class VmExport:
                 out_mp[w] = p
         if orphan.any():
             w = np.flatnonzero(orphan)
-            tids = np.asarray(cols.tid)[w]
-            pids = np.asarray(cols.pid)[w]
-            for j, (p, t) in enumerate(zip(pids.tolist(), tids.tolist())):
+            pairs = np.stack([np.asarray(cols.pid)[w], np.asarray(cols.tid)[w]], axis=1).astype(np.int64)
+            uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+            inv = np.asarray(inv).reshape(-1)
+            for k, (p, t) in enumerate(uniq.tolist()):
                 gp = p if p > 0 and self.sb.machine(p) is not None else DEFAULT_GUEST_PID
-                mi[w[j]] = self.state(gp)
-                out_mp[w[j]] = gp
                 hit = self.sb.vcpu_of_host_thread(t) if t >= 0 else None
-                out_vc[w[j]] = hit[1] if hit is not None and hit[0] == p else -1
+                rows = w[inv == k]
+                mi[rows] = self.state(gp)
+                out_mp[rows] = gp
+                out_vc[rows] = hit[1] if hit is not None and hit[0] == p else -1
         cols.machine_pid = out_mp
         cols.vcpu = out_vc
         return mi if (guest.any() or orphan.any() or len(self.ex.machines) > 1) else None
