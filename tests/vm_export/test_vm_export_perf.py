@@ -160,3 +160,18 @@ def test_guest_kernel_without_sideband_equals_perf_export(tmp_path):
         # perf loses the VCPU; the export has it from the host thread ("CPU n/KVM")
         assert c.execute("SELECT DISTINCT machine_pid, vcpu FROM samples WHERE machine_id = 2 ORDER BY vcpu"
                          ).fetchall() == [(0, 0), (0, 1)]
+
+
+@needs_perf
+@needs_exporter
+def test_guestmount_is_the_guest_root_dir(mixed, tmp_path):
+    """--guestmount DIR: the guest machine's root_dir is DIR/PID, as perf's (machines__findnew)."""
+    vm, _theirs, _ours = mixed
+    mount = tmp_path / "guests"
+    (mount / str(vm.meta["machine_pid"])).mkdir(parents=True)
+    theirs, ours = tmp_path / "perf.db", tmp_path / "ours.db"
+    perf_export(vm.data, theirs, f"--guestmount={mount}")
+    export_db(vm.data, ours, "--guestmount", str(mount))
+    want = table_rows(theirs, "machines", ["id", "pid", "root_dir"])
+    assert want == [(0, 0, "unknown"), (1, -1, None), (2, vm.meta["machine_pid"], str(mount / "4000"))]
+    assert table_rows(ours, "machines", ["id", "pid", "root_dir"]) == want
