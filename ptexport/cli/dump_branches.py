@@ -31,7 +31,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--guest-kcore", metavar="DIR", help="the default guest's kcore_dir (kallsyms, kcore)")
     parser.add_argument("--jobs", type=int, metavar="N",
                         help="decode in N worker processes (default: all cores for --count, else 1: in this "
-                             "process, streaming in bounded memory)")
+                             "process); output streams in bounded memory either way")
 
 
 def parse_cpu_list(text: str | None) -> frozenset[int] | None:
@@ -77,7 +77,7 @@ def run(args, out) -> int:
             out.write(f"{n_samples} samples, {n_err} errors\n")
             return 0
         # Text and CSV stream batches in perf's order: memory stays bounded (one process by
-        # default; --jobs N > 1 decodes whole queues in workers first).
+        # default; with --jobs N > 1 workers decode a few PSB segments or chunks ahead).
         jobs = 1 if args.jobs is None else args.jobs
         if args.csv:
             w = csv.writer(out, lineterminator="\n")

@@ -45,7 +45,9 @@ _MASK64 = (1 << 64) - 1
 _I64_MAX = (1 << 63) - 1
 _STACK = 1 << 16
 _OUT_CAP = 1 << 18
-_WINDOW = 4 << 20  # bytes of trace tokenized at a time
+# Bytes of trace tokenized at a time: the tokens take ~14 bytes per trace byte (more while the
+# window slides), so this bounds the decoder's memory (4 MB gave ~60 MB peaks; 1 MB ~15 MB).
+_WINDOW = 1 << 20
 
 
 def available() -> bool:
@@ -215,7 +217,7 @@ class QueueDecoder:
     """The fast decoder for one AUX queue of a :class:`PerfSession`."""
 
     def __init__(self, session: Any, qnum: int, key: tuple[str, int], bufs: list[Any],
-                 count_only: bool = False) -> None:
+                 count_only: bool = False, window: int | None = None) -> None:
         from ptexport.pipeline.codewalk import PerfCodeWalker
 
         self.count_only = count_only
@@ -227,7 +229,7 @@ class QueueDecoder:
         self.qtid = -1 if self.per_cpu else key[1]
         self.lookup = session._lookup()
         self.walker = PerfCodeWalker(self.lookup, session.kernel_start)
-        self.tokens = _Tokens(session._buffers(bufs))
+        self.tokens = _Tokens(session._buffers(bufs), window)  # window: bytes tokenized at a time
         self.cur = session._cpu_current(self.cpu) if self.per_cpu else None
         self.blocks = _Blocks()
         self.tables: dict[tuple, _Table] = {}

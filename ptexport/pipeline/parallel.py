@@ -12,6 +12,12 @@ compiled decoder every queue is cut at PSBs into ``jobs`` segments decoded
 at the same time and joined exactly (see "PSB segments" below); with the
 reference decoder whole queues go to workers.  Output always equals serial
 decoding.
+
+:meth:`PerfSession.iter_batches` streams instead (see "streaming" below):
+:func:`_queue_chunks` gives per queue an iterator of bounded chunks, decoded
+here or by workers a few segments (compiled decoder) or chunks (reference
+decoder, a process per queue) ahead of the merge, so memory does not grow
+with the trace with any number of jobs.
 """
 
 from __future__ import annotations
@@ -123,6 +129,7 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
 MIN_SEGMENT_BYTES = 1 << 20
 STATS = {"matched": 0, "redone": 0}  # segment joins that agreed / segments decoded again serially
 _WINDOW_BYTES = 1 << 14
+_RECORD_ALL, _RECORD_EVERY = 32, 32  # states recorded in a segment's window: the first ones, then sparse
 
 
 def _cmp_mask() -> np.ndarray:
@@ -216,18 +223,23 @@ def _segment_starts(tokens: Any, n: int, min_bytes: int) -> list[tuple[int, int]
 
 
 def _segment_job(path: str, config: Any, qnum: int, at: tuple[int, int] | None,
-                 stop: tuple[int, int] | None, count_only: bool) -> dict:
-    """In a worker: decode one segment (speculatively from its PSB unless it is the first)."""
+                 stop: tuple[int, int] | None, count_only: bool, window: int | None = None) -> dict:
+    """In a worker: decode one segment (speculatively from its PSB unless it is the first).
+
+    The decoder state is recorded at the first steps of the segment and then at
+    every 32nd step of its first window (the joins compare states there).
+    """
     from ptexport.flow import perffast_kernel as K
     from ptexport.flow.perffast import QueueDecoder
 
     session = _worker_session(path, config)
     qkey, bufs = session.queues()[qnum]
-    qd = QueueDecoder(session, qnum, qkey, bufs, count_only)
+    qd = QueueDecoder(session, qnum, qkey, bufs, count_only, window=window)
     qd.setup(at)
     qd.S[K.P_RAW_INSN] = 1
     records = []
     r = None
+    n_steps = 0
     if at is not None:
         rec_stop = (at[0], at[1] + _WINDOW_BYTES)
         while True:
@@ -235,7 +247,9 @@ def _segment_job(path: str, config: Any, qnum: int, at: tuple[int, int] | None,
             if pos >= rec_stop or (stop is not None and pos >= stop):
                 break
             if qd.S[K.PHASE] == K.PH_RUN:
-                records.append((pos, int(qd.S[K.STEP]), _snapshot(qd), qd.counts(), int(qd.S[K.NBRANCH])))
+                if n_steps < _RECORD_ALL or n_steps % _RECORD_EVERY == 0:
+                    records.append((pos, int(qd.S[K.STEP]), _snapshot(qd), qd.counts(), int(qd.S[K.NBRANCH])))
+                n_steps += 1
             r = qd.drive(single=True, stop=stop)
             if r != K.R_STEP:
                 break
@@ -325,23 +339,52 @@ def _submit_segments(session: Any, qnum: int, pool: Any, starts: list[tuple[int,
 
 def _stitch_segments(futs: list[Any], starts: list[tuple[int, int]], qd: Any, count_only: bool) -> Any:
     """Rows of one queue from its segments, equal to serial decoding (see above)."""
+    os_, its = [], []
+    nbranch = 0
+    for o, it, nb in _joined_segments((f.result() for f in futs), starts, qd):
+        os_.append(o)
+        its.append(it)
+        nbranch += nb
+    o = np.concatenate(os_, axis=1)
+    it = np.concatenate(its, axis=1)
+    if not count_only:
+        _insn_diffs(o, 0)
+    rows = qd._rows(o, it)
+    rows.branch_count = nbranch
+    return rows
+
+
+def _insn_diffs(o: np.ndarray, prev: int) -> int:
+    """Raw instruction totals -> perf's per-sample differences (``prev``: the queue's last total so far)."""
+    from ptexport.flow import perffast_kernel as K
+
+    sel = np.flatnonzero(o[K.O_CYC] != 0)
+    if not len(sel):
+        return prev
+    vals = o[K.O_INSN][sel]
+    last = int(vals[-1])
+    o[K.O_INSN][sel] = np.diff(vals, prepend=prev)
+    return last
+
+
+def _joined_segments(results: Any, starts: list[tuple[int, int]], qd: Any):
+    """(rows, items, branches) of each segment in order, joined exactly (``results``: the workers'
+    :func:`_segment_job` dicts in segment order; ``qd`` set up at the queue's start)."""
     from ptexport.flow import perffast_kernel as K
 
     cuts = list(starts)
     mask = _cmp_mask()
-    os_, its = [], []
-    nbranch = 0
-    res = futs[0].result()
+    res = next(results)
     _remap_fails(qd, res["o"], res["fail_names"])
-    os_.append(res["o"])
-    its.append(res["it"])
-    nbranch += res["nbranch"]
+    yield res["o"], res["it"], res["nbranch"]
     done = res["done"]
     pending = (res["final"], res["final_pos"])  # the true state at the next cut, from a worker
-    for k in range(1, len(futs)):
+    for k in range(1, len(cuts) + 1):
         if done:
             break
-        res = futs[k].result()
+        res = next(results)
+        os_, its = [], []
+        nbranch = 0
         if pending is not None:
             _load_state(qd, *pending)
             pending = None
@@ -410,16 +453,8 @@ def _stitch_segments(futs: list[Any], starts: list[tuple[int, int]], qd: Any, co
             its.append(it)
             nbranch += int(qd.S[K.NBRANCH]) - base_nb
             qd.S[K.NBRANCH] = base_nb
-    o = np.concatenate(os_, axis=1)
-    it = np.concatenate(its, axis=1)
-    if not count_only:
-        # Instruction counts were kept raw (totals): perf's per-sample differences, in queue order.
-        sel = np.flatnonzero(o[K.O_CYC] != 0)
-        vals = o[K.O_INSN][sel]
-        o[K.O_INSN][sel] = np.diff(vals, prepend=0)
-    rows = qd._rows(o, it)
-    rows.branch_count = nbranch
-    return rows
+        yield (np.concatenate(os_, axis=1) if len(os_) > 1 else os_[0],
+               np.concatenate(its, axis=1) if len(its) > 1 else its[0], nbranch)
 
 
 def decode_queues(session: Any, jobs: int | None = 1, min_segment_bytes: int | None = None) -> list[Any]:
@@ -540,16 +575,196 @@ def _count_queue(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any])
 
 
 def _queue_chunks(session: Any, jobs: int | None, chunk: int) -> list[Any]:
-    """Per queue, an iterator of rows objects (``_Rows``/``FastRows``) in decoding order."""
+    """Per queue, an iterator of rows objects (``_Rows``/``FastRows``) in decoding order, each of
+    about ``chunk`` rows: decoded here (``jobs`` == 1) or by worker processes ahead of use."""
     from ptexport.flow import perffast
 
     queues = session.queues()
-    if jobs != 1:
-        parts = decode_queues(session, jobs)  # worker processes: whole queues (not bounded)
-        return [iter([p]) for p in parts]
-    if perffast.supported(session):
+    jobs = default_jobs() if jobs is None else max(1, jobs)
+    path = getattr(session.pd, "path", None)
+    fast = perffast.supported(session)
+    if jobs > 1 and path and os.path.isfile(str(path)) and queues:
+        if fast:
+            streams = _segment_streams(session, jobs, chunk)
+            if streams is not None:
+                return streams
+        else:
+            return _reference_streams(session, jobs, chunk)
+    if fast:
         return [_fast_chunks(session, q, key, bufs, chunk) for q, (key, bufs) in enumerate(queues)]
-    return [iter([session.decode_queue(q, key, bufs)]) for q, (key, bufs) in enumerate(queues)]
+    return [session.iter_queue(q, key, bufs, chunk) for q, (key, bufs) in enumerate(queues)]
+
+
+# Worker processes for streaming.  The compiled decoder's queues are cut at PSBs
+# into segments of about STREAM_SEGMENT_BYTES, decoded by a process pool at most
+# a few segments ahead of the merge (each segment's rows are what the parent holds
+# per queue); the reference decoder runs whole queues in processes of their own
+# that hand back chunks through a bounded queue.  Either way what the parent holds
+# does not grow with the trace, and rows equal serial decoding.
+
+STREAM_SEGMENT_BYTES = 1 << 16  # trace bytes per streamed segment (~64 K rows of a branchy trace)
+STREAM_QUEUE_CHUNKS = 2  # chunks a reference worker may hand back ahead of the merge
+# At most: rows of finished segments waiting in the parent; undelivered rows of one queue (tests)
+STREAM_STATS = {"max_held_rows": 0, "max_source_rows": 0}
+
+
+class _SegmentPool:
+    """A process pool shared by the segment streams of one session; shut down with the last one."""
+
+    def __init__(self, jobs: int, users: int) -> None:
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.pool = ProcessPoolExecutor(max_workers=jobs)
+        self.users = users
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users <= 0:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _segment_streams(session: Any, jobs: int, chunk: int) -> list[Any] | None:
+    """Streams of segment rows for every queue, or None when the trace is too small for workers."""
+    from ptexport.flow import perffast
+
+    plans = []
+    total = 0
+    for q, (key, bufs) in enumerate(session.queues()):
+        qd = perffast.QueueDecoder(session, q, key, bufs)
+        size = int(qd.tokens.bi[:, perffast.K.BI_DLEN].sum()) if len(qd.tokens.bi) else 0
+        total += size
+        n = max(jobs, size // STREAM_SEGMENT_BYTES)
+        plans.append((q, key, bufs, qd, _segment_starts(qd.tokens, n, STREAM_SEGMENT_BYTES)))
+    if total < 2 * MIN_SEGMENT_BYTES or not any(starts for *_, starts in plans):
+        return None  # not worth worker processes
+    pool = _SegmentPool(jobs, len(plans))
+    lookahead = jobs
+    out = []
+    for q, key, bufs, qd, starts in plans:
+        if starts:
+            out.append(_segment_stream(session, q, qd, starts, pool, lookahead))
+        else:
+            pool.users -= 1
+            out.append(_fast_chunks(session, q, key, bufs, chunk))
+    return out
+
+
+def _segment_stream(session: Any, qnum: int, qd: Any, starts: list[tuple[int, int]], pool: _SegmentPool,
+                    lookahead: int):
+    """One queue's rows, a segment at a time, with at most ``lookahead`` segments submitted ahead."""
+    from collections import deque
+
+    from ptexport.flow import perffast_kernel as K
+
+    path = str(session.pd.path)
+    window = max(2 * STREAM_SEGMENT_BYTES, 1 << 16)
+    nseg = len(starts) + 1
+    futs: deque = deque()
+    submitted = 0
+
+    def results():
+        nonlocal submitted
+        for _ in range(nseg):
+            while submitted < nseg and len(futs) < lookahead:
+                k = submitted
+                at = None if k == 0 else starts[k - 1]
+                stop = starts[k] if k < len(starts) else None
+                futs.append(pool.pool.submit(_segment_job, path, session.cfg, qnum, at, stop, False, window))
+                submitted += 1
+            res = futs.popleft().result()
+            held = int(res["o"].shape[1]) + sum(int(f.result()["o"].shape[1]) for f in futs if f.done())
+            STREAM_STATS["max_held_rows"] = max(STREAM_STATS["max_held_rows"], held)
+            yield res
+
+    try:
+        qd.setup()
+        qd.S[K.P_RAW_INSN] = 1
+        prev = 0
+        for o, it, nbranch in _joined_segments(results(), starts, qd):
+            prev = _insn_diffs(o, prev)
+            rows = qd._rows(o, it)
+            rows.branch_count = nbranch
+            yield rows
+    finally:
+        for f in futs:
+            f.cancel()
+        pool.release()
+
+
+def _reference_streams(session: Any, jobs: int, chunk: int) -> list[Any]:
+    """The reference decoder: the ``jobs`` biggest queues in worker processes of their own (each
+    hands back chunks through a queue of STREAM_QUEUE_CHUNKS), the others here."""
+    queues = session.queues()
+    sizes = [sum(int(getattr(b, "size", 0) or 0) for b in bufs) for _, bufs in queues]
+    chosen = set(sorted(range(len(queues)), key=lambda q: (-sizes[q], q))[:jobs])
+    return [_reference_stream(session, q, chunk) if q in chosen else session.iter_queue(q, key, bufs, chunk)
+            for q, (key, bufs) in enumerate(queues)]
+
+
+def _reference_worker(path: str, config: Any, qnum: int, chunk: int, out: Any) -> None:
+    """In a worker process: decode queue ``qnum`` with the reference decoder, a chunk at a time."""
+    try:
+        session = _worker_session(path, config)
+        key, bufs = session.queues()[qnum]
+        for rows in session.iter_queue(qnum, key, bufs, chunk):
+            cols = _as_cols(rows, tuple(rows.cols))
+            out.put((cols, rows.setup_failures, np.asarray(rows.items_err, dtype=bool),
+                     np.asarray(rows.items_ts, dtype=np.int64), _obj_names(session)))
+        out.put(None)
+    except BaseException as e:  # handed to the parent, which raises it
+        out.put(("error", e))
+
+
+def _reference_stream(session: Any, qnum: int, chunk: int):
+    import multiprocessing as mp
+
+    from ptexport.flow.perffast import FastRows
+
+    ctx = mp.get_context("fork")
+    q = ctx.Queue(maxsize=STREAM_QUEUE_CHUNKS)
+    proc = ctx.Process(target=_reference_worker, args=(str(session.pd.path), session.cfg, qnum, chunk, q),
+                       daemon=True)
+    started = False
+    try:
+        proc.start()
+        started = True
+        while True:
+            msg = q.get()
+            if msg is None:
+                break
+            if isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "error":
+                raise msg[1]
+            cols, setup, ierr, its, names = msg
+            # Object ids are per process: map them to this session's.
+            remap = np.array([session._obj_id(n) for n in names] + [-1], dtype=np.int64)
+            obj = cols["obj"]
+            cols["obj"] = np.where(obj >= 0, remap[obj], -1)
+            yield FastRows(cols, [int(remap[i]) for i in setup], ierr, its)
+        proc.join()
+    finally:
+        if started and proc.is_alive():
+            proc.terminate()
+            proc.join()
+
+
+def _rebatch(chunks: Any, batch_rows: int):
+    """Column chunks regrouped into batches of ``batch_rows`` rows (the last one smaller)."""
+    pending: list[dict[str, np.ndarray]] = []
+    n = 0
+    for c in chunks:
+        m = len(c["kind"])
+        if not m:
+            continue
+        pending.append(c)
+        n += m
+        while n >= batch_rows:
+            cols = {k: np.concatenate([p[k] for p in pending]) for k in pending[0]}
+            yield {k: v[:batch_rows] for k, v in cols.items()}
+            rest = {k: v[batch_rows:] for k, v in cols.items()}
+            n -= batch_rows
+            pending = [rest] if n else []
+    if n:
+        yield {k: np.concatenate([p[k] for p in pending]) for k in pending[0]}
 
 
 _U64 = ("tsc", "ip", "addr", "payload")
@@ -586,6 +801,9 @@ class _Source:
         self.setup_failures += list(part.setup_failures)
         if len(part):
             self.rows.append(_as_cols(part, self.columns))
+            held = sum(len(c["kind"]) for c in self.rows)
+            if held > STREAM_STATS["max_source_rows"]:
+                STREAM_STATS["max_source_rows"] = held
         err = np.asarray(part.items_err, dtype=bool)
         ts = np.asarray(part.items_ts, dtype=np.int64)
         if len(ts):
@@ -599,6 +817,12 @@ class _Source:
             if not self.more():
                 return False
         return True
+
+    def clear_items(self) -> None:
+        """Forget the decoded items (timeless order needs none)."""
+        self.base = self.end
+        self.err = np.zeros(0, bool)
+        self.ts = np.zeros(0, np.int64)
 
     def drop_items(self, upto: int) -> None:
         k = upto - self.base

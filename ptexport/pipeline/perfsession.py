@@ -161,6 +161,25 @@ class _Rows:
         return len(self.cols["kind"])
 
 
+def _n_samples(rows: _Rows) -> int:
+    """Samples (not errors, CBRs or budget marks) among ``rows``: what --itrace=sN counts."""
+    return sum(1 for k in rows.cols["kind"] if k >= 0 and k not in (EV_ERROR, EV_CBR))
+
+
+def _join_rows(pieces: list[_Rows]) -> _Rows:
+    """The pieces of :meth:`PerfSession.iter_queue` as one ``_Rows``."""
+    if len(pieces) == 1:
+        return pieces[0]
+    out = _Rows()
+    for p in pieces:
+        for c in _COLUMNS:
+            out.cols[c] += p.cols[c]
+        out.setup_failures += p.setup_failures
+        out.items_err += p.items_err
+        out.items_ts += p.items_ts
+    return out
+
+
 @dataclass
 class _CpuIndex:
     """Who is current on a CPU, keyed by TSC (perf compares in TSC)."""
@@ -400,8 +419,17 @@ class PerfSession:
 
     def decode_queue(self, qnum: int, key: tuple[str, int], bufs: list[Any]) -> _Rows:
         """Run perf's decoder over one queue and synthesize its samples."""
+        return _join_rows(list(self.iter_queue(qnum, key, bufs)))
+
+    def iter_queue(self, qnum: int, key: tuple[str, int], bufs: list[Any], chunk: int = 0) -> Iterator[_Rows]:
+        """:meth:`decode_queue` in pieces of about ``chunk`` rows or steps (0: one piece).
+
+        A piece ends between two decoder steps; steps (the rows' ``step`` and the
+        items) are numbered across pieces, setup failures come with the first.
+        """
         it = self.cfg.itrace
         rows = _Rows()
+        skipped_before = 0  # samples of earlier pieces (--itrace=sN holds CBRs back meanwhile)
         per_cpu = key[0] == "cpu"
         cpu = key[1] if per_cpu else -1
         qtid = -1 if per_cpu else key[1]
@@ -436,7 +464,8 @@ class PerfSession:
             st = dec.decode()
             if st.err:
                 if st.err == ERR_NODATA:
-                    return rows
+                    yield rows
+                    return
                 if walker.fail_obj is not None:
                     rows.setup_failures.append(self._obj_id(walker.fail_obj))
                 continue
@@ -451,6 +480,11 @@ class PerfSession:
         last_insn_cnt = 0
         cbr_seen = -1  # perf starts from UINT_MAX
         while True:
+            if chunk and (len(rows) >= chunk or len(rows.items_ts) >= chunk):
+                if it.initial_skip:
+                    skipped_before += _n_samples(rows)
+                yield rows
+                rows = _Rows()
             # ---- intel_pt_sample(): synthesize what the pending state holds
             pid, tid = who(ptq_ts)
             time = self._perf_time(ptq_ts)
@@ -475,7 +509,7 @@ class PerfSession:
                 if typ & T_PSB_EVT:
                     rows.add(kind=EV_PSB, ip=st.from_ip, addr=st.to_ip, flags=0, payload=st.psb_offset, offset=st.psb_offset, **base)
                 if st.cbr != cbr_seen:
-                    if it.initial_skip and sum(1 for k in rows.cols["kind"] if k >= 0 and k not in (EV_ERROR, EV_CBR)) < it.initial_skip:
+                    if it.initial_skip and skipped_before + _n_samples(rows) < it.initial_skip:
                         # --itrace=sN: perf holds a CBR back while samples are skipped and retries at each
                         # state; which try is emitted depends on all queues (decided in perf order: code 1)
                         rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
@@ -534,7 +568,8 @@ class PerfSession:
                 if not st.err:
                     break
                 if st.err == ERR_NODATA:
-                    return rows
+                    yield rows
+                    return
                 ptq_ts = st.est_timestamp  # perf dates an error by the decoder's estimate
                 step += 1
                 rows.items_err.append(True)
@@ -631,36 +666,60 @@ class PerfSession:
     def iter_batches(self, jobs: int | None = 1, batch_rows: int = 1 << 16) -> Iterator[SampleColumns]:
         """:meth:`decode`'s samples in order, in batches of at most ``batch_rows`` rows.
 
-        With ``jobs`` == 1 and the compiled decoder, memory does not grow with the
-        trace: queues are decoded a chunk at a time as perf's queue heap (run
+        Memory does not grow with the trace: queues are decoded a chunk at a time
+        (the compiled decoder, or the reference one) as perf's queue heap (run
         incrementally, see :class:`ptexport.pipeline.parallel.StreamMerge`) needs
-        them.  Otherwise (worker processes, the reference decoder) each queue is
-        decoded whole first, and timeless or ``--itrace=sN`` sessions are ordered
-        whole, then cut into batches.
+        them; with ``jobs`` > 1 worker processes decode ahead (PSB segments of a
+        queue for the compiled decoder, whole queues for the reference) and hand
+        back bounded chunks.  Timeless sessions emit queue after queue in perf's
+        timeless order; ``--itrace=sN`` is applied as the batches pass.
         """
-        from ptexport.pipeline.parallel import STREAM_CHUNK, StreamMerge, _as_cols, _queue_chunks, _Source
+        from ptexport.pipeline.parallel import STREAM_CHUNK, StreamMerge, _as_cols, _queue_chunks, _rebatch, _Source
 
         batch_rows = max(1, int(batch_rows))
-        if self.timeless or self.cfg.itrace.initial_skip:
-            cols = self._decode_whole(jobs)
-            for lo in range(0, len(cols), batch_rows):
-                yield SampleColumns(**{c: getattr(cols, c)[lo:lo + batch_rows] for c in _OUT_COLUMNS})
-            return
         lost = _as_cols(self.lost_data_rows(), _COLUMNS)
         sources = [_Source(chunks, _COLUMNS) for chunks in _queue_chunks(self, jobs, STREAM_CHUNK)]
-        merge = StreamMerge(sources, self.event_tscs, lost, batch_rows)
-        merge.start()
-        seen: dict[int, int] = {}
-        for s in sources:
-            for obj in s.setup_failures:
-                seen[obj] = seen.get(obj, 0) + 1
-        marks = self.data_error_marks()
-        for cols in merge.batches():
-            keep = self._budget_keep(cols, seen, marks)
-            if keep.all():
-                yield SampleColumns(**{c: cols[c] for c in _OUT_COLUMNS})
-            elif keep.any():
-                yield SampleColumns(**{c: cols[c][keep] for c in _OUT_COLUMNS})
+        try:
+            if self.timeless:
+                for src in sources:
+                    src.ensure(0)  # every queue's setup (its failures count first)
+                gen = _rebatch(self._timeless_chunks(sources, lost), batch_rows)
+            else:
+                merge = StreamMerge(sources, self.event_tscs, lost, batch_rows)
+                merge.start()
+                gen = merge.batches()
+            seen: dict[int, int] = {}
+            for src in sources:
+                for obj in src.setup_failures:
+                    seen[obj] = seen.get(obj, 0) + 1
+            marks = self.data_error_marks()
+            skip = self.cfg.itrace.initial_skip
+            skip_state: dict = {}
+            for cols in gen:
+                keep = self._budget_keep(cols, seen, marks)
+                if skip:
+                    keep &= self._initial_skip_keep(cols, skip, skip_state)
+                if keep.all():
+                    yield SampleColumns(**{c: cols[c] for c in _OUT_COLUMNS})
+                elif keep.any():
+                    yield SampleColumns(**{c: cols[c][keep] for c in _OUT_COLUMNS})
+        finally:
+            for src in sources:
+                close = getattr(src.chunks, "close", None)
+                if close is not None:
+                    close()  # stop worker processes of an abandoned stream
+
+    def _timeless_chunks(self, sources: list[Any], lost: dict[str, np.ndarray]) -> Iterator[dict[str, np.ndarray]]:
+        """Timeless order: lost-data errors first, then queue after queue (:meth:`_timeless_queue_order`)."""
+        if len(lost["kind"]):
+            yield lost
+        for q in self._timeless_queue_order():
+            src = sources[q]
+            while True:
+                yield from src.take_rows(None)
+                src.clear_items()
+                if not src.more():
+                    break
 
     def _decode_whole(self, jobs: int | None = 1) -> SampleColumns:
         """Every queue decoded whole, then ordered (timeless sessions and --itrace=sN)."""
@@ -689,12 +748,16 @@ class PerfSession:
 
     def _timeless_order(self, parts: list[Any]) -> list[Any]:
         """Timeless decoding order: a per-thread queue at its thread's EXIT, the others at the end."""
+        order = self._timeless_queue_order()
+        return [parts[q] for q in order] if len(order) == len(parts) else parts
+
+    def _timeless_queue_order(self) -> list[int]:
         keys = []
         for q, (key, _) in enumerate(self.queues()):
             t = self.sb.thread(key[1]) if key[0] == "thread" else None
             end = getattr(t, "end", None) if t is not None else None
             keys.append((end if end is not None and end < _TIMELESS_MAP_TIME else _TIMELESS_MAP_TIME, q))
-        return [parts[q] for _, q in sorted(keys)] if len(keys) == len(parts) else parts
+        return [q for _, q in sorted(keys)]
 
     def _perf_order(self, parts: list[_Rows], n_lost: int, cols: dict[str, np.ndarray]) -> np.ndarray:
         """Row order perf produces: its queue heap run up to each sideband event's time.
@@ -807,16 +870,18 @@ class PerfSession:
         return marks
 
     @staticmethod
-    def _initial_skip_keep(cols: dict[str, np.ndarray], skip: int) -> np.ndarray:
+    def _initial_skip_keep(cols: dict[str, np.ndarray], skip: int, state: dict | None = None) -> np.ndarray:
         """--itrace=sN: perf drops its first N synthesized samples (errors are not samples).
 
         A CBR event is not counted: perf holds it back (its queue retries at each
         state) while fewer than N - 4 samples were skipped (intel_pt_skip_cbr_event).
+        ``state`` carries the count and the CBRs seen over consecutive batches.
         """
         kinds = cols["kind"].tolist()
         keep = np.ones(len(kinds), bool)
-        seen: dict[int, int] = {}  # queue -> CBR ratio emitted last
-        n = 0
+        state = {} if state is None else state
+        seen: dict[int, int] = state.setdefault("cbr", {})  # queue -> CBR ratio emitted last
+        n = state.get("n", 0)
         for i, k in enumerate(kinds):
             if k < 0 or k == EV_ERROR:
                 continue
@@ -830,6 +895,7 @@ class PerfSession:
             if n < skip:
                 keep[i] = False
                 n += 1
+        state["n"] = n
         cols["code"][cols["kind"] == EV_CBR] = 0
         return keep
 
