@@ -160,6 +160,10 @@ def test_guest_kernel_without_sideband_equals_perf_export(tmp_path):
         # perf loses the VCPU; the export has it from the host thread ("CPU n/KVM")
         assert c.execute("SELECT DISTINCT machine_pid, vcpu FROM samples WHERE machine_id = 2 ORDER BY vcpu"
                          ).fetchall() == [(0, 0), (0, 1)]
+        # VM exits of the default guest, one per generated exit, reasons read from the guest kcore
+        exits = c.execute("SELECT machine_pid, vcpu, reason FROM vm_exits_view ORDER BY id").fetchall()
+    want = truth_exits(vm)
+    assert sorted(exits) == sorted((0, e["vcpu"], "external interrupt or other") for e in want)
 
 
 @needs_perf
