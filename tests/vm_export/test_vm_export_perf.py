@@ -11,12 +11,14 @@ Known differences (perf's, documented in docs/export.md):
 
 from __future__ import annotations
 
+import io
 import sqlite3
 from collections import Counter
 
 import numpy as np
 import pytest
 
+from ptexport.cli import main
 from ptexport.synth.vm import K_VMEXIT
 
 from ptxtest import needs_perf
@@ -179,3 +181,27 @@ def test_guestmount_is_the_guest_root_dir(mixed, tmp_path):
     want = table_rows(theirs, "machines", ["id", "pid", "root_dir"])
     assert want == [(0, 0, "unknown"), (1, -1, None), (2, vm.meta["machine_pid"], str(mount / "4000"))]
     assert table_rows(ours, "machines", ["id", "pid", "root_dir"]) == want
+
+
+@needs_perf
+@needs_exporter
+def test_upgrade_of_perfs_vm_database(mixed, tmp_path):
+    """perf's exported VM database upgraded: guest samples get machine_pid from their machine (the VCPU
+    perf lost stays -1), context_switches.vcpu and vm_exits exist, and timeline_view lists every sample
+    and switch."""
+    import shutil
+
+    vm, theirs, _ours = mixed
+    db = tmp_path / "perf.db"
+    shutil.copy(theirs, db)
+    out = io.StringIO()
+    assert main(["upgrade", str(db)], out=out) == 0, out.getvalue()
+    assert "0006_vm_tables" in out.getvalue()
+    with sqlite3.connect(db) as c:
+        P = vm.meta["machine_pid"]
+        assert c.execute("SELECT DISTINCT machine_pid, vcpu FROM samples WHERE machine_id = 2").fetchall() == [(P, -1)]
+        assert c.execute("SELECT COUNT(*) FROM vm_exits").fetchone()[0] == 0
+        assert c.execute("SELECT DISTINCT vcpu FROM context_switches").fetchall() == [(-1,)]
+        n = c.execute("SELECT (SELECT COUNT(*) FROM samples WHERE id > 0) + (SELECT COUNT(*) FROM context_switches)"
+                      ).fetchone()[0]
+        assert c.execute("SELECT COUNT(*) FROM timeline_view").fetchone()[0] == n
