@@ -583,7 +583,7 @@ def _queue_chunks(session: Any, jobs: int | None, chunk: int) -> list[Any]:
     jobs = default_jobs() if jobs is None else max(1, jobs)
     path = getattr(session.pd, "path", None)
     fast = perffast.supported(session)
-    if jobs > 1 and path and os.path.isfile(str(path)) and queues:
+    if jobs > 1 and path and os.path.exists(str(path)) and queues:
         if fast:
             streams = _segment_streams(session, jobs, chunk)
             if streams is not None:
