@@ -1653,13 +1653,19 @@ def _row(S, O, kind, ip, addr, flags, ins, cyc, code, offset, nr, insn_len, obj)
     S[NOUT] = n + 1
 
 
+def _sample_nr(S):
+    """Whether a sample of the state is in a guest (perf's intel_pt_prep_a_sample/intel_pt_cpumode:
+    the from side when there is a from ip, else the to side)."""
+    return S[ST_FROM_NR] if S[ST_FROM_IP] else S[ST_TO_NR]
+
+
 def _prow(S, O, kind, flags, payload, offset):
     """A power-event sample (perf's intel_pt_synth_*_sample for --itrace=p)."""
     if S[P_COUNT_ONLY]:
         S[NBRANCH] += 1
         return
     # Like branches, perf's power/PSB samples carry the state's from_ip and to_ip.
-    _row(S, O, kind, S[ST_FROM_IP], S[ST_TO_IP], flags, 0, 0, 0, offset, 0, 0, -1)
+    _row(S, O, kind, S[ST_FROM_IP], S[ST_TO_IP], flags, 0, 0, 0, offset, _sample_nr(S), 0, -1)
     O[O_PAYLOAD, S[NOUT] - 1] = payload
 
 
@@ -1697,13 +1703,13 @@ def _synth(S, O):
         if S[P_COUNT_ONLY]:
             S[NBRANCH] += 1
         else:
-            _row(S, O, EV_TRANSACTION, S[ST_FROM_IP], S[ST_TO_IP], flags, 0, 0, 0, 0, 0, 0, -1)
+            _row(S, O, EV_TRANSACTION, S[ST_FROM_IP], S[ST_TO_IP], flags, 0, 0, 0, 0, _sample_nr(S), 0, -1)
     if S[P_PTW] and S[ST_TYPE] & T_PTW:
         if S[P_COUNT_ONLY]:
             S[NBRANCH] += 1
         else:
             _row(S, O, EV_PTWRITE, S[ST_FROM_IP], S[ST_TO_IP], flags if S[ST_FROM_IP] else 0, 0, 0,
-                 1 if S[ST_FLAGS] & F_FUP_IP else 0, 0, 0, 0, -1)
+                 1 if S[ST_FLAGS] & F_FUP_IP else 0, 0, _sample_nr(S), 0, -1)
             O[O_PAYLOAD, S[NOUT] - 1] = S[ST_PTW_PAYLOAD]
     if not (S[ST_TYPE] & T_BRANCH) or not S[P_BRANCHES]:
         return

@@ -495,37 +495,44 @@ class PerfSession:
             typ = st.type
             base = dict(tsc=ptq_ts, time=time, cpu=cpu, pid=pid, tid=tid, queue=qnum, trace_nr=st.trace_nr,
                         step=step)
+            # perf's intel_pt_prep_a_sample: a sample is in the guest by its from side, else its to side
+            snr = int(st.from_nr if st.from_ip else st.to_nr)
             if it.intr_events:
                 # perf's intel_pt_synth_events_sample / intel_pt_synth_iflag_chg_sample, before power events
                 if typ & T_EVT and self._evt_attr:
                     rows.add(kind=EV_EVT, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                             payload=self.cfe_word(st), **base)
+                             payload=self.cfe_word(st), nr=snr, **base)
                 if typ & T_IFLAG_CHG and self.event_trace:
                     via = bool(typ & T_BRANCH)
                     rows.add(kind=EV_IFLAG, ip=st.from_ip, addr=st.to_ip if via else 0, flags=flags,
-                             payload=int(st.to_iflag) | int(via) << 1, **base)
+                             payload=int(st.to_iflag) | int(via) << 1, nr=snr, **base)
             if it.pwr_events:
                 # perf's power/ptwrite/psb samples carry the state's from_ip and to_ip like branches do
                 if typ & T_PSB_EVT:
-                    rows.add(kind=EV_PSB, ip=st.from_ip, addr=st.to_ip, flags=0, payload=st.psb_offset, offset=st.psb_offset, **base)
+                    rows.add(kind=EV_PSB, ip=st.from_ip, addr=st.to_ip, flags=0, payload=st.psb_offset,
+                             offset=st.psb_offset, nr=snr, **base)
                 if st.cbr != cbr_seen:
                     if it.initial_skip and skipped_before + _n_samples(rows) < it.initial_skip:
                         # --itrace=sN: perf holds a CBR back while samples are skipped and retries at each
                         # state; which try is emitted depends on all queues (decided in perf order: code 1)
                         rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                                 payload=st.cbr_payload, code=1, **base)
+                                 payload=st.cbr_payload, code=1, nr=snr, **base)
                     else:
                         cbr_seen = st.cbr
-                        rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0, payload=st.cbr_payload, **base)
+                        rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                 payload=st.cbr_payload, nr=snr, **base)
                 if typ & T_MWAIT_OP:
-                    rows.add(kind=EV_MWAIT, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0, payload=st.mwait_payload, **base)
+                    rows.add(kind=EV_MWAIT, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                             payload=st.mwait_payload, nr=snr, **base)
                 if typ & T_PWR_ENTRY:
-                    rows.add(kind=EV_PWRE, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0, payload=st.pwre_payload, **base)
+                    rows.add(kind=EV_PWRE, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                             payload=st.pwre_payload, nr=snr, **base)
                 if typ & T_EX_STOP:
                     rows.add(kind=EV_EXSTOP, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                             payload=int(bool(st.flags & F_FUP_IP)), **base)
+                             payload=int(bool(st.flags & F_FUP_IP)), nr=snr, **base)
                 if typ & T_PWR_EXIT:
-                    rows.add(kind=EV_PWRX, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0, payload=st.pwrx_payload, **base)
+                    rows.add(kind=EV_PWRX, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                             payload=st.pwrx_payload, nr=snr, **base)
             if it.instructions and typ & T_INSTRUCTION:
                 cyc = ipc_cyc - last_in_cyc if st.flags & F_SAMPLE_IPC else 0
                 ins = 0
@@ -534,13 +541,13 @@ class PerfSession:
                     last_in_insn, last_in_cyc = ipc_insn, ipc_cyc
                 rows.add(kind=EV_INSTRUCTION, ip=st.from_ip, addr=st.to_ip, flags=flags,
                          period=1 if self.params.quick else st.tot_insn_cnt - last_insn_cnt, insn_cnt=ins,
-                         cyc_cnt=cyc, **base)
+                         cyc_cnt=cyc, nr=snr, **base)
                 last_insn_cnt = st.tot_insn_cnt
             if it.transactions and typ & T_TRANSACTION:
-                rows.add(kind=EV_TRANSACTION, ip=st.from_ip, addr=st.to_ip, flags=flags, **base)
+                rows.add(kind=EV_TRANSACTION, ip=st.from_ip, addr=st.to_ip, flags=flags, nr=snr, **base)
             if it.ptwrites and typ & T_PTW:
                 rows.add(kind=EV_PTWRITE, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                         payload=st.ptw_payload, code=int(bool(st.flags & F_FUP_IP)), **base)
+                         payload=st.ptw_payload, code=int(bool(st.flags & F_FUP_IP)), nr=snr, **base)
             if typ & T_BRANCH and it.branches:
                 if not self._branches_filter or (self._branches_filter & flags):
                     cyc = ipc_cyc - last_br_cyc if st.flags & F_SAMPLE_IPC else 0

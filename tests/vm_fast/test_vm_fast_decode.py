@@ -245,3 +245,20 @@ def test_one_million_branches_equal_perf(tmp_path, compiled):
     assert {line.split()[2] for line in guest} == {"VCPU:000", "VCPU:001"}
     ips = {int(x, 16) for line in guest for x in (line.split("=>")[0].split()[-1], line.split("=>")[1])}
     assert any(ip >> 63 for ip in ips) and any(0 < ip < 1 << 47 for ip in ips)  # guest kernel and user
+
+
+def test_power_events_in_guest_carry_the_guest(tmp_path, compiled):
+    """--itrace=bep: PSB and CBR samples taken in guest code belong to the guest machine, VCPU and
+    guest thread like perf's (intel_pt_prep_a_sample: the from side, else the to side); every
+    sample and its values equal perf's, in order (compared field by field: ptexport's spacing of
+    non-branch lines is not perf's)."""
+    meta, out = _vm(tmp_path, "mixed", 4000, 40)
+    perf_pipeline(out, tmp_path / "w")
+    inj = tmp_path / "w" / "inj.data"
+    r = subprocess.run(["perf", "script", "-i", str(inj), "--itrace=bep", "--ns", "-F", FIELDS],
+                       capture_output=True, text=True, cwd=str(tmp_path / "w"))
+    want = [line.split() for line in _perf_lines(r.stdout)]
+    got = [line.split() for line in _dump("--jobs", "1", "--itrace=bep", str(inj))]
+    power = [w for w in want if "=>" not in w and "error" not in w]
+    assert any(w[0] == "VM:" for w in power) and any(w[0] != "VM:" for w in power)
+    assert got == want, _first_diff([" ".join(x) for x in got], [" ".join(x) for x in want])
