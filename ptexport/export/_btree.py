@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 
@@ -460,35 +461,82 @@ def splice_index(db_path: str | os.PathLike[str], root_page: int, page_size: int
             return
         children = pf.append(memoryview(out), npages)
         entries = [index_record(int(keys[i]), int(rowids[i])) for i in seps[:nsep].tolist()]
-        while True:
-            # children[j] | entries[j] | children[j + 1] ...; pack pages, promoting one entry per page break
-            pages: list[tuple[list[bytes], int]] = []
-            promoted: list[bytes] = []
-            cells: list[bytes] = []
-            used = 12
-            j = 0
-            m = len(entries)
-            while j < m:
-                cell = struct.pack(">I", children[j]) + entries[j]
-                if cells and used + 2 + len(cell) > ps:
-                    if j == m - 1 and len(cells) > 1:  # keep a cell for the last page
-                        cells.pop()
-                        j -= 1
-                    pages.append((cells, children[j]))
-                    promoted.append(entries[j])
-                    cells, used = [], 12
-                    j += 1
-                    continue
-                cells.append(cell)
-                used += 2 + len(cell)
-                j += 1
-            pages.append((cells, children[m]))
-            if len(pages) == 1:
-                pf.write_page(root_page, _index_interior(ps, pages[0][0], pages[0][1]))
-                break
-            children = [pf.append(_index_interior(ps, c, r))[0] for c, r in pages]
-            entries = promoted
+        _index_interiors(pf, root_page, children, entries)
         pf.close()
+
+
+def splice_index_blocks(db_path: str | os.PathLike[str], root_page: int, page_size: int,
+                        blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
+    """:func:`splice_index` for entries already sorted, given as consecutive (keys, rowids) blocks,
+    in memory bounded by a block (for more entries than fit: see the SQLite writer's index runs).
+
+    Each block but the last gives its leaves and, as the separator before the next block's first
+    leaf, its last entry.  Needs at least two leaves' worth of entries in all.
+    """
+    ps = page_size
+    children: list[int] = []
+    entries: list[bytes] = []
+    carry_k = np.zeros(0, np.int64)
+    carry_r = np.zeros(0, np.int64)
+    with open(db_path, "r+b") as db:
+        pf = _PageFile(db, ps)
+
+        def leaves(k: np.ndarray, r: np.ndarray) -> None:
+            cap = k.size // max(1, (ps - 8) // 26) + 2
+            out = np.zeros(cap * ps, dtype=np.uint8)
+            seps = np.zeros(cap, dtype=np.int64)
+            npages, nsep = _build_index_leaves(k, r, ps, out, seps)
+            children.extend(pf.append(memoryview(out), npages))
+            entries.extend(index_record(int(k[i]), int(r[i])) for i in seps[:nsep].tolist())
+
+        for keys, rowids in blocks:
+            k = np.ascontiguousarray(np.concatenate([carry_k, keys]), dtype=np.int64)
+            r = np.ascontiguousarray(np.concatenate([carry_r, rowids]), dtype=np.int64)
+            if k.size < 3:
+                carry_k, carry_r = k, r
+                continue
+            # hold the last two back: one may be needed as the final leaf's content, one as separator
+            leaves(k[:-2], r[:-2])
+            entries.append(index_record(int(k[-2]), int(r[-2])))
+            carry_k, carry_r = k[-1:], r[-1:]
+        if not children:
+            raise ValueError("splice_index_blocks needs more entries than one leaf holds")
+        leaves(carry_k, carry_r)
+        _index_interiors(pf, root_page, children, entries)
+        pf.close()
+
+
+def _index_interiors(pf: "_PageFile", root_page: int, children: list[int], entries: list[bytes]) -> None:
+    """Interior levels over leaves ``children`` separated by ``entries``; the top one is ``root_page``."""
+    ps = pf.ps
+    while True:
+        # children[j] | entries[j] | children[j + 1] ...; pack pages, promoting one entry per page break
+        pages: list[tuple[list[bytes], int]] = []
+        promoted: list[bytes] = []
+        cells: list[bytes] = []
+        used = 12
+        j = 0
+        m = len(entries)
+        while j < m:
+            cell = struct.pack(">I", children[j]) + entries[j]
+            if cells and used + 2 + len(cell) > ps:
+                if j == m - 1 and len(cells) > 1:  # keep a cell for the last page
+                    cells.pop()
+                    j -= 1
+                pages.append((cells, children[j]))
+                promoted.append(entries[j])
+                cells, used = [], 12
+                j += 1
+                continue
+            cells.append(cell)
+            used += 2 + len(cell)
+            j += 1
+        pages.append((cells, children[m]))
+        if len(pages) == 1:
+            pf.write_page(root_page, _index_interior(ps, pages[0][0], pages[0][1]))
+            return
+        children = [pf.append(_index_interior(ps, c, r))[0] for c, r in pages]
+        entries = promoted
 
 
 def splice(db_path: str | os.PathLike[str], root_page: int, spool: LeafSpool) -> None:

@@ -38,10 +38,9 @@ from ptexport.export.writer import Writer, is_text_type
 #: Rows per bound chunk (bounded memory: one int64 matrix of this many rows).
 CHUNK_ROWS = 1 << 18
 MODES = ("btree", "bind", "executemany")
-#: Rows of a table up to which its single-column indexes are sorted in memory and
-#: laid down as pages (8 bytes per row per index + 8 for the ids, ~200 MB at most);
-#: beyond, SQLite builds them with its bounded external sort.
-INDEX_SPLICE_MAX_ROWS = 8_000_000
+#: Index entries kept in memory per index; beyond, they go to sorted runs in a file that are
+#: merged when the index is laid down (bounded memory however many rows).
+INDEX_RUN_ROWS = 1 << 20
 _SINGLE_COLUMN_INDEX = re.compile(r"^CREATE INDEX (\w+) ON \w+ \((\w+)\)$")
 #: Rows kept aside (ids below already spooled ones) before a table is spliced early.
 LATE_MAX_ROWS = 2_000_000
@@ -59,7 +58,7 @@ class SqliteWriter(Writer):
     dialect = "sqlite"
 
     def __init__(self, target: str | os.PathLike[str], *, force: bool = False, fast: bool = True,
-                 mode: str | None = None, cache_mib: int = 256, page_size: int | None = None) -> None:
+                 mode: str | None = None, cache_mib: int = 64, page_size: int | None = None) -> None:
         self.path = Path(target)
         self.target = str(self.path)
         if self.path.exists() and not force:
@@ -79,8 +78,8 @@ class SqliteWriter(Writer):
         self._spools: dict[str, _btree.LeafSpool] = {}
         self._page_size = 0
         self._index_plan: dict[str, list[tuple[str, int]]] = {}  # table -> [(index, column number)]
-        self._index_keys: dict[str, list[np.ndarray]] = {}
-        self._index_ids: dict[str, list[np.ndarray]] = {}
+        self._index_runs: dict[str, _IndexRuns] = {}
+        self._call_comms: set[int] = set()  # comm ids of the calls rows: comms.has_calls without a scan
         self._built_indexes: set[str] = set()
         self._dropped_indexes: set[str] = set()
         self._late: dict[str, list[np.ndarray]] = {}  # rows below the spooled ids, inserted after the splice
@@ -192,25 +191,11 @@ class SqliteWriter(Writer):
             j = self.schema.columns(table).index(col)
             c.execute(sql)
             self._index_plan.setdefault(table, []).append((name, j))
-            self._index_keys[name] = []
-            self._index_ids.setdefault(table, [])
+            self._index_runs[name] = _IndexRuns(self.tmp_path.with_name(f"{self.tmp_path.name}.{name}.runs"))
 
     def _collect_index_keys(self, table: str, mat: np.ndarray) -> None:
-        plan = self._index_plan.get(table)
-        if not plan:
-            return
-        ids = self._index_ids[table]
-        if sum(a.size for a in ids) + mat.shape[0] > INDEX_SPLICE_MAX_ROWS:
-            # too many to sort in memory: SQLite (external sort) builds these at the end
-            for name, _ in plan:
-                self._index_keys.pop(name, None)
-                self._dropped_indexes.add(name)
-            del self._index_plan[table]
-            self._index_ids.pop(table, None)
-            return
-        ids.append(np.array(mat[:, 0], dtype=np.int64))
-        for name, j in plan:
-            self._index_keys[name].append(np.array(mat[:, j], dtype=np.int64))
+        for name, j in self._index_plan.get(table, ()):
+            self._index_runs[name].add(mat[:, j], mat[:, 0])
 
     def _splice(self, tables: list[str]) -> None:
         """Close the connection, splice the spooled pages of ``tables`` (and their indexes), reopen."""
@@ -227,12 +212,12 @@ class SqliteWriter(Writer):
                 _btree.splice(self.tmp_path, roots[t], spool)
             finally:
                 spool.remove()
-            ids_list = self._index_ids.pop(t, None)
             for name, _ in self._index_plan.pop(t, []):
-                keys_list = self._index_keys.pop(name)
-                if ids_list:
-                    _btree.splice_index(self.tmp_path, roots[name], self._page_size,
-                                        np.concatenate(keys_list), np.concatenate(ids_list))
+                runs = self._index_runs.pop(name)
+                try:
+                    runs.splice(self.tmp_path, roots[name], self._page_size)
+                finally:
+                    runs.remove()
                 self._built_indexes.add(name)
         self._open()
         c = self._conn()
@@ -257,6 +242,9 @@ class SqliteWriter(Writer):
                 f"VALUES ({', '.join('?' * len(cols))})")
 
     def _insert_rows(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        if table == "calls":
+            j = self.schema.columns("calls").index("comm_id")
+            self._call_comms.update(int(r[j]) for r in rows)
         if table in self._spools and all(v is not None and not isinstance(v, str) for r in rows for v in r):
             if self._spool_matrix(table, np.array(rows, dtype=np.int64).reshape(len(rows), -1)):
                 return
@@ -319,6 +307,9 @@ class SqliteWriter(Writer):
 
     def _insert_columns(self, table: str, cols: dict[str, Any], n: int) -> None:
         cdefs = self.schema.tables[table]
+        if table == "calls":
+            v = cols["comm_id"]
+            self._call_comms.update([int(v)] if np.isscalar(v) else np.unique(np.asarray(v)).tolist())
         has_text = any(is_text_type(c.type) for c in cdefs)
         try:
             if table in self._spools:
@@ -358,7 +349,8 @@ class SqliteWriter(Writer):
             self._splice(list(self._spools))
             self._shutdown_pools()
             c = self._conn()
-            c.execute("UPDATE comms SET has_calls = 1 WHERE id IN (SELECT DISTINCT comm_id FROM calls)")
+            # = UPDATE ... WHERE id IN (SELECT DISTINCT comm_id FROM calls), without reading calls back
+            c.executemany("UPDATE comms SET has_calls = 1 WHERE id = ?", [(i,) for i in sorted(self._call_comms)])
             for name, sql in self.schema.index_sql.items():
                 if name not in self._built_indexes:
                     c.execute(sql)
@@ -392,6 +384,9 @@ class SqliteWriter(Writer):
         for spool in self._spools.values():
             spool.remove()
         self._spools.clear()
+        for runs in self._index_runs.values():
+            runs.remove()
+        self._index_runs.clear()
         self._remove_tmp()
 
     def _remove_tmp(self) -> None:
@@ -400,3 +395,89 @@ class SqliteWriter(Writer):
                 p.unlink()
             except FileNotFoundError:
                 pass
+
+
+class _IndexRuns:
+    """The (key, rowid) entries of one index as rows are spooled, for :func:`_btree.splice_index`.
+
+    Up to :data:`INDEX_RUN_ROWS` entries stay in memory; beyond, each such batch is
+    sorted and appended to a file as a run of (key, rowid) pairs, and laying the index
+    down merges the runs block by block (memory bounded by one run however many rows).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._keys: list[np.ndarray] = []
+        self._ids: list[np.ndarray] = []
+        self._n = 0
+        self.runs: list[tuple[int, int]] = []  # (first entry, entries) in the file
+
+    def add(self, keys: np.ndarray, ids: np.ndarray) -> None:
+        self._keys.append(np.array(keys, dtype=np.int64))
+        self._ids.append(np.array(ids, dtype=np.int64))
+        self._n += len(keys)
+        if self._n >= INDEX_RUN_ROWS:
+            self._spill()
+
+    def _spill(self) -> None:
+        if not self._n:
+            return
+        k, r = np.concatenate(self._keys), np.concatenate(self._ids)
+        order = np.lexsort((r, k))
+        start = self.runs[-1][0] + self.runs[-1][1] if self.runs else 0
+        with open(self.path, "ab") as f:
+            np.stack([k[order], r[order]], axis=1).tofile(f)
+        self.runs.append((start, self._n))
+        self._keys, self._ids, self._n = [], [], 0
+
+    def splice(self, db_path: Path, root_page: int, page_size: int) -> None:
+        if not self.runs:
+            if self._n:
+                _btree.splice_index(db_path, root_page, page_size, np.concatenate(self._keys), np.concatenate(self._ids))
+            return
+        self._spill()
+        _btree.splice_index_blocks(db_path, root_page, page_size, self._merged())
+
+    def _read(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        pairs = np.fromfile(self.path, dtype=np.int64, count=2 * count, offset=16 * first).reshape(-1, 2)
+        return pairs[:, 0].copy(), pairs[:, 1].copy()
+
+    def _merged(self):
+        """Every entry in (key, rowid) order, as blocks: a k-way merge of the runs."""
+        block = max(1 << 16, INDEX_RUN_ROWS // len(self.runs))
+        pos = [first for first, _ in self.runs]
+        end = [first + n for first, n in self.runs]
+        bufk = [np.zeros(0, np.int64) for _ in self.runs]
+        bufr = [np.zeros(0, np.int64) for _ in self.runs]
+        while True:
+            for i in range(len(self.runs)):
+                if not len(bufk[i]) and pos[i] < end[i]:
+                    n = min(block, end[i] - pos[i])
+                    bufk[i], bufr[i] = self._read(pos[i], n)
+                    pos[i] += n
+            live = [i for i in range(len(self.runs)) if len(bufk[i])]
+            if not live:
+                return
+            more = [i for i in live if pos[i] < end[i]]
+            take = []
+            if more:  # entries up to the smallest last buffered entry of a run with more to read
+                bk, br = min((int(bufk[i][-1]), int(bufr[i][-1])) for i in more)
+                for i in live:
+                    k = bufk[i]
+                    lo, hi = np.searchsorted(k, bk, "left"), np.searchsorted(k, bk, "right")
+                    take.append(int(lo + np.searchsorted(bufr[i][lo:hi], br, "right")))
+            else:
+                take = [len(bufk[i]) for i in live]
+            ks = np.concatenate([bufk[i][:c] for i, c in zip(live, take)])
+            rs = np.concatenate([bufr[i][:c] for i, c in zip(live, take)])
+            for i, c in zip(live, take):
+                bufk[i], bufr[i] = bufk[i][c:], bufr[i][c:]
+            order = np.lexsort((rs, ks))
+            yield ks[order], rs[order]
+
+    def remove(self) -> None:
+        self._keys, self._ids, self._n = [], [], 0
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass

@@ -143,17 +143,24 @@ def test_index_record_matches_the_kernel():
         assert bytes(cell[:end]) == _btree.index_record(key, rowid)
 
 
-def test_index_collection_gives_way_to_sqlite_beyond_the_memory_limit(tmp_path, monkeypatch):
+@pytest.mark.parametrize("page_size", [512, 4096])
+def test_index_entries_beyond_memory_go_to_sorted_runs_and_merge(tmp_path, monkeypatch, page_size):
+    """More index entries than INDEX_RUN_ROWS: sorted runs in a file, merged block by block into the
+    index pages (duplicate keys across runs, e.g. parent_call_path_id 0, ordered by rowid)."""
     from ptexport.export import sqlite_writer
 
-    monkeypatch.setattr(sqlite_writer, "INDEX_SPLICE_MAX_ROWS", 2500)
-    batches = [np.arange(1, 2000), np.arange(2000, 4000)]
-    _write(tmp_path / "b.db", "btree", batches)
-    _write(tmp_path / "s.db", "executemany", batches)
-    _check(tmp_path / "b.db")
+    monkeypatch.setattr(sqlite_writer, "INDEX_RUN_ROWS", 700)
+    batches = [np.arange(1, 2000), np.arange(2000, 2001), np.arange(2001, 6000), np.arange(6000, 6500)]
+    w = _write(tmp_path / "b.db", "btree", batches, page_size=page_size)
+    assert not list(tmp_path.glob("*.runs"))  # run files removed
+    _write(tmp_path / "s.db", "executemany", batches, page_size=page_size)
+    _check(tmp_path / "b.db")  # integrity_check compares every index entry with its table
     assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
     c = sqlite3.connect(tmp_path / "b.db")
-    assert {"pcpid_idx", "pid_idx"} <= {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"pcpid_idx", "pid_idx"} <= w._built_indexes
+    got = c.execute("SELECT parent_id, id FROM calls INDEXED BY pid_idx WHERE parent_id >= 0").fetchall()
+    assert got == sorted([(0, 0)] + [(i // 2, i) for i in range(1, 6500)])  # row 0: the unknown call
+    c.close()
 
 
 def test_calls_returning_after_their_callees_stay_on_the_page_path(tmp_path):
