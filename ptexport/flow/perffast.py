@@ -63,6 +63,10 @@ def supported(session: Any) -> bool:
         # sN: held-back CBR events are decided in perf order; q: hop/leap modes; timeless: the
         # queue's thread and maps are those of the end (perf decodes timeless queues late)
         return False
+    if getattr(session, "time_ranges", None):
+        # --time: perf's decoder-side time filter (fast forward to a PSB, stop after the last
+        # range) runs in the reference decoder only
+        return False
     if it.intr_events or getattr(session, "event_trace", False):
         # Event Trace (CFE/EVD samples, RFLAGS.IF in every sample's flags): reference only
         # (perffast must mirror: nothing, it is not used for these sessions)
