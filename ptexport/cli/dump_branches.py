@@ -24,6 +24,7 @@ def add_arguments(parser) -> None:
     out.add_argument("--csv", action="store_true", help="CSV: time,cpu,pid,tid,ip,addr,flags")
     out.add_argument("--count", action="store_true", help="print only the number of samples and errors")
     parser.add_argument("--cpu", metavar="LIST", help="only these CPUs (e.g. 0,2-3)")
+    add_filter_arguments(parser)
     parser.add_argument("--symfs", metavar="DIR", help="look for binaries under DIR")
     parser.add_argument("--buildid-dir", metavar="DIR", help="build-id cache (default ~/.debug)")
     parser.add_argument("--guestkallsyms", metavar="FILE",
@@ -32,6 +33,32 @@ def add_arguments(parser) -> None:
     parser.add_argument("--jobs", type=int, metavar="N",
                         help="decode in N worker processes (default: all cores for --count, else 1: in this "
                              "process); output streams in bounded memory either way")
+
+
+def add_filter_arguments(parser, export: bool = False) -> None:
+    """perf script's sample filters, in perf's words (shared with the export command)."""
+    kept = "errors, threads, comms and context switches are kept, as perf's exporter keeps them" if export \
+        else "errors are kept"
+    parser.add_argument("--time", metavar="RANGES",
+                        help="only samples in these perf time ranges: START,STOP in seconds (either side may be "
+                             "empty; several ranges separated by blanks), or percent slices of the recording "
+                             "such as 10%%/2 or 0%%-10%%,30%%-40%% (these need the header's first/last sample "
+                             "time); perf script --time: the trace is decoded from the last PSB before each "
+                             "start to the last end, by the reference decoder (slower than the compiled one); "
+                             f"{kept}")
+    parser.add_argument("--pid", metavar="LIST",
+                        help=f"only samples of these process ids (comma-separated; {kept})")
+    parser.add_argument("--tid", metavar="LIST",
+                        help=f"only samples of these thread ids (comma-separated; {kept})")
+
+
+def filter_config(args) -> dict:
+    """DecodeConfig/ExportConfig keywords for :func:`add_filter_arguments`' options."""
+    from ptexport.pipeline.filters import parse_id_list
+
+    return {"time": args.time or None,
+            "pids": parse_id_list(args.pid, "pid") if args.pid else None,
+            "tids": parse_id_list(args.tid, "tid") if args.tid else None}
 
 
 def parse_cpu_list(text: str | None) -> frozenset[int] | None:
@@ -65,15 +92,18 @@ def run(args, out) -> int:
     guest_kcore = args.guest_kcore or (os.path.dirname(os.path.abspath(args.guestkallsyms))
                                        if args.guestkallsyms else None)
     cfg = DecodeConfig(itrace=itrace, symfs=args.symfs, buildid_dir=args.buildid_dir,
-                       cpus=parse_cpu_list(args.cpu), guest_kcore=guest_kcore)
+                       cpus=parse_cpu_list(args.cpu), guest_kcore=guest_kcore, **filter_config(args))
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: expected 1 or more")
     with open_perf_data(args.trace) as pd:
         session = open_session(pd, cfg)
         if args.count:
-            from ptexport.pipeline.parallel import count_samples
+            from ptexport.pipeline.parallel import _count_streamed, count_samples
 
-            n_samples, n_err = count_samples(session, args.jobs)
+            if session.filters_samples:  # --time/--pid/--tid: count what the streamed samples keep
+                n_samples, n_err = _count_streamed(session, 1 if args.jobs is None else args.jobs)
+            else:
+                n_samples, n_err = count_samples(session, args.jobs)
             out.write(f"{n_samples} samples, {n_err} errors\n")
             return 0
         # Text and CSV stream batches in perf's order: memory stays bounded (one process by

@@ -10,6 +10,8 @@ HELP = "decode TRACE and export it into a database (SQLite path or postgresql://
 
 
 def add_arguments(parser) -> None:
+    from ptexport.cli.dump_branches import add_filter_arguments
+
     parser.add_argument("trace", help="perf.data file, pipe-mode file, directory, or - for stdin")
     parser.add_argument("--db", required=True, metavar="DB", help="SQLite file or postgresql://user@host/dbname")
     parser.add_argument("--itrace", default=None, metavar="OPTS",
@@ -18,6 +20,7 @@ def add_arguments(parser) -> None:
                         help="build calls and call_paths (default)")
     parser.add_argument("--no-calls", dest="calls", action="store_false", help="skip call trees")
     parser.add_argument("--cpu", metavar="LIST", help="only these CPUs (e.g. 0,2-3)")
+    add_filter_arguments(parser, export=True)
     parser.add_argument("--symfs", metavar="DIR", help="look for binaries under DIR")
     parser.add_argument("--kallsyms", metavar="FILE",
                         help="kernel symbols from this kallsyms file (default: the recording's kcore_dir, "
@@ -34,7 +37,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args, out) -> int:
-    from ptexport.cli.dump_branches import parse_cpu_list
+    from ptexport.cli.dump_branches import filter_config, parse_cpu_list
     from ptexport.errors import UsageError
     from ptexport.pipeline.export import ExportConfig, export_trace
     from ptexport.samples.itrace import export_default, parse_itrace
@@ -46,7 +49,7 @@ def run(args, out) -> int:
             raise UsageError(f"{opt} {path}: no such {'directory' if want_dir else 'file'}")
     cfg = ExportConfig(itrace=itrace, calls=args.calls, force=args.force, symfs=args.symfs, kallsyms=args.kallsyms,
                        buildid_dir=args.buildid_dir, cpus=parse_cpu_list(args.cpu), guestkallsyms=args.guestkallsyms,
-                       guest_kcore=args.guest_kcore, guestmount=args.guestmount)
+                       guest_kcore=args.guest_kcore, guestmount=args.guestmount, **filter_config(args))
     progress = None
     bar = None
     if not args.quiet and sys.stderr.isatty():

@@ -99,7 +99,7 @@ class ExportConfig:
     cpus: frozenset[int] | None = None
     pids: frozenset[int] | None = None
     tids: frozenset[int] | None = None
-    time_range: tuple[int | None, int | None] | None = None
+    time: str | None = None  # perf script --time ranges, as perf writes them (pipeline/filters.py)
     reference: bool = False  # the per-sample loop (export_ref), the oracle of the batch loop
     decode_process: bool = False  # decode in a forked child process (pipeline/decode_proc.py), see there
     guestkallsyms: str | None = None  # perf's default guest's kallsyms (guest code without guest sideband)
@@ -352,6 +352,11 @@ class _Exporter:
 
     def sample_record(self, rec: Any) -> None:
         """A SAMPLE record of the recording (perf exports those beside the synthesized ones)."""
+        from ptexport.pipeline.filters import thread_kept, time_kept
+
+        if not (thread_kept(-1 if rec.pid is None else rec.pid, -1 if rec.tid is None else rec.tid, self.cfg.pids,
+                            self.cfg.tids) and time_kept(rec.time or 0, self.s.time_ranges)):
+            return  # perf script's --pid/--tid/--time drop it before the exporter sees it
         cpu = rec.cpu if rec.cpu is not None else -1
         if self.cfg.cpus is not None and rec.cpu is not None and rec.cpu not in self.cfg.cpus:
             return
@@ -538,7 +543,9 @@ def export_trace(path: str, target: str, config: ExportConfig,
                                              if config.guestkallsyms else None)
         session = open_session(_RecordTee(pd) if getattr(pd, "is_pipe", False) else pd,
                                DecodeConfig(itrace=config.itrace, symfs=config.symfs, buildid_dir=config.buildid_dir,
-                                            cpus=config.cpus, guest_kcore=guest_kcore))
+                                            cpus=config.cpus, guest_kcore=guest_kcore, time=config.time,
+                                            pids=config.pids, tids=config.tids,
+                                            insn_fetch_marks=False))  # a script: no instruction fetches
         # decoded as the export goes (optionally by a forked child process on another core)
         proc = maybe_process(session, config.decode_process)
         batches = proc if proc is not None else _Timed(session.iter_batches(), _time.perf_counter() - t0)

@@ -323,7 +323,7 @@ def _psb_tscs(buf: Any, from_idx: int) -> list[tuple[int, int | None]]:
         if kinds[j] != Pkt.PSB:
             continue
         k = j + 1
-        while k < n and kinds[k] not in (Pkt.TSC, Pkt.PSBEND):
+        while k < n and kinds[k] not in (Pkt.TSC, Pkt.PSBEND, Pkt.BAD):  # perf's next_tsc gives up at a bad packet
             k += 1
         out.append((j, _tsc_8b(int(payloads[k]), buf.ref_timestamp) if k < n and kinds[k] == Pkt.TSC else None))
     return out

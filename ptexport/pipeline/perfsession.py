@@ -70,6 +70,17 @@ from ptexport.flow.perfmode import (
 )
 from ptexport.pipeline.auxheap import PerfQueueHeap
 from ptexport.pipeline.codewalk import CodeObjects, PerfCodeWalker, default_kernel_start
+from ptexport.pipeline.filters import (
+    QueueTimeFilter,
+    TimeRange,
+    TscRanges,
+    fast_forward,
+    parse_time_ranges,
+    thread_kept,
+    thread_mask,
+    time_kept,
+    time_mask,
+)
 from ptexport.samples.flags import IpFlag
 from ptexport.samples.itrace import ItraceOptions, PeriodType
 
@@ -261,6 +272,10 @@ class DecodeConfig:
     search_dirs: tuple[str, ...] = ()
     cpus: frozenset[int] | None = None
     guest_kcore: str | None = None  # guest kcore_dir for perf's default guest (--guestkallsyms' folder)
+    time: str | None = None  # perf script --time ranges as perf writes them (pipeline/filters.py)
+    pids: frozenset[int] | None = None  # perf script --pid
+    tids: frozenset[int] | None = None  # perf script --tid
+    insn_fetch_marks: bool = True  # perf script's text output's instruction fetches at non-PT samples
 
 
 def _params(info: Any, attrs: Iterable[Any], cpuid: str, itrace: ItraceOptions, tc: Any) -> tuple[Params, bool]:
@@ -335,9 +350,11 @@ class PerfSession:
         self.buffer_nr: dict[int, int] = {}  # id(AUXTRACE record) -> place among all AUXTRACE records
         self.event_tscs: list[tuple[int, bool]] = []  # timestamped records as TSC, perf's order
         # Outside PT decoding perf marks objects unreadable at these (see codewalk.sample_fetch_marks):
-        self.sample_ips: list[tuple[int, int, int]] = []  # (time, pid, ip) of non-PT SAMPLE records
+        self.sample_ips: list[tuple[int, int, int, int]] = []  # (time, pid, tid, ip) of non-PT SAMPLE records
         self.vdso_mmaps: list[tuple[int, int]] = []  # (time, pid) of [vdso] mmaps
         self._cpu_index: dict[int, _CpuIndex] = {}
+        self.time_ranges: list[TimeRange] | None = None  # perf script --time (pipeline/filters.py), perf times
+        self._tsc_ranges: TscRanges | None = None
         self._obj_ids: dict[str, int] = {}
         self._branches_filter = 0
         # Event Trace: perf's cap_event_trace (AUXTRACE_INFO) puts RFLAGS.IF in the flags of every
@@ -459,6 +476,11 @@ class PerfSession:
         lookup.pid = -1 if per_cpu and not self.timeless else who(0)[0]
         if map_time is not None:
             lookup.time = map_time
+        # --time: perf's decoder-side filter (intel_pt_time_filter), not in timeless sessions.
+        tf = self._queue_time_filter()
+        ff_timestamp = 0
+        if tf is not None and tf.sel_start and tf.sel_timestamp:
+            fast_forward(dec, tf.sel_timestamp)  # perf's setup: to the last PSB before the first start
         ptq_ts = 0
         while True:
             st = dec.decode()
@@ -479,6 +501,9 @@ class PerfSession:
         last_in_insn = last_in_cyc = 0
         last_insn_cnt = 0
         cbr_seen = -1  # perf starts from UINT_MAX
+        # perf's have_sample: false for a state the time filter passed over (the first one too, when
+        # it is before the first start)
+        have_sample = not (tf is not None and tf.sel_start and tf.sel_timestamp and ptq_ts < tf.sel_timestamp)
         while True:
             if chunk and (len(rows) >= chunk or len(rows.items_ts) >= chunk):
                 if it.initial_skip:
@@ -488,83 +513,84 @@ class PerfSession:
             # ---- intel_pt_sample(): synthesize what the pending state holds
             pid, tid = who(ptq_ts)
             time = self._perf_time(ptq_ts)
-            flags = self._sample_flags(st)
-            if self.event_trace:
-                flags |= self._iflag_flags(st)
-            ipc_insn, ipc_cyc = st.tot_insn_cnt, st.tot_cyc_cnt
-            typ = st.type
             base = dict(tsc=ptq_ts, time=time, cpu=cpu, pid=pid, tid=tid, queue=qnum, trace_nr=st.trace_nr,
                         step=step)
-            # perf's intel_pt_prep_a_sample: a sample is in the guest by its from side, else its to side
-            snr = int(st.from_nr if st.from_ip else st.to_nr)
-            if it.intr_events:
-                # perf's intel_pt_synth_events_sample / intel_pt_synth_iflag_chg_sample, before power events
-                if typ & T_EVT and self._evt_attr:
-                    rows.add(kind=EV_EVT, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                             payload=self.cfe_word(st), nr=snr, **base)
-                if typ & T_IFLAG_CHG and self.event_trace:
-                    via = bool(typ & T_BRANCH)
-                    rows.add(kind=EV_IFLAG, ip=st.from_ip, addr=st.to_ip if via else 0, flags=flags,
-                             payload=int(st.to_iflag) | int(via) << 1, nr=snr, **base)
-            if it.pwr_events:
-                # perf's power/ptwrite/psb samples carry the state's from_ip and to_ip like branches do
-                if typ & T_PSB_EVT:
-                    rows.add(kind=EV_PSB, ip=st.from_ip, addr=st.to_ip, flags=0, payload=st.psb_offset,
-                             offset=st.psb_offset, nr=snr, **base)
-                if st.cbr != cbr_seen:
-                    if it.initial_skip and skipped_before + _n_samples(rows) < it.initial_skip:
-                        # --itrace=sN: perf holds a CBR back while samples are skipped and retries at each
-                        # state; which try is emitted depends on all queues (decided in perf order: code 1)
-                        rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                                 payload=st.cbr_payload, code=1, nr=snr, **base)
-                    else:
-                        cbr_seen = st.cbr
-                        rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                                 payload=st.cbr_payload, nr=snr, **base)
-                if typ & T_MWAIT_OP:
-                    rows.add(kind=EV_MWAIT, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                             payload=st.mwait_payload, nr=snr, **base)
-                if typ & T_PWR_ENTRY:
-                    rows.add(kind=EV_PWRE, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                             payload=st.pwre_payload, nr=snr, **base)
-                if typ & T_EX_STOP:
-                    rows.add(kind=EV_EXSTOP, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                             payload=int(bool(st.flags & F_FUP_IP)), nr=snr, **base)
-                if typ & T_PWR_EXIT:
-                    rows.add(kind=EV_PWRX, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                             payload=st.pwrx_payload, nr=snr, **base)
-            if it.instructions and typ & T_INSTRUCTION:
-                cyc = ipc_cyc - last_in_cyc if st.flags & F_SAMPLE_IPC else 0
-                ins = 0
-                if cyc:
-                    ins = ipc_insn - last_in_insn
-                    last_in_insn, last_in_cyc = ipc_insn, ipc_cyc
-                rows.add(kind=EV_INSTRUCTION, ip=st.from_ip, addr=st.to_ip, flags=flags,
-                         period=1 if self.params.quick else st.tot_insn_cnt - last_insn_cnt, insn_cnt=ins,
-                         cyc_cnt=cyc, nr=snr, **base)
-                last_insn_cnt = st.tot_insn_cnt
-            if it.transactions and typ & T_TRANSACTION:
-                rows.add(kind=EV_TRANSACTION, ip=st.from_ip, addr=st.to_ip, flags=flags, nr=snr, **base)
-            if it.ptwrites and typ & T_PTW:
-                rows.add(kind=EV_PTWRITE, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                         payload=st.ptw_payload, code=int(bool(st.flags & F_FUP_IP)), nr=snr, **base)
-            if typ & T_BRANCH and it.branches:
-                if not self._branches_filter or (self._branches_filter & flags):
-                    cyc = ipc_cyc - last_br_cyc if st.flags & F_SAMPLE_IPC else 0
+            if have_sample:  # else the time filter passed over this state: nothing, no CBR/IPC bookkeeping
+                flags = self._sample_flags(st)
+                if self.event_trace:
+                    flags |= self._iflag_flags(st)
+                ipc_insn, ipc_cyc = st.tot_insn_cnt, st.tot_cyc_cnt
+                typ = st.type
+                # perf's intel_pt_prep_a_sample: a sample is in the guest by its from side, else its to side
+                snr = int(st.from_nr if st.from_ip else st.to_nr)
+                if it.intr_events:
+                    # perf's intel_pt_synth_events_sample / intel_pt_synth_iflag_chg_sample, before power events
+                    if typ & T_EVT and self._evt_attr:
+                        rows.add(kind=EV_EVT, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                 payload=self.cfe_word(st), nr=snr, **base)
+                    if typ & T_IFLAG_CHG and self.event_trace:
+                        via = bool(typ & T_BRANCH)
+                        rows.add(kind=EV_IFLAG, ip=st.from_ip, addr=st.to_ip if via else 0, flags=flags,
+                                 payload=int(st.to_iflag) | int(via) << 1, nr=snr, **base)
+                if it.pwr_events:
+                    # perf's power/ptwrite/psb samples carry the state's from_ip and to_ip like branches do
+                    if typ & T_PSB_EVT:
+                        rows.add(kind=EV_PSB, ip=st.from_ip, addr=st.to_ip, flags=0, payload=st.psb_offset,
+                                 offset=st.psb_offset, nr=snr, **base)
+                    if st.cbr != cbr_seen:
+                        if it.initial_skip and skipped_before + _n_samples(rows) < it.initial_skip:
+                            # --itrace=sN: perf holds a CBR back while samples are skipped and retries at each
+                            # state; which try is emitted depends on all queues (decided in perf order: code 1)
+                            rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                     payload=st.cbr_payload, code=1, nr=snr, **base)
+                        else:
+                            cbr_seen = st.cbr
+                            rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                     payload=st.cbr_payload, nr=snr, **base)
+                    if typ & T_MWAIT_OP:
+                        rows.add(kind=EV_MWAIT, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                 payload=st.mwait_payload, nr=snr, **base)
+                    if typ & T_PWR_ENTRY:
+                        rows.add(kind=EV_PWRE, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                 payload=st.pwre_payload, nr=snr, **base)
+                    if typ & T_EX_STOP:
+                        rows.add(kind=EV_EXSTOP, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                 payload=int(bool(st.flags & F_FUP_IP)), nr=snr, **base)
+                    if typ & T_PWR_EXIT:
+                        rows.add(kind=EV_PWRX, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                 payload=st.pwrx_payload, nr=snr, **base)
+                if it.instructions and typ & T_INSTRUCTION:
+                    cyc = ipc_cyc - last_in_cyc if st.flags & F_SAMPLE_IPC else 0
                     ins = 0
                     if cyc:
-                        ins = ipc_insn - last_br_insn
-                        last_br_insn, last_br_cyc = ipc_insn, ipc_cyc
-                    insn_len = 0 if st.flags & (F_ABORT_TX | F_ASYNC) else st.insn_len
-                    if st.from_nr != st.to_nr and st.from_ip and st.to_ip:
-                        rows.add(kind=EV_BRANCH, ip=st.from_ip, addr=0, flags=flags, insn_cnt=ins, cyc_cnt=cyc,
-                                 nr=int(st.from_nr), insn_len=insn_len, **base)
-                        rows.add(kind=EV_BRANCH, ip=0, addr=st.to_ip, flags=flags, nr=int(st.to_nr),
-                                 insn_len=insn_len, **base)
-                    else:
-                        rows.add(kind=EV_BRANCH, ip=st.from_ip, addr=st.to_ip, flags=flags, insn_cnt=ins,
-                                 cyc_cnt=cyc, nr=int(st.from_nr if st.from_ip else st.to_nr), insn_len=insn_len,
-                                 **base)
+                        ins = ipc_insn - last_in_insn
+                        last_in_insn, last_in_cyc = ipc_insn, ipc_cyc
+                    rows.add(kind=EV_INSTRUCTION, ip=st.from_ip, addr=st.to_ip, flags=flags,
+                             period=1 if self.params.quick else st.tot_insn_cnt - last_insn_cnt, insn_cnt=ins,
+                             cyc_cnt=cyc, nr=snr, **base)
+                    last_insn_cnt = st.tot_insn_cnt
+                if it.transactions and typ & T_TRANSACTION:
+                    rows.add(kind=EV_TRANSACTION, ip=st.from_ip, addr=st.to_ip, flags=flags, nr=snr, **base)
+                if it.ptwrites and typ & T_PTW:
+                    rows.add(kind=EV_PTWRITE, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                             payload=st.ptw_payload, code=int(bool(st.flags & F_FUP_IP)), nr=snr, **base)
+                if typ & T_BRANCH and it.branches:
+                    if not self._branches_filter or (self._branches_filter & flags):
+                        cyc = ipc_cyc - last_br_cyc if st.flags & F_SAMPLE_IPC else 0
+                        ins = 0
+                        if cyc:
+                            ins = ipc_insn - last_br_insn
+                            last_br_insn, last_br_cyc = ipc_insn, ipc_cyc
+                        insn_len = 0 if st.flags & (F_ABORT_TX | F_ASYNC) else st.insn_len
+                        if st.from_nr != st.to_nr and st.from_ip and st.to_ip:
+                            rows.add(kind=EV_BRANCH, ip=st.from_ip, addr=0, flags=flags, insn_cnt=ins, cyc_cnt=cyc,
+                                     nr=int(st.from_nr), insn_len=insn_len, **base)
+                            rows.add(kind=EV_BRANCH, ip=0, addr=st.to_ip, flags=flags, nr=int(st.to_nr),
+                                     insn_len=insn_len, **base)
+                        else:
+                            rows.add(kind=EV_BRANCH, ip=st.from_ip, addr=st.to_ip, flags=flags, insn_cnt=ins,
+                                     cyc_cnt=cyc, nr=int(st.from_nr if st.from_ip else st.to_nr), insn_len=insn_len,
+                                     **base)
             # ---- next state; the walker reads code as the current thread sees it
             lookup.pid = pid
             lookup.tid = tid
@@ -596,9 +622,27 @@ class PerfSession:
                 ptq_ts = st.est_timestamp  # perf's est_tsc: estimated TSC on return to user space
             elif st.timestamp > ptq_ts:
                 ptq_ts = st.timestamp
+            have_sample = True
+            if tf is not None and tf.sel_timestamp:
+                verdict, ff_timestamp = tf.filter(ptq_ts, ff_timestamp)
+                if verdict == "stop":  # after the last range: perf takes the queue off its heap
+                    yield rows
+                    return
+                if verdict != "keep":  # before a start: no sample; "ff" moves to the last PSB before it
+                    have_sample = False
+                    if verdict == "ff":
+                        fast_forward(dec, ff_timestamp)
             step += 1
             rows.items_err.append(False)
             rows.items_ts.append(ptq_ts)
+
+    def _queue_time_filter(self) -> "QueueTimeFilter | None":
+        """A queue's --time position (perf's intel_pt_setup_time_range), None without ranges or TSC."""
+        if not self.time_ranges or self.timeless or self.tc is None:
+            return None
+        if self._tsc_ranges is None:
+            self._tsc_ranges = TscRanges.from_ranges(self.time_ranges, self.tc)
+        return QueueTimeFilter(self._tsc_ranges)
 
     @staticmethod
     def cfe_word(st: Any) -> int:
@@ -702,10 +746,13 @@ class PerfSession:
             marks = self.data_error_marks()
             skip = self.cfg.itrace.initial_skip
             skip_state: dict = {}
+            filtered = self.filters_samples
             for cols in gen:
                 keep = self._budget_keep(cols, seen, marks)
                 if skip:
                     keep &= self._initial_skip_keep(cols, skip, skip_state)
+                if filtered:
+                    keep &= self._script_filter_keep(cols)
                 if keep.all():
                     yield SampleColumns(**{c: cols[c] for c in _OUT_COLUMNS})
                 elif keep.any():
@@ -749,6 +796,8 @@ class PerfSession:
         keep = self._perf_failure_budget(cols, [f for p in parts for f in p.setup_failures], self.data_error_marks())
         if self.cfg.itrace.initial_skip:
             keep &= self._initial_skip_keep(cols, self.cfg.itrace.initial_skip)
+        if self.filters_samples:
+            keep &= self._script_filter_keep(cols)
         cols = {c: v[keep] for c, v in cols.items()}
         del cols["obj"], cols["step"]
         return SampleColumns(**cols)
@@ -839,6 +888,23 @@ class PerfSession:
             ranks[i] = key_rank.get(k, len(emitted))
         return np.lexsort((np.arange(len(queue)), ranks))
 
+    @property
+    def filters_samples(self) -> bool:
+        """True when perf script's --time/--pid/--tid drop samples of this session."""
+        return bool(self.time_ranges) or self.cfg.pids is not None or self.cfg.tids is not None
+
+    def _script_filter_keep(self, cols: dict[str, np.ndarray]) -> np.ndarray:
+        """perf script's --time/--pid/--tid over a batch: samples outside are dropped, errors never
+        (perf checks them in process_sample_event; errors come through auxtrace_error)."""
+        keep = time_mask(cols["time"], self.time_ranges)
+        if self.cfg.pids is not None or self.cfg.tids is not None:
+            pid, tid = cols["pid"], cols["tid"]
+            if np.any(cols["nr"] != 0):  # guest samples: perf filters the guest thread
+                tmp = self.vcpu_columns(SampleColumns(**{c: cols[c] for c in _OUT_COLUMNS}))
+                pid, tid = tmp.pid, tmp.tid
+            keep &= thread_mask(pid, tid, self.cfg.pids, self.cfg.tids)
+        return keep | (cols["kind"] == EV_ERROR)
+
     def data_error_marks(self) -> dict[int, int]:
         """Object id -> TSC at which perf (outside PT decoding) first marks the object unreadable.
 
@@ -854,8 +920,12 @@ class PerfSession:
         native = not arch or str(arch) == "x86_64"  # perf script fetches instructions on the native arch only
         found: list[tuple[int, str]] = []
         lookup = self._lookup()
-        if native:
-            for time, pid, ip in self.sample_ips:
+        if native and self.cfg.insn_fetch_marks:
+            # perf script's text output fetches at the samples it prints: --time/--pid/--tid drop the others
+            # first; a script (perf's exporter) fetches none.
+            for time, pid, tid, ip in self.sample_ips:
+                if not (time_kept(time, self.time_ranges) and thread_kept(pid, tid, self.cfg.pids, self.cfg.tids)):
+                    continue
                 lookup.pid, lookup.time = pid, time
                 hit = lookup(ip, ip >= self.kernel_start)
                 found += [(time, o.name) for o in sample_fetch_marks(hit[3] if hit else None)]
@@ -949,11 +1019,13 @@ def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
     from ptexport.perfdata.constants import RecordType
     from ptexport.sideband.builder import build_sideband
 
+    # perf script --time: parsed once, percent forms against the header's first/last sample time
+    time_ranges = parse_time_ranges(config.time, pd.features.get("sample_time")) if config.time else None
     streams: dict[tuple[str, int], list[Any]] = {}
     switches: list[Any] = []
     buffer_nr: dict[int, int] = {}
     events: list[tuple[int, bool]] = []  # (perf time, AUX record reporting lost data)
-    sample_ips: list[tuple[int, int, int]] = []
+    sample_ips: list[tuple[int, int, int, int]] = []
     vdso_mmaps: list[tuple[int, int]] = []
     pmu_type = getattr(getattr(pd, "auxtrace_info", None), "pmu_type", None)
 
@@ -967,7 +1039,7 @@ def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
                 events.append((rec.time, rec.type == RecordType.AUX and bool(rec.flags & 0x01)))  # TRUNCATED: perf 6.1 reports lost data
                 if rec.type == RecordType.SAMPLE:
                     if rec.ip and rec.pid is not None and getattr(rec.attr, "type", None) != pmu_type:
-                        sample_ips.append((rec.time, rec.pid, rec.ip))
+                        sample_ips.append((rec.time, rec.pid, -1 if rec.tid is None else rec.tid, rec.ip))
                 elif rec.type in (RecordType.MMAP, RecordType.MMAP2) and rec.filename == "[vdso]":
                     vdso_mmaps.append((rec.time, rec.pid))
                 if rec.type in (RecordType.SWITCH, RecordType.SWITCH_CPU_WIDE):
@@ -978,6 +1050,7 @@ def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
                         auxtrace_info=getattr(pd, "auxtrace_info", None), exec_clears_maps=False)
     session = PerfSession(pd, sb, config, streams)
     session.switches = switches
+    session.time_ranges = time_ranges or None
     session.sample_ips = sample_ips
     session.vdso_mmaps = vdso_mmaps
     session.buffer_nr = buffer_nr
