@@ -616,7 +616,8 @@ class QueueDecoder:
         setup = kind == K.K_SETUP_FAIL
         obj_map = np.array([s._obj_id(n) for n in self.fail_names] + [-1], dtype=np.int64)
         setup_failures = [int(obj_map[i]) for i in o[K.O_OBJ][setup].tolist()]
-        o = o[:, ~setup]
+        if setup_failures:  # (take() gave a copy: without setup rows its rows serve as they are)
+            o = o[:, ~setup]
         n = o.shape[1]
         tsc = o[K.O_TSC].astype(np.uint64)
         who = o[K.O_WHO_TSC].astype(np.uint64)

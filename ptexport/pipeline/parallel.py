@@ -870,11 +870,20 @@ class StreamMerge:
                 self.npending += n
 
     def _flush(self, final: bool = False):
+        """Batches of ``batch_rows`` rows (the last one smaller); the pending chunks are copied
+        together only as far as a batch needs them (a chunk that holds a whole batch is sliced)."""
         while self.npending >= self.batch_rows or (final and self.npending):
-            cols = {k: np.concatenate([c[k] for c in self.pending]) for k in self.pending[0]}
             n = min(self.batch_rows, self.npending)
+            used, m = 0, 0
+            while m < n:
+                m += len(self.pending[used]["kind"])
+                used += 1
+            if used == 1:
+                cols = self.pending[0]
+            else:
+                cols = {k: np.concatenate([c[k] for c in self.pending[:used]]) for k in self.pending[0]}
             rest = {k: v[n:] for k, v in cols.items()}
-            self.pending = [rest] if len(rest["kind"]) else []
+            self.pending = ([rest] if m > n else []) + self.pending[used:]
             self.npending -= n
             yield {k: v[:n] for k, v in cols.items()}
 
