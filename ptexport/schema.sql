@@ -387,7 +387,13 @@ SELECT
 -- @end
     call_id,
     return_id,
+-- perf's SQLite view gives an unnamed value as the integer, its PostgreSQL view as text
+-- @sqlite
+    CASE WHEN flags=0 THEN '' WHEN flags=1 THEN 'no call' WHEN flags=2 THEN 'no return' WHEN flags=3 THEN 'no call/return' WHEN flags=6 THEN 'jump' ELSE flags END AS flags,
+-- @end
+-- @postgresql
     CASE WHEN flags=0 THEN '' WHEN flags=1 THEN 'no call' WHEN flags=2 THEN 'no return' WHEN flags=3 THEN 'no call/return' WHEN flags=6 THEN 'jump' ELSE CAST(flags AS VARCHAR(11)) END AS flags,
+-- @end
     parent_call_path_id,
     calls.parent_id
 FROM calls INNER JOIN call_paths ON call_paths.id = call_path_id;
@@ -484,7 +490,12 @@ SELECT
          WHEN wake_reason=2 THEN 'Timer Deadline'
          WHEN wake_reason=4 THEN 'Monitored Address'
          WHEN wake_reason=8 THEN 'HW'
+-- @sqlite
+         ELSE wake_reason END AS wake_reason
+-- @end
+-- @postgresql
          ELSE CAST(wake_reason AS VARCHAR(2)) END AS wake_reason
+-- @end
 FROM pwrx
 INNER JOIN samples ON samples.id = pwrx.id;
 
@@ -502,15 +513,27 @@ SELECT
     CASE WHEN mwait.id IS NULL THEN NULL ELSE to_hex(mwait.extensions) END AS extensions_hex,
     pwre.cstate AS cstate,
     pwre.subcstate AS subcstate,
+-- perf's SQLite view gives hw and exact_ip as stored (0/1), its PostgreSQL view as 'False'/'True'
+-- @sqlite
+    pwre.hw AS hw,
+    exstop.exact_ip AS exact_ip,
+-- @end
+-- @postgresql
     CASE WHEN pwre.hw=FALSE THEN 'False' WHEN pwre.hw=TRUE THEN 'True' ELSE NULL END AS hw,
     CASE WHEN exstop.exact_ip=FALSE THEN 'False' WHEN exstop.exact_ip=TRUE THEN 'True' ELSE NULL END AS exact_ip,
+-- @end
     pwrx.deepest_cstate AS deepest_cstate,
     pwrx.last_cstate AS last_cstate,
     CASE WHEN pwrx.wake_reason=1 THEN 'Interrupt'
          WHEN pwrx.wake_reason=2 THEN 'Timer Deadline'
          WHEN pwrx.wake_reason=4 THEN 'Monitored Address'
          WHEN pwrx.wake_reason=8 THEN 'HW'
-         ELSE CAST(pwrx.wake_reason AS VARCHAR(2)) END AS wake_reason
+-- @sqlite
+         ELSE pwrx.wake_reason END AS wake_reason
+-- @end
+-- @postgresql
+         ELSE LPAD(CAST(pwrx.wake_reason AS VARCHAR(2)), 2) END AS wake_reason
+-- @end
 FROM samples
 INNER JOIN selected_events ON selected_events.id = samples.evsel_id
 LEFT JOIN cbr ON cbr.id = samples.id
@@ -535,7 +558,12 @@ SELECT
     CASE WHEN context_switches.flags = 0 THEN 'in'
          WHEN context_switches.flags = 1 THEN 'out'
          WHEN context_switches.flags = 3 THEN 'out preempt'
+-- @sqlite
+         ELSE context_switches.flags END AS flags
+-- @end
+-- @postgresql
          ELSE CAST(context_switches.flags AS VARCHAR(11)) END AS flags
+-- @end
 FROM context_switches
 INNER JOIN threads AS th_out ON th_out.id = context_switches.thread_out_id
 INNER JOIN threads AS th_in ON th_in.id = context_switches.thread_in_id
