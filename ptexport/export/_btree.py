@@ -241,6 +241,63 @@ if numba is not None:
         return npages, nsep
 
 
+if numba is not None:
+
+    @numba.njit(cache=True, nogil=True)
+    def _build_table_interiors(pgnos, keys, starts, page_size, out):  # pragma: no cover - compiled
+        """Table-interior pages (0x05), one per group ``starts[g]:starts[g + 1]`` of children
+        (page number, largest rowid): a cell (left child, varint key) for each child but the
+        last, which is the right child; cells laid from the page's end, as :func:`_interior_page`."""
+        var = np.empty(9, dtype=np.uint8)
+        for g in range(starts.size - 1):
+            a = starts[g]
+            b = starts[g + 1]
+            base = g * page_size
+            content = page_size
+            ptr = base + 12
+            for i in range(a, b - 1):
+                # the cell: 4-byte big-endian child, then the key as a varint (keys < 2**56)
+                v = keys[i]
+                nv = 0
+                if v < 0x80:
+                    var[0] = v
+                    nv = 1
+                else:
+                    while v > 0:
+                        var[nv] = (v & 0x7F) | 0x80
+                        v >>= 7
+                        nv += 1
+                    var[0] &= 0x7F
+                clen = 4 + nv
+                content -= clen
+                q = base + content
+                c = pgnos[i]
+                out[q] = (c >> 24) & 0xFF
+                out[q + 1] = (c >> 16) & 0xFF
+                out[q + 2] = (c >> 8) & 0xFF
+                out[q + 3] = c & 0xFF
+                for j in range(nv):
+                    out[q + 4 + j] = var[nv - 1 - j]
+                out[ptr] = (content >> 8) & 0xFF
+                out[ptr + 1] = content & 0xFF
+                ptr += 2
+            ncell = b - 1 - a
+            cc = content if content < 65536 else 0
+            out[base] = 0x05
+            out[base + 1] = 0
+            out[base + 2] = 0
+            out[base + 3] = (ncell >> 8) & 0xFF
+            out[base + 4] = ncell & 0xFF
+            out[base + 5] = (cc >> 8) & 0xFF
+            out[base + 6] = cc & 0xFF
+            out[base + 7] = 0
+            r = pgnos[b - 1]
+            out[base + 8] = (r >> 24) & 0xFF
+            out[base + 9] = (r >> 16) & 0xFF
+            out[base + 10] = (r >> 8) & 0xFF
+            out[base + 11] = r & 0xFF
+
+
 def index_record(key: int, rowid: int) -> bytes:
     """Python twin of the kernel's record: payload size varint + (key, rowid) record."""
     def serial(v: int) -> tuple[int, bytes]:
@@ -357,6 +414,14 @@ def _groups(items: list, size: int) -> list[list]:
     return groups
 
 
+def _group_starts(n: int, size: int) -> np.ndarray:
+    """Bounds of :func:`_groups`' groups of ``n`` items (``starts[g]:starts[g + 1]``)."""
+    starts = np.append(np.arange(0, n, size, dtype=np.int64), n)
+    if len(starts) > 2 and n - starts[-2] < 2:  # no interior page with a right child only
+        starts[-2] -= 1
+    return starts
+
+
 def check_file(path: str | os.PathLike[str]) -> int | None:
     """The page size if the file's header allows splicing (no reserved bytes, format 4, no auto-vacuum)."""
     with open(path, "rb") as f:
@@ -385,9 +450,9 @@ class _PageFile:
         self.npages = db.tell() // page_size
         self.pending_page = PENDING_BYTE // page_size + 1
 
-    def append(self, data: bytes | memoryview, count: int = 1) -> list[int]:
-        """Write ``count`` pages of ``data`` at the end; returns their page numbers."""
-        numbers: list[int] = []
+    def _runs(self, count: int):
+        """(first page, pages, pages done before) of ``count`` new pages at the end, in runs
+        around the pending-byte page (written as zeros: SQLite never uses it)."""
         done = 0
         while done < count:
             first = self.npages + 1
@@ -399,11 +464,35 @@ class _PageFile:
             k = count - done
             if first < self.pending_page <= first + k - 1:
                 k = self.pending_page - first
+            yield first, k, done
+            self.npages += k
+            done += k
+
+    def append(self, data: bytes | memoryview, count: int = 1) -> list[int]:
+        """Write ``count`` pages of ``data`` at the end; returns their page numbers."""
+        numbers: list[int] = []
+        for first, k, done in self._runs(count):
             self.db.seek((first - 1) * self.ps)
             self.db.write(data[done * self.ps: (done + k) * self.ps])
             numbers.extend(range(first, first + k))
-            self.npages += k
-            done += k
+        return numbers
+
+    def copy_from(self, src, count: int) -> np.ndarray:
+        """Append the first ``count`` pages of file ``src`` (copied in the kernel where it can);
+        returns their page numbers."""
+        numbers = np.empty(count, dtype=np.int64)
+        ps = self.ps
+        self.db.flush()
+        for first, k, done in self._runs(count):
+            numbers[done: done + k] = np.arange(first, first + k)
+            if not _copy_range(src, self.db, done * ps, (first - 1) * ps, k * ps):
+                block = max(1, (64 << 20) // ps)
+                for j in range(0, k, block):
+                    m = min(block, k - j)
+                    src.seek((done + j) * ps)
+                    self.db.seek((first - 1 + j) * ps)
+                    self.db.write(src.read(m * ps))
+                self.db.flush()
         return numbers
 
     def write_page(self, pgno: int, data: bytes | memoryview) -> None:
@@ -545,61 +634,44 @@ def splice(db_path: str | os.PathLike[str], root_page: int, spool: LeafSpool) ->
     ps = spool.page_size
     if spool.npages == 0:
         return
-    maxrows = np.concatenate(spool.maxrows).tolist()
     with open(db_path, "r+b") as db, open(spool.path, "rb") as sp:
-        hdr = bytearray(db.read(100))
-        db.seek(0, os.SEEK_END)
-        size = db.tell()
-        npages = struct.unpack(">I", hdr[28:32])[0]
-        if npages * ps != size:
-            npages = size // ps
-        pending_page = PENDING_BYTE // ps + 1
-
-        def append_page(data: bytes) -> int:
-            nonlocal npages
-            npages += 1
-            if npages == pending_page:  # never used by SQLite: leave it zero
-                db.seek((npages - 1) * ps)
-                db.write(bytes(ps))
-                npages += 1
-            db.seek((npages - 1) * ps)
-            db.write(data)
-            return npages
-
+        pf = _PageFile(db, ps)
         if spool.npages == 1:
-            db.seek((root_page - 1) * ps)
-            db.write(sp.read(ps))
+            pf.write_page(root_page, sp.read(ps))
         else:
-            # the leaves, copied in large sequential blocks (split around the pending-byte page)
-            level: list[tuple[int, int]] = []
-            done = 0
-            block = max(1, (64 << 20) // ps)
-            while done < spool.npages:
-                first = npages + 1
-                if first == pending_page:
-                    db.seek((first - 1) * ps)
-                    db.write(bytes(ps))
-                    npages += 1
-                    continue
-                k = min(block, spool.npages - done)
-                if first < pending_page <= first + k - 1:
-                    k = pending_page - first
-                db.seek((first - 1) * ps)
-                db.write(sp.read(k * ps))
-                level.extend(zip(range(first, first + k), maxrows[done: done + k]))
-                npages += k
-                done += k
+            # the leaves (copied in large sequential runs), then the interior levels above them
+            pgnos = pf.copy_from(sp, spool.npages)
+            keys = np.concatenate(spool.maxrows).astype(np.int64)
             fanout = (ps - 12) // (2 + 4 + 9)
             while True:
-                groups = _groups(level, fanout)
-                if len(groups) == 1:
-                    db.seek((root_page - 1) * ps)
-                    db.write(_interior_page(ps, groups[0]))
+                starts = _group_starts(len(pgnos), fanout)
+                out = np.zeros((len(starts) - 1) * ps, dtype=np.uint8)
+                _build_table_interiors(pgnos, keys, starts, ps, out)
+                if len(starts) == 2:
+                    pf.write_page(root_page, memoryview(out))
                     break
-                level = [(append_page(_interior_page(ps, g)), g[-1][1]) for g in groups]
-        counter = (struct.unpack(">I", hdr[24:28])[0] + 1) & 0xFFFFFFFF
-        struct.pack_into(">I", hdr, 24, counter)
-        struct.pack_into(">I", hdr, 28, npages)
-        struct.pack_into(">I", hdr, 92, counter)
-        db.seek(0)
-        db.write(hdr)
+                pgnos = np.asarray(pf.append(memoryview(out), len(starts) - 1), dtype=np.int64)
+                keys = keys[starts[1:] - 1]
+        pf.close()
+
+
+def _copy_range(src, dst, src_off: int, dst_off: int, size: int) -> bool:
+    """Copy ``size`` bytes between the files' descriptors with ``os.copy_file_range`` (no trip
+    through user space); False, having copied nothing, where the system cannot."""
+    copy = getattr(os, "copy_file_range", None)
+    if copy is None:
+        return False
+    done = 0
+    while done < size:
+        try:
+            n = copy(src.fileno(), dst.fileno(), size - done, src_off + done, dst_off + done)
+        except OSError:
+            if done:
+                raise
+            return False
+        if n <= 0:
+            if done:
+                raise OSError(f"copy_file_range stopped after {done} of {size} bytes")
+            return False
+        done += n
+    return True

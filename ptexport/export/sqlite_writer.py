@@ -33,7 +33,7 @@ import numpy as np
 
 from ptexport.errors import DatabaseExistsError, ExportError
 from ptexport.export import _btree, _fastsqlite
-from ptexport.export.writer import Writer, is_text_type
+from ptexport.export.writer import Writer, distinct, is_text_type
 
 #: Rows per bound chunk (bounded memory: one int64 matrix of this many rows).
 CHUNK_ROWS = 1 << 18
@@ -309,7 +309,7 @@ class SqliteWriter(Writer):
         cdefs = self.schema.tables[table]
         if table == "calls":
             v = cols["comm_id"]
-            self._call_comms.update([int(v)] if np.isscalar(v) else np.unique(np.asarray(v)).tolist())
+            self._call_comms.update([int(v)] if np.isscalar(v) else distinct(np.asarray(v, dtype=np.int64)).tolist())
         has_text = any(is_text_type(c.type) for c in cdefs)
         try:
             if table in self._spools:

@@ -80,6 +80,13 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+
+def distinct(v: np.ndarray) -> np.ndarray:
+    """``np.unique(v)`` of an int64 array, by counting when the values are small non-negative ints."""
+    if v.size and 0 <= int(v.min()) and int(v.max()) < 1 << 16:
+        return np.flatnonzero(np.bincount(v))
+    return np.unique(v)
+
 class Writer:
     """Base of :class:`SqliteWriter` and :class:`PostgresWriter` (same rows either way)."""
 
@@ -138,7 +145,7 @@ class Writer:
             self._note_time_blocks(table, full, n)
         if table == "samples":
             bt = full["branch_type"]
-            vals = np.unique(np.asarray(bt, dtype=np.int64)) if not np.isscalar(bt) else [bt]
+            vals = distinct(np.asarray(bt, dtype=np.int64)) if not np.isscalar(bt) else [bt]
             self.branch_type_values.update(int(v) for v in vals)
         self._insert_columns(table, full, n)
         self.row_counts[table] = self.row_counts.get(table, 0) + n
@@ -184,14 +191,18 @@ class Writer:
     def _note_time_blocks(self, table: str, cols: dict[str, Any], n: int) -> None:
         """Keep each block's (id >> 10) min/max of the time columns (the *_time_blocks tables)."""
         ids = np.asarray(cols["id"], dtype=np.int64)
-        keep = ids > 0  # not the id-0 "unknown" row
+        keep: Any = ids > 0  # not the id-0 "unknown" row
+        if keep.all():
+            keep = slice(None)
         blocks = ids[keep] >> TIME_BLOCK_SHIFT
         if blocks.size == 0:
             return
         order = None if np.all(blocks[1:] >= blocks[:-1]) else np.argsort(blocks, kind="stable")
         if order is not None:
             blocks = blocks[order]
-        uniq, start = np.unique(blocks, return_index=True)
+        # first position of each block (= np.unique(blocks, return_index=True) of the sorted blocks)
+        start = np.flatnonzero(np.concatenate(([True], blocks[1:] != blocks[:-1])))
+        uniq = blocks[start]
         stats = []
         for name, func in TIME_BLOCK_COLUMNS[table]:
             v = cols[name]
