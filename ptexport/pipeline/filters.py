@@ -11,12 +11,19 @@ util/intel-pt.c):
   lies outside every range (bounds inclusive, time 0 is never dropped).
   Intel PT applies the ranges in its decoder too (converted to TSC so that
   they convert back to the same perf times): it fast-forwards to the last
-  PSB before a start, synthesizes nothing before the start, and stops a
-  queue after the last end.  That part is :class:`TscRanges`, driven by
-  :meth:`ptexport.pipeline.perfsession.PerfSession.decode_queue`.
+  PSB before a start, synthesizes nothing for a state before the start (the
+  queue's first state included, so a CBR event and IPC counts carry over to
+  the first state kept), and stops a queue after the last end.  That part is
+  :class:`TscRanges` / :class:`QueueTimeFilter` / :func:`fast_forward`,
+  driven by :meth:`ptexport.pipeline.perfsession.PerfSession.iter_queue`
+  (the reference decoder: the compiled one does not do it, so --time
+  sessions decode with the reference one, see ``perffast.supported``).
 * ``--pid`` / ``--tid`` keep the samples of threads whose process / thread id
-  is listed (perf's thread__is_filtered on the sample's thread); sideband rows
-  (context switches, threads, comms) are not filtered by perf.
+  is listed (perf's thread__is_filtered on the sample's thread: a guest
+  sample's guest thread); sideband rows (context switches, threads, comms)
+  are not filtered by perf.
+* perf script applies both in process_sample_event: errors (auxtrace_error)
+  are never dropped (``PerfSession._script_filter_keep``).
 
 Nothing here prints; bad option values raise :class:`~ptexport.errors.UsageError`.
 """
