@@ -48,27 +48,28 @@ def available() -> bool:
 
 if numba is not None:
 
-    @numba.njit(cache=True, nogil=True)
-    def _varint(buf, pos, v):  # pragma: no cover - compiled; v >= 0 and < 2**56
-        if v < 0x80:
-            buf[pos] = v
-            return 1
-        tmp = np.empty(9, dtype=np.uint8)
-        n = 0
-        while v > 0:
-            tmp[n] = (v & 0x7F) | 0x80
+    @numba.njit(cache=True, nogil=True, inline="always")
+    def _varint_len(v):  # pragma: no cover - compiled; v >= 0 and < 2**56
+        n = 1
+        while v >= 0x80:
             v >>= 7
             n += 1
-        tmp[0] &= 0x7F
-        for i in range(n):
-            buf[pos + i] = tmp[n - 1 - i]
         return n
+
+    @numba.njit(cache=True, nogil=True, inline="always")
+    def _put_varint(buf, pos, v, n):  # pragma: no cover - compiled; n = _varint_len(v)
+        buf[pos + n - 1] = v & 0x7F
+        for i in range(n - 2, -1, -1):
+            v >>= 7
+            buf[pos + i] = (v & 0x7F) | 0x80
 
     @numba.njit(cache=True, nogil=True)
     def _build_leaves(mat, page_size, out, maxrow, has_def, defs):  # pragma: no cover - compiled
-        """Fill ``out`` (pages * page_size bytes) with leaf pages; returns the number of pages."""
+        """Fill ``out`` (pages * page_size bytes) with leaf pages; returns the number of pages.
+
+        Each cell (payload size varint, rowid varint, record) is measured first and then
+        written straight to its place at the page's content end."""
         n, k = mat.shape
-        cell = np.empty(16 + k * 9, dtype=np.uint8)
         stypes = np.empty(k, dtype=np.int64)
         sizes = np.empty(k, dtype=np.int64)
         npages = 0
@@ -84,43 +85,32 @@ if numba is not None:
             # record: header (size varint + one serial type per column), then the body
             body = 0
             stypes[0] = 0  # the INTEGER PRIMARY KEY is stored as NULL, its value is the rowid
-            sizes[0] = 0
             for j in range(1, kk):
                 v = mat[r, j]
                 if v == 0:
-                    t, s = 8, 0
+                    t, sz = 8, 0
                 elif v == 1:
-                    t, s = 9, 0
+                    t, sz = 9, 0
                 elif -128 <= v <= 127:
-                    t, s = 1, 1
+                    t, sz = 1, 1
                 elif -32768 <= v <= 32767:
-                    t, s = 2, 2
+                    t, sz = 2, 2
                 elif -8388608 <= v <= 8388607:
-                    t, s = 3, 3
+                    t, sz = 3, 3
                 elif -2147483648 <= v <= 2147483647:
-                    t, s = 4, 4
+                    t, sz = 4, 4
                 elif -140737488355328 <= v <= 140737488355327:
-                    t, s = 5, 6
+                    t, sz = 5, 6
                 else:
-                    t, s = 6, 8
+                    t, sz = 6, 8
                 stypes[j] = t
-                sizes[j] = s
-                body += s
+                sizes[j] = sz
+                body += sz
             hdr = 1 + kk  # kk < 127: every varint is one byte
             payload = hdr + body
-            p = _varint(cell, 0, payload)
-            p += _varint(cell, p, rowid)
-            cell[p] = hdr
-            p += 1
-            for j in range(kk):
-                cell[p] = stypes[j]
-                p += 1
-            for j in range(1, kk):
-                s = sizes[j]
-                v = mat[r, j]
-                for b in range(s):
-                    cell[p + s - 1 - b] = (v >> (8 * b)) & 0xFF
-                p += s
+            lp = _varint_len(payload)
+            lr = _varint_len(rowid)
+            p = lp + lr + payload
             # start a new page if this cell does not fit
             if ncell > 0 and 8 + 2 * (ncell + 1) + (page_size - content) + p > page_size:
                 out[base + 3] = (ncell >> 8) & 0xFF
@@ -137,8 +127,22 @@ if numba is not None:
                 out[base + 2] = 0
                 out[base + 7] = 0
             content -= p
-            for b in range(p):
-                out[base + content + b] = cell[b]
+            q = base + content
+            _put_varint(out, q, payload, lp)
+            q += lp
+            _put_varint(out, q, rowid, lr)
+            q += lr
+            out[q] = hdr
+            q += 1
+            for j in range(kk):
+                out[q] = stypes[j]
+                q += 1
+            for j in range(1, kk):
+                sz = sizes[j]
+                v = mat[r, j]
+                for b in range(sz):
+                    out[q + sz - 1 - b] = (v >> (8 * b)) & 0xFF
+                q += sz
             ptr = base + 8 + 2 * ncell
             out[ptr] = (content >> 8) & 0xFF
             out[ptr + 1] = content & 0xFF
@@ -152,7 +156,6 @@ if numba is not None:
             out[base + 6] = c & 0xFF
             npages += 1
         return npages
-
 
 if numba is not None:
 
