@@ -44,8 +44,7 @@ def add_filter_arguments(parser, export: bool = False) -> None:
                              "empty; several ranges separated by blanks), or percent slices of the recording "
                              "such as 10%%/2 or 0%%-10%%,30%%-40%% (these need the header's first/last sample "
                              "time); perf script --time: the trace is decoded from the last PSB before each "
-                             "start to the last end, by the reference decoder (slower than the compiled one); "
-                             f"{kept}")
+                             f"start to the last end; {kept}")
     parser.add_argument("--pid", metavar="LIST",
                         help=f"only samples of these process ids (comma-separated; {kept})")
     parser.add_argument("--tid", metavar="LIST",

@@ -63,10 +63,6 @@ def supported(session: Any) -> bool:
         # sN: held-back CBR events are decided in perf order; q: hop/leap modes; timeless: the
         # queue's thread and maps are those of the end (perf decodes timeless queues late)
         return False
-    if getattr(session, "time_ranges", None):
-        # --time: perf's decoder-side time filter (fast forward to a PSB, stop after the last
-        # range) runs in the reference decoder only
-        return False
     if it.intr_events or getattr(session, "event_trace", False):
         # Event Trace (CFE/EVD samples, RFLAGS.IF in every sample's flags): reference only
         # (perffast must mirror: nothing, it is not used for these sessions)
@@ -518,6 +514,13 @@ class QueueDecoder:
         S[K.HAVE_THREAD] = int(have_thread)
         gkey = self._guest_context(pid, -1, 0, 0, 0)[0]
         self._select(("setup", pid, have_thread), ("setup",) + gkey)
+        # --time: perf's decoder-side time filter (not for PSB segments: sessions with ranges are not cut)
+        self.tf = self.s._queue_time_filter() if at is None else None
+        if self.tf is not None:
+            S[K.TF_ON] = 1
+            self._tf_sync()
+            if self.tf.sel_start and self.tf.sel_timestamp:
+                self._fast_forward(self.tf.sel_timestamp)  # perf's setup: to the last PSB before the start
         if at is not None:
             b, byte = at
             tok = self.tokens
@@ -531,6 +534,83 @@ class QueueDecoder:
             # A guess of what the serial decoder has here (it records the offset when it walks
             # over this PSB; a sync does not): joins are checked state by state anyway.
             S[K.ST_PSB_OFFSET] = bi[b, K.BI_OFFSET] + byte
+
+    # ------------------------------------------------------------ --time
+
+    def _tf_sync(self) -> None:
+        S, tf = self.S, self.tf
+        S[K.SEL_START] = int(tf.sel_start)
+        S[K.SEL_TS] = tf.sel_timestamp
+
+    def time_filter(self) -> None:
+        """R_TF: perf's intel_pt_time_filter for the state just decoded (start or end passed, or a fast
+        forward due); the kernel then samples it or not (HAVE_SAMPLE) or ends the queue (PH_DONE)."""
+        S = self.S
+        verdict, ff = self.tf.filter(int(S[K.PTQ_TS]), int(S[K.FF_TS]))
+        S[K.FF_TS] = ff
+        self._tf_sync()
+        if verdict == "stop":
+            S[K.PHASE] = K.PH_DONE
+        else:
+            S[K.HAVE_SAMPLE] = int(verdict == "keep")
+            if verdict == "ff":
+                self._fast_forward(ff)
+
+    def _fast_forward(self, timestamp: int) -> None:
+        """perf's intel_pt_fast_forward (see pipeline/filters.fast_forward, the reference decoder's):
+        to the last buffer whose first PSB is before ``timestamp``, then to the last PSB before it in
+        the buffer the decoder is in; repositioning forgets the IP, the timestamp and TMA."""
+        from ptexport.pipeline.filters import psb_positions
+
+        S, tok = self.S, self.tokens
+        bufs = tok.meta
+        cur = int(S[K.BUF])
+        target = -1
+        for i in range(max(cur, -1) + 1, len(bufs)):
+            if not len(bufs[i].data):
+                continue
+            first = next(iter(psb_positions(bufs[i], 0)), None)
+            if first is None or first[1] is None:
+                continue
+            if first[1] >= timestamp:
+                break
+            target = i
+        if target >= 0:
+            ref = bufs[target].ref_timestamp
+            j = cur
+            while True:  # perf: next buffer (repositioned) until the buffer timestamp matches
+                j += 1
+                while j < len(bufs) and not len(bufs[j].data):
+                    j += 1
+                if j >= len(bufs):
+                    return
+                if bufs[j].ref_timestamp == ref:
+                    break
+            if tok.bi[j, K.BI_PSTART] < 0:
+                tok.load(j, j)
+            bi = tok.bi
+            S[K.BUF] = j
+            S[K.IDX] = bi[j, K.BI_PSTART]
+            S[K.BUF_TIMESTAMP] = bi[j, K.BI_REF]
+            S[K.REF_TIMESTAMP] = bi[j, K.BI_REF]
+            S[K.ST_TRACE_NR] = bi[j, K.BI_TRACE_NR]
+            self._reposition()
+        b, byte = K.cursor(S, tok.pk, tok.bi)
+        if not 0 <= b < len(bufs):
+            return
+        for pos, tsc in psb_positions(bufs[b], byte):
+            if tsc is None or tsc >= timestamp:
+                break
+            S[K.IDX] = tok.index_at(b, pos)
+            self._reposition()
+
+    def _reposition(self) -> None:
+        S = self.S
+        S[K.STEP] = 0
+        S[K.IP] = 0
+        S[K.PKT_STATE] = K.NO_PSB
+        S[K.TIMESTAMP] = 0
+        S[K.HAVE_TMA] = 0
 
     def drive(self, single: bool = False, stop: tuple[int, int] | None = None) -> int:
         """Run the kernel until the queue ends (R_DONE), ``stop`` (R_STOP) or one step (R_STEP)."""
@@ -555,6 +635,8 @@ class QueueDecoder:
                 tok.retokenize(int(S[K.RETOK_BUF]), int(S[K.RETOK_POS]))
             elif r == K.R_MORE:
                 self.slide(int(S[K.MORE_BUF]))
+            elif r == K.R_TF:
+                self.time_filter()
             if S[K.STACK_DEPTH] > _STACK:
                 raise OverflowError("return stack deeper than the fast decoder's")
 

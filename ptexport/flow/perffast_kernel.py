@@ -60,6 +60,7 @@ P_RETCOMP P_BRANCH_ENABLE P_MTC_SHIFT P_CTC_N P_CTC_D P_CTC_MULT P_MNTR P_PERIOD
 P_PERIOD_MASK P_PERIOD_TICKS P_CTC_REM_MASK P_KERNEL_START P_FILTER P_BRANCHES P_ERRORS P_ERR_MINUS_O
 P_ERR_MINUS_L P_EST_TSC P_TIMELESS P_PER_CPU P_PWR P_TX P_PTW P_COUNT_ONLY P_RAW_INSN P_SINGLE P_STOP_BUF P_STOP_BYTE
 HAVE_THREAD CTX_LO CTX_HI NEED_IP NEED_TO NEED_MAX NEED_NR RETOK_BUF RETOK_POS NOUT NITEM STEP_NR NBRANCH MORE_BUF
+TF_ON SEL_START SEL_TS FF_TS TF_PENDING HAVE_SAMPLE
 S_SIZE
 """.split()
 for _i, _n in enumerate(_STATE_NAMES):
@@ -81,8 +82,8 @@ K_BUDGET = -1  # an unreported failure that counts toward perf's per-object budg
 K_SETUP_FAIL = -2  # a failure before the first timestamp
 
 # run() results.
-R_DONE, R_NEED, R_RETOK, R_CTX, R_OUTFULL, R_STOP, R_STEP, R_MORE = range(8)
-PH_SETUP, PH_RUN = 0, 1
+R_DONE, R_NEED, R_RETOK, R_CTX, R_OUTFULL, R_STOP, R_STEP, R_MORE, R_TF = range(9)
+PH_SETUP, PH_RUN, PH_DONE = 0, 1, 2  # PH_DONE: --time stopped the queue after its last range
 
 # Decoder packet states / type bits / flags / errors / ops (same numbers as perfmode).
 NO_PSB, NO_IP, ERR_RESYNC, IN_SYNC, TNT_CONT, TNT_ST, TIP_ST, TIP_PGD_ST, FUP_ST, FUP_NO_TIP, FUP_IN_PSB = range(11)
@@ -1734,6 +1735,23 @@ def _synth(S, O):
         _row(S, O, 0, fip, tip, flags, ins, cyc, 0, 0, S[ST_FROM_NR] if fip else S[ST_TO_NR], insn_len, -1)
 
 
+def _no_sample(S):
+    """A state the time filter passes over: no sample, but the thread context and the trace number
+    follow it (as perf's queue does)."""
+    S[CTX_TSC] = S[PTQ_TS]
+    S[BASE_TRACE_NR] = S[ST_TRACE_NR]
+
+
+def _state_step(S, O, IT):
+    """A decoded state: its item for perf's queue order, its samples unless the time filter says no."""
+    S[STEP_NR] += 1
+    _item(S, IT, 0)
+    if S[HAVE_SAMPLE]:
+        _synth(S, O)
+    else:
+        _no_sample(S)
+
+
 def cursor(S, PK, BI):
     """(buffer, byte offset in it) of the packet the decoder is at (for segment stops)."""
     b = S[BUF]
@@ -1753,6 +1771,12 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, O, IT):
     while True:
         if S[NOUT] + 9 > cap or S[NITEM] + 2 > IT.shape[1]:
             return R_OUTFULL
+        if S[PHASE] == PH_DONE:
+            return R_DONE
+        if S[TF_PENDING]:  # the time filter's verdict came back from Python (HAVE_SAMPLE, PHASE)
+            S[TF_PENDING] = 0
+            _state_step(S, O, IT)
+            continue
         if S[P_STOP_BUF] >= 0:
             b, byte = cursor(S, PK, BI)
             if b > S[P_STOP_BUF] or (b == S[P_STOP_BUF] and byte >= S[P_STOP_BYTE]):
@@ -1787,7 +1811,10 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, O, IT):
                 S[PHASE] = PH_RUN
                 S[STEP_NR] = 0
                 _item(S, IT, 0)
-                _synth(S, O)
+                if S[TF_ON] and S[SEL_START] and S[SEL_TS] and S[PTQ_TS] < S[SEL_TS]:
+                    _no_sample(S)  # --time: the first state before the first start gives nothing
+                else:
+                    _synth(S, O)
                 S[CTX_LO] = 0
                 S[CTX_HI] = 0
             if S[P_SINGLE]:
@@ -1811,9 +1838,22 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, O, IT):
             S[PTQ_TS] = S[ST_EST_TS]  # perf's est_tsc: kernel (or nothing) -> user space (below 2^63)
         elif S[ST_TIMESTAMP] > S[PTQ_TS]:
             S[PTQ_TS] = S[ST_TIMESTAMP]
-        S[STEP_NR] += 1
-        _item(S, IT, 0)
-        _synth(S, O)
+        if S[TF_ON] and S[SEL_TS]:
+            # --time (perf's intel_pt_time_filter): before a start whose fast forward is done, no
+            # sample; inside a range, a sample; a start or an end passed, or a fast forward due: Python
+            if S[SEL_START]:
+                if S[PTQ_TS] >= S[SEL_TS] or S[SEL_TS] > S[FF_TS]:
+                    S[TF_PENDING] = 1
+                    return R_TF
+                S[HAVE_SAMPLE] = 0
+            elif S[PTQ_TS] > S[SEL_TS]:
+                S[TF_PENDING] = 1
+                return R_TF
+            else:
+                S[HAVE_SAMPLE] = 1
+        else:
+            S[HAVE_SAMPLE] = 1
+        _state_step(S, O, IT)
         if S[P_SINGLE]:
             return R_STEP
 

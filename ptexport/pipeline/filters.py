@@ -16,8 +16,9 @@ util/intel-pt.c):
   the first state kept), and stops a queue after the last end.  That part is
   :class:`TscRanges` / :class:`QueueTimeFilter` / :func:`fast_forward`,
   driven by :meth:`ptexport.pipeline.perfsession.PerfSession.iter_queue`
-  (the reference decoder: the compiled one does not do it, so --time
-  sessions decode with the reference one, see ``perffast.supported``).
+  (the reference decoder) and by ``perffast.QueueDecoder`` (the compiled
+  one: the kernel decides inside a range or before a start, this class at
+  the edges; its fast forward works on byte offsets, :func:`psb_positions`).
 * ``--pid`` / ``--tid`` keep the samples of threads whose process / thread id
   is listed (perf's thread__is_filtered on the sample's thread: a guest
   sample's guest thread); sideband rows (context switches, threads, comms)
@@ -313,6 +314,18 @@ def fast_forward(dec: Any, timestamp: int) -> None:
         dec.pkt_state = NO_PSB
         dec.timestamp = 0
         dec.have_tma = False
+
+
+def psb_positions(buf: Any, from_byte: int) -> list[tuple[int, int | None]]:
+    """(byte offset of each PSB at or after ``from_byte``, the TSC of its PSB+ or None) in a
+    :class:`~ptexport.flow.perfmode.Buffer`: :func:`_psb_tscs` by bytes (the compiled decoder's view)."""
+    from ptexport.pt.perfpkt import tokenize
+
+    if buf.packets is None:
+        buf.packets = tokenize(buf.data)
+    j = int(np.searchsorted(buf.packets.pos, from_byte, side="left"))
+    pos = buf.packets.pos
+    return [(int(pos[i]), tsc) for i, tsc in _psb_tscs(buf, j)]
 
 
 def _psb_tscs(buf: Any, from_idx: int) -> list[tuple[int, int | None]]:

@@ -82,8 +82,9 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
 
     from ptexport.flow.perffast import FastRows
 
-    if perffast.supported(session):
-        # PSB segments of every queue big enough, all in one pool; small queues whole.
+    if perffast.supported(session) and not session.time_ranges:
+        # PSB segments of every queue big enough, all in one pool; small queues whole (--time: a
+        # queue's time filter state runs from its start, so whole queues go to workers).
         plans = []
         total = 0
         for q, (key, bufs) in enumerate(queues):
@@ -534,6 +535,8 @@ def _drive_chunk(qd: Any) -> int:
             tok.retokenize(int(S[K.RETOK_BUF]), int(S[K.RETOK_POS]))
         elif r == K.R_MORE:
             qd.slide(int(S[K.MORE_BUF]))
+        elif r == K.R_TF:
+            qd.time_filter()
         if S[K.STACK_DEPTH] > 1 << 16:
             raise OverflowError("return stack deeper than the fast decoder's")
 
@@ -624,8 +627,12 @@ class _SegmentPool:
 
 
 def _segment_streams(session: Any, jobs: int, chunk: int) -> list[Any] | None:
-    """Streams of segment rows for every queue, or None when the trace is too small for workers."""
+    """Streams of segment rows for every queue, or None when the trace is too small for workers
+    (or has --time ranges: a queue's time filter state runs from its start, segments cannot)."""
     from ptexport.flow import perffast
+
+    if session.time_ranges:
+        return None
 
     plans = []
     total = 0

@@ -28,7 +28,7 @@ from ptexport.perfdata.constants import Feature
 EXPORTER = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
 _FIELDS = ["-F", "pid,tid,cpu,time,ip,addr,flags", "--ns"]
 
-# id -> synth options (small: --time decodes with the reference decoder)
+# id -> synth options
 TRACES = {
     "threads-faults-cyc": ("--program", "threads", "--cpus", "2", "--psb-period", "512", "--corrupt", "2", "--ovf", "2",
                            "--truncate", "1", "--timing", "cyc", "--seed", "7"),
@@ -121,6 +121,22 @@ def test_dump_branches_filters_equal_perf_script(trace, name, itrace, form, extr
     assert any(":" in line for line in theirs)  # samples were kept: the case tests something
     whole = _perf_lines(path, itrace, [])
     assert len(theirs) < len(whole)  # and some were filtered
+
+
+REFERENCE_CASES = [c for c in DUMP_CASES if c[2] in ("two-ranges", "open-start", "narrow")] + [DUMP_CASES[-1]]
+
+
+@needs_perf
+@pytest.mark.parametrize("name,itrace,form,extra", REFERENCE_CASES,
+                         ids=[f"{n}-{i}-{f or ''}{'-'.join(e)}" for n, i, f, e in REFERENCE_CASES])
+def test_reference_decoder_filters_equal_perf_script(trace, monkeypatch, name, itrace, form, extra):
+    """The time filter in the reference decoder (the compiled one's oracle) gives perf's lines too."""
+    from ptexport.flow import perffast
+
+    monkeypatch.setattr(perffast, "numba", None)
+    path = trace(name)
+    args = [*extra, "--time", _time_arg(_perf_lines(path, itrace, []), form)]
+    assert _ours_lines(path, itrace, args) == _perf_lines(path, itrace, args)
 
 
 @needs_perf
