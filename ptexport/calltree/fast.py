@@ -477,12 +477,11 @@ class FastCallTree:
                 raise ValueError(f"branch batch lacks column {name!r}")
         if not n:
             return
-        for name, default in SAMPLE_COLUMNS.items():
-            if name not in cols:
-                cols[name] = np.full(n, default, dtype=np.int64)
 
-        def i64(name):
-            c = cols[name]
+        def i64(name):  # a column the loop takes (a missing one: its default, made here)
+            c = cols.get(name)
+            if c is None:
+                return np.full(n, SAMPLE_COLUMNS[name], dtype=np.int64)
             if c.dtype == np.uint64:
                 return np.ascontiguousarray(c).view(np.int64)
             return np.ascontiguousarray(c, dtype=np.int64)

@@ -302,7 +302,10 @@ class SqliteWriter(Writer):
         mat = np.empty((len(cdefs), stop - start), dtype=np.int64)
         for j, c in enumerate(cdefs):
             v = cols[c.name]
-            mat[j] = v if np.isscalar(v) else np.asarray(v[start:stop]).astype(np.int64, copy=False)
+            if np.isscalar(v) or isinstance(v, np.ndarray):
+                mat[j] = v if np.isscalar(v) else v[start:stop]  # uint64 wraps to two's complement, as astype
+            else:
+                mat[j] = np.asarray(v[start:stop]).astype(np.int64, copy=False)
         return mat.T
 
     def _insert_columns(self, table: str, cols: dict[str, Any], n: int) -> None:
@@ -423,10 +426,14 @@ class _IndexRuns:
         if not self._n:
             return
         k, r = np.concatenate(self._keys), np.concatenate(self._ids)
-        order = np.lexsort((r, k))
+        # rows are spooled in rowid order, so a stable sort by key gives (key, rowid) order
+        order = np.argsort(k, kind="stable") if np.all(r[1:] > r[:-1]) else np.lexsort((r, k))
         start = self.runs[-1][0] + self.runs[-1][1] if self.runs else 0
+        pairs = np.empty((len(k), 2), dtype=np.int64)
+        pairs[:, 0] = k[order]
+        pairs[:, 1] = r[order]
         with open(self.path, "ab") as f:
-            np.stack([k[order], r[order]], axis=1).tofile(f)
+            pairs.tofile(f)
         self.runs.append((start, self._n))
         self._keys, self._ids, self._n = [], [], 0
 
