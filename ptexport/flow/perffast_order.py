@@ -37,22 +37,26 @@ def _push(hord, hq, n, q, ordinal):
 
 def _pop(hord, hq, n):
     cnt = n
-    last_o = hord[n - 1]
-    last_q = hq[n - 1]
     pos = 0
     while True:
         left = 2 * pos + 1
-        if left >= cnt - 1:
+        if left >= cnt:
             break
         right = left + 1
-        if right >= cnt - 1 or hord[left] < hord[right]:
+        if right >= cnt:  # a lone left child (the last item) fills the hole
+            hord[pos] = hord[left]
+            hq[pos] = hq[left]
+            return n - 1
+        if hord[left] < hord[right]:
             hord[pos] = hord[left]
             hq[pos] = hq[left]
             pos = left
-        else:
+        else:  # ties go right, also when the right child is the last item
             hord[pos] = hord[right]
             hq[pos] = hq[right]
             pos = right
+    last_o = hord[n - 1]
+    last_q = hq[n - 1]
     n -= 1
     if pos < n:
         while pos:

@@ -4,9 +4,11 @@ perf runs the AUX queue with the smallest timestamp first (``auxtrace_heap``
 in tools/perf/util/auxtrace.c).  Which of two queues at the same timestamp
 runs first follows from how its binary heap sifts: an item moves up only
 past strictly larger ordinals, and a pop walks the hole down choosing the
-right child unless the left one is strictly smaller, then re-inserts the last
-item at the hole.  Both the whole-trace order and the streamed order use this
-one implementation.
+right child unless the left one is strictly smaller (the right child may be
+the last item: on a tie it moves up), moves a lone left child up and stops,
+or else re-inserts the last item at the hole.  Both the whole-trace order and
+the streamed order use this one implementation (the compiled order,
+:mod:`ptexport.flow.perffast_order`, the same over arrays).
 """
 
 from __future__ import annotations
@@ -23,21 +25,24 @@ class PerfQueueHeap(list):
     def pop_top(self) -> None:
         """Remove ``self[0]`` (perf's auxtrace_heap__pop)."""
         cnt = len(self)
-        last = self[-1]
         pos = 0
         while True:
             left = 2 * pos + 1
-            if left >= cnt - 1:
+            if left >= cnt:
                 break
             right = left + 1
-            if right >= cnt - 1 or self[left][0] < self[right][0]:
+            if right >= cnt:  # a lone left child (the last item) fills the hole
+                self[pos] = self[left]
+                self.pop()
+                return
+            if self[left][0] < self[right][0]:
                 self[pos] = self[left]
                 pos = left
-            else:
+            else:  # ties go right, also when the right child is the last item
                 self[pos] = self[right]
                 pos = right
-        self.pop()
-        if pos < len(self):
+        last = self.pop()
+        if pos < cnt - 1:
             self._sift_up(pos, last)
 
     def _sift_up(self, pos: int, item: list[int]) -> None:
