@@ -24,7 +24,8 @@ gives NULL in both, so views are compared reading '' as NULL.
 The PostgreSQL export of one variant is checked against the SQLite one too (issue #5: "the
 same export into PostgreSQL gives the same rows as the SQLite one").
 
-perf-quipper parity (the real recording) is tests/pipeline/test_export_quipper.py.
+The perf-quipper recording goes through the same comparison here; its particulars are checked in
+tests/pipeline/test_export_quipper.py.
 """
 
 from __future__ import annotations
@@ -266,6 +267,20 @@ def test_export_equals_perf_at_one_million_branches(exported, variant):
             assert one("SELECT count(*) FROM comms") > 3  # exec
     finally:
         con.close()
+
+
+@needs_perf
+@needs_exporter
+def test_quipper_equals_perf_export_with_types_and_every_view(quipper, tmp_path):
+    """The real recording through the same comparison (tests/pipeline/test_export_quipper.py checks
+    its particulars): every table with SQLite types, every view, samples_view included."""
+    theirs, ours = tmp_path / "perf.db", tmp_path / "ours.db"
+    subprocess.run(["perf", "script", "-i", str(quipper), "--itrace=bep", "-s", EXPORTER, str(theirs), "branches",
+                    "calls"], check=True, capture_output=True, timeout=600, env=perf_python_env())
+    assert main([str(quipper), "--db", str(ours), "-q"], out=io.StringIO()) == 0
+    counts = compare_with_perf(theirs, ours)
+    assert counts["samples"] == 647 and counts["context_switches"] == 60 and counts["calls"] > 0, counts
+    assert "samples_view" in counts and "calls_view" in counts
 
 
 # ----------------------------------------------------------------------------- PostgreSQL
