@@ -55,7 +55,9 @@ from ptexport.pipeline.perfthreads import PerfThread, PerfThreads
 from ptexport.pipeline.perfsession import (
     EV_BRANCH,
     EV_CBR,
+    EV_EVT,
     EV_EXSTOP,
+    EV_IFLAG,
     EV_INSTRUCTION,
     EV_MWAIT,
     EV_PSB,
@@ -85,6 +87,8 @@ _EVENT_NAMES = {
     EV_EXSTOP: ("exstop", False),
     EV_PWRX: ("pwrx", False),
     EV_PSB: ("psb", False),
+    EV_EVT: ("evt", False),
+    EV_IFLAG: ("iflag", False),
 }
 
 

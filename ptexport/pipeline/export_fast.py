@@ -33,7 +33,9 @@ from ptexport.pipeline.perfsession import (
     EV_BRANCH,
     EV_CBR,
     EV_ERROR,
+    EV_EVT,
     EV_EXSTOP,
+    EV_IFLAG,
     EV_MWAIT,
     EV_PSB,
     EV_PTWRITE,
@@ -41,6 +43,7 @@ from ptexport.pipeline.perfsession import (
     EV_PWRX,
     SampleColumns,
 )
+from ptexport.pipeline.export_payloads import evt_row, iflag_row
 from ptexport.samples.flags import PERF_BRANCH_MASK, IpFlag
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -456,12 +459,12 @@ class _Batch:
                 "trace_nr": cols.trace_nr[br].astype(i64, copy=False)}
 
     def payload_rows(self) -> dict[str, list[tuple]]:
-        """Rows of the payload tables (psb, ptwrite, cbr, mwait, pwre, pwrx, exstop)."""
+        """Rows of the payload tables (psb, ptwrite, cbr, mwait, pwre, pwrx, exstop, evt, iflag)."""
         cols = self.cols
         kind = cols.kind
         out: dict[str, list[tuple]] = {}
         present = set(np.flatnonzero(np.bincount(kind)).tolist()) if len(kind) else set()
-        for k in (EV_PSB, EV_PTWRITE, EV_CBR, EV_MWAIT, EV_PWRE, EV_PWRX, EV_EXSTOP):
+        for k in (EV_PSB, EV_PTWRITE, EV_CBR, EV_MWAIT, EV_PWRE, EV_PWRX, EV_EXSTOP, EV_EVT, EV_IFLAG):
             if k not in present:
                 continue
             w = np.flatnonzero(kind == k)
@@ -484,6 +487,10 @@ class _Batch:
                                        ((pl >> np.uint64(8)) & np.uint64(0xF)).tolist()))
             elif k == EV_EXSTOP:
                 out["exstop"] = list(zip(sid, (pl != 0).tolist()))
+            elif k == EV_EVT:
+                out["evt"] = [evt_row(s, p) for s, p in zip(sid, pl.tolist())]
+            elif k == EV_IFLAG:
+                out["iflag"] = [iflag_row(s, p) for s, p in zip(sid, pl.tolist())]
         return out
 
 

@@ -17,7 +17,9 @@ from ptexport.pipeline.perfsession import (
     EV_BRANCH,
     EV_CBR,
     EV_ERROR,
+    EV_EVT,
     EV_EXSTOP,
+    EV_IFLAG,
     EV_MWAIT,
     EV_PSB,
     EV_PTWRITE,
@@ -25,6 +27,7 @@ from ptexport.pipeline.perfsession import (
     EV_PWRX,
     SampleColumns,
 )
+from ptexport.pipeline.export_payloads import evt_row, iflag_row
 from ptexport.samples.flags import PERF_BRANCH_MASK, IpFlag
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,6 +58,10 @@ def _payload(ex: "_Exporter", rows: dict[str, list[tuple]], kind: int, sid: int,
         rows.setdefault("pwrx", []).append((sid, payload & 0xF, (payload >> 4) & 0xF, (payload >> 8) & 0xF))
     elif kind == EV_EXSTOP:
         rows.setdefault("exstop", []).append((sid, bool(payload)))
+    elif kind == EV_EVT:
+        rows.setdefault("evt", []).append(evt_row(sid, payload))
+    elif kind == EV_IFLAG:
+        rows.setdefault("iflag", []).append(iflag_row(sid, payload))
 
 
 def _arrays(d: dict[str, list[int]], unsigned: tuple[str, ...]) -> dict[str, np.ndarray]:
