@@ -81,6 +81,18 @@ def utc_now() -> str:
 
 
 
+def _int_matrix(rows: list, ncol: int) -> np.ndarray | None:
+    """``rows`` as an int64 matrix (uint64 values in two's complement) when every row has ``ncol``
+    integer (or bool) values; else None."""
+    try:
+        mat = np.array(rows)
+    except (ValueError, OverflowError, TypeError):
+        return None
+    if mat.ndim != 2 or mat.shape[1] != ncol or mat.dtype.kind not in "iu" or mat.dtype.itemsize != 8:
+        return None
+    return mat.view(np.int64) if mat.dtype.kind == "u" else mat
+
+
 def distinct(v: np.ndarray) -> np.ndarray:
     """``np.unique(v)`` of an int64 array, by counting when the values are small non-negative ints."""
     if v.size and 0 <= int(v.min()) and int(v.max()) < 1 << 16:
@@ -105,6 +117,15 @@ class Writer:
         return self.schema.columns(table)
 
     def write_rows(self, table: str, rows: Iterable[tuple[Any, ...]]) -> None:
+        rows = rows if isinstance(rows, list) else list(rows)
+        if len(rows) >= 256 and self.dialect == "sqlite" and table not in TIME_BLOCK_COLUMNS and table != "samples":
+            # many all-integer rows of full width (payload tables): as columns, without a Python
+            # conversion per value (the same values: uint64 as two's complement, bools as 0/1)
+            names = self.schema.columns(table)
+            mat = _int_matrix(rows, len(names))
+            if mat is not None and names[0] == "id":
+                self.write_columns(table, {c: mat[:, j] for j, c in enumerate(names)})
+                return
         rows = [tuple(_signed(v) for v in r) for r in rows]
         if not rows:
             return

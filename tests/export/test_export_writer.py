@@ -197,3 +197,23 @@ def test_undecodable_trace_still_gives_sideband_tables_and_its_decode_errors(tmp
     assert c.execute("SELECT COUNT(*) FROM schema_version").fetchone() == (1,)
     assert c.execute("SELECT COUNT(*) FROM samples_time_blocks").fetchone() == (0,)
     c.close()
+
+
+def test_many_integer_rows_go_in_as_columns_with_the_same_values(tmp_path):
+    """write_rows of many all-integer payload rows takes the column path: the same rows as one by one."""
+    psb = [(i, (i * 7919) << 20) for i in range(1, 700)]
+    pwre = [(i, i % 5, i % 3, bool(i & 1)) for i in range(1, 700)]
+    ptwrite = [(i, (1 << 64) - i if i % 2 else i, True) for i in range(1, 700)]  # uint64: the row path
+    dumps = []
+    for name, step in (("cols", 1000), ("rows", 100)):
+        db = tmp_path / f"{name}.sqlite"
+        with open_writer(str(db)) as w:
+            for table, rows in (("psb", psb), ("pwre", pwre), ("ptwrite", ptwrite)):
+                for k in range(0, len(rows), step):
+                    w.write_rows(table, rows[k:k + step])
+        dumps.append(sqlite_dump(db))
+    assert dumps[0] == dumps[1]
+    c = sqlite3.connect(tmp_path / "cols.sqlite")
+    assert c.execute("SELECT count(*), sum(hw), typeof(hw) FROM pwre WHERE id > 0").fetchone() == (699, 350, "integer")
+    assert c.execute("SELECT payload FROM ptwrite WHERE id = 1").fetchone() == (-1,)
+    c.close()
