@@ -51,6 +51,7 @@ from ptexport.pipeline.export_fast import AddressCache, run_fast
 from ptexport.pipeline.export_machine import MachineState
 from ptexport.pipeline.export_vm import KernelMachineState, VmExport, host_kernel_image, perf_event_modifier
 from ptexport.pipeline.export_ref import SAMPLE_KEYS, run_reference
+from ptexport.pipeline.export_stats import ExportStats
 from ptexport.pipeline.perfthreads import PerfThread, PerfThreads
 from ptexport.pipeline.perfsession import (
     EV_BRANCH,
@@ -223,6 +224,7 @@ class _Exporter:
         self.n_samples = 0
         self.n_switches = 0
         self.n_errors = 0
+        self.stats = ExportStats()  # the stats table's counters (pipeline/export_stats.py)
         self.switch_rows: list[tuple] = []  # pending, written with each batch
         self.error_rows: list[tuple] = []
         self._samples: dict[str, list[int]] = {k: [] for k in SAMPLE_KEYS}  # the recording's SAMPLE records
@@ -390,6 +392,7 @@ class _Exporter:
         """A decode error (row ``i`` of ``cols``) as a decode_errors row."""
         self.n_errors += 1
         code = int(cols.code[i])
+        self.stats.error(code, int(cols.cpu[i]))
         self.error_rows.append((self.n_errors, 0, int(cols.offset[i]), code, cols.error_message(code),
                                 int(cols.time[i]), int(cols.cpu[i]), int(cols.ip[i]), thread_id, st.machine_id))
 
@@ -488,6 +491,9 @@ class _Exporter:
         self.m.flush(self.w)
         if self.vm.active:
             self.vm.finish(self.w)
+        self.stats_rows = self.stats.rows(self.s)
+        first = len(self.vm.stats) + 1 if self.vm.active else 1  # after the VM guest-data warnings
+        self.w.write_rows("stats", [(first + i, *row) for i, row in enumerate(self.stats_rows)])
 
     def _write_calls(self) -> None:
         paths = self.calltree.take_call_paths()

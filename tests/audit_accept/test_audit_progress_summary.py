@@ -123,14 +123,73 @@ def test_progress_shows_bytes_and_eta(trace, tmp_path):
     assert any(re.search(r"<\d\d:\d\d", u) for u in updates), updates[-3:]  # tqdm's remaining time
 
 
-@pytest.mark.xfail(reason="gap: the stats table (issue #5 item 1: lost data, overflows, truncated AUX, skipped "
-                          "records, with severity) is written only for VM guest-data warnings (export_vm.py)",
-                   strict=False)
 def test_stats_count_the_overflows(trace, tmp_path):
     db = tmp_path / "t.db"
     assert main([str(trace), "--db", str(db), "-q"], out=io.StringIO()) == 0
     with sqlite3.connect(db) as c:
         overflows = c.execute("SELECT COUNT(*) FROM decode_errors WHERE message LIKE '%Overflow%'").fetchone()[0]
+        per_cpu = dict(c.execute("SELECT cpu, COUNT(*) FROM decode_errors WHERE message LIKE '%Overflow%' "
+                                 "GROUP BY cpu").fetchall())
+        errors = c.execute("SELECT COUNT(*) FROM decode_errors WHERE id > 0").fetchone()[0]
         stats = dict(c.execute("SELECT name, SUM(value) FROM stats GROUP BY name").fetchall())
+        ovf_rows = dict(c.execute("SELECT cpu, value FROM stats WHERE name = 'overflows'").fetchall())
+        sev = dict(c.execute("SELECT name, severity FROM stats").fetchall())
     assert overflows > 0
     assert stats.get("overflows") == overflows
+    assert ovf_rows == per_cpu and sev["overflows"] == "data_loss"
+    assert stats["decode_errors"] == errors and sev["decode_errors"] == "error"
+    assert stats["decode_errors.overflow"] == overflows
+    assert "truncated_aux" not in stats and "lost_records" not in stats  # nothing lost beyond the OVFs
+
+
+def test_stats_count_truncated_aux_and_lost_data(tmp_path):
+    """AUX records flagged TRUNCATED: one truncated_aux per record and cpu, and perf's "Lost trace data"
+    errors as lost_data, both data_loss."""
+    d = tmp_path / "trunc"
+    assert main(["synth", "--out", str(d), "--program", "calls", "--cpus", "2", "--branches", "20000",
+                 "--truncate", "2", "--psb-period", "1024"], out=io.StringIO()) == 0
+    db = tmp_path / "t.db"
+    assert main([str(d / "perf.data"), "--db", str(db), "-q"], out=io.StringIO()) == 0
+    with sqlite3.connect(db) as c:
+        lost = dict(c.execute("SELECT cpu, COUNT(*) FROM decode_errors WHERE message = 'Lost trace data' "
+                              "GROUP BY cpu").fetchall())
+        stats = {(n, cpu): (v, sev) for n, cpu, v, sev in c.execute("SELECT name, cpu, value, severity FROM stats")}
+    from ptexport.perfdata import open_perf_data
+    from ptexport.perfdata.constants import RecordType
+
+    with open_perf_data(str(d / "perf.data")) as pd:
+        trunc: dict[int, int] = {}
+        for rec in pd.records(types={RecordType.AUX}):
+            if rec.flags & 1:
+                trunc[rec.cpu] = trunc.get(rec.cpu, 0) + 1
+    assert sum(trunc.values()) >= 4 and len(trunc) == 2 and lost
+    assert {cpu: v for (n, cpu), (v, _) in stats.items() if n == "truncated_aux"} == trunc
+    assert {cpu: v for (n, cpu), (v, _) in stats.items() if n == "lost_data"} == lost
+    assert {sev for (n, _), (_, sev) in stats.items() if n in ("truncated_aux", "lost_data")} == {"data_loss"}
+
+
+def test_stats_rows_of_lost_records_and_aux_flags():
+    """PERF_RECORD_LOST / LOST_SAMPLES summed per cpu, each PERF_AUX_FLAG counted per cpu, unknown
+    record types and features as skipped (the generator makes none of these: a session stand-in)."""
+    from types import SimpleNamespace as NS
+
+    from ptexport.pipeline.export_stats import ExportStats
+    from ptexport.sideband.model import AuxEvent, LostEvent
+
+    sb = NS(lost=[LostEvent(10, 0, "LOST", 3), LostEvent(20, 0, "LOST", 2), LostEvent(30, 1, "LOST_SAMPLES", 7)],
+            aux_events={0: [AuxEvent(1, 0, -1, 0, 10, 0x1), AuxEvent(2, 0, -1, 10, 10, 0x5)],
+                        1: [AuxEvent(3, 1, -1, 0, 10, 0x8), AuxEvent(4, 1, -1, 0, 10, 0x2)]})
+    pd = NS(stats=NS(unknown=4), unknown_features=[31])
+    st = ExportStats()
+    st.error(7, 0)  # Overflow packet
+    st.error(7, 0)
+    st.error(3, 1)  # Bad packet
+    rows = {(n, cpu): (v, sev) for n, cpu, v, sev, _ in st.rows(NS(sb=sb, pd=pd))}
+    assert rows == {
+        ("lost_records", 0): (5, "data_loss"), ("lost_samples", 1): (7, "data_loss"),
+        ("truncated_aux", 0): (2, "data_loss"), ("aux_partial", 0): (1, "warning"),
+        ("aux_collision", 1): (1, "data_loss"), ("aux_overwrite", 1): (1, "info"),
+        ("overflows", 0): (2, "data_loss"), ("decode_errors", -1): (3, "error"),
+        ("decode_errors.overflow", 0): (2, "error"), ("decode_errors.bad_packet", 1): (1, "error"),
+        ("skipped_records", -1): (4, "warning"), ("skipped_features", -1): (1, "warning")}
+    assert ExportStats().rows(NS(sb=NS(lost=[], aux_events={}), pd=NS(stats=NS(unknown=0)))) == []
