@@ -221,15 +221,16 @@ CREATE TABLE vm_exits (
 
 CREATE TABLE decode_errors (
     id              integer NOT NULL PRIMARY KEY, -- error id
-    segment         bigint,                       -- index of the PSB segment of the AUX stream
+    segment         bigint,                       -- index of the PSB segment of the AUX stream (0: from its first PSB; -1 before it, or no trace position: lost_data)
     "offset"        bigint,                       -- byte offset in the cpu's AUX stream
-    kind            varchar(32),                  -- error kind: nosync, bad_packet, no_map, bad_insn, overflow, lost_data, ...
+    kind            varchar(32),                  -- error kind: bad_packet, no_insn, mismatch, overflow, lost_data, never_ending_loop, no_data, internal, no_memory, unknown (perf's codes), nosync, ...
     message         varchar(512),                 -- the decoder's message, as perf or libipt would say it
     time            bigint,                       -- perf time of the last timing packet before the error, ns
     cpu             integer,                      -- cpu of the AUX stream (-1 per-thread mode)
     ip              bigint,                       -- last known ip (0 unknown)
     thread_id       bigint,                       -- threads.id running at the time (0 unknown)
-    machine_id      bigint                        -- machines.id (0 unknown)
+    machine_id      bigint,                       -- machines.id (0 unknown)
+    code            integer DEFAULT 0             -- perf's error code (INTEL_PT_ERR_*: 1 no_memory, 2 internal, 3 bad_packet, 4 no_data, 5 no_insn, 6 mismatch, 7 overflow, 8 lost_data, 9 unknown, 10 never_ending_loop; 0 none)
 );
 
 CREATE TABLE stats (

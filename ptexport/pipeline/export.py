@@ -51,7 +51,8 @@ from ptexport.pipeline.export_fast import AddressCache, run_fast
 from ptexport.pipeline.export_machine import MachineState
 from ptexport.pipeline.export_vm import KernelMachineState, VmExport, host_kernel_image, perf_event_modifier
 from ptexport.pipeline.export_ref import SAMPLE_KEYS, run_reference
-from ptexport.pipeline.export_stats import ExportStats
+from ptexport.pipeline.export_errors import ErrorSegments
+from ptexport.pipeline.export_stats import ExportStats, error_kind
 from ptexport.pipeline.perfthreads import PerfThread, PerfThreads
 from ptexport.pipeline.perfsession import (
     EV_BRANCH,
@@ -225,6 +226,7 @@ class _Exporter:
         self.n_switches = 0
         self.n_errors = 0
         self.stats = ExportStats()  # the stats table's counters (pipeline/export_stats.py)
+        self.segments = ErrorSegments(session)  # decode_errors.segment (pipeline/export_errors.py)
         self.switch_rows: list[tuple] = []  # pending, written with each batch
         self.error_rows: list[tuple] = []
         self._samples: dict[str, list[int]] = {k: [] for k in SAMPLE_KEYS}  # the recording's SAMPLE records
@@ -393,8 +395,10 @@ class _Exporter:
         self.n_errors += 1
         code = int(cols.code[i])
         self.stats.error(code, int(cols.cpu[i]))
-        self.error_rows.append((self.n_errors, 0, int(cols.offset[i]), code, cols.error_message(code),
-                                int(cols.time[i]), int(cols.cpu[i]), int(cols.ip[i]), thread_id, st.machine_id))
+        offset = int(cols.offset[i])
+        self.error_rows.append((self.n_errors, self.segments.segment(int(cols.queue[i]), offset), offset,
+                                error_kind(code), cols.error_message(code), int(cols.time[i]), int(cols.cpu[i]),
+                                int(cols.ip[i]), thread_id, st.machine_id, code))
 
     def cbr_row(self, sid: int, payload: int) -> tuple:
         """A ``cbr`` row as perf's exporter makes it."""

@@ -16,7 +16,8 @@ One row per (name, cpu) with a severity (``info``, ``warning``, ``data_loss``,
 
 Nothing lost, no errors: no rows.
 
-Decode-error kinds are named by :data:`ERROR_KINDS` (perf's INTEL_PT_ERR_* codes).
+Decode-error kinds are named by :data:`ERROR_KINDS` (``decode_errors.kind``; perf's INTEL_PT_ERR_*
+code itself is ``decode_errors.code``).
 """
 
 from __future__ import annotations

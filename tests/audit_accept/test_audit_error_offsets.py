@@ -68,23 +68,49 @@ def test_error_offsets_equal_perfs_decoder_log(tmp_path, variant):
     db = tmp_path / "t.db"
     assert main([str(data), "--db", str(db), "-q"], out=io.StringIO()) == 0
     with sqlite3.connect(db) as c:
-        mine = [(cpu, None if int(kind) == LOST else off, int(kind)) for cpu, off, kind in
-                c.execute('SELECT cpu, "offset", kind FROM decode_errors WHERE id > 0 ORDER BY id')]
+        mine = [(cpu, None if code == LOST else off, code) for cpu, off, code in
+                c.execute('SELECT cpu, "offset", code FROM decode_errors WHERE id > 0 ORDER BY id')]
     for cpu in sorted({e[0] for e in theirs} | {e[0] for e in mine}):
         assert [e for e in mine if e[0] == cpu] == [e for e in theirs if e[0] == cpu], f"cpu {cpu}"
 
 
+def _psbs(data) -> dict[int, list[int]]:
+    """cpu -> offsets of the PSB packets in its AUX stream (its AUXTRACE buffers one after another), from
+    perf's packet dump (perf script -D)."""
+    r = subprocess.run(["perf", "script", "-i", str(data), "-D"], capture_output=True, text=True, check=True)
+    out: dict[int, list[int]] = {}
+    end: dict[int, int] = {}
+    cpu = base = None
+    for line in r.stdout.splitlines():
+        m = re.search(r"PERF_RECORD_AUXTRACE size: (\S+)\s.*\scpu: (-?\d+)", line)
+        if m:
+            cpu = int(m[2])
+            base = end.get(cpu, 0)
+            end[cpu] = base + int(m[1], 0)
+            continue
+        m = re.match(r"^\.\s+([0-9a-f]{8}):\s.*\sPSB\s*$", line)
+        if m and cpu is not None:
+            out.setdefault(cpu, []).append(base + int(m[1], 16))
+    return out
+
+
 @needs_perf
-@pytest.mark.xfail(reason="gap: decode_errors.segment is always 0 and kind holds perf's code number, where "
-                          "schema.sql documents the PSB segment index and kind names (nosync, bad_packet, ...); "
-                          "pipeline/export.py error_rows", strict=False)
 def test_error_segment_and_kind_as_the_schema_documents(tmp_path):
+    """segment: the index of the last PSB at or before the error's offset in its cpu's AUX stream (from
+    perf's own packet dump); kind: the name of perf's code, the code in ``code``."""
     assert main(["synth", "--out", str(tmp_path), "--branches", "20000", "--seed", "7",
                  *VARIANTS["forkexec-corrupt"]], out=io.StringIO()) == 0
     db = tmp_path / "t.db"
     assert main([str(tmp_path / "perf.data"), "--db", str(db), "-q"], out=io.StringIO()) == 0
     with sqlite3.connect(db) as c:
-        rows = c.execute('SELECT segment, "offset", kind FROM decode_errors WHERE id > 0').fetchall()
-    assert rows and any(off > 1024 for _, off, _ in rows)  # errors past the first PSB segment (period 1024)
-    assert all(seg > 0 for seg, off, _ in rows if off > 1024)
-    assert all(not kind.isdigit() for _, _, kind in rows)
+        rows = c.execute('SELECT cpu, segment, "offset", kind, code, message FROM decode_errors WHERE id > 0').fetchall()
+    assert rows and any(off > 1024 for _, _, off, _, _, _ in rows)  # errors past the first PSB segment (period 1024)
+    assert all(seg > 0 for _, seg, off, _, _, _ in rows if off > 1024)
+    assert all(not kind.isdigit() for _, _, _, kind, _, _ in rows)
+    names = {3: "bad_packet", 5: "no_insn", 6: "mismatch", 7: "overflow", 8: "lost_data"}
+    assert {(code, kind) for *_, kind, code, _ in rows} <= set(names.items())
+    assert {m for *_, code, m in rows if code == 3} == {"Bad packet"}
+    psbs = _psbs(tmp_path / "perf.data")
+    for cpu, seg, off, *_ in rows:
+        want = sum(1 for p in psbs[cpu] if p <= off) - 1
+        assert seg == want, (cpu, off, seg, want)

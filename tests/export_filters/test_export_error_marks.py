@@ -45,9 +45,9 @@ def _our_errors(trace: str, tmp_path) -> list[tuple]:
     assert main([trace, "--db", str(db), "-q"], out=io.StringIO()) == 0
     con = sqlite3.connect(db)
     try:
-        # kind holds perf's error code; SQLite keeps u64 addresses as signed integers
-        return [(t, c, int(k), ip & (1 << 64) - 1, m) for t, c, k, ip, m in
-                con.execute("SELECT time, cpu, kind, ip, message FROM decode_errors ORDER BY id")]
+        # code holds perf's error code; SQLite keeps u64 addresses as signed integers
+        return [(t, c, k, ip & (1 << 64) - 1, m) for t, c, k, ip, m in
+                con.execute("SELECT time, cpu, code, ip, message FROM decode_errors WHERE id > 0 ORDER BY id")]
     finally:
         con.close()
 
