@@ -30,9 +30,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--guestkallsyms", metavar="FILE",
                         help="the default guest's kallsyms; its kcore is read beside it (perf's option)")
     parser.add_argument("--guest-kcore", metavar="DIR", help="the default guest's kcore_dir (kallsyms, kcore)")
+    add_guest_data_argument(parser)
     parser.add_argument("--jobs", type=int, metavar="N",
                         help="decode in N worker processes (default: all cores for --count, else 1: in this "
                              "process); output streams in bounded memory either way")
+
+
+def add_guest_data_argument(parser) -> None:
+    """``--guest-data FILE,PID[,OFFSET[,SCALE]]`` (shared with the export command)."""
+    parser.add_argument("--guest-data", action="append", metavar="FILE,PID[,OFFSET[,SCALE]]",
+                        help="merge a guest's own perf.data (its threads, comms, maps, context switches) as "
+                             "perf inject --guest-data does: PID is the hypervisor process, whose 'CPU n/KVM' "
+                             "threads run the VCPUs; host TSC = (guest TSC - OFFSET) / SCALE; a FILE directory's "
+                             "kcore_dir is the guest kernel; repeat for more guests")
 
 
 def add_filter_arguments(parser, export: bool = False) -> None:
@@ -94,8 +104,11 @@ def run(args, out) -> int:
                        cpus=parse_cpu_list(args.cpu), guest_kcore=guest_kcore, **filter_config(args))
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: expected 1 or more")
+    from ptexport.pipeline.guestdata import apply_guest_data, parse_guest_data_list
+
+    guest_data = parse_guest_data_list(args.guest_data)
     with open_perf_data(args.trace) as pd:
-        session = open_session(pd, cfg)
+        session = open_session(apply_guest_data(pd, guest_data), cfg)
         if args.count:
             from ptexport.pipeline.parallel import _count_streamed, count_samples
 

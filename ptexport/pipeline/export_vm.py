@@ -227,9 +227,15 @@ def kernel_dso_name(machine_pid: int) -> str:
 
 
 def guest_kallsyms_path(trace_path: str, kcore_dir: str | None, machine_pid: int,
-                        guestkallsyms: str | None, guestmount: str | None) -> str | None:
+                        guestkallsyms: str | None, guestmount: str | None,
+                        guest_kcore_dirs: dict[int, str] | None = None) -> str | None:
     """The kallsyms perf 6.1 loads for a guest machine: ``kcore_dir__PID`` beside the data (perf inject
-    copied it there), the default guest's ``--guestkallsyms``, else ``GUESTMOUNT/PID/proc/kallsyms``."""
+    copied it there; with ``--guest-data FILE,PID`` FILE's kcore_dir, ``guest_kcore_dirs``), the default
+    guest's ``--guestkallsyms``, else ``GUESTMOUNT/PID/proc/kallsyms``."""
+    if guest_kcore_dirs and machine_pid in guest_kcore_dirs:
+        cand = os.path.join(guest_kcore_dirs[machine_pid], "kallsyms")
+        if os.path.isfile(cand):
+            return cand
     if machine_pid != DEFAULT_GUEST_PID:
         base = os.path.dirname(str(kcore_dir)) if kcore_dir else (
             trace_path if os.path.isdir(trace_path) else os.path.dirname(trace_path))
@@ -473,7 +479,8 @@ class VmExport:
         if machine_pid != DEFAULT_GUEST_PID:
             pt.findnew(-1, machine_pid).set_comm(f"[guest/{machine_pid}]", 0, False)  # machine__init
         kallsyms = guest_kallsyms_path(str(self.s.pd.path), getattr(self.s.pd, "kcore_dir", None), machine_pid,
-                                       self.guestkallsyms, self.guestmount)
+                                       self.guestkallsyms, self.guestmount,
+                                       getattr(self.s.pd, "guest_kcore_dirs", None))
         name = kernel_dso_name(machine_pid)
 
         def load() -> KernelImage | None:

@@ -41,6 +41,8 @@ class GuestSpaces:
             p = Path(str(getattr(pd, "path", ".")))
             self.base = p if p.is_dir() else p.parent
         self._kcore: dict[int, KcoreCode | None] = {}
+        # --guest-data FILE,PID: FILE's kcore_dir (perf inject would copy it to kcore_dir__PID)
+        self.guest_kcore_dirs: dict[int, str] = dict(getattr(pd, "guest_kcore_dirs", None) or {})
 
     @property
     def have_guest_sideband(self) -> bool:
@@ -57,6 +59,8 @@ class GuestSpaces:
         if machine_pid in self._kcore:
             return self._kcore[machine_pid]
         cands = []
+        if machine_pid in self.guest_kcore_dirs:
+            cands.append(Path(self.guest_kcore_dirs[machine_pid]) / "kcore")
         if machine_pid != DEFAULT_GUEST_PID:
             cands.append(self.base / f"kcore_dir__{machine_pid}" / "kcore")
         if self.guest_kcore_dir:

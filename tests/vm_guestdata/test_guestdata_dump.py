@@ -1,0 +1,97 @@
+"""``ptexport dump branches host.data --guest-data guest.data,PID,OFFSET[,SCALE]`` prints exactly what
+``ptexport dump branches injected.data`` prints, where injected.data is ``perf inject --guest-data``'s
+output for the same host recording and guest data (and so perf script's lines: checked for one case).
+
+Variants of ``ptexport synth --vm``: guest kernel only, guest user only, both, three VCPUs on two host
+CPUs, an explicit TSC offset, TSC scaling 2.0 and 0.5 (with another offset). Also: the record stream
+perf inject writes, record for record; a wrong offset gives what perf inject with that offset gives.
+
+Two guests in one host recording: the generator makes one hypervisor process per recording, so
+two --guest-data are tested only for their parsing (tests/vm_guestdata/test_guestdata_errors.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from ptexport.perfdata import open_perf_data
+from ptexport.pipeline.guestdata import apply_guest_data, parse_guest_data
+
+from guestdatatest import VARIANTS, dump, make
+from ptxtest import needs_perf
+
+
+@needs_perf
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_dump_equals_injected(tmp_path, name):
+    t = make(tmp_path, name)
+    ours = dump(t.host, "--guest-data", t.spec)
+    theirs = dump(t.inj)
+    assert ours == theirs
+    lines = ours.splitlines()
+    assert len(lines) >= 3000
+    guest = [line for line in lines if line.startswith("VM: ")]
+    assert guest and len(guest) < len(lines)
+    vcpus = {line.split("VCPU:")[1][:3] for line in guest}
+    assert vcpus == {f"{v:03d}" for v in range(VARIANTS[name].get("vcpus", 2))}
+
+
+def _key(r):
+    fields = tuple((k, getattr(r, k, None)) for k in ("pid", "tid", "comm", "filename", "start", "len",
+                                                       "next_prev_pid", "next_prev_tid", "ppid", "ptid"))
+    entries = tuple((e.id, e.cpu, e.tid, e.machine_pid, e.vcpu) for e in r.entries) if r.type == 69 else None
+    return r.type, r.misc, None if r.sample_id is None else tuple(r.sample_id), fields, entries
+
+
+@needs_perf
+@pytest.mark.parametrize("name", ["mixed", "scale2"])
+def test_records_equal_perf_inject(tmp_path, name):
+    """The view's records are perf inject's, in its order: host ones reordered by time, the ID_INDEX and
+    guest records with guest cpumode, new ids, host CPU and host time; attrs and id index too."""
+    t = make(tmp_path, name)
+    with open_perf_data(t.host) as hp, open_perf_data(t.inj) as ip:
+        view = apply_guest_data(hp, [parse_guest_data(t.spec)])
+        assert [_key(r) for r in view.records()] == [_key(r) for r in ip.records()]
+        assert [_key(r) for r in view.ordered_records()] == [_key(r) for r in ip.ordered_records()]
+        assert [(a.name, a.ids, a.sample_type, a.flags) for a in view.attrs] == \
+            [(a.name, a.ids, a.sample_type, a.flags) for a in ip.attrs]
+        assert {i: (e.cpu, e.tid, e.machine_pid, e.vcpu) for i, e in view.id_index.items()} == \
+            {i: (e.cpu, e.tid, e.machine_pid, e.vcpu) for i, e in ip.id_index.items()}
+
+
+@needs_perf
+def test_mixed_equals_perf_script(tmp_path):
+    """perf script's lines on the injected file, per host CPU (perf interleaves CPUs its own way)."""
+    t = make(tmp_path, "mixed")
+    r = subprocess.run(["perf", "script", "-i", str(t.inj), "--itrace=be", "--ns", "-F",
+                        "machine_pid,vcpu,pid,tid,cpu,time,flags,ip,addr"],
+                       capture_output=True, text=True, cwd=str(t.work), timeout=120)
+    assert r.returncode == 0, r.stderr[-500:]
+    ours = dump(t.host, "--guest-data", t.spec).splitlines()
+
+    def per_cpu(lines):
+        return {c: [line for line in lines if f"[{c:03d}]" in line] for c in (0, 1)}
+
+    assert per_cpu(ours) == per_cpu(r.stdout.splitlines())
+    assert sum(map(len, per_cpu(ours).values())) == len(ours)
+
+
+@needs_perf
+def test_wrong_offset_as_perf_inject(tmp_path):
+    """A wrong OFFSET: guest records land at other host times; the same as perf inject with that offset."""
+    t = make(tmp_path, "mixed")
+    wrong = (t.offset + 2_000) & ((1 << 64) - 1)  # 1000 ns later in guest time
+    bad = t.work / "inj_wrong.data"
+    r = subprocess.run(["perf", "inject", "-i", str(t.host / "data"),
+                        f"--guest-data={t.guest},{t.pid},{wrong:#x}", "-o", str(bad)],
+                       capture_output=True, text=True, cwd=str(t.work), timeout=120)
+    assert r.returncode == 0, r.stderr[-500:]
+    if not (bad / "kcore_dir").exists():
+        import shutil
+
+        shutil.copytree(t.host / "kcore_dir", bad / "kcore_dir")
+    ours = dump(t.host, "--guest-data", f"{t.guest},{t.pid},{wrong:#x}")
+    assert ours == dump(bad)
+    assert ours != dump(t.host, "--guest-data", t.spec)  # guest threads switch at other times
