@@ -55,11 +55,17 @@ def run(args, out) -> int:
     if not args.quiet and sys.stderr.isatty():
         from tqdm import tqdm
 
-        bar = tqdm(total=0, unit=" samples", unit_scale=True, mininterval=0.1, file=sys.stderr)
+        # bytes of trace decoded (with the ETA) on the bar, the samples written and their rate after it
+        bar = tqdm(total=0, unit="B", unit_scale=True, mininterval=0.1, file=sys.stderr,
+                   bar_format="{l_bar}{bar}| {n_fmt}B/{total_fmt}B [{elapsed}<{remaining}{postfix}]")
 
-        def progress(done: int, total: int) -> None:
-            bar.total = total
+        def progress(samples: int, done: int, total: int) -> None:
+            if total and bar.total != total:
+                bar.total = total
             bar.n = done
+            elapsed = bar.format_dict["elapsed"]
+            rate = tqdm.format_sizeof(samples / elapsed) if elapsed > 0 else "?"
+            bar.set_postfix_str(f"{tqdm.format_sizeof(samples)} samples [{rate} samples/s]", refresh=False)
             bar.refresh()
 
     try:
@@ -68,7 +74,13 @@ def run(args, out) -> int:
         if bar is not None:
             bar.close()
     if not args.quiet:
-        rows = ", ".join(f"{k} {v}" for k, v in summary.rows.items())
-        out.write(f"{summary.target}: {rows}; {summary.errors} decode errors; "
-                  f"{summary.seconds:.2f} s (decode {summary.decode_seconds:.2f} s)\n")
+        out.write(format_summary(summary) + "\n")
     return 0
+
+
+def format_summary(summary) -> str:
+    """One line: rows per non-empty table, decode errors, what was lost, wall time."""
+    rows = ", ".join(f"{k} {v}" for k, v in summary.rows.items())
+    lost = ", ".join(f"{n} {k}" for k, n in summary.losses.items()) if summary.losses else "nothing"
+    return (f"{summary.target}: {rows}; {summary.errors} decode errors; lost: {lost}; "
+            f"{summary.seconds:.2f} s (decode {summary.decode_seconds:.2f} s)")

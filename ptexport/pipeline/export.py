@@ -52,6 +52,7 @@ from ptexport.pipeline.export_machine import MachineState
 from ptexport.pipeline.export_vm import KernelMachineState, VmExport, host_kernel_image, perf_event_modifier
 from ptexport.pipeline.export_ref import SAMPLE_KEYS, run_reference
 from ptexport.pipeline.export_errors import ErrorSegments
+from ptexport.pipeline.export_progress import AuxPosition, ProgressBatches, ProgressFn
 from ptexport.pipeline.export_stats import ExportStats, error_kind
 from ptexport.pipeline.perfthreads import PerfThread, PerfThreads
 from ptexport.pipeline.perfsession import (
@@ -118,7 +119,8 @@ class ExportSummary:
     target: str
     rows: dict[str, int] = field(default_factory=dict)
     errors: int = 0
-    lost: int = 0
+    lost: int = 0  # data-loss events: lost records and samples, truncated or colliding AUX, overflows, lost data
+    losses: dict[str, int] = field(default_factory=dict)  # the stats rows of severity data_loss, by name
     seconds: float = 0.0
     decode_seconds: float = 0.0
 
@@ -548,8 +550,11 @@ class _Timed:
 
 
 def export_trace(path: str, target: str, config: ExportConfig,
-                 progress: Callable[[int, int], None] | None = None) -> ExportSummary:
-    """Decode ``path`` and write the database at ``target`` (SQLite path or postgresql:// URL)."""
+                 progress: ProgressFn | None = None) -> ExportSummary:
+    """Decode ``path`` and write the database at ``target`` (SQLite path or postgresql:// URL).
+
+    ``progress(samples written, bytes of trace decoded, bytes in the trace or 0)`` is called as batches
+    go (pipeline/export_progress.py)."""
     t0 = _time.perf_counter()
     summary = ExportSummary(target)
     with open_perf_data(path) as pd:
@@ -566,12 +571,20 @@ def export_trace(path: str, target: str, config: ExportConfig,
         try:
             with open_writer(target, force=config.force) as w:
                 ex = _Exporter(session, w, config)
-                ex.run(batches, progress)
+                feed: Iterable[SampleColumns] = batches
+                if progress is not None:
+                    feed = ProgressBatches(batches, lambda: ex.n_samples,
+                                           AuxPosition(session.sb.aux_events, session.timeless), progress)
+                ex.run(feed)
+                if progress is not None:
+                    feed.finish()
                 summary.decode_seconds = batches.seconds
-                summary.rows = {"samples": ex.n_samples, "context_switches": ex.n_switches,
-                                "decode_errors": ex.n_errors, "threads": len(ex.m.threads),
-                                "symbols": len(ex.m.symbols), "dsos": len(ex.m.dsos)}
+                summary.rows = {t: w.row_counts[t] for t in w.schema.tables if w.row_counts.get(t)}
                 summary.errors = ex.n_errors
+                for name, _cpu, value, sev, _desc in ex.stats_rows:
+                    if sev == "data_loss":
+                        summary.losses[name] = summary.losses.get(name, 0) + value
+                summary.lost = sum(summary.losses.values())
         finally:
             if proc is not None:
                 proc.close()
