@@ -512,7 +512,7 @@ def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | N
 # their place is known.  Memory holds each queue's undelivered chunk, the
 # output batch and the sideband, not the trace's samples.
 
-STREAM_CHUNK = 1 << 15  # rows (and items) per compiled-decoder chunk
+STREAM_CHUNK = 1 << 16  # rows (and items) per compiled-decoder chunk (= iter_batches' default batch)
 
 
 def _drive_chunk(qd: Any) -> int:
@@ -877,10 +877,23 @@ class StreamMerge:
                 self.npending += n
 
     def _flush(self, final: bool = False):
-        """Batches of ``batch_rows`` rows (the last one smaller); the pending chunks are copied
-        together only as far as a batch needs them (a chunk that holds a whole batch is sliced)."""
+        """Batches of at most ``batch_rows`` rows.  A pending chunk of at least half a batch is a
+        batch of its own (no copy; the decoder's chunks are that big, so most batches are); smaller
+        ones are copied together, as far as a batch needs them."""
         while self.npending >= self.batch_rows or (final and self.npending):
             n = min(self.batch_rows, self.npending)
+            first = self.pending[0]
+            m = len(first["kind"])
+            if 2 * m >= self.batch_rows or m >= n:
+                if m <= n:
+                    self.pending.pop(0)
+                else:
+                    self.pending[0] = {k: v[n:] for k, v in first.items()}
+                    first = {k: v[:n] for k, v in first.items()}
+                    m = n
+                self.npending -= m
+                yield first
+                continue
             used, m = 0, 0
             while m < n:
                 m += len(self.pending[used]["kind"])
