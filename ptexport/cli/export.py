@@ -32,6 +32,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--guest-kcore", metavar="DIR", help="the default guest's kcore_dir (kallsyms, kcore)")
     parser.add_argument("--guestmount", metavar="DIR",
                         help="guests' root file systems as DIR/PID (machines.root_dir; guest programs read there)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="decode in N worker processes (default 1: in this process); the same rows either way")
     parser.add_argument("-f", "--force", action="store_true", help="replace an existing database")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary")
 
@@ -42,6 +44,8 @@ def run(args, out) -> int:
     from ptexport.pipeline.export import ExportConfig, export_trace
     from ptexport.samples.itrace import export_default, parse_itrace
 
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: expected 1 or more")
     itrace = parse_itrace(args.itrace) if args.itrace else export_default()
     for opt, path, want_dir in (("--guestkallsyms", args.guestkallsyms, False), ("--guest-kcore", args.guest_kcore, True),
                                 ("--guestmount", args.guestmount, True)):
@@ -49,7 +53,8 @@ def run(args, out) -> int:
             raise UsageError(f"{opt} {path}: no such {'directory' if want_dir else 'file'}")
     cfg = ExportConfig(itrace=itrace, calls=args.calls, force=args.force, symfs=args.symfs, kallsyms=args.kallsyms,
                        buildid_dir=args.buildid_dir, cpus=parse_cpu_list(args.cpu), guestkallsyms=args.guestkallsyms,
-                       guest_kcore=args.guest_kcore, guestmount=args.guestmount, **filter_config(args))
+                       guest_kcore=args.guest_kcore, guestmount=args.guestmount, jobs=args.jobs,
+                       **filter_config(args))
     progress = None
     bar = None
     if not args.quiet and sys.stderr.isatty():

@@ -112,6 +112,7 @@ class ExportConfig:
     guestkallsyms: str | None = None  # perf's default guest's kallsyms (guest code without guest sideband)
     guest_kcore: str | None = None  # the default guest's kcore_dir (default: --guestkallsyms' folder)
     guestmount: str | None = None  # guests' root directories: GUESTMOUNT/PID
+    jobs: int = 1  # decode workers (session.iter_batches): the same rows as 1
 
 
 @dataclass
@@ -566,8 +567,10 @@ def export_trace(path: str, target: str, config: ExportConfig,
                                             pids=config.pids, tids=config.tids,
                                             insn_fetch_marks=False))  # a script: no instruction fetches
         # decoded as the export goes (optionally by a forked child process on another core)
-        proc = maybe_process(session, config.decode_process)
-        batches = proc if proc is not None else _Timed(session.iter_batches(), _time.perf_counter() - t0)
+        # (with --jobs N > 1 worker processes decode ahead instead)
+        proc = maybe_process(session, config.decode_process) if config.jobs == 1 else None
+        batches = proc if proc is not None else _Timed(session.iter_batches(config.jobs),
+                                                      _time.perf_counter() - t0)
         try:
             with open_writer(target, force=config.force) as w:
                 ex = _Exporter(session, w, config)

@@ -144,9 +144,58 @@ def _build_id(path) -> str:
     pytest.skip("the generated program has no build id")
 
 
-@pytest.mark.xfail(reason="gap: the export has no --jobs N and no --callchains option (issue #5 item 2): "
-                          "argparse rejects them", strict=False)
-@pytest.mark.parametrize("opt", [["--jobs", "2"], ["--callchains"]])
+@pytest.fixture(scope="module")
+def big_trace(tmp_path_factory):
+    """Enough trace per CPU (several 64 KB segments) for --jobs to cut queues at PSBs; overflows too."""
+    d = tmp_path_factory.mktemp("big")
+    assert main(["synth", "--out", str(d), "--program", "threads", "--cpus", "2", "--branches", "400000",
+                 "--seed", "12", "--ovf", "3", "--preempt", "5000"], out=io.StringIO()) == 0
+    return d / "perf.data"
+
+
+def test_jobs_gives_the_same_database(big_trace, tmp_path, monkeypatch):
+    """--jobs 3: queues decoded by worker processes (16 KB PSB segments), every table equal to --jobs 1's."""
+    from ptexport.pipeline import parallel
+
+    used = []
+    real = parallel._segment_streams
+
+    def spy(*a, **k):
+        r = real(*a, **k)
+        used.append(r is not None)
+        return r
+
+    monkeypatch.setattr(parallel, "_segment_streams", spy)
+    monkeypatch.setattr(parallel, "MIN_SEGMENT_BYTES", 1 << 16)  # workers from 128 KB of trace (not 2 MB)
+    monkeypatch.setattr(parallel, "STREAM_SEGMENT_BYTES", 1 << 14)  # in 16 KB segments (not 64 KB)
+    ours, plain = tmp_path / "ours.db", tmp_path / "plain.db"
+    assert main([str(big_trace), "--db", str(plain), "-q", "--jobs", "1"], out=io.StringIO()) == 0
+    assert not used
+    assert main([str(big_trace), "--db", str(ours), "-q", "--jobs", "3"], out=io.StringIO()) == 0
+    assert used == [True]  # the worker pool decoded it
+    with sqlite3.connect(plain) as c:
+        tables = [t for (t,) in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                  if t not in ("schema_version", "ptexport_migrations")]  # these hold the time of writing
+        assert c.execute("SELECT COUNT(*) FROM samples").fetchone()[0] > 300_000
+        assert c.execute("SELECT COUNT(*) FROM decode_errors WHERE id > 0").fetchone()[0] > 0
+    for t in tables:
+        assert _all_rows(ours, t) == _all_rows(plain, t), t
+
+
+def _all_rows(db, table: str) -> list[tuple]:
+    with sqlite3.connect(db) as c:
+        return c.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+
+
+def test_jobs_must_be_positive(trace, tmp_path):
+    err = io.StringIO()
+    assert main([str(trace / "perf.data"), "--db", str(tmp_path / "x.db"), "--jobs", "0"], out=err) != 0
+    assert not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.xfail(reason="gap: the export has no --callchains option (issue #5 item 2): "
+                          "argparse rejects it", strict=False)
+@pytest.mark.parametrize("opt", [["--callchains"]])
 def test_jobs_and_callchains_options(trace, tmp_path, opt):
     ours, plain = tmp_path / "ours.db", tmp_path / "plain.db"
     assert main([str(trace / "perf.data"), "--db", str(plain), "-q"], out=io.StringIO()) == 0
