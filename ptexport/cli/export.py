@@ -10,7 +10,7 @@ HELP = "decode TRACE and export it into a database (SQLite path or postgresql://
 
 
 def add_arguments(parser) -> None:
-    from ptexport.cli.dump_branches import add_filter_arguments
+    from ptexport.cli.dump_branches import add_filter_arguments, add_guest_data_argument
 
     parser.add_argument("trace", help="perf.data file, pipe-mode file, directory, or - for stdin")
     parser.add_argument("--db", required=True, metavar="DB", help="SQLite file or postgresql://user@host/dbname")
@@ -34,6 +34,7 @@ def add_arguments(parser) -> None:
                         help="guests' root file systems as DIR/PID (machines.root_dir; guest programs read there)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="decode in N worker processes (default 1: in this process); the same rows either way")
+    add_guest_data_argument(parser)
     parser.add_argument("-f", "--force", action="store_true", help="replace an existing database")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary")
 
@@ -42,6 +43,7 @@ def run(args, out) -> int:
     from ptexport.cli.dump_branches import filter_config, parse_cpu_list
     from ptexport.errors import UsageError
     from ptexport.pipeline.export import ExportConfig, export_trace
+    from ptexport.pipeline.guestdata import parse_guest_data_list
     from ptexport.samples.itrace import export_default, parse_itrace
 
     if args.jobs < 1:
@@ -54,7 +56,7 @@ def run(args, out) -> int:
     cfg = ExportConfig(itrace=itrace, calls=args.calls, force=args.force, symfs=args.symfs, kallsyms=args.kallsyms,
                        buildid_dir=args.buildid_dir, cpus=parse_cpu_list(args.cpu), guestkallsyms=args.guestkallsyms,
                        guest_kcore=args.guest_kcore, guestmount=args.guestmount, jobs=args.jobs,
-                       **filter_config(args))
+                       guest_data=parse_guest_data_list(args.guest_data), **filter_config(args))
     progress = None
     bar = None
     if not args.quiet and sys.stderr.isatty():

@@ -112,6 +112,7 @@ class ExportConfig:
     guestkallsyms: str | None = None  # perf's default guest's kallsyms (guest code without guest sideband)
     guest_kcore: str | None = None  # the default guest's kcore_dir (default: --guestkallsyms' folder)
     guestmount: str | None = None  # guests' root directories: GUESTMOUNT/PID
+    guest_data: tuple = ()  # --guest-data specs (pipeline/guestdata.py): guests merged as perf inject does
     jobs: int = 1  # decode workers (session.iter_batches): the same rows as 1
 
 
@@ -561,6 +562,10 @@ def export_trace(path: str, target: str, config: ExportConfig,
     with open_perf_data(path) as pd:
         guest_kcore = config.guest_kcore or (os.path.dirname(os.path.abspath(config.guestkallsyms))
                                              if config.guestkallsyms else None)
+        if config.guest_data:  # the host recording as perf inject --guest-data would write it
+            from ptexport.pipeline.guestdata import apply_guest_data
+
+            pd = apply_guest_data(pd, config.guest_data)
         session = open_session(_RecordTee(pd) if getattr(pd, "is_pipe", False) else pd,
                                DecodeConfig(itrace=config.itrace, symfs=config.symfs, buildid_dir=config.buildid_dir,
                                             cpus=config.cpus, guest_kcore=guest_kcore, time=config.time,
