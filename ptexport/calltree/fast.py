@@ -560,3 +560,26 @@ class FastCallTree:
     def depth(self, thread_id: int, cpu: int = -1, pid: int = -1, tid: int = -1) -> int:
         s = self.slots.get((thread_id, max(cpu, 0) if pid == 0 and tid == 0 else -1))
         return int(self.S[s, S_CNT]) if s is not None and self.S[s, S_INIT] else 0
+
+    def stack_return_addresses(self, thread_id: int, cpu: int = -1, pid: int = -1, tid: int = -1) -> list[int]:
+        """The return addresses on the thread's stack, top first (what perf's thread_stack__sample reads)."""
+        s = self.slots.get((thread_id, max(cpu, 0) if pid == 0 and tid == 0 else -1))
+        if s is None or not self.S[s, S_INIT]:
+            return []
+        out = []
+        e = int(self.S[s, S_TOP])
+        for _ in range(int(self.S[s, S_CNT])):
+            out.append(int(self.E[e, E_RET]) & 0xFFFFFFFFFFFFFFFF)
+            e = int(self.E[e, E_PREV])
+        return out
+
+    def call_path_id(self, nodes: Iterable[tuple[int, int]]) -> int:
+        """The export id of the call path root -> ``nodes`` ((symbol id, ip), caller first), created and
+        exported (parents first) if need be: perf's call_path__findnew walk and db_export__call_path."""
+        nodes = list(nodes)
+        while int(self.G[G_NCP]) + len(nodes) + 1 > self.P.shape[0]:
+            self._grow_for(ST_GROW_P, 0)
+        node = 0
+        for sym, ip in nodes:
+            node = int(_findnew(self.P, self.G, self.cpd, node, np.int64(sym), np.uint64(ip).view(np.int64)))
+        return int(_export_cp(self.P, self.PO, self.G, node))

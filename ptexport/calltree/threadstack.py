@@ -241,6 +241,19 @@ class CallTree:
                 self._flush(ts)
             ts.trace_nr = trace_nr
 
+    def stack_return_addresses(self, thread_id: int, cpu: int = -1, pid: int = -1, tid: int = -1) -> list[int]:
+        """The return addresses on the thread's stack, top first (what perf's thread_stack__sample reads)."""
+        ts = self.stacks.get(self._key(thread_id, cpu, pid, tid))
+        return [e.ret_addr for e in reversed(ts.entries)] if ts is not None else []
+
+    def call_path_id(self, nodes: Iterable[tuple[int, int]]) -> int:
+        """The export id of the call path root -> ``nodes`` ((symbol id, ip), caller first), created and
+        exported (parents first) if need be: perf's call_path__findnew walk and db_export__call_path."""
+        node = 0
+        for sym, ip in nodes:
+            node = self.paths.findnew(node, sym, ip)
+        return self.paths.export(node)
+
     def flush_thread(self, thread_id: int) -> None:
         """Pop every entry of the thread's stack(s), as perf does on exec or at the end."""
         for key in sorted(k for k in self.stacks if k[0] == thread_id):

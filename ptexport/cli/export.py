@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -32,6 +33,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--guest-kcore", metavar="DIR", help="the default guest's kcore_dir (kallsyms, kcore)")
     parser.add_argument("--guestmount", metavar="DIR",
                         help="guests' root file systems as DIR/PID (machines.root_dir; guest programs read there)")
+    parser.add_argument("--callchains", action="store_true",
+                        help="samples.call_path_id from the call chain of each synthesized sample (perf's "
+                             "export-to-sqlite.py 'callchains' with --itrace=...g: all but branch samples)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="decode in N worker processes (default 1: in this process); the same rows either way")
     add_guest_data_argument(parser)
@@ -44,11 +48,19 @@ def run(args, out) -> int:
     from ptexport.errors import UsageError
     from ptexport.pipeline.export import ExportConfig, export_trace
     from ptexport.pipeline.guestdata import parse_guest_data_list
-    from ptexport.samples.itrace import export_default, parse_itrace
+    from ptexport.samples.itrace import DEFAULT_CALLCHAIN_SZ, export_default, parse_itrace
 
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: expected 1 or more")
     itrace = parse_itrace(args.itrace) if args.itrace else export_default()
+    if args.callchains:
+        from ptexport.pipeline.export_callchains import check_config
+
+        problem = check_config(args.calls, False)
+        if problem:
+            raise UsageError(problem)
+        if not itrace.callchain:  # perf needs --itrace=...g for call chains: implied
+            itrace = dataclasses.replace(itrace, callchain=True, callchain_sz=DEFAULT_CALLCHAIN_SZ)
     for opt, path, want_dir in (("--guestkallsyms", args.guestkallsyms, False), ("--guest-kcore", args.guest_kcore, True),
                                 ("--guestmount", args.guestmount, True)):
         if path and not (os.path.isdir(path) if want_dir else os.path.isfile(path)):
@@ -56,6 +68,7 @@ def run(args, out) -> int:
     cfg = ExportConfig(itrace=itrace, calls=args.calls, force=args.force, symfs=args.symfs, kallsyms=args.kallsyms,
                        buildid_dir=args.buildid_dir, cpus=parse_cpu_list(args.cpu), guestkallsyms=args.guestkallsyms,
                        guest_kcore=args.guest_kcore, guestmount=args.guestmount, jobs=args.jobs,
+                       callchains=args.callchains,
                        guest_data=parse_guest_data_list(args.guest_data), **filter_config(args))
     progress = None
     bar = None

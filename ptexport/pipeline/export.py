@@ -51,6 +51,7 @@ from ptexport.pipeline.export_fast import AddressCache, run_fast
 from ptexport.pipeline.export_machine import MachineState
 from ptexport.pipeline.export_vm import KernelMachineState, VmExport, host_kernel_image, perf_event_modifier
 from ptexport.pipeline.export_ref import SAMPLE_KEYS, run_reference
+from ptexport.pipeline.export_callchains import apply_callchains
 from ptexport.pipeline.export_errors import ErrorSegments
 from ptexport.pipeline.export_progress import AuxPosition, ProgressBatches, ProgressFn
 from ptexport.pipeline.export_stats import ExportStats, error_kind
@@ -114,6 +115,7 @@ class ExportConfig:
     guestmount: str | None = None  # guests' root directories: GUESTMOUNT/PID
     guest_data: tuple = ()  # --guest-data specs (pipeline/guestdata.py): guests merged as perf inject does
     jobs: int = 1  # decode workers (session.iter_batches): the same rows as 1
+    callchains: bool = False  # samples.call_path_id from perf's --itrace=g call chains (export_callchains.py)
 
 
 @dataclass
@@ -226,6 +228,7 @@ class _Exporter:
         self.calltree = make_call_tree(kernel_start=session.kernel_start) if config.calls else None
         if self.calltree is not None:
             self.m.call_paths.pending.clear()  # the call tree numbers call paths, root included
+        self.callchains = config.callchains and self.calltree is not None
         self.n_samples = 0
         self.n_switches = 0
         self.n_errors = 0
@@ -448,9 +451,16 @@ class _Exporter:
         return out
 
     def write_batch(self, samples: dict[str, np.ndarray] | None, tree: dict[str, np.ndarray] | None,
-                    payload_rows: dict[str, list[tuple]]) -> None:
+                    payload_rows: dict[str, list[tuple]], chains: dict[str, np.ndarray] | None = None) -> None:
         """Write one batch: new small-table rows, samples (with pending SAMPLE records, by id), call-tree
-        input, and the pending context switches, decode errors and payload rows."""
+        input, and the pending context switches, decode errors and payload rows.  ``chains``: the samples
+        that get a call path (--callchains), the call tree then runs up to each of them first."""
+        if chains is not None and len(chains["sid"]) and samples is not None:
+            apply_callchains(self, samples, tree, chains)
+            if tree is not None and len(tree["ref"]):
+                tree = None
+                self.m.flush(self.w)
+                self._write_calls()
         rec = self.take_record_samples()
         if rec is not None:
             if samples is None or not len(samples["id"]):

@@ -41,6 +41,7 @@ from ptexport.pipeline.perfsession import (
     EV_PTWRITE,
     EV_PWRE,
     EV_PWRX,
+    EV_TRANSACTION,
     SampleColumns,
 )
 from ptexport.pipeline.export_payloads import evt_row, iflag_row
@@ -458,6 +459,15 @@ class _Batch:
                 "to_sym": self.to_sym[br], "to_sym_start": self.to_start[br],
                 "trace_nr": cols.trace_nr[br].astype(i64, copy=False)}
 
+    def chain_columns(self) -> dict[str, np.ndarray]:
+        """The synthesized samples perf gives an --itrace=g call chain (all but branches, transactions and
+        errors: intel_pt_prep_sample), for ``samples.call_path_id`` (pipeline/export_callchains.py)."""
+        cols = self.cols
+        w = np.flatnonzero((cols.kind != EV_BRANCH) & (cols.kind != EV_ERROR) & (cols.kind != EV_TRANSACTION))
+        return {"sid": self.sid[w], "thread_id": self.thread_id[w], "cpu": cols.cpu[w], "pid": cols.pid[w],
+                "tid": cols.tid[w], "ip": cols.ip[w], "time": cols.time[w], "trace_nr": cols.trace_nr[w],
+                "mi": self.mi[w] if self.mi is not None else np.zeros(len(w), np.int64)}
+
     def payload_rows(self) -> dict[str, list[tuple]]:
         """Rows of the payload tables (psb, ptwrite, cbr, mwait, pwre, pwrx, exstop, evt, iflag)."""
         cols = self.cols
@@ -512,7 +522,7 @@ def run_fast(ex: "_Exporter", batches: Iterable[SampleColumns],
         b = _Batch(ex, cols)
         b.threads_and_events(ev_recs, cuts)
         ex.write_batch(b.sample_columns(), b.tree_columns() if ex.calltree is not None else None,
-                       b.payload_rows())
+                       b.payload_rows(), b.chain_columns() if ex.callchains else None)
         done += n
         if progress:
             progress(done, total)

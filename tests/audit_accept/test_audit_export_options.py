@@ -193,13 +193,37 @@ def test_jobs_must_be_positive(trace, tmp_path):
     assert not (tmp_path / "x.db").exists()
 
 
-@pytest.mark.xfail(reason="gap: the export has no --callchains option (issue #5 item 2): "
-                          "argparse rejects it", strict=False)
-@pytest.mark.parametrize("opt", [["--callchains"]])
-def test_jobs_and_callchains_options(trace, tmp_path, opt):
-    ours, plain = tmp_path / "ours.db", tmp_path / "plain.db"
-    assert main([str(trace / "perf.data"), "--db", str(plain), "-q"], out=io.StringIO()) == 0
-    assert main([str(trace / "perf.data"), "--db", str(ours), "-q", *opt], out=io.StringIO()) == 0
-    if opt[0] == "--jobs":  # the same database, decoded by two workers
-        for t in PERF_TABLES:
-            assert rows(ours, t) == rows(plain, t), t
+CHAIN_VARIANTS = {
+    "threads-2cpus": ("--program", "threads", "--cpus", "2", "--branches", "20000", "--seed", "12",
+                      "--psb-period", "1024"),
+    "calls-deep": ("--program", "calls", "--branches", "30000", "--seed", "5", "--psb-period", "512"),
+    "events-power-ptwrite": ("--program", "events", "--branches", "20000", "--seed", "3", "--power",
+                             "--ptwrite", "fup", "--cbr", "20"),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(CHAIN_VARIANTS))
+def test_callchains_equal_perfs(tmp_path, variant):
+    """--callchains: the database of perf script --itrace=bepg -s export-to-sqlite.py DB branches calls
+    callchains, table for table (samples.call_path_id of psb/cbr/power/ptwrite samples, the call paths of
+    their chains numbered among the calls' ones; branch samples keep 0 as in perf)."""
+    d = tmp_path / "t"
+    assert main(["synth", "--out", str(d), *CHAIN_VARIANTS[variant]], out=io.StringIO()) == 0
+    theirs, ours = tmp_path / "perf.db", tmp_path / "ours.db"
+    r = subprocess.run(["perf", "script", "-i", str(d / "perf.data"), "--itrace=bepg", "-s", EXPORTER, str(theirs),
+                        "branches", "calls", "callchains"], capture_output=True, text=True, timeout=600,
+                       env=perf_python_env())
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert main([str(d / "perf.data"), "--db", str(ours), "-q", "--callchains"], out=io.StringIO()) == 0
+    assert_same(ours, theirs)
+    with sqlite3.connect(ours) as c:
+        n, deep = c.execute("SELECT COUNT(*), MAX(p.parent_id) FROM samples s JOIN call_paths p "
+                            "ON p.id = s.call_path_id WHERE s.call_path_id > 0").fetchone()
+    assert n >= 4, n
+    assert deep > 1  # some chains go below the root
+
+
+def test_callchains_need_the_call_tree(trace, tmp_path):
+    assert main([str(trace / "perf.data"), "--db", str(tmp_path / "x.db"), "-q", "--callchains", "--no-calls"],
+                out=io.StringIO()) != 0
+    assert not (tmp_path / "x.db").exists()
