@@ -199,7 +199,9 @@ CHAIN_VARIANTS = {
     "calls-deep": ("--program", "calls", "--branches", "30000", "--seed", "5", "--psb-period", "512"),
     "events-power-ptwrite": ("--program", "events", "--branches", "20000", "--seed", "3", "--power",
                              "--ptwrite", "fup", "--cbr", "20"),
+    "calls-deep-g4": ("--program", "calls", "--branches", "30000", "--seed", "5", "--psb-period", "512"),
 }
+CHAIN_ITRACE = {"calls-deep-g4": "bepg4"}  # chains cut at 4 entries (context, ip, 3 returns); else bepg
 
 
 @pytest.mark.parametrize("variant", sorted(CHAIN_VARIANTS))
@@ -210,11 +212,13 @@ def test_callchains_equal_perfs(tmp_path, variant):
     d = tmp_path / "t"
     assert main(["synth", "--out", str(d), *CHAIN_VARIANTS[variant]], out=io.StringIO()) == 0
     theirs, ours = tmp_path / "perf.db", tmp_path / "ours.db"
-    r = subprocess.run(["perf", "script", "-i", str(d / "perf.data"), "--itrace=bepg", "-s", EXPORTER, str(theirs),
+    itrace = CHAIN_ITRACE.get(variant, "bepg")
+    r = subprocess.run(["perf", "script", "-i", str(d / "perf.data"), f"--itrace={itrace}", "-s", EXPORTER, str(theirs),
                         "branches", "calls", "callchains"], capture_output=True, text=True, timeout=600,
                        env=perf_python_env())
     assert r.returncode == 0, r.stderr[-2000:]
-    assert main([str(d / "perf.data"), "--db", str(ours), "-q", "--callchains"], out=io.StringIO()) == 0
+    assert main([str(d / "perf.data"), "--db", str(ours), "-q", "--callchains", f"--itrace={itrace}"],
+                out=io.StringIO()) == 0
     assert_same(ours, theirs)
     with sqlite3.connect(ours) as c:
         n, deep = c.execute("SELECT COUNT(*), MAX(p.parent_id) FROM samples s JOIN call_paths p "
