@@ -95,3 +95,32 @@ def test_wrong_offset_as_perf_inject(tmp_path):
     ours = dump(t.host, "--guest-data", f"{t.guest},{t.pid},{wrong:#x}")
     assert ours == dump(bad)
     assert ours != dump(t.host, "--guest-data", t.spec)  # guest threads switch at other times
+
+
+@needs_perf
+def test_build_ids_as_perf_inject(tmp_path, monkeypatch):
+    """The guest's BUILD_ID feature becomes the guest machine's (pid PID, guest cpumodes), after the host's."""
+    from pathlib import Path
+
+    import ptexport.synth.vm as vm
+    from ptexport.perfdata.constants import Feature
+    from ptexport.synth.perfwrite import build_id_record
+
+    orig = vm._common_features
+
+    def features(n, cmdline, attrs):
+        f = orig(n, cmdline, attrs)
+        if "dummy" in cmdline:  # the guest's recording
+            f[Feature.BUILD_ID] = (build_id_record(-1, b"\x11" * 20, str(Path(tmp_path / "gen" / "gprog")), misc=2)
+                                   + build_id_record(-1, b"\x22" * 20, "[kernel.kallsyms]", misc=1))
+        else:
+            f[Feature.BUILD_ID] = build_id_record(-1, b"\x33" * 20, "[kernel.kallsyms]", misc=1)
+        return f
+
+    monkeypatch.setattr(vm, "_common_features", features)
+    t = make(tmp_path, "mixed", branches=1000)
+    with open_perf_data(t.host) as hp, open_perf_data(t.inj) as ip:
+        view = apply_guest_data(hp, [parse_guest_data(t.spec)])
+        got = view.features["build_id"]
+        assert got == ip.features["build_id"]
+        assert [(b.pid, b.misc & 7) for b in got] == [(-1, 1), (t.pid, 5), (t.pid, 4)]
