@@ -124,3 +124,12 @@ def test_build_ids_as_perf_inject(tmp_path, monkeypatch):
         got = view.features["build_id"]
         assert got == ip.features["build_id"]
         assert [(b.pid, b.misc & 7) for b in got] == [(-1, 1), (t.pid, 5), (t.pid, 4)]
+
+
+@needs_perf
+def test_csv_equals_injected(tmp_path):
+    """--csv (with the machine_pid,vcpu columns of a recording with guest sideband) too."""
+    t = make(tmp_path, "user", branches=1000)
+    ours = dump(t.host, "--csv", "--guest-data", t.spec)
+    assert ours == dump(t.inj, "--csv")
+    assert ours.splitlines()[0].endswith(",machine_pid,vcpu")
