@@ -266,6 +266,10 @@ class PerfCodeWalker:
         self.fail_obj: str | None = None
 
     def walk(self, ip: int, to_ip: int, max_insn_cnt: int, nr: bool) -> tuple[int, int, int, Insn]:
+        """(error, instructions, ip reached, last instruction) of one walk, as perf's
+        intel_pt_walk_next_insn: a failed walk stops at the instruction it could not get and counts
+        no instructions (perf sets the count only on success), so the decoder's totals and its
+        estimated timestamp leave out the instructions walked before the failure."""
         insn = Insn()
         self.fail_obj = None
         if to_ip and ip == to_ip:
@@ -286,7 +290,7 @@ class PerfCodeWalker:
         while True:
             hit = lookup(ip, kernel)
             if hit is None:
-                return _EINVAL, insn_cnt, ip, insn
+                return _EINVAL, 0, ip, insn
             start, end, pgoff, obj = hit
             offset = ip - start + pgoff
             key = (obj.name, offset)
@@ -301,7 +305,7 @@ class PerfCodeWalker:
                 if got is None:
                     obj.failed = True
                     self.fail_obj = obj.name
-                    return _EINVAL, insn_cnt, ip, insn
+                    return _EINVAL, 0, ip, insn
                 insn = got
                 insn_cnt += 1
                 if insn.branch != BR_NO_BRANCH:
