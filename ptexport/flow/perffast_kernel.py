@@ -1681,7 +1681,8 @@ def _item(S, IT, is_err):
 
 def _synth(S, O):
     """The branch part of intel_pt_sample() for the state just decoded, at PTQ_TS."""
-    S[CTX_TSC] = S[PTQ_TS]
+    if S[PTQ_TS] > S[CTX_TSC]:  # perf's thread/maps: the sideband up to the queue's highest timestamp
+        S[CTX_TSC] = S[PTQ_TS]
     S[BASE_TRACE_NR] = S[ST_TRACE_NR]
     flags = _sample_flags(S)
     if S[P_PWR]:
@@ -1738,7 +1739,8 @@ def _synth(S, O):
 def _no_sample(S):
     """A state the time filter passes over: no sample, but the thread context and the trace number
     follow it (as perf's queue does)."""
-    S[CTX_TSC] = S[PTQ_TS]
+    if S[PTQ_TS] > S[CTX_TSC]:
+        S[CTX_TSC] = S[PTQ_TS]
     S[BASE_TRACE_NR] = S[ST_TRACE_NR]
 
 

@@ -389,13 +389,13 @@ class PerfSession:
     @property
     def _est_tsc(self) -> bool:
         """perf's est_tsc: a branch from the kernel (or from nowhere) to user space (x86_64: below
-        2^63, perf's kernel_start there) is dated by the decoder's estimate.  perf turns it off
-        when it follows context switches by the kernel's __switch_to (sync_switch); that choice is
-        not modelled yet, so only VM traces (KVM VCPU threads, no __switch_to) use it here."""
-        v = getattr(self, "_est_tsc_v", None)
-        if v is None:
-            v = self._est_tsc_v = not self.timeless and bool(self.sb.hypervisors())
-        return v
+        2^63, perf's kernel_start there) is dated by the decoder's estimate.  perf 6.1 sets it on
+        every timed session (intel_pt_process_auxtrace_info: est_tsc = !timeless_decoding) and
+        never clears it: sync_switch no longer turns it off (perf 4.x did, with est_tsc_orig), it
+        only adds its own estimate in an unknown switch state, after est_tsc's test (sync_switch
+        needs __switch_to in the kernel's symbols; it is not modelled here).  The compiled
+        decoder takes this flag as P_EST_TSC (flow/perffast.py)."""
+        return not self.timeless
 
     def _lookup(self) -> "_MapLookup":
         if not hasattr(self, "_guest_spaces"):
@@ -494,6 +494,10 @@ class PerfSession:
             if st.timestamp or self.timeless:
                 break
         ptq_ts = st.timestamp
+        # perf's thread and maps are those of the sideband it has processed, which is everything up to
+        # the highest timestamp the queue has reached (it pauses there for the events; errors do not
+        # pause it): a sample dated back by an estimate keeps the later thread.
+        ctx_ts = 0
         step = 0
         rows.items_err.append(False)
         rows.items_ts.append(ptq_ts)
@@ -511,7 +515,8 @@ class PerfSession:
                 yield rows
                 rows = _Rows()
             # ---- intel_pt_sample(): synthesize what the pending state holds
-            pid, tid = who(ptq_ts)
+            ctx_ts = max(ctx_ts, ptq_ts)
+            pid, tid = who(ctx_ts)
             time = self._perf_time(ptq_ts)
             base = dict(tsc=ptq_ts, time=time, cpu=cpu, pid=pid, tid=tid, queue=qnum, trace_nr=st.trace_nr,
                         step=step)
@@ -594,7 +599,7 @@ class PerfSession:
             # ---- next state; the walker reads code as the current thread sees it
             lookup.pid = pid
             lookup.tid = tid
-            lookup.time = time if map_time is None else map_time
+            lookup.time = self._perf_time(ctx_ts) if map_time is None else map_time
             walker.have_thread = tid >= 0 or not per_cpu
             while True:
                 st = dec.decode()
