@@ -100,15 +100,15 @@ def run(args, out) -> int:
 
     guest_kcore = args.guest_kcore or (os.path.dirname(os.path.abspath(args.guestkallsyms))
                                        if args.guestkallsyms else None)
+    from ptexport.pipeline.guestdata import parse_guest_data_list
+
     cfg = DecodeConfig(itrace=itrace, symfs=args.symfs, buildid_dir=args.buildid_dir,
-                       cpus=parse_cpu_list(args.cpu), guest_kcore=guest_kcore, **filter_config(args))
+                       cpus=parse_cpu_list(args.cpu), guest_kcore=guest_kcore,
+                       guest_data=parse_guest_data_list(args.guest_data), **filter_config(args))
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: expected 1 or more")
-    from ptexport.pipeline.guestdata import apply_guest_data, parse_guest_data_list
-
-    guest_data = parse_guest_data_list(args.guest_data)
     with open_perf_data(args.trace) as pd:
-        session = open_session(apply_guest_data(pd, guest_data), cfg)
+        session = open_session(pd, cfg)  # with --guest-data: the guests merged in (also in workers)
         if args.count:
             from ptexport.pipeline.parallel import _count_streamed, count_samples
 

@@ -579,7 +579,7 @@ def export_trace(path: str, target: str, config: ExportConfig,
         session = open_session(_RecordTee(pd) if getattr(pd, "is_pipe", False) else pd,
                                DecodeConfig(itrace=config.itrace, symfs=config.symfs, buildid_dir=config.buildid_dir,
                                             cpus=config.cpus, guest_kcore=guest_kcore, time=config.time,
-                                            pids=config.pids, tids=config.tids,
+                                            pids=config.pids, tids=config.tids, guest_data=config.guest_data,
                                             insn_fetch_marks=False))  # a script: no instruction fetches
         # decoded as the export goes (optionally by a forked child process on another core)
         # (with --jobs N > 1 worker processes decode ahead instead)

@@ -276,6 +276,7 @@ class DecodeConfig:
     pids: frozenset[int] | None = None  # perf script --pid
     tids: frozenset[int] | None = None  # perf script --tid
     insn_fetch_marks: bool = True  # perf script's text output's instruction fetches at non-PT samples
+    guest_data: tuple = ()  # --guest-data specs: guests merged as perf inject does (pipeline/guestdata.py)
 
 
 def _params(info: Any, attrs: Iterable[Any], cpuid: str, itrace: ItraceOptions, tc: Any) -> tuple[Params, bool]:
@@ -1023,6 +1024,11 @@ def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
     """Read ``pd`` once: the sideband model (with perf's map semantics) and the AUX queues."""
     from ptexport.perfdata.constants import RecordType
     from ptexport.sideband.builder import build_sideband
+
+    if config.guest_data:  # read as perf inject --guest-data's output (also in worker processes)
+        from ptexport.pipeline.guestdata import apply_guest_data
+
+        pd = apply_guest_data(pd, config.guest_data)
 
     # perf script --time: parsed once, percent forms against the header's first/last sample time
     time_ranges = parse_time_ranges(config.time, pd.features.get("sample_time")) if config.time else None

@@ -133,3 +133,21 @@ def test_csv_equals_injected(tmp_path):
     ours = dump(t.host, "--csv", "--guest-data", t.spec)
     assert ours == dump(t.inj, "--csv")
     assert ours.splitlines()[0].endswith(",machine_pid,vcpu")
+
+
+@needs_perf
+def test_jobs_workers_read_guest_data(tmp_path, monkeypatch):
+    """--jobs 2 with PSB segments small enough for worker processes: they reopen the host recording by
+    its path and merge the guest data again (DecodeConfig.guest_data); else guest user code would be
+    unreadable there ("Failed to get instruction")."""
+    from ptexport.pipeline import parallel
+
+    t = make(tmp_path, "user", branches=8000)
+    want = dump(t.inj)
+    monkeypatch.setattr(parallel, "MIN_SEGMENT_BYTES", 1 << 12)
+    monkeypatch.setattr(parallel, "STREAM_SEGMENT_BYTES", 1 << 12)
+    used = []
+    orig = parallel._segment_streams
+    monkeypatch.setattr(parallel, "_segment_streams", lambda *a: used.append(orig(*a)) or used[-1])
+    assert dump(t.host, "--guest-data", t.spec, "--jobs", "2") == want
+    assert used and used[0] is not None  # segments went to workers

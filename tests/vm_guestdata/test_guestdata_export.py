@@ -86,3 +86,20 @@ def test_bad_guest_data_leaves_no_database(tmp_path, capsys):
         err = capsys.readouterr().err
         assert got == rc and err.startswith("ptexport: error: ") and "Traceback" not in err, (spec, err)
         assert list(out.iterdir()) == [], spec
+
+
+@needs_perf
+def test_export_jobs_workers(tmp_path, monkeypatch):
+    """export --jobs 2 (worker processes decode PSB segments) with --guest-data: the same tables."""
+    from ptexport.pipeline import parallel
+
+    t = make(tmp_path, "mixed", branches=8000)
+    monkeypatch.setattr(parallel, "MIN_SEGMENT_BYTES", 1 << 12)
+    monkeypatch.setattr(parallel, "STREAM_SEGMENT_BYTES", 1 << 12)
+    ours, theirs = tmp_path / "ours.db", tmp_path / "inj.db"
+    assert run([t.host, "--db", ours, "-q", "--jobs", "2", "--guest-data", t.spec])[0] == 0
+    assert run([t.inj, "--db", theirs, "-q"])[0] == 0
+    a, b = _tables(ours), _tables(theirs)
+    for table in a:
+        if table != "dsos":  # kcore paths (see test_export_equals_injected)
+            assert a[table] == b[table], table
