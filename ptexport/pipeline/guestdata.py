@@ -222,7 +222,12 @@ class _Guest:
         p = Path(path)
         kd = p / "kcore_dir"
         self.kcore_dir = str(kd) if p.is_dir() and (kd / "kcore").is_file() else None
-        with open_perf_data(path) as gpd:
+        try:
+            gpd = open_perf_data(path)
+        except PerfDataError as e:  # say which option the file came from
+            raise PerfDataError(f"{e.cause} (the guest perf.data of --guest-data)", source=e.source,
+                                offset=e.offset, what=e.what) from None
+        with gpd:
             self.attrs = list(gpd.attrs)
             self.time_conv = gpd.time_conv
             recs = []

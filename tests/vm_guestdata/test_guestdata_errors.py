@@ -88,7 +88,7 @@ def _bad_cases(t, tmp):
         (f"{t.guest},{t.pid},nope", 2, ["OFFSET 'nope' is not a number"]),
         (f"{t.guest},{t.pid},0,zero", 2, ["SCALE 'zero' is not a number"]),
         (f"{tmp / 'empty.data'},{t.pid}", 1, ["empty.data", "no sideband records"]),
-        (f"{tmp / 'text.data'},{t.pid}", 1, ["text.data", "bad magic"]),
+        (f"{tmp / 'text.data'},{t.pid}", 1, ["text.data", "bad magic", "the guest perf.data of --guest-data"]),
     ]
 
 
@@ -109,3 +109,14 @@ def test_second_guest_without_vcpu_threads(trace, capsys):
                   "--guest-data", f"{trace.guest},{trace.pid + 1}"])
     err = capsys.readouterr().err
     assert got == 2 and f"pid {trace.pid + 1}" in err and "no VCPU threads" in err
+
+
+@needs_perf
+def test_pipe_mode_host_refused(trace, tmp_path, capsys):
+    """perf inject looks through the host's COMMs before it merges (it cannot on a pipe): so does ptexport."""
+    from ptexport.synth.generate import SynthOptions, synthesize
+
+    res = synthesize(tmp_path / "p", SynthOptions(branches=300, pipe=True, replay="off"))
+    got, _ = run(["dump", "branches", res.perf_data, "--guest-data", trace.spec])
+    err = capsys.readouterr().err
+    assert got == 2 and "pipe-mode stream" in err and "Traceback" not in err, err
