@@ -78,3 +78,21 @@ def dump(*argv) -> str:
     rc, text = run(["dump", "branches", "--jobs", "1", *argv])
     assert rc == 0, text
     return text
+
+
+def tables(db, stamped=("schema_version", "ptexport_migrations")) -> dict[str, list[tuple]]:
+    """Every table's column names and rows (rowid order); the write-time columns of ``stamped`` left out."""
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        out = {}
+        for name in names:
+            cols = [r[1] for r in con.execute(f"PRAGMA table_info({name})")]
+            if name in stamped:
+                cols = [c for c in cols if c not in ("created", "applied")]
+            out[name] = [tuple(cols)] + con.execute(f"SELECT {', '.join(cols)} FROM {name} ORDER BY rowid").fetchall()
+        return out
+    finally:
+        con.close()

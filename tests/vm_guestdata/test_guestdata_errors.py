@@ -1,9 +1,9 @@
 """Bad ``--guest-data`` arguments and guest files: one-line errors naming the file and the cause (exit
 code 2 for usage, 1 for a malformed file), no traceback; the export then leaves no database behind.
 
-Two guests: the generator makes one hypervisor process per host recording, so a second --guest-data
-can only be refused here (its PID has no VCPU threads, as perf inject refuses it); two --guest-data
-for one PID are refused before any file is read.
+Two guests: a second --guest-data whose PID has no VCPU threads is refused (as perf inject refuses
+it); two --guest-data for one PID are refused before any file is read (two real guests:
+test_guestdata_two_guests.py).
 """
 
 from __future__ import annotations
