@@ -203,10 +203,6 @@ class _Conv:
         return tsc if self.tc is None else self.tc.tsc_to_perf_time(tsc)
 
 
-def _source(path: str) -> str:
-    return str(path)
-
-
 class _Guest:
     """One guest perf.data, read once: its attrs, ids, build-ids and sideband records (delivery order)."""
 
@@ -228,8 +224,6 @@ class _Guest:
             raise PerfDataError(f"{e.cause} (the guest perf.data of --guest-data)", source=e.source,
                                 offset=e.offset, what=e.what) from None
         with gpd:
-            self.attrs = list(gpd.attrs)
-            self.time_conv = gpd.time_conv
             recs = []
             build_ids = list(gpd.features.get("build_id") or ())
             for rec, _flush in delivery(gpd.records()):
@@ -240,7 +234,9 @@ class _Guest:
                     build_ids.append(rec)
                 elif t in _INJECTED and not (t == RT.KSYMBOL and getattr(rec, "ksym_type", _KSYM_OOL) != _KSYM_OOL):
                     recs.append(rec)
-            self.time_conv = gpd.time_conv or self.time_conv
+            # after the records: a pipe-mode guest file brings its attrs, TIME_CONV and ids as records
+            self.attrs = list(gpd.attrs)
+            self.time_conv = gpd.time_conv
             self.id_cpu = {i: e.cpu for i, e in gpd.id_index.items()}
             self.path = gpd.path
         if not any(a.ids for a in self.attrs):
