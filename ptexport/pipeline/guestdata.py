@@ -27,7 +27,10 @@ sideband model, the decoder and the export read it exactly as they read the inje
 
 Several ``--guest-data`` apply one after the other (as running perf inject once per guest would).
 Deviations: a host recording without FINISHED_INIT gets the guest records anyway (perf 6.1 injects
-none), before its first timed record; a pipe-mode host is refused (perf cannot peek a pipe either).
+none), before its first timed record; a pipe-mode guest file is read (perf 6.1 refuses it: "Guest
+data has no sample IDs"); a pipe-mode host is refused (perf cannot peek a pipe either). The vcpus
+rows are those of perf inject's file: OFFSET does not go into vcpus.tsc_offset (that file does not
+carry it).
 """
 
 from __future__ import annotations

@@ -169,3 +169,21 @@ def test_pipe_mode_guest_file(tmp_path):
     ours = dump(t.host, "--guest-data", f"{pipe},{rest}")
     assert ours == dump(t.host, "--guest-data", f"{t.guest / 'data'},{rest}")
     assert "VM: " in ours
+
+
+@needs_perf
+def test_host_without_finished_init(tmp_path, monkeypatch):
+    """A host recording without FINISHED_INIT (older perf): perf 6.1 inject merges nothing (it starts at
+    that record); ptexport merges the guest before the first timed record, which gives the lines of
+    the same recording with FINISHED_INIT merged by perf inject."""
+    import ptexport.synth.vm as vm
+    from ptexport.perfdata.constants import RecordType
+
+    normal = make(tmp_path / "normal", "mixed")
+    orig = vm.record
+    monkeypatch.setattr(vm, "record", lambda t, m, b: b"" if t == RecordType.FINISHED_INIT else orig(t, m, b))
+    t = make(tmp_path / "noinit", "mixed")
+    theirs = dump(t.inj)
+    assert "VM: " not in theirs  # perf inject merged nothing
+    ours = dump(t.host, "--guest-data", t.spec)
+    assert ours == dump(normal.inj)
