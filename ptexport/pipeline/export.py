@@ -232,6 +232,7 @@ class _Exporter:
         self.n_samples = 0
         self.n_switches = 0
         self.n_errors = 0
+        self.n_evd = 0  # evd rows written (their ids)
         self.stats = ExportStats()  # the stats table's counters (pipeline/export_stats.py)
         self.segments = ErrorSegments(session)  # decode_errors.segment (pipeline/export_errors.py)
         self.switch_rows: list[tuple] = []  # pending, written with each batch

@@ -499,6 +499,11 @@ class _Batch:
                 out["exstop"] = list(zip(sid, (pl != 0).tolist()))
             elif k == EV_EVT:
                 out["evt"] = [evt_row(s, p) for s, p in zip(sid, pl.tolist())]
+                if cols.evd_row is not None and len(cols.evd_row):  # their EVD packets, in order
+                    n0 = self.ex.n_evd
+                    out["evd"] = [(n0 + j + 1, s, t, p) for j, (s, t, p) in enumerate(zip(
+                        self.sid[cols.evd_row].tolist(), cols.evd_type.tolist(), cols.evd_payload.tolist()))]
+                    self.ex.n_evd += len(out["evd"])
             elif k == EV_IFLAG:
                 out["iflag"] = [iflag_row(s, p) for s, p in zip(sid, pl.tolist())]
         return out

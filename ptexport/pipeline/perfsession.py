@@ -90,6 +90,7 @@ EV_BRANCH, EV_ERROR, EV_INSTRUCTION, EV_TRANSACTION, EV_PTWRITE, EV_CBR, EV_MWAI
 EVENT_NAMES = ("branches", "error", "instructions", "transactions", "ptwrite", "cbr", "mwait", "pwre", "exstop", "pwrx", "psb",
                "evt", "iflag")
 _INTEL_PT_CFG_EVT_EN = 1 << 31  # intel_pt/event_trace=1/
+_EVD_ROW = -2  # an EVD of the evt row after it (dropped with the budget marks, kept as SampleColumns.evd_*)
 
 _F = IpFlag
 _OP_FLAGS = {
@@ -144,6 +145,10 @@ class SampleColumns:
     # Filled by decode() (pipeline/guest.py VcpuAttribution): guest machine pid (0: host) and VCPU (-1)
     machine_pid: np.ndarray | None = None
     vcpu: np.ndarray | None = None
+    # EVD packets of the evt samples (--itrace=I): row of the evt sample in this batch, EVD type, payload
+    evd_row: np.ndarray | None = None
+    evd_type: np.ndarray | None = None
+    evd_payload: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -532,6 +537,8 @@ class PerfSession:
                 if it.intr_events:
                     # perf's intel_pt_synth_events_sample / intel_pt_synth_iflag_chg_sample, before power events
                     if typ & T_EVT and self._evt_attr:
+                        for evd_type, evd_payload in st.evd:  # rows only for iter_batches' evd_* columns
+                            rows.add(kind=_EVD_ROW, code=evd_type, payload=evd_payload, **base)
                         rows.add(kind=EV_EVT, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
                                  payload=self.cfe_word(st), nr=snr, **base)
                     if typ & T_IFLAG_CHG and self.event_trace:
@@ -753,16 +760,27 @@ class PerfSession:
             skip = self.cfg.itrace.initial_skip
             skip_state: dict = {}
             filtered = self.filters_samples
+            evd_pending: list[tuple[int, int]] = []  # EVDs whose evt row is in the next batch
             for cols in gen:
+                evd = _evd_owners(cols, evd_pending) if self.event_trace else None
                 keep = self._budget_keep(cols, seen, marks)
                 if skip:
                     keep &= self._initial_skip_keep(cols, skip, skip_state)
                 if filtered:
                     keep &= self._script_filter_keep(cols)
                 if keep.all():
-                    yield SampleColumns(**{c: cols[c] for c in _OUT_COLUMNS})
+                    out = SampleColumns(**{c: cols[c] for c in _OUT_COLUMNS})
                 elif keep.any():
-                    yield SampleColumns(**{c: cols[c][keep] for c in _OUT_COLUMNS})
+                    out = SampleColumns(**{c: cols[c][keep] for c in _OUT_COLUMNS})
+                else:
+                    continue
+                if evd is not None:
+                    rows_, types, payloads = evd
+                    kept = keep[rows_]
+                    out.evd_row = (np.cumsum(keep) - 1)[rows_[kept]]
+                    out.evd_type = types[kept]
+                    out.evd_payload = payloads[kept]
+                yield out
         finally:
             for src in sources:
                 close = getattr(src.chunks, "close", None)
@@ -1009,6 +1027,31 @@ class PerfSession:
             if n > _REPORTED_FAILURES_PER_OBJECT:
                 keep[i] = False
         return keep
+
+
+def _evd_owners(cols: dict[str, np.ndarray], pending: list[tuple[int, int]]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(row of the evt sample, EVD type, payload) of each EVD row of a batch: the EVDs of a decoder state
+    come just before its evt row (the same item, never split by perf's order); ``pending`` carries EVDs
+    whose evt row is in the next batch.  None when the batch has no EVD."""
+    kind = cols["kind"]
+    at = np.flatnonzero(kind == _EVD_ROW)
+    if not len(at) and not pending:
+        return None
+    rows: list[int] = []
+    types: list[int] = []
+    payloads: list[int] = []
+    code, payload = cols["code"], cols["payload"]
+    for i in np.flatnonzero((kind == _EVD_ROW) | (kind == EV_EVT)).tolist():
+        if kind[i] == _EVD_ROW:
+            pending.append((int(code[i]), int(payload[i])))
+            continue
+        for t, p in pending:
+            rows.append(i)
+            types.append(t)
+            payloads.append(p)
+        pending.clear()
+    return (np.asarray(rows, np.int64), np.asarray(types, np.int64), np.asarray(payloads, np.uint64))
 
 
 def concat_columns(batches: list[SampleColumns]) -> SampleColumns:

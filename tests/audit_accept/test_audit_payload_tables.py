@@ -57,35 +57,60 @@ _CFE_TYPES = {"INTR": 1, "IRET": 2, "SMI": 3, "RSM": 4, "SIPI": 5, "INIT": 6, "V
               "VMEXIT_INTR": 9, "SHUTDOWN": 10}
 _EVT = re.compile(r"cfe: (\w+) IP: (\d) vector: (\d+)")
 _IFLAG = re.compile(r"IFLAG: (\d)->(\d)( via branch)?")
+_EVD = re.compile(r"\b(PFA|VMXQ|VMXR): (0x[0-9a-f]+)")
+_EVD_TYPES = {"PFA": 0, "VMXQ": 1, "VMXR": 2}
 
 
 @needs_perf
 def test_event_trace_rows_equal_perfs_samples(trace, tmp_path):
-    """--itrace=bepI: one evt row per perf "evt" sample (CFE type, vector, IP bit at its cpu and time) and
-    one iflag row per "iflag" sample (new IF value, via a branch), no traceback."""
+    """--itrace=bepI: one evt row per perf "evt" sample (CFE type, vector, IP bit, EVD count at its cpu and
+    time), one evd row per EVD perf prints with it (type, payload), and one iflag row per "iflag" sample
+    (new IF value, via a branch), no traceback."""
     db = tmp_path / "t.db"
     r = subprocess.run([sys.executable, "-c", "from ptexport.cli import entry; entry()", str(trace), "--db", str(db),
                         "-q", "--itrace=bepI"], capture_output=True, text=True, timeout=600)
     assert "Traceback" not in r.stderr, r.stderr[-1500:]
     assert r.returncode == 0, r.stderr[-1500:]
     perf = perf_events(trace, "I")
-    want_evt, want_iflag = [], []
+    want_evt, want_iflag, want_evd = [], [], []
     for ev, cpu, t, text in perf:
         if ev == "evt":
             m = _EVT.search(text)
-            want_evt.append((cpu, t, _CFE_TYPES[m[1]], int(m[3]), int(m[2])))
+            evds = _EVD.findall(text)
+            want_evt.append((cpu, t, _CFE_TYPES[m[1]], int(m[3]), int(m[2]), len(evds)))
+            want_evd += [(cpu, t, _EVD_TYPES[name], int(v, 16)) for name, v in evds]
         elif ev == "iflag":
             m = _IFLAG.search(text)
             want_iflag.append((cpu, t, int(m[2]), int(bool(m[3]))))
     assert len(want_evt) > 100 and want_iflag
-    assert {ty for _, _, ty, _, _ in want_evt} == {1, 2}
+    assert {e[2] for e in want_evt} == {1, 2}
     with sqlite3.connect(db) as c:
-        got_evt = c.execute("SELECT s.cpu, s.time, e.type, e.vector, e.ip_flag FROM evt e "
+        got_evt = c.execute("SELECT s.cpu, s.time, e.type, e.vector, e.ip_flag, e.evd_count FROM evt e "
                             "JOIN samples s ON s.id = e.id ORDER BY e.id").fetchall()
+        got_evd = [(cpu, t, ty, p & (1 << 64) - 1) for cpu, t, ty, p in c.execute(
+            "SELECT s.cpu, s.time, d.evd_type, d.payload FROM evd d JOIN samples s ON s.id = d.evt_id ORDER BY d.id")]
+        evd_ids = [i for (i,) in c.execute("SELECT id FROM evd ORDER BY id")]
         got_iflag = c.execute("SELECT s.cpu, s.time, i.iflag, i.via_branch FROM iflag i "
                               "JOIN samples s ON s.id = i.id ORDER BY i.id").fetchall()
         names = {n for (n,) in c.execute("SELECT e.name FROM samples s JOIN selected_events e "
                                          "ON e.id = s.evsel_id WHERE s.id IN (SELECT id FROM evt)")}
     assert sorted(got_evt) == sorted(want_evt)
+    assert len(want_evd) > 10 and sorted(got_evd) == sorted(want_evd)  # the page faults' CR2 (EVD type 0)
+    assert evd_ids == list(range(1, len(evd_ids) + 1))
     assert sorted(got_iflag) == sorted(want_iflag)
     assert names == {"evt"}
+
+
+def test_event_trace_rows_through_workers_and_the_decode_process(trace, tmp_path, monkeypatch):
+    """The EVDs travel with their batches: a forked decode process and --jobs 2 give the same rows."""
+    dbs = {}
+    for name, args, env in (("plain", [], "0"), ("proc", [], "1"), ("jobs", ["--jobs", "2"], "0")):
+        monkeypatch.setenv("PTEXPORT_DECODE_PROCESS", env)
+        dbs[name] = tmp_path / f"{name}.db"
+        assert main([str(trace), "--db", str(dbs[name]), "-q", "--itrace=bepI", *args], out=io.StringIO()) == 0
+    got = {}
+    for name, db in dbs.items():
+        with sqlite3.connect(db) as c:
+            got[name] = [c.execute(f"SELECT * FROM {t} ORDER BY id").fetchall() for t in ("evt", "evd", "iflag")]
+    assert len(got["plain"][1]) > 10
+    assert got["proc"] == got["plain"] and got["jobs"] == got["plain"]
