@@ -82,6 +82,8 @@ def run(args, out) -> int:
         def progress(samples: int, done: int, total: int) -> None:
             if total and bar.total != total:
                 bar.total = total
+            elif not total and bar.bar_format.startswith("{l_bar}"):  # bytes unknown (no AUX records, timeless)
+                bar.bar_format = "[{elapsed}{postfix}]"
             bar.n = done
             elapsed = bar.format_dict["elapsed"]
             rate = tqdm.format_sizeof(samples / elapsed) if elapsed > 0 else "?"
