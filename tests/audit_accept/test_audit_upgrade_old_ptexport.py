@@ -89,6 +89,11 @@ def test_upgrade_of_an_older_ptexport_sqlite_database(trace, tmp_path):
         assert _rows(co, t, o_cols[t]) == _rows(cn, t, n_cols[t]), t
     for (v,) in co.execute("SELECT name FROM sqlite_master WHERE type = 'view'").fetchall():
         co.execute(f"SELECT * FROM {v} LIMIT 5").fetchall()  # every view runs on the upgraded database
+    # and is defined as today's (older versions gave e.g. calls_view flags as text)
+    views = "SELECT name, sql FROM sqlite_master WHERE type = 'view' ORDER BY name"
+    assert co.execute(views).fetchall() == cn.execute(views).fetchall()
+    for v in ("calls_view", "context_switches_view"):
+        assert co.execute(f"SELECT * FROM {v} ORDER BY id").fetchall() == cn.execute(f"SELECT * FROM {v} ORDER BY id").fetchall()
     assert co.execute("SELECT COUNT(*) FROM timeline_view").fetchone()[0] > 0
     assert [r[0] for r in co.execute("SELECT name FROM ptexport_migrations ORDER BY name")] == \
            [r[0] for r in cn.execute("SELECT name FROM ptexport_migrations ORDER BY name")]
@@ -111,14 +116,14 @@ def test_upgrade_of_an_older_ptexport_postgres_database(trace):
             cols = c.execute("SELECT table_name, column_name FROM information_schema.columns "
                              "WHERE table_schema = 'public' ORDER BY table_name, ordinal_position").fetchall()
             idx = c.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1").fetchall()
-            views = c.execute("SELECT table_name FROM information_schema.views WHERE table_schema = 'public' "
+            views = c.execute("SELECT viewname, definition FROM pg_views WHERE schemaname = 'public' "
                               "ORDER BY 1").fetchall()
             return cols, idx, views
 
     try:
         _old_export(trace, f"{PG}/{old}")
         assert main([str(trace), "--db", f"{PG}/{new}", "-q"], out=io.StringIO()) == 0
-        assert ("vm_exits_view",) not in schema(old)[2]
+        assert "vm_exits_view" not in dict(schema(old)[2])
         assert main(["upgrade", f"{PG}/{old}"], out=io.StringIO()) == 0
         assert schema(old) == schema(new)
         with psycopg.connect(f"{PG}/{old}") as co, psycopg.connect(f"{PG}/{new}") as cn:
