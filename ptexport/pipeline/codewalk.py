@@ -107,6 +107,29 @@ class InsnDecoder:
             self._cs[bits] = cs
 
     def decode(self, code: bytes, ip: int, bits: int = 64) -> Insn | None:
+        """perf's intel_pt_get_insn: capstone, with perf's insn.c prefix rules where they differ.
+
+        perf's decoder (tools/arch/x86/lib/insn.c) takes legacy prefixes (repeats
+        free, at most four distinct ones), then one REX byte in 64-bit mode, then
+        the opcode; a prefix byte met in the opcode's place (a second REX, a
+        legacy prefix after REX, a fifth distinct prefix) is the opcode itself,
+        whose table attribute has no ModRM and no immediate: an instruction
+        ending there, class OTHER.  LOCK is never validated: bytes capstone
+        rejects only for their LOCK prefix are decoded without it, the prefix
+        still counted in the length.
+        """
+        pre, locks = _perf_prefixes(code, bits)
+        if pre < len(code) and (code[pre] in _LEGACY_PREFIXES or (bits == 64 and 0x40 <= code[pre] <= 0x4F)):
+            return Insn(OP_OTHER, BR_NO_BRANCH, pre + 1, 0)
+        got = self._capstone(code, ip, bits)
+        if got is None and locks:
+            rest = bytes(b for i, b in enumerate(code) if i >= pre or b != 0xF0)
+            got = self._capstone(rest, ip + locks, bits)
+            if got is not None:
+                got = Insn(got.op, got.branch, got.length + locks, got.rel)
+        return got
+
+    def _capstone(self, code: bytes, ip: int, bits: int) -> Insn | None:
         for ins in self._cs[bits].disasm(code, ip, 1):
             opc = ins.opcode
             first = opc[0]
@@ -125,6 +148,26 @@ class InsnDecoder:
 
 
 _LEGACY_PREFIXES = frozenset((0x66, 0x67, 0xF0, 0xF2, 0xF3, 0x2E, 0x36, 0x3E, 0x26, 0x64, 0x65))
+
+
+def _perf_prefixes(code: bytes | bytearray, bits: int) -> tuple[int, int]:
+    """(offset of the opcode byte, LOCK bytes before it) by insn.c's insn_get_prefixes."""
+    seen: list[int] = []
+    i = 0
+    locks = 0
+    n = len(code)
+    while i < n and code[i] in _LEGACY_PREFIXES:
+        b = code[i]
+        if b not in seen:
+            if len(seen) == 4:
+                break  # a fifth distinct prefix: perf stops, the byte becomes the opcode
+            seen.append(b)
+        if b == 0xF0:
+            locks += 1
+        i += 1
+    if bits == 64 and i < n and 0x40 <= code[i] <= 0x4F:
+        i += 1
+    return i, locks
 
 
 def _is_vex(raw: bytes | bytearray, bits: int) -> bool:
