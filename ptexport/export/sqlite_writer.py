@@ -40,7 +40,7 @@ CHUNK_ROWS = 1 << 18
 MODES = ("btree", "bind", "executemany")
 #: Index entries kept in memory per index; beyond, they go to sorted runs in a file that are
 #: merged when the index is laid down (bounded memory however many rows).
-INDEX_RUN_ROWS = 1 << 20
+INDEX_RUN_ROWS = 1 << 18
 _SINGLE_COLUMN_INDEX = re.compile(r"^CREATE INDEX (\w+) ON \w+ \((\w+)\)$")
 #: Rows kept aside (ids below already spooled ones) before a table is spliced early.
 LATE_MAX_ROWS = 2_000_000
@@ -451,7 +451,8 @@ class _IndexRuns:
 
     def _merged(self):
         """Every entry in (key, rowid) order, as blocks: a k-way merge of the runs."""
-        block = max(1 << 16, INDEX_RUN_ROWS // len(self.runs))
+        # about INDEX_RUN_ROWS entries buffered over all runs (at least 4 K per run): bounded however many runs
+        block = max(1 << 12, INDEX_RUN_ROWS // len(self.runs))
         pos = [first for first, _ in self.runs]
         end = [first + n for first, n in self.runs]
         bufk = [np.zeros(0, np.int64) for _ in self.runs]
