@@ -33,3 +33,45 @@ def perf_python_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYENV", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"))}
     env["PATH"] = "/usr/bin:/bin:" + env.get("PATH", "")
     return env
+
+
+# ---------------------------------------------------------------- damaged recordings
+
+def collapse_lines(text: str) -> list[str]:
+    """Non-blank lines with runs of blanks collapsed (perf script pads its columns)."""
+    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+
+
+def damage_aux(data: bytes, spans, rng) -> bytes:
+    """1-8 byte flips, PAD runs or garbage runs, inside AUXTRACE payloads only (the file stays well formed).
+
+    The draws from ``rng`` are part of the contract: the same seed gives the same damaged file.
+    """
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 8)):
+        start, size = rng.choice(spans)
+        i = start + rng.randrange(size)
+        kind = rng.random()
+        if kind < 0.5:
+            b[i] = rng.randrange(256)  # one byte flipped
+        elif kind < 0.75:
+            n = min(rng.randint(1, 200), start + size - i)
+            b[i:i + n] = bytes(n)  # a run of PAD
+        else:
+            n = min(rng.randint(1, 32), start + size - i)
+            b[i:i + n] = bytes(rng.randrange(256) for _ in range(n))  # garbage
+    return bytes(b)
+
+
+def kernel_traced(data: bytes) -> bytes:
+    """Clear exclude_kernel in every perf_event_attr of a file-mode perf.data (the attrs section)."""
+    import struct
+
+    from ptexport.perfdata.constants import AttrFlag
+
+    b = bytearray(data)
+    attr_size, off, size = struct.unpack_from("<QQQ", b, 16)
+    for at in range(off, off + size, attr_size):
+        (flags,) = struct.unpack_from("<Q", b, at + 40)
+        struct.pack_into("<Q", b, at + 40, flags & ~(1 << AttrFlag.EXCLUDE_KERNEL))
+    return bytes(b)

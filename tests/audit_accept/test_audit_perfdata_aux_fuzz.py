@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from ptxtest import needs_perf
+from ptxtest import damage_aux as _damage, collapse_lines as _collapse, needs_perf
 from ptexport.cli import main
 from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import RecordType as RT
@@ -25,10 +25,6 @@ _FIELDS = ["-F", "pid,tid,cpu,time,ip,addr,flags", "--ns"]
 # Several seeds leave the decoder's estimated TSC apart from its last timestamp after an error: perf dates the
 # next "tr strt" (from nowhere into user space) by the estimate (est_tsc, on for every timed session).
 SEEDS = range(12)
-
-
-def _collapse(text: str) -> list[str]:
-    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="module")
@@ -41,23 +37,6 @@ def base(tmp_path_factory):
         spans = [(r.data_offset, r.size) for r in pd.records(types=(RT.AUXTRACE,))]
     assert spans
     return d, data, spans
-
-
-def _damage(data: bytes, spans, rng: random.Random) -> bytes:
-    b = bytearray(data)
-    for _ in range(rng.randint(1, 8)):
-        start, size = rng.choice(spans)
-        i = start + rng.randrange(size)
-        kind = rng.random()
-        if kind < 0.5:
-            b[i] = rng.randrange(256)                    # one byte flipped
-        elif kind < 0.75:
-            n = min(rng.randint(1, 200), start + size - i)
-            b[i:i + n] = bytes(n)                        # a run of PAD
-        else:
-            n = min(rng.randint(1, 32), start + size - i)
-            b[i:i + n] = bytes(rng.randrange(256) for _ in range(n))  # garbage
-    return bytes(b)
 
 
 def _perf(path) -> list[str]:

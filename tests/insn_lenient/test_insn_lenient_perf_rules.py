@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import io
 import random
-import struct
 import subprocess
 
 import pytest
 
-from ptxtest import needs_perf
+from ptxtest import kernel_traced as _kernel_traced, damage_aux as _damage, collapse_lines as _collapse, needs_perf
 from ptexport.cli import main
 from ptexport.flow.perfmode import BR_CONDITIONAL, BR_NO_BRANCH, OP_JCC, OP_OTHER
 from ptexport.perfdata import open_perf_data
-from ptexport.perfdata.constants import AttrFlag
 from ptexport.perfdata.constants import RecordType as RT
 from ptexport.pipeline.codewalk import InsnDecoder
 
@@ -70,36 +68,6 @@ _VARIANTS = {
     "user-mtc": (("--program", "threads", "--timing", "mtc", "--psb-period", "2048", "--seed", "17"), False),
 }
 _FIELDS = ["-F", "pid,tid,cpu,time,ip,addr,flags", "--ns"]
-
-
-def _kernel_traced(data: bytes) -> bytes:
-    b = bytearray(data)
-    attr_size, off, size = struct.unpack_from("<QQQ", b, 16)
-    for at in range(off, off + size, attr_size):
-        (flags,) = struct.unpack_from("<Q", b, at + 40)
-        struct.pack_into("<Q", b, at + 40, flags & ~(1 << AttrFlag.EXCLUDE_KERNEL))
-    return bytes(b)
-
-
-def _damage(data: bytes, spans, rng: random.Random) -> bytes:
-    b = bytearray(data)
-    for _ in range(rng.randint(1, 8)):
-        start, size = rng.choice(spans)
-        i = start + rng.randrange(size)
-        kind = rng.random()
-        if kind < 0.5:
-            b[i] = rng.randrange(256)
-        elif kind < 0.75:
-            n = min(rng.randint(1, 200), start + size - i)
-            b[i:i + n] = bytes(n)
-        else:
-            n = min(rng.randint(1, 32), start + size - i)
-            b[i:i + n] = bytes(rng.randrange(256) for _ in range(n))
-    return bytes(b)
-
-
-def _collapse(text: str) -> list[str]:
-    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
 
 
 def _perf(path) -> list[str]:
