@@ -87,7 +87,8 @@ class PostgresWriter(Writer):
             self.admin.close()
             raise _wrap(e, self.target, "cannot create the database") from e
         except BaseException:
-            self.admin.close()
+            # e.g. Ctrl-C while CREATE DATABASE ran: it may have completed on the server
+            self._drop_tmp_and_close_admin()
             raise
         try:
             self.conn = self._connect(self.tmp_name)
@@ -219,9 +220,8 @@ class PostgresWriter(Writer):
                 pgsql.Identifier(self.tmp_name), pgsql.Identifier(self.dbname)))
         except psycopg.Error as e:
             raise _wrap(e, self.target, "finishing the database") from e
-        finally:
-            if self.conn is None:
-                self.admin.close()
+        # renamed: nothing of ours is left to drop (on any exception before, abort() drops the temporary one)
+        self.admin.close()
 
     def abort(self) -> None:
         for f in self._pending:
@@ -240,10 +240,21 @@ class PostgresWriter(Writer):
             except psycopg.Error:  # pragma: no cover
                 pass
             self.conn = None
-        if not self.admin.closed:
+        self._drop_tmp_and_close_admin()
+
+    def _drop_tmp_and_close_admin(self) -> None:
+        """Drop the temporary database (best effort, also after an interrupted statement) and close."""
+        if self.admin.closed:
+            return
+        for _ in range(2):  # a statement cut by Ctrl-C can leave the connection needing one more round
             try:
                 self.admin.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                     pgsql.Identifier(self.tmp_name)))
+                break
             except psycopg.Error:  # pragma: no cover - best effort
-                pass
-            self.admin.close()
+                try:
+                    self.admin.close()
+                    self.admin = self._connect("postgres")
+                except Exception:  # noqa: BLE001 - no server to drop it on: nothing more to do
+                    break
+        self.admin.close()
