@@ -75,3 +75,35 @@ def kernel_traced(data: bytes) -> bytes:
         (flags,) = struct.unpack_from("<Q", b, at + 40)
         struct.pack_into("<Q", b, at + 40, flags & ~(1 << AttrFlag.EXCLUDE_KERNEL))
     return bytes(b)
+
+
+#: perf script's fields for branch-line comparisons with times (``--ns``)
+BRANCH_FIELDS = ["-F", "pid,tid,cpu,time,ip,addr,flags", "--ns"]
+
+
+def perf_branch_lines(path) -> list[str]:
+    """perf script --itrace=be lines (BRANCH_FIELDS), blanks collapsed."""
+    import subprocess
+
+    r = subprocess.run(["perf", "script", "-i", str(path), "--itrace=be", *BRANCH_FIELDS], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-500:]
+    return collapse_lines(r.stdout)
+
+
+def our_branch_lines(path) -> list[str]:
+    """ptexport dump branches --itrace=be --jobs 1 lines, blanks collapsed (in this process)."""
+    import io
+
+    from ptexport.cli import main
+
+    out = io.StringIO()
+    assert main(["dump", "branches", "--jobs", "1", str(path), "--itrace=be"], out=out) == 0, out.getvalue()[-500:]
+    return collapse_lines(out.getvalue())
+
+
+def first_difference(mine: list[str], theirs: list[str]) -> str:
+    """An assertion message: line counts and the first line that differs."""
+    i = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+    return (f"{len(mine)} lines vs perf's {len(theirs)}; first difference at line {i}:\n"
+            f"  ours: {mine[i] if i < len(mine) else None}\n  perf: {theirs[i] if i < len(theirs) else None}")

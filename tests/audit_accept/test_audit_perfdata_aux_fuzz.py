@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from ptxtest import damage_aux as _damage, collapse_lines as _collapse, needs_perf
+from ptxtest import first_difference as _diff, damage_aux as _damage, collapse_lines as _collapse, needs_perf
 from ptexport.cli import main
 from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import RecordType as RT
@@ -53,12 +53,6 @@ def _ours(path) -> list[str]:
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
     return _collapse(r.stdout)
-
-
-def _diff(mine: list[str], theirs: list[str]) -> str:
-    i = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
-    return (f"{len(mine)} lines vs perf's {len(theirs)}; first difference at line {i}:\n"
-            f"  ours: {mine[i] if i < len(mine) else None}\n  perf: {theirs[i] if i < len(theirs) else None}")
 
 
 @needs_perf

@@ -26,7 +26,7 @@ import subprocess
 
 import pytest
 
-from ptxtest import kernel_traced as _kernel_traced, damage_aux as _damage, collapse_lines as _collapse, needs_perf
+from ptxtest import perf_branch_lines as _perf, our_branch_lines as _ours, first_difference as _diff, kernel_traced as _kernel_traced, damage_aux as _damage, needs_perf
 from ptexport.cli import main
 from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import RecordType as RT
@@ -46,7 +46,6 @@ VARIANTS = {
     "kernel-mtc-preempt-corrupt": (("--program", "calls", "--timing", "mtc", "--preempt", "700", "--corrupt", "2",
                                     "--psb-period", "1024", "--seed", "6"), True),
 }
-_FIELDS = ["-F", "pid,tid,cpu,time,ip,addr,flags", "--ns"]
 
 
 def _damaged(data: bytes, spans, seed: int, rounds: int = 1) -> bytes:
@@ -54,25 +53,6 @@ def _damaged(data: bytes, spans, seed: int, rounds: int = 1) -> bytes:
     for _ in range(rounds):
         data = _damage(data, spans, rng)
     return data
-
-
-def _perf(path) -> list[str]:
-    r = subprocess.run(["perf", "script", "-i", str(path), "--itrace=be", *_FIELDS], capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-500:]
-    return _collapse(r.stdout)
-
-
-def _ours(path) -> list[str]:
-    out = io.StringIO()
-    assert main(["dump", "branches", "--jobs", "1", str(path), "--itrace=be"], out=out) == 0, out.getvalue()[-500:]
-    return _collapse(out.getvalue())
-
-
-def _diff(mine: list[str], theirs: list[str]) -> str:
-    i = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
-    return (f"{len(mine)} lines vs perf's {len(theirs)}; first difference at line {i}:\n"
-            f"  ours: {mine[i] if i < len(mine) else None}\n  perf: {theirs[i] if i < len(theirs) else None}")
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

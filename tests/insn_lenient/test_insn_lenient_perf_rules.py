@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import io
 import random
-import subprocess
 
 import pytest
 
-from ptxtest import kernel_traced as _kernel_traced, damage_aux as _damage, collapse_lines as _collapse, needs_perf
+from ptxtest import perf_branch_lines as _perf, our_branch_lines as _ours, first_difference as _diff, kernel_traced as _kernel_traced, damage_aux as _damage, needs_perf
 from ptexport.cli import main
 from ptexport.flow.perfmode import BR_CONDITIONAL, BR_NO_BRANCH, OP_JCC, OP_OTHER
 from ptexport.perfdata import open_perf_data
@@ -67,26 +66,6 @@ _VARIANTS = {
                                     "--psb-period", "1024", "--seed", "6"), True),
     "user-mtc": (("--program", "threads", "--timing", "mtc", "--psb-period", "2048", "--seed", "17"), False),
 }
-_FIELDS = ["-F", "pid,tid,cpu,time,ip,addr,flags", "--ns"]
-
-
-def _perf(path) -> list[str]:
-    r = subprocess.run(["perf", "script", "-i", str(path), "--itrace=be", *_FIELDS], capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-500:]
-    return _collapse(r.stdout)
-
-
-def _ours(path) -> list[str]:
-    out = io.StringIO()
-    assert main(["dump", "branches", "--jobs", "1", str(path), "--itrace=be"], out=out) == 0, out.getvalue()[-500:]
-    return _collapse(out.getvalue())
-
-
-def _diff(mine: list[str], theirs: list[str]) -> str:
-    i = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
-    return (f"{len(mine)} lines vs perf's {len(theirs)}; first difference at line {i}:\n"
-            f"  ours: {mine[i] if i < len(mine) else None}\n  perf: {theirs[i] if i < len(theirs) else None}")
 
 
 @needs_perf
