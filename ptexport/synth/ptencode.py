@@ -160,6 +160,37 @@ class PacketWriter:
         # MODE.Exec: CS.L=1 (64-bit); bit 2 is RFLAGS.IF when Event Trace is on
         self.buf += b"\x99\x05" if iflag else b"\x99\x01"
 
+    def mode_exec(self, bits: int, iflag: bool = False) -> None:
+        """MODE.Exec for a code size: ``bits`` 64 (CS.L), 32 (CS.D) or 16 (neither)."""
+        self.flush_tnt()
+        payload = {64: 0x01, 32: 0x02, 16: 0x00}[bits] | (0x04 if iflag else 0)
+        self.buf += bytes([0x99, payload])
+
+    def mode_tsx(self, intx: bool, abrt: bool = False) -> None:
+        """MODE.TSX: InTX (transaction begins / executing) and TXAbort."""
+        self.flush_tnt()
+        self.buf += bytes([0x99, 0x20 | (0x02 if abrt else 0) | (0x01 if intx else 0)])
+
+    def pip(self, cr3: int, nr: bool = False) -> None:
+        """PIP: CR3[51:5] and NR (non-root, a VMX guest runs)."""
+        self.flush_tnt()
+        payload = ((cr3 >> 5) << 1) | (1 if nr else 0)
+        self.buf += b"\x02\x43" + payload.to_bytes(6, "little")
+
+    def vmcs(self, base: int) -> None:
+        """VMCS: the current VMCS pointer's bits 51:12."""
+        self.flush_tnt()
+        self.buf += b"\x02\xc8" + (base >> 12).to_bytes(5, "little")
+
+    def tracestop(self) -> None:
+        self.flush_tnt()
+        self.buf += b"\x02\x83"
+
+    def mnt(self, payload: int) -> None:
+        """Maintenance packet (model specific; decoders skip it)."""
+        self.flush_tnt()
+        self.buf += b"\x02\xc3\x88" + payload.to_bytes(8, "little")
+
     def cfe(self, typ: int, vector: int = 0, ip: bool = False) -> None:
         """Control Flow Event (Event Trace): ``typ`` (1 INTR, 2 IRET, ...), ``vector``; with
         ``ip`` a FUP with the event's IP must follow."""

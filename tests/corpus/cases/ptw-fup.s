@@ -1,0 +1,10 @@
+# PTWRITE with FUP (FUPonPTW): payload and the PTWRITE's IP.
+# @ptw-fup
+# @ptxed --event:ip
+# @covers ptwrite ptw-fup
+_start:
+	mov rax, 0x1234
+	ptwrite rax
+	nop
+	ptwrite rax
+	hlt

@@ -1,0 +1,8 @@
+# PTWRITE without FUP: the payloads.
+# @covers ptwrite ptw
+_start:
+	mov rax, 0xabcd
+	ptwrite rax
+	mov eax, 0xef09
+	ptwrite eax
+	hlt

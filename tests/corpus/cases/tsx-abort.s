@@ -1,0 +1,10 @@
+# An RTM transaction that aborts by XABORT: MODE.TSX abort, FUP, TIP to the fallback.
+# @covers tsx-abort mode_tsx
+_start:
+	xbegin fallback
+	nop
+	xabort 1
+	nop
+fallback:
+	nop
+	hlt
