@@ -46,6 +46,27 @@ _FAR = {"syscall", "sysret", "sysretq", "sysenter", "sysexit", "sysexitq", "iret
         "vmlaunch", "vmresume", "vmcall", "ud2"}
 
 
+# Scripted events: name -> function(truth, event, ip) -> new ip or None ("@at"), and
+# name -> function(truth, event, insn, next_ip) -> True when it wrote the branch's packets ("@after").
+# Add an event with the decorators below (each family of cases keeps its events in its own section).
+AT_EVENTS: dict = {}
+AFTER_EVENTS: dict = {}
+
+
+def at_event(name: str):
+    def deco(fn):
+        AT_EVENTS[name] = fn
+        return fn
+    return deco
+
+
+def after_event(name: str):
+    def deco(fn):
+        AFTER_EVENTS[name] = fn
+        return fn
+    return deco
+
+
 class CaseError(Exception):
     """A corpus case that cannot be built (bad directive, assembler error, emulation fault)."""
 
@@ -77,6 +98,11 @@ class Case:
     perf: bool = False         # also wrap into a perf.data and compare with perf script
     covers: list[str] = field(default_factory=list)
     regs: dict[str, int] = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+
+# Extra case directives: name -> function(case, words); options go into case.extra.
+CASE_DIRECTIVES: dict = {}
 
 
 def _int(s: str) -> int:
@@ -118,6 +144,8 @@ def parse_case(path: Path) -> Case:
                 case.covers += words
             elif key == "reg":
                 case.regs[words[0].lower()] = _int(words[1])
+            elif key in CASE_DIRECTIVES:
+                CASE_DIRECTIVES[key](case, words)
             elif key in ("at", "after"):
                 label, _, nth = words[0].partition("#")
                 case.events.append(Event(label, int(nth or 1), words[1], words[2:], key))
@@ -454,6 +482,8 @@ class Truth:
             pw.cbr(_int(a[0]))
         elif name == "pad":
             pw.pad(int(a[0]) if a else 1)
+        elif name in AT_EVENTS:
+            return AT_EVENTS[name](self, ev, ip)
         else:
             raise CaseError(f"{self.case.name}: unknown event {name!r}")
         return None
@@ -496,6 +526,10 @@ class Truth:
                 self.pos = ret_addr if noip else nxt
                 self.line("[disabled" + (f", ip: {nxt:016x}" if self.evip and not noip else "") + "]")
                 return
+            if ev.name in AFTER_EVENTS:
+                if AFTER_EVENTS[ev.name](self, ev, insn, nxt):
+                    return
+                continue
             raise CaseError(f"{self.case.name}: unknown @after event {ev.name!r}")
         if kind == K_JCC:
             pw.tnt(nxt != ret_addr)
