@@ -27,3 +27,33 @@ def test_input_error_names_source_offset_and_what():
     assert str(err) == "perf.data+0x1f2c: record SAMPLE: size 4 is below the 8-byte header"
     moved = err.relocated(source="big.data", offset_base=0x1000)
     assert str(moved) == "big.data+0x2f2c: record SAMPLE: size 4 is below the 8-byte header"
+
+
+def test_numba_is_a_core_dependency_and_loads():
+    """`pip install .` brings numba: the compiled decoder is what users get."""
+    import importlib.metadata as md
+
+    from ptexport.flow import perffast
+
+    reqs = md.requires("ptexport") or []
+    assert any(r.split(";")[0].strip().startswith("numba") and "extra" not in r for r in reqs), reqs
+    assert perffast.available() and perffast.unavailable_reason() == ""
+
+
+def test_reference_path_is_announced_on_stderr(monkeypatch, capsys, tmp_path):
+    """Without a loadable numba, decoding says once on stderr that it runs the slow reference path."""
+    import ptexport.cli as cli
+    from ptexport.flow import perffast, perffast_tok
+
+    trace = tmp_path / "t.pt"
+    trace.write_bytes(bytes([0x02, 0x82] * 8) + b"\x02\x23")
+    monkeypatch.setattr(perffast, "numba", None)
+    monkeypatch.setattr(perffast_tok, "NUMBA_PROBLEM", "numba cannot be imported (test)")
+    monkeypatch.setattr(cli, "_warned", False)
+    assert cli.main(["dump", "packets", "--raw", str(trace)], io.StringIO()) == 0
+    assert cli.main(["dump", "packets", "--raw", str(trace)], io.StringIO()) == 0
+    err = capsys.readouterr().err
+    assert err.count("slow reference path") == 1 and "numba cannot be imported (test)" in err
+    monkeypatch.setattr(cli, "_warned", False)
+    assert cli.main(["info", str(trace)], io.StringIO()) in (0, 1, 2, 3, 4)
+    assert "slow reference path" not in capsys.readouterr().err

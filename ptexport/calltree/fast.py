@@ -418,7 +418,7 @@ class FastCallTree:
         capacity: int = 1024,
     ) -> None:
         if not HAVE_NUMBA:  # pragma: no cover
-            raise ImportError("FastCallTree needs numba (pip install 'ptexport[fast]')")
+            raise ImportError("FastCallTree needs numba (a dependency of ptexport: reinstall it)")
         capacity = max(int(capacity), 8)
         self.E = np.zeros((capacity, E_COLS), dtype=np.int64)
         self.S = np.zeros((16, S_COLS), dtype=np.int64)

@@ -79,6 +79,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help(out)
         return 2
+    _warn_reference_path(args)
     try:
         return int(args._run(args, out) or 0)
     except PtExportError as e:
@@ -94,6 +95,24 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         except OSError:
             pass
         return 0
+
+
+_NO_DECODE = {"info", "upgrade", "synth", "vm-time-correlation"}
+_warned = False
+
+
+def _warn_reference_path(args) -> None:
+    """One line on stderr when decoding cannot take the compiled path (numba missing or broken)."""
+    global _warned
+    if _warned or getattr(args, "subcommand", None) in _NO_DECODE:
+        return
+    from ptexport.flow.perffast import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        _warned = True
+        print(f"ptexport: warning: {reason}: decoding on the slow reference path "
+              "(reinstall ptexport to get numba)", file=sys.stderr)
 
 
 def entry() -> None:

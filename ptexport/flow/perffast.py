@@ -54,6 +54,13 @@ def available() -> bool:
     return numba is not None
 
 
+def unavailable_reason() -> str:
+    """Why the compiled decoder cannot run here ("" when it can)."""
+    from ptexport.flow.perffast_tok import NUMBA_PROBLEM
+
+    return NUMBA_PROBLEM if numba is None else ""
+
+
 def supported(session: Any) -> bool:
     """True when the fast path reproduces ``decode_queue`` for this session's options."""
     it = session.cfg.itrace
