@@ -265,9 +265,14 @@ class QueueDecoder:
         return int(c.pid[i]), int(c.tid[i]), lo, min(hi, _I64_MAX)
 
     def _tsc_at_or_after(self, t: int) -> int:
-        """The smallest TSC whose perf time is >= ``t``."""
+        """The smallest TSC whose perf time is >= ``t`` (0 for times before TSC 0, as the
+        sideband of old perf versions has: records at time 0; at most the int64 state's maximum)."""
         tc = self.s.tc
         c = tc.perf_time_to_tsc(t)
+        if c > _I64_MAX:
+            # perf's u64 arithmetic wrapped: ``t`` lies before TSC 0 (old perf versions write
+            # sideband at time 0; time_zero may itself be a wrapped negative value)
+            return 0
         for _ in range(64):
             if c > 0 and tc.tsc_to_perf_time(c - 1) >= t:
                 c -= 1
@@ -356,8 +361,9 @@ class QueueDecoder:
         self.lookup.time = time
         self.walker.have_thread = have_thread
         S[K.HAVE_THREAD] = int(have_thread)
-        S[K.CTX_LO] = lo
-        S[K.CTX_HI] = hi
+        # The kernel's state is int64: a range end beyond it means "no end".
+        S[K.CTX_LO] = min(max(lo, -_I64_MAX - 1), _I64_MAX)
+        S[K.CTX_HI] = min(max(hi, -_I64_MAX - 1), _I64_MAX)
         self._select((pid, have_thread, gen), gkey)
 
     def _select(self, ctx: tuple, gctx: tuple) -> None:
