@@ -363,6 +363,9 @@ class EventDecoder:
         self.evq.clear()
         self.ip.reset()
         self.enabled = False
+        # SKL168: CYC packets right before a PSB may be lost; calibration skips the next span
+        # (libipt's pt_qry_decode_psb -> pt_tcal_update_psb).
+        self.time.cal.update_psb()
         status_ev = self._enqueue(EVB_PSBEND, "")
         status_ev.status_update = True
         while True:
