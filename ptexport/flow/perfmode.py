@@ -78,7 +78,7 @@ ERROR_MESSAGES = {
     ERR_OVR: "Overflow packet",
     ERR_LOST: "Lost trace data",
     ERR_UNK: "Unknown error!",
-    ERR_NELOOP: "Never-ending loop",
+    ERR_NELOOP: "Never-ending loop (refer perf config intel-pt.max-loops)",
 }
 
 # Instruction classes (perf's op / branch kinds).

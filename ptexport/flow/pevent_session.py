@@ -86,7 +86,10 @@ class PeventSession:
     def _path(self, name: str) -> str | None:
         if self.resolve is not None:
             return self.resolve(name)
-        return name if os.path.isabs(name) else os.path.join(self.root, name)
+        if os.path.isabs(name):
+            # --pevent:sysroot prefixes absolute paths too (libipt: sysroot + filename)
+            return self.root.rstrip("/") + name if self.root else name
+        return os.path.join(self.root, name)
 
     def _apply(self, r) -> list[tuple[str, str]]:
         """Apply one record; returns (severity, text) diagnostics."""
@@ -116,7 +119,7 @@ class PeventSession:
                 return diags
             path = self._path(name)
             try:
-                if path is None:
+                if path is None or not os.path.isfile(path):
                     raise ImageError("not found", source=name)
                 if self.kernel_start is not None and addr >= self.kernel_start:
                     self._add_kernel_section(path, addr, pgoff, size)
@@ -124,6 +127,8 @@ class PeventSession:
                     self._proc(pid).add_raw(path, addr, offset=pgoff, size=size)
             except ImageError:
                 diags.append(("warning", "image section lost"))
+        elif t >= 64:  # a perf tool record libipt does not know
+            diags.append(("error", "bad configuration"))
         elif t == REC_AUX:
             if f.get("flags", 0) & 1:
                 diags.append(("warning", "trace lost"))

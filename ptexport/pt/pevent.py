@@ -74,6 +74,9 @@ class SbRecord:
     filename: str
 
 
+PERF_RECORD_USER_TYPE_START = 64  # perf tool records: not from the kernel, no sample_id
+
+
 def _sample_id_size(st: int) -> int:
     n = 0
     for bit, size in ((S_TID, 8), (S_TIME, 8), (S_ID, 8), (S_STREAM_ID, 8), (S_CPU, 8),
@@ -103,6 +106,14 @@ def load_pevent(data: bytes, cfg: PeventConfig, filename: str = "<sideband>",
         if size < 8 or pos + size > n:
             raise InputError(f"bad record size {size}", source=filename, offset=pos,
                              what="sideband record")
+        if rtype >= PERF_RECORD_USER_TYPE_START:
+            # perf's own records (HEADER_ATTR, THREAD_MAP, TIME_CONV ...), as perf-read-sideband
+            # scripts copy them: no sample_id; applied at once (time 0), like libipt does.
+            rec = SbRecord(pos, rtype, misc, 0, [("type", rtype), ("misc", misc)], "", [], filename)
+            rec.name = f"UNKNOWN ({rtype:x}, {misc:x})"  # type: ignore[attr-defined]
+            recs.append(rec)
+            pos += size
+            continue
         body = data[pos + 8 : pos + size - sid_size] if size - 8 >= sid_size else b""
         if size - 8 < sid_size:
             raise InputError("record too small for its sample_id", source=filename,
@@ -157,7 +168,7 @@ def _body(rtype: int, misc: int, body: bytes):
     if rtype == 10:  # MMAP2
         pid, tid, addr, ln, pgoff, maj, mnr, ino, ino_gen, prot, flags = struct.unpack_from(
             "<IIQQQIIQQII", body, 0)
-        fn = _cstr(body[72:])
+        fn = _cstr(body[64:])
         return ([("pid", pid), ("tid", tid), ("addr", addr), ("len", ln), ("pgoff", pgoff),
                  ("maj", maj), ("min", mnr), ("ino", ino), ("ino generation", ino_gen),
                  ("prot", prot), ("flags", flags), ("filename", fn)],
