@@ -107,3 +107,38 @@ def first_difference(mine: list[str], theirs: list[str]) -> str:
     i = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
     return (f"{len(mine)} lines vs perf's {len(theirs)}; first difference at line {i}:\n"
             f"  ours: {mine[i] if i < len(mine) else None}\n  perf: {theirs[i] if i < len(theirs) else None}")
+
+
+# ---------------------------------------------------------------- the project's own corpus
+
+def corpus_build(name: str, workdir: Path):
+    """Build ``tests/corpus/cases/NAME.s`` (assemble, emulate, encode) into ``workdir``.
+
+    Returns corpuslib's ``Built``: ``pt_path``, ``expected`` (ptxed lines), ``image`` (code, org,
+    labels); :func:`corpus_image` gives the decoder's image (without the case's @nomap holes).
+    """
+    import sys
+
+    corpus = str(REPO / "tests" / "corpus")
+    if corpus not in sys.path:
+        sys.path.insert(0, corpus)
+    import corpuslib
+
+    return corpuslib.build(corpuslib.parse_case(corpuslib.CASES / f"{name}.s"), Path(workdir))
+
+
+def corpus_segments(built) -> list[tuple[bytes, int]]:
+    """The code a built corpus case gives the decoder: (bytes, address) pieces."""
+    import corpuslib
+
+    return corpuslib.image_segments(built)
+
+
+def corpus_image(built, name: str | None = None):
+    """A fresh :class:`ptexport.images.image.Image` with a built corpus case's code."""
+    from ptexport.images.image import Image
+
+    image = Image(name) if name is not None else Image()
+    for code, org in corpus_segments(built):
+        image.add_bytes(code, org)
+    return image

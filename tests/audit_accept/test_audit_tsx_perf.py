@@ -1,120 +1,82 @@
 """Issue #4 item 4: transactions (``--itrace=x``, the "in-tx"/"tx abrt" flags) against perf 6.1.
 
 The generator makes no TSX traces, so nothing else compares our transaction samples with perf's.  Here
-libipt's TSX corpus traces (raw .pt plus the code .bin at its org address) are wrapped into per-thread
-perf.data files (the code as a static ELF mapped by MMAP2, the trace as one AUXTRACE buffer), and
-``dump branches`` must equal ``perf script`` for --itrace=be, x, bex and cr (where perf prints anything).
+the project's own TSX corpus cases (tests/corpus/cases/tsx-*.s: commit, XABORT, an abort by an
+asynchronous event, nested calls in a transaction, a PSB+ with MODE.TSX inside one, TIP.PGD and
+FUP+TIP.PGD inside one) are built by the corpus (assembled, run in the emulator, encoded as Intel PT)
+and wrapped into per-thread perf.data files (corpuslib.wrap_perf: the code as a static ELF mapped by
+MMAP2, the trace as one AUXTRACE buffer).  ``dump branches`` must equal ``perf script`` for --itrace=be,
+x, bex and cr, and both must equal the samples the emulator's flow implies (corpuslib.perf_samples):
+the transaction flags are checked against the ground truth, not only against perf.
+
 The corpus traces carry no timing packets, and perf 6.1 segfaults decoding these files unless timeless
 (``Z``), so both decode with Z and the lines are compared without cpu and time (perf cannot print time
-with Z; the per-thread files have no cpu).
+with Z; the per-thread files have no cpu).  perf's rule, which the truth follows: the trace end of an
+asynchronous disable (FUP+TIP.PGD) inside a transaction carries no ``(x)``.
 """
 
 from __future__ import annotations
 
-import io
-import subprocess
+import difflib
+import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
-from ptxtest import LIBIPT, needs_perf
-from ptexport.cli import main
-from ptexport.perfdata.constants import RecordType
-from ptexport.synth import generate as G
-from ptexport.synth.perfwrite import (
-    PerfDataWriter,
-    aux_body,
-    auxtrace_info_record,
-    comm_body,
-    finished_round,
-    itrace_start_body,
-    mmap2_body,
-    time_conv_record,
-)
-from ptexport.synth.sideband import _Records, auxtrace_priv, make_attrs
-from ptexport.synth.vm import _common_features
-from ptexport.synth.vm_code import Code, write_static_elf
+from ptxtest import needs_perf
 
-TESTS = ["tsx-abort", "tsx-commit", "tsx-no_spurious_commit", "tip_pge-tsx_abort-tip_pgd",
-         "psb-tsx_abort-tip-fup-tip_pgd", "psb-tsx_abort-tip_pgd", "tip_pgd-tsx", "skd010-mode_tsx-fup"]
-PID = 1000
-MISC_USER, MISC_COMM_EXEC = 2, 0x2000
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "corpus"))
+import corpuslib as C  # noqa: E402
+
+pytestmark = [needs_perf,
+              pytest.mark.skipif(shutil.which("as") is None or shutil.which("ld") is None,
+                                 reason="binutils (as, ld) not installed; .ci/run installs them")]
+
+TESTS = ["tsx-commit", "tsx-abort", "tsx-abort-async", "tsx-nested-calls", "tsx-psb", "tsx-psb-abort",
+         "tsx-tip_pgd", "tsx-fup-tip_pgd"]
+ITRACES = ("beZ", "xZ", "bexZ", "crZ")
 
 
-def _org(test: str) -> int:
-    for line in (LIBIPT / "manifest.tsv").read_text().splitlines()[1:]:
-        cols = line.split("\t")
-        if cols[1] == test:
-            return int(cols[2], 16)
-    raise KeyError(test)
+def _built(test: str, out: Path) -> tuple[C.Built, Path]:
+    case = C.parse_case(C.CASES / f"{test}.s")
+    b = C.build_perf(case, out)
+    return b, C.wrap_perf(b, out / "perf")
 
 
-def wrap(test: str, out) -> str:
-    """A per-thread perf.data of libipt's ``test`` (its trace and code); returns its path."""
-    pt_bytes = (LIBIPT / "ptt" / f"{test}.pt").read_bytes()
-    code = (LIBIPT / "ptt" / f"{test}.bin").read_bytes()
-    org = _org(test)
-    elf = out / "prog"
-    write_static_elf(elf, Code(base=org, data=code, insns={}, labels={}))
-    opts = G.SynthOptions(per_thread=True, timing="tsc", cpus=1)
-    pt, dummy = make_attrs(opts, 1)
-    recs = _Records(pt, dummy, lambda cpu, tid: 0)
-    t0 = 1_000_000
-    start = org & ~0xFFF
-    end = (org + len(code) + 0xFFF) & ~0xFFF
-    recs.add(t0, RecordType.COMM, MISC_COMM_EXEC, comm_body(PID, PID, "prog"), pid=PID, tid=PID, cpu=0)
-    recs.add(t0 + 100, RecordType.MMAP2, MISC_USER, mmap2_body(PID, PID, start, end - start, 0x1000 - (org - start),
-                                                                str(elf), ino=4242), pid=PID, tid=PID, cpu=0)
-    recs.add(t0 + 200, RecordType.ITRACE_START, 0, itrace_start_body(PID, PID), pid=PID, tid=PID, cpu=0,
-             pt_event=True)
-    recs.add_raw(t0 + 300, ("AUXTRACE", pt_bytes, 0, t0 + 500, 0, PID, -1))
-    recs.add(t0 + 400, RecordType.AUX, 0, aux_body(0, len(pt_bytes), 0), pid=PID, tid=PID, cpu=0, pt_event=True)
-    recs.items.sort(key=lambda x: (x[0], x[1]))
-    path = out / "perf.data"
-    with open(path, "wb") as f:
-        w = PerfDataWriter(f, [pt, dummy])
-        w.write(auxtrace_info_record(auxtrace_priv(opts, pt)))
-        w.write(time_conv_record(G.TIME_SHIFT, G.TIME_MULT, G.TIME_ZERO))
-        for _ns, _n, data in recs.items:
-            if isinstance(data, tuple):
-                _tag, chunk, off, ref, idx, tid, cpu = data
-                w.write_auxtrace(chunk, offset=off, reference=ref, idx=idx, tid=tid, cpu=cpu)
-            else:
-                w.write(data)
-        w.write(finished_round())
-        w.close(_common_features(1, ["/usr/bin/perf", "record", "--per-thread", "-e", "intel_pt//u", str(elf)],
-                                 [pt, dummy]))
-    return str(path)
+def _count(flow, kind: str) -> int:
+    return sum(1 for s in flow if s.kind == kind and s.traced)
 
 
-def _drop_cpu_time(line: str) -> str:
-    if line.startswith("instruction trace error"):
-        return line
-    parts = line.split(" ")
-    return " ".join(parts[:1] + parts[3:])  # pid/tid [cpu] time: ...
-
-
-def _collapse(text: str) -> list[str]:
-    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
-
-
-@needs_perf
 @pytest.mark.parametrize("test", TESTS)
-def test_libipt_tsx_traces_equal_perf(tmp_path, test):
-    if not (LIBIPT / "ptt" / f"{test}.pt").exists():
-        pytest.skip(f"libipt corpus file {test}.pt not found")
-    path = wrap(test, tmp_path)
-    printed, text = 0, []
-    for itrace in ("beZ", "xZ", "bexZ", "crZ"):
-        r = subprocess.run(["perf", "script", "-i", path, f"--itrace={itrace}", "-F", "pid,tid,ip,addr,flags"],
-                           capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stderr[-1000:]
-        theirs = _collapse(r.stdout)
-        out = io.StringIO()
-        assert main(["dump", "branches", path, f"--itrace={itrace}"], out=out) == 0
-        mine = [_drop_cpu_time(line) for line in _collapse(out.getvalue())]
-        assert mine == theirs, (itrace, mine, theirs)
+def test_own_tsx_traces_equal_perf(tmp_path, test):
+    b, path = _built(test, tmp_path)
+    printed, by_itrace = 0, {}
+    for itrace in ITRACES:
+        theirs = C.perf_script_lines(path, itrace)
+        mine = C.ptexport_branch_lines(path, itrace)
+        assert mine == theirs, (itrace, "\n".join(difflib.unified_diff(theirs, mine, "perf", "ptexport", lineterm="")))
+        truth = C.perf_samples(b, itrace)
+        assert theirs == truth, (itrace, "\n".join(difflib.unified_diff(truth, theirs, "emulator", "perf",
+                                                                        lineterm="")))
         printed += len(theirs)
-        text += theirs
+        by_itrace[itrace] = theirs
     assert printed > 0
+
+    # The transaction flags, counted from the emulator's flow.
+    flow = b.flow
+    begins, commits, aborts = _count(flow, "tx-begin"), _count(flow, "tx-commit"), _count(flow, "abort")
+    assert begins > 0, f"{test}: no traced XBEGIN"
+    x = by_itrace["xZ"]
+    assert sum(1 for line in x if line.split()[1] == "x") == begins            # begin: in-tx sample
+    assert sum(1 for line in x if "tx abrt" in line) == aborts                 # abort: tx abrt to the fallback
+    assert len(x) == begins + commits + aborts                                  # commit: a sample without flags
+    be = by_itrace["beZ"]
+    assert sum(1 for line in be if "tx abrt" in line) == aborts
+    in_tx_branches = sum(1 for s in flow if isinstance(s.kind, int) and s.traced and s.in_tx
+                         and C.perf_samples([s], "be"))
+    assert sum(1 for line in be if "(x)" in line) == in_tx_branches
     if "abort" in test:
-        assert any("tx abrt" in line for line in text)  # perf's abort flag, and ours
+        assert aborts > 0 and any("tx abrt" in line for line in by_itrace["bexZ"])  # perf's abort flag, and ours
+    if test in ("tsx-nested-calls", "tsx-psb", "tsx-tip_pgd", "tsx-commit"):
+        assert in_tx_branches > 0, f"{test}: no branch inside the transaction"

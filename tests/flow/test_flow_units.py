@@ -10,6 +10,7 @@ from ptexport.flow.events import EVB_FUP, EVB_TIP, Event, EventQueue
 from ptexport.flow.retstack import CAPACITY, RetStack, RetStackEmpty
 from ptexport.images.image import Image
 from ptexport.images.section import SectionCache
+from ptxtest import corpus_build, corpus_image
 
 
 @pytest.mark.parametrize(
@@ -169,7 +170,7 @@ def test_image_errors(tmp_path):
         img.add_file(str(bad), 0)
 
 
-def test_flow_batches_equal_ptxed_lines(libipt_dir):
+def test_flow_batches_equal_ptxed_lines(tmp_path):
     """The columnar form carries the same instructions, events and errors as the text."""
     import numpy as np
 
@@ -178,13 +179,13 @@ def test_flow_batches_equal_ptxed_lines(libipt_dir):
     from ptexport.flow.ptxed import PtxedOptions, format_event, ptxed_lines
     from ptexport.flow.query import DecoderConfig
 
-    d = libipt_dir / "ptt"
-    for name, org in (("loop-tnt", 0x100000), ("ptxed-resync-nomap-tip", 0x100000),
-                      ("tsx-abort", 0x100000)):
+    # Corpus cases: a TNT loop, errors (no-map) with resync, a transaction (speculative rows).
+    for name in ("loop-tnt-short", "nomap-tip-resync", "tsx-abort"):
+        built = corpus_build(name, tmp_path / name)
+        trace = built.pt_path.read_bytes()
+
         def fresh():
-            image = Image()
-            image.add_bytes((d / f"{name}.bin").read_bytes(), org)
-            return InsnDecoder((d / f"{name}.pt").read_bytes(), image, DecoderConfig())
+            return InsnDecoder(trace, corpus_image(built), DecoderConfig())
 
         opts = PtxedOptions(resync_on_error=True)
         want = list(ptxed_lines(fresh(), opts))
@@ -213,55 +214,55 @@ def test_flow_batches_equal_ptxed_lines(libipt_dir):
             assert b.ip.dtype == np.uint64 and b.iclass.dtype == np.uint8
             assert len(b.size) == len(b.ip) and (b.size[: len(b)] > 0).all()
         assert got == want, name
+        assert want == built.expected, name
 
 
-def test_pip_selects_the_address_space(libipt_dir):
+def test_pip_selects_the_address_space(tmp_path):
     """PIP (and VMCS) events let the caller switch images: host vs guest code."""
     from ptexport.flow.insn import InsnDecoder
     from ptexport.flow.ptxed import PtxedOptions, ptxed_lines
     from ptexport.flow.query import DecoderConfig
 
-    d = libipt_dir / "ptt"
-    host = Image("host")
-    host.add_bytes((d / "pip-far_call.bin").read_bytes(), 0x100000)
-    other = Image("cr3 cdcdc0")                 # nothing mapped at the far call's target
+    built = corpus_build("pip-far-syscall", tmp_path)   # mov cr3 (PIP), then a far transfer
+    host = corpus_image(built, "host")
+    other = Image("cr3 cdcdc0")                 # nothing mapped in the other address space
     seen = []
 
     def select(cr3, nr, vmcs):
         seen.append((cr3, nr, vmcs))
         return other if cr3 == 0xCDCDC0 else None
 
-    trace = (d / "pip-far_call.pt").read_bytes()
+    trace = built.pt_path.read_bytes()
     plain = list(ptxed_lines(InsnDecoder(trace, host, DecoderConfig()), PtxedOptions()))
-    assert plain[-2:] == ["0000000000100004", "[disabled]"]
+    assert plain == built.expected and plain[-1] == "[disabled]"
     dec = InsnDecoder(trace, host, DecoderConfig(), select_image=select)
     lines = list(ptxed_lines(dec, PtxedOptions()))
     assert seen == [(0xCDCDC0, False, None)]
+    assert lines[:3] == plain[:3]
     assert lines[2] == "[paging, cr3: 0000000000cdcdc0]"
     assert "error: no memory mapped at this address" in lines[3]
 
 
-def test_guest_code_keeps_its_image_across_host_switches(libipt_dir):
+def test_guest_code_keeps_its_image_across_host_switches(tmp_path):
     """After a PIP with NR=1 the guest image stays live even if the host image changes."""
     from ptexport.flow.insn import InsnDecoder
     from ptexport.flow.ptxed import PtxedOptions, ptxed_lines
     from ptexport.flow.query import DecoderConfig
 
-    d = libipt_dir / "ptt"
-    code = (d / "pip-far_call.bin").read_bytes()
-    trace = bytearray((d / "pip-far_call.pt").read_bytes())
-    assert trace[0x1B:0x1D] == b"\x02\x43"
-    trace[0x1D] |= 1                            # PIP.NR: the far call enters the guest
-    host = Image("host")
-    host.add_bytes(code, 0x100000)
-    guest = Image("guest")
-    guest.add_bytes(code, 0x100000)
+    built = corpus_build("pip-far-syscall", tmp_path)
+    trace = bytearray(built.pt_path.read_bytes())
+    pip = trace.index(b"\x02\x43")
+    assert pip > trace.index(b"\x02\x23")     # the PIP after the PSB+
+    trace[pip + 2] |= 1                         # PIP.NR: the far transfer enters the guest
+    host = corpus_image(built, "host")
+    guest = corpus_image(built, "guest")
 
     dec = InsnDecoder(bytes(trace), host, DecoderConfig(),
                       select_image=lambda cr3, nr, vmcs: guest if nr else None)
     lines = list(ptxed_lines(dec, PtxedOptions()))
     assert "[paging, cr3: 0000000000cdcdc0, nr]" in lines
-    assert lines[-2:] == ["0000000000100004", "[disabled]"]
+    assert [x for x in lines if "paging" not in x] == [x for x in built.expected if "paging" not in x]
+    assert lines[-1] == "[disabled]"
     assert dec.image is guest and dec.host_image is host
     dec.set_image(Image("another host"))        # a host context switch
     assert dec.image is guest

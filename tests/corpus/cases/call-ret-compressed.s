@@ -1,5 +1,6 @@
 # Direct and indirect calls, returns compressed to TNT bits.
 # @covers call_direct ret_compressed call_indirect
+# @perf
 _start:
 	lea rax, [rip + g]
 	call f

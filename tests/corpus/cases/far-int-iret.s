@@ -1,5 +1,6 @@
 # Software interrupt (int 0x80) and iretq; the handler calls and returns.
 # @covers int iret far_transfer
+# @perf
 _start:
 	int 0x80
 	nop

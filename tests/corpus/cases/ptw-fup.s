@@ -2,6 +2,7 @@
 # @ptw-fup
 # @ptxed --event:ip
 # @covers ptwrite ptw-fup
+# @perf
 _start:
 	mov rax, 0x1234
 	ptwrite rax

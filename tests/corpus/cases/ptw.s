@@ -1,5 +1,6 @@
 # PTWRITE without FUP: the payloads.
 # @covers ptwrite ptw
+# @perf
 _start:
 	mov rax, 0xabcd
 	ptwrite rax

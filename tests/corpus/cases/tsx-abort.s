@@ -1,5 +1,6 @@
 # An RTM transaction that aborts by XABORT: MODE.TSX abort, FUP, TIP to the fallback.
 # @covers tsx-abort mode_tsx
+# @perf
 _start:
 	xbegin fallback
 	nop

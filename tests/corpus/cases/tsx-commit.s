@@ -1,5 +1,6 @@
 # An RTM transaction that commits: MODE.TSX+FUP at XBEGIN and at XEND, speculative instructions.
 # @covers tsx-begin tsx-commit mode_tsx
+# @perf
 _start:
 	xbegin fallback
 	nop

@@ -1,0 +1,31 @@
+# IP compression @ip mixed: indirect jumps, calls and uncompressed returns between three code regions
+# (near, 64 KiB+ away, above 4 GiB).  Each IP packet picks any valid IP compression at random (seeded): 16-, 32-, 48-bit updates, sign-extended 48 and full IPs interleave, so the last-IP state must be tracked exactly.
+# @covers ip-compression ip-mixed
+# @perf
+# @ip mixed
+# @retcomp off
+# @section mid 0x12340000
+# @section far 0x7ffe12340000
+# @expect-ipbytes 0 1 2 3 4 6
+_start:
+	mov ecx, 12
+loop:	movabs rbx, offset mid1
+	call rbx
+	movabs rbx, offset far1
+	call rbx
+	lea rax, [rip + next]
+	jmp rax
+next:	dec ecx
+	jnz loop
+	hlt
+
+	.section .mid, "ax"
+mid1:	lea rdx, [rip + mid2]
+	jmp rdx
+mid2:	ret
+
+	.section .far, "ax"
+far1:	lea rdx, [rip + far2]
+	call rdx
+	ret
+far2:	ret
