@@ -34,7 +34,7 @@ import numpy as np
 from ptexport.errors import PtExportError
 from ptexport.export.model import ExportModel
 from ptexport.images.kallsyms import kmod_name
-from ptexport.images.symbols import EMPTY, SymbolTable, load_elf_symbols
+from ptexport.images.symbols import EMPTY, OPEN_END, SymbolTable, load_elf_symbols
 from ptexport.pipeline.perfthreads import PerfComm, PerfThread, PerfThreads
 
 _KERNEL_DSOS = ("[kernel.kallsyms]", "[guest.kernel.kallsyms]")
@@ -242,7 +242,8 @@ class MachineState:
         key = (dso, sym.start)
         hit = self._sym_ids.get(key)
         if hit is None:
-            sid = self.m.symbol(dso, sym.start, sym.end, sym.name, sym.binding)
+            end = sym.end if sym.end != OPEN_END else e.end - base  # perf 6.1: a last size-0 symbol ends with its map
+            sid = self.m.symbol(dso, sym.start, end, sym.name, sym.binding)
             hit = (sid, sym.start)
             self._sym_ids[key] = hit
         return dso, hit[0], off - sym.start, sym.start + base
