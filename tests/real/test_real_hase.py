@@ -58,3 +58,24 @@ def test_export_runs(folder, tmp_path):
 
 def test_folders_present():
     assert len(FOLDERS) == 4, f"HASE recordings not found under {REAL}"
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_export_equals_perfs_export(folder, tmp_path):
+    """Every table of perf 6.1's export-to-sqlite.py (branches calls) has the same rows in ours."""
+    import sqlite3
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "export"))
+    from exporttest import make_perf_db
+
+    perf_db = make_perf_db(tmp_path / "perf.db", _recording(folder), "branches", "calls")
+    ours = tmp_path / "ours.db"
+    assert main([str(_recording(folder)), "--db", str(ours)], io.StringIO()) == 0
+    p, o = sqlite3.connect(perf_db), sqlite3.connect(ours)
+    tables = [r[0] for r in p.execute("select name from sqlite_master where type='table'")]
+    assert {"samples", "calls", "call_paths", "symbols", "threads", "comms"} <= set(tables)
+    for t in tables:
+        cols = [r[1] for r in p.execute(f"pragma table_info({t})")]
+        sql = f"select {','.join(cols)} from {t} order by {cols[0]}"
+        assert o.execute(sql).fetchall() == p.execute(sql).fetchall(), t
