@@ -1,7 +1,7 @@
 """ptexport's own instruction-level corpus through ``dump insns --raw`` (insn and block decoders).
 
 Each case in cases/ is assembled here, run in the emulator, encoded as Intel PT by the synth encoder,
-and decoded by ptexport; the output must equal the flow the emulator executed (corpuslib.py), for
+and decoded by ptexport; the output must equal the flow the emulator executed (corpuslib), for
 every CPU the case names (errata) and with both decoders.
 """
 
