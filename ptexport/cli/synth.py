@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="TSC in PSB+ only; plus MTC with TMA (default); plus CYC")
     t.add_argument("--mtc-period", type=int, default=3, metavar="P",
                    help="MTC every 2^P crystal clocks (default 3)")
+    t.add_argument("--cyc-thresh", type=int, default=0, metavar="N",
+                   help="CYC threshold (with --timing cyc): a CYC packet only once 2^(N-1) cycles "
+                        "have passed since the last one (default 0: at every chance)")
     t.add_argument("--cbr", type=int, default=0, metavar="RATIO",
                    help="emit CBR packets with this core:bus ratio (the max non-turbo ratio is 20)")
     s = p.add_argument_group("layout")
@@ -98,7 +101,7 @@ def run(args, out) -> int:
 
     opts = SynthOptions(program=args.program, branches=args.branches, retcomp=args.retcomp,
                         tnt=args.tnt, ip_mode=args.ip_mode, timing=args.timing,
-                        mtc_period=args.mtc_period, cbr=args.cbr, cpus=args.cpus,
+                        mtc_period=args.mtc_period, cyc_thresh=args.cyc_thresh, cbr=args.cbr, cpus=args.cpus,
                         psb_period=args.psb_period, seed=args.seed, migrate=args.migrate,
                         per_thread=args.per_thread, ovf=args.ovf, corrupt=args.corrupt,
                         truncate=args.truncate, replay=args.replay, pipe=args.pipe,

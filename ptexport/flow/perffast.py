@@ -482,6 +482,7 @@ class QueueDecoder:
         S[K.P_PERIOD_TYPE] = p.period_type
         S[K.P_PERIOD] = p.period
         S[K.P_FUP_NLIP] = int(p.fup_with_nlip)
+        S[K.P_CYC_THRESH] = p.cyc_threshold
         S[K.P_KERNEL_START] = _i64(s.kernel_start)
         S[K.P_FILTER] = s._branches_filter
         S[K.P_BRANCHES] = int(it.branches)

@@ -59,6 +59,7 @@ NSTATE
 P_RETCOMP P_BRANCH_ENABLE P_MTC_SHIFT P_CTC_N P_CTC_D P_CTC_MULT P_MNTR P_PERIOD_TYPE P_PERIOD P_FUP_NLIP
 P_PERIOD_MASK P_PERIOD_TICKS P_CTC_REM_MASK P_KERNEL_START P_FILTER P_BRANCHES P_ERRORS P_ERR_MINUS_O
 P_ERR_MINUS_L P_EST_TSC P_TIMELESS P_PER_CPU P_PWR P_TX P_PTW P_COUNT_ONLY P_RAW_INSN P_SINGLE P_STOP_BUF P_STOP_BYTE
+P_CYC_THRESH
 HAVE_THREAD CTX_LO CTX_HI NEED_IP NEED_TO NEED_MAX NEED_NR RETOK_BUF RETOK_POS NOUT NITEM STEP_NR NBRANCH MORE_BUF
 TF_ON SEL_START SEL_TS FF_TS TF_PENDING HAVE_SAMPLE
 S_SIZE
@@ -1088,11 +1089,17 @@ def _psb_with_fup(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
 
 def _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
     no_tip = False
+    cyc_thresh = S[P_CYC_THRESH]
+    prev_kind = PAD  # with a CYC threshold a CYC counts toward IPC only for the next packet
     err = _get_next_packet(S, PK, BI)
     if err:
         return err
     while True:
         k = S[KIND]
+        if cyc_thresh:
+            if S[SAMPLE_CYC] and prev_kind != CYC:
+                S[SAMPLE_CYC] = 0
+            prev_kind = k
         if k == TNT:
             if S[COUNT]:
                 S[TNT_COUNT] = S[COUNT]

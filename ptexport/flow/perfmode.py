@@ -173,6 +173,7 @@ class Params:
     period: int = 0
     fup_with_nlip: bool = False  # perf sets it for GenuineIntel,6,92 (Goldmont)
     quick: int = 0  # --itrace=q: 1 hop (FUP/TIP ips, no code walk), 2 leap (PSB to PSB)
+    cyc_threshold: int = 0  # the attr's cyc_thresh when cyc is on (perf's IA32_RTIT_CTL CycThresh)
 
 
 @dataclass(slots=True)
@@ -1216,10 +1217,19 @@ class PerfDecoder:
     def _walk_trace(self) -> int:
         st = self.state
         no_tip = False
+        cyc_threshold = self.p.cyc_threshold
+        # With a CYC threshold not every packet that could carry a CYC has one: a CYC counts
+        # toward IPC only for the packet right after it (perf: "Fix IPC with CYC threshold").
+        # The previous packet is this walk's own: a new walk starts as if after a PAD.
+        prev_kind = Pkt.PAD
         err = self._get_next_packet()
         if err:
             return err
         while True:
+            if cyc_threshold:
+                if self.sample_cyc and prev_kind != Pkt.CYC:
+                    self.sample_cyc = False
+                prev_kind = self.kind
             if self.p.quick:
                 hop, err, no_tip = self._hop_trace(no_tip)
                 if hop == _HOP_IGNORE:

@@ -73,6 +73,7 @@ class SynthOptions:
     ip_mode: str = "auto"            # auto | full | sext48 | upd48 | mixed
     timing: str = "mtc"              # tsc | mtc | cyc
     mtc_period: int = 3
+    cyc_thresh: int = 0              # CYC threshold (cyc_thresh=): a CYC only after >= 2^(N-1) cycles
     cbr: int = 0                     # 0: none; else emit CBR packets with this core:bus ratio
     cpus: int = 1
     per_thread: bool = False
@@ -102,6 +103,10 @@ class SynthOptions:
             raise UsageError(f"--timing must be tsc, mtc or cyc, not {self.timing!r}")
         if not 0 <= self.mtc_period <= 15:
             raise UsageError("--mtc-period must be 0..15")
+        if not 0 <= self.cyc_thresh <= 15:
+            raise UsageError("--cyc-thresh must be 0..15")
+        if self.cyc_thresh and self.timing != "cyc":
+            raise UsageError("--cyc-thresh needs --timing cyc")
         if self.branches < 1:
             raise UsageError("--branches must be at least 1")
         if not 1 <= self.cpus <= 64:
@@ -280,13 +285,22 @@ class CpuEncoder:
         while self.next_mtc <= t:
             ctc = self.next_mtc // (TSC_CTC_N // TSC_CTC_D)
             if emit:
+                if self.opts.cyc_thresh:
+                    # MTC is CYC-eligible: the cycles up to it, once over the threshold (only
+                    # with --cyc-thresh, so the packets of threshold-0 traces stay as they were)
+                    self._cyc(self.next_mtc)
                 self.f_mtc.append(self.w.mtc(ctc >> self.opts.mtc_period))
             self.next_mtc += self.mtc_ticks
 
     def _cyc(self, t: int) -> None:
         if self.opts.timing == "cyc" and t > self.cyc_last:
             ratio = self.opts.cbr or MAX_NONTURBO_RATIO
-            self.w.cyc(max(1, (t - self.cyc_last) * ratio // MAX_NONTURBO_RATIO // 2))
+            cycles = max(1, (t - self.cyc_last) * ratio // MAX_NONTURBO_RATIO // 2)
+            # with a CYC threshold the hardware holds the count back until it reaches
+            # 2^(thresh-1) cycles; the packet then carries all cycles since the last CYC
+            if self.opts.cyc_thresh and cycles < 1 << (self.opts.cyc_thresh - 1):
+                return
+            self.w.cyc(cycles)
             self.cyc_last = t
 
     def psb_plus(self, t: int, ip: int | None) -> None:

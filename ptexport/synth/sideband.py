@@ -39,6 +39,7 @@ def pt_config(opts) -> int:
         c |= (1 << IntelPTConfig.MTC) | (opts.mtc_period << IntelPTConfig.MTC_PERIOD)
     if opts.timing == "cyc":
         c |= 1 << IntelPTConfig.CYC
+        c |= getattr(opts, "cyc_thresh", 0) << IntelPTConfig.CYC_THRESH
     if not opts.retcomp:
         c |= 1 << IntelPTConfig.NORETCOMP
     if opts.ptwrite != "off":
