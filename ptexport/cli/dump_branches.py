@@ -31,9 +31,27 @@ def add_arguments(parser) -> None:
                         help="the default guest's kallsyms; its kcore is read beside it (perf's option)")
     parser.add_argument("--guest-kcore", metavar="DIR", help="the default guest's kcore_dir (kallsyms, kcore)")
     add_guest_data_argument(parser)
+    add_strict_argument(parser)
     parser.add_argument("--jobs", type=int, metavar="N",
                         help="decode in N worker processes (default: all cores for --count, else 1: in this "
                              "process); output streams in bounded memory either way")
+
+
+def add_strict_argument(parser) -> None:
+    """``--strict``: a cut recording is an error (shared with the export command)."""
+    parser.add_argument("--strict", action="store_true",
+                        help="stop with an error on a cut recording (perf killed, disk full) instead of reading "
+                             "the records and AUX data before the cut")
+
+
+def warn_cut(trace: str, pd, verb: str = "exporting") -> None:
+    """The one line saying where a salvaged recording was cut (nothing if it was whole)."""
+    import sys
+
+    cut = getattr(pd, "cut", None)
+    if cut is not None:
+        print(f"ptexport: {trace} cut at offset {cut.offset}: {verb} the {cut.records} records and "
+              f"{cut.aux_bytes} AUX bytes before it", file=sys.stderr)
 
 
 def add_guest_data_argument(parser) -> None:
@@ -107,8 +125,9 @@ def run(args, out) -> int:
                        guest_data=parse_guest_data_list(args.guest_data), **filter_config(args))
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: expected 1 or more")
-    with open_perf_data(args.trace) as pd:
+    with open_perf_data(args.trace, salvage=not args.strict) as pd:
         session = open_session(pd, cfg)  # with --guest-data: the guests merged in (also in workers)
+        warn_cut(args.trace, pd, "decoding")
         if args.count:
             from ptexport.pipeline.parallel import _count_streamed, count_samples
 

@@ -13,6 +13,7 @@ import os
 import re
 import struct
 import sys
+from dataclasses import dataclass
 from itertools import chain, repeat
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
@@ -117,11 +118,16 @@ def _counts_to_stats(counts: list[int], extra: dict[int, int]) -> RecordStats:
 class _Tally:
     """Record counts of one pass (each pass counts on its own, so two iterations never mix)."""
 
-    __slots__ = ("counts", "extra")
+    __slots__ = ("counts", "extra", "aux")
 
     def __init__(self) -> None:
         self.counts = [0] * 128
         self.extra: dict[int, int] = {}
+        self.aux = 0  # AUXTRACE payload bytes handed out
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts) + sum(self.extra.values())
 
     def add(self, counts: list[int], extra: dict[int, int]) -> None:
         for i, n in enumerate(counts):
@@ -132,6 +138,31 @@ class _Tally:
 
     def stats(self) -> RecordStats:
         return _counts_to_stats(self.counts, self.extra)
+
+
+@dataclass
+class FileCut:
+    """Where a cut recording ends (perf killed, disk full), as a salvaging reader found it.
+
+    ``offset``: the size of the file (or stream) that was cut, i.e. where its bytes end; ``source``:
+    its name; ``cause``: the error a strict reader raises there. ``records``: records read before
+    the cut, as ``stats`` counts them (the partial AUXTRACE one included; a COMPRESSED record and
+    the records inside it); ``aux_bytes``: AUXTRACE payload bytes
+    handed out (the present part of a partial payload included). ``partial_offset``: offset of an
+    AUXTRACE record whose payload the cut falls into (None if none), ``partial_cpu`` /
+    ``partial_tid`` its queue, ``partial_size`` / ``partial_present`` its payload's size and the
+    bytes of it present (that record's ``size`` is set to the present bytes)."""
+
+    offset: int
+    source: str
+    cause: str
+    records: int = 0
+    aux_bytes: int = 0
+    partial_offset: int | None = None
+    partial_cpu: int = -1
+    partial_tid: int = -1
+    partial_size: int = 0
+    partial_present: int = 0
 
 
 class _Source:
@@ -197,12 +228,26 @@ class PerfData:
     Iteration: :meth:`records` (file order), :meth:`ordered_records` (perf's delivery order),
     :meth:`iter_headers` (the fast path); then ``stats``. Lookups: :meth:`attr_for_id`,
     :meth:`attr_of`, :meth:`machine_pid_of`, :meth:`vcpu_of`, :meth:`aux_data`.
+
+    Salvage (``salvage=True``): a recording cut anywhere (perf killed, disk full) reads as far as it
+    goes. A pass hands out every whole record before the cut and an AUXTRACE record whose payload is
+    cut with ``size`` set to the bytes present, then ends without an error and sets ``cut``
+    (:class:`FileCut`). A file-mode header whose data size is 0 (perf killed before it wrote the
+    header at exit) is read to the end of the file. A cut inside the header or the attrs, or before
+    the data section, still raises; a pipe-mode file cut between two records reads as whole (nothing
+    marks its end). Without ``salvage`` a cut raises :class:`TruncatedError`.
     """
 
     def __init__(self, path: str | os.PathLike, *, strict: bool = False, stream: BinaryIO | None = None,
-                 data: bytes | None = None):
+                 data: bytes | None = None, salvage: bool = False):
         self.path = str(path)
         self.strict = strict
+        self.salvage = salvage
+        self.cut: FileCut | None = None  # set by a salvaging reader's pass that met the end of a cut file
+        self._open_cut: tuple[int, str, str] | None = None  # (offset, source, cause) of a cut seen at open
+        self._partial: AuxtraceRecord | None = None
+        self._partial_size = 0
+        self._partial_cause = ""
         self.is_pipe = False
         self.kcore_dir: Path | None = None
         self.dir_path: Path | None = None
@@ -311,7 +356,17 @@ class PerfData:
         # a data section running past the end is reported at the record that gets cut
         src.end = d_off + d_size
         self._read_attrs(src, attr_size, a_off, a_size)
-        self._read_features(src, feat_bits, d_off + d_size)
+        if self.salvage and d_size == 0 and src.size > d_off:
+            # perf record writes the final header at exit: killed before, the data runs to the end of
+            # the file and no feature section was written
+            src.end = src.size
+            self._open_cut = (src.size, name, "the header's data size is 0 (perf record did not finish)")
+            feat_bits = 0
+        self._read_features(src, feat_bits, src.end)
+        if self.salvage and self._open_cut is None and src.end <= src.size:
+            cut = next((e for e in self.feature_errors if isinstance(e, TruncatedError)), None)
+            if cut is not None:
+                self._open_cut = (src.size, name, str(cut))
         self._ctx.set_attrs(self.attrs)
         self._preamble_from_buffer(src)
 
@@ -529,12 +584,47 @@ class PerfData:
         return self._error(f"size {size} runs past the end of the {where} ({lim:#x})", src.name, pos, rtype,
                            TruncatedError)
 
+    def _is_cut(self, src: _Source, err: PerfDataError) -> bool:
+        """Whether a salvaging reader takes ``err`` (raised while walking ``src``) for the end of a cut
+        file: a record, payload or compressed stream running past the end of the file (not past the end
+        of a data section that the file holds whole)."""
+        return self.salvage and isinstance(err, TruncatedError) and min(src.end, src.size) == src.size
+
+    def _set_cut(self, offset: int, source: str, cause: str, tally: "_Tally") -> None:
+        p = self._partial
+        if p is not None:
+            cause = self._partial_cause
+        cut = FileCut(offset=offset, source=source, cause=cause, records=tally.total, aux_bytes=tally.aux)
+        if p is not None:
+            cut.partial_offset = p.offset
+            cut.partial_cpu = -1 if p.cpu in (-1, 0xFFFFFFFF) else p.cpu
+            cut.partial_tid = p.tid
+            cut.partial_size = self._partial_size
+            cut.partial_present = p.size
+        self._partial = None
+        if self.cut is None or self.cut.offset == offset:
+            self.cut = cut
+
+    def _pass_done(self, tally: "_Tally") -> None:
+        """End of a whole pass: a cut seen at open (features, a data size of 0) gets its counts."""
+        if self._open_cut is not None and (self.cut is None or self.cut.source == self._open_cut[1]
+                                           and self.cut.cause == self._open_cut[2]):
+            self._set_cut(*self._open_cut, tally)
+
     def _user_extent(self, src: _Source, rec: Record, pos: int, nxt: int, lim: int) -> int:
         """Where the record after a user record starts (AUXTRACE payloads and tracing data follow their
         record); folds header records into the reader's state."""
         rtype = rec.type
         if rtype == T_AUXTRACE:
             dsize = rec.size
+            if nxt + dsize > lim and self.salvage and lim == src.size:
+                # the file is cut inside this payload: hand out the bytes present, the pass ends after it
+                rec.data_offset = nxt
+                rec.size = lim - nxt
+                self._partial, self._partial_size = rec, dsize
+                self._partial_cause = (f"record AUXTRACE: payload of {dsize} bytes at {nxt:#x} runs past the end "
+                                       f"({lim:#x})")
+                return lim
             if nxt + dsize > lim:
                 raise self._error(f"payload of {dsize} bytes at {nxt:#x} runs past the end ({lim:#x})", src.name,
                                   pos, rtype, TruncatedError)
@@ -572,6 +662,7 @@ class PerfData:
         skip_size = skipped = 0
         skip_backoff = 8
         want_arr = None if want is None else _np.array(sorted(want), dtype=_np.uint32)
+        aux = 0
         try:
             while pos < end:
                 if pos + 8 > lim:
@@ -634,6 +725,8 @@ class PerfData:
                         pos = nxt
                         continue
                     nxt = self._user_extent(src, rec, pos, nxt, lim)
+                    if rtype == T_AUXTRACE:
+                        aux += rec.size
                     parsers = ctx.parsers  # a HEADER_ATTR may have changed the attrs
                     if want is not None and rtype not in want:
                         pos = nxt
@@ -646,12 +739,20 @@ class PerfData:
                     add = out.append
             if comp is not None:
                 comp.finish()
-        except PerfDataError:
+        except PerfDataError as e:
             if out:
                 yield out
-            raise
+            if not self._is_cut(src, e):
+                raise
+            tally.add(counts, extra)
+            tally.aux += aux
+            self._set_cut(src.size, src.name, str(e), tally)
+            return
         yield out
         tally.add(counts, extra)
+        tally.aux += aux
+        if self._partial is not None:  # a pipe-mode file cut inside its last payload
+            self._set_cut(src.size, src.name, "", tally)
 
     def _header_chunks(self, src: _Source, tally: "_Tally") -> Iterator:
         """The header walk of one file as chunks (lists or zip iterators) of (offset, type, misc, size):
@@ -670,99 +771,135 @@ class PerfData:
         backoff = 8
         out: list = []
         add = out.append
-        while pos < end:
-            if pos > stop:
-                yield out
-                raise self._cut(src, pos, None, None)
-            rtype, misc, size = hdr(buf, pos)
-            nxt = pos + size
-            if rtype < 64 and nxt <= lim and size >= 8:  # the common case: a whole kernel record
-                counts[rtype] += 1
-                add((pos, rtype, misc, size))
+        aux = 0
+        try:
+            while pos < end:
+                if pos > stop:
+                    yield out
+                    raise self._cut(src, pos, None, None)
+                rtype, misc, size = hdr(buf, pos)
+                nxt = pos + size
+                if rtype < 64 and nxt <= lim and size >= 8:  # the common case: a whole kernel record
+                    counts[rtype] += 1
+                    add((pos, rtype, misc, size))
+                    pos = nxt
+                    if size != run_size:
+                        run_size, same = size, 0
+                        continue
+                    same += 1
+                    if same < backoff or lim - pos < 64 * size:
+                        continue
+                    # sideband streams are long runs of same-size records (SWITCH*, samples of one shape):
+                    # check a whole run's headers with numpy and hand them out through zip at C speed
+                    k, types, miscs = _same_size_run(buf, pos, size, lim)
+                    if k:
+                        bc = _np.bincount(types, minlength=64)
+                        for t in _np.flatnonzero(bc).tolist():
+                            counts[t] += int(bc[t])
+                        yield out
+                        out = []
+                        add = out.append
+                        yield zip(range(pos, pos + k * size, size), types.tolist(), miscs.tolist(), repeat(size, k))
+                        pos += k * size
+                    if k < 64:  # a short run: walk longer before trying again
+                        same, backoff = 0, min(backoff * 2, 4096)
+                    else:
+                        backoff = 8
+                    continue
+                if size < 8 or nxt > lim:
+                    yield out
+                    raise self._cut(src, pos, rtype, size)
+                try:
+                    rec = (PARSERS.get(rtype) or p_unknown)(self._ctx, buf, pos, size, rtype, misc)
+                    rec.offset = pos
+                    if rtype == T_COMPRESSED or rtype == T_COMPRESSED2:
+                        if comp is None:
+                            comp = _Decompressor(self, src.name)
+                        inner = comp.feed(rec, buf, pos)
+                    else:
+                        inner = None
+                        nxt = self._user_extent(src, rec, pos, nxt, lim)
+                        if rtype == T_AUXTRACE:
+                            aux += rec.size
+                except BadRecord as e:
+                    yield out
+                    raise self._error(e.cause, src.name, pos, rtype) from None
+                except (struct.error, ValueError, IndexError, OverflowError, UnicodeError) as e:
+                    yield out
+                    raise self._error(f"malformed record ({e})", src.name, pos, rtype) from None
+                except PerfDataError:
+                    yield out
+                    raise
+                if rtype < 128:
+                    counts[rtype] += 1
+                else:
+                    extra[rtype] = extra.get(rtype, 0) + 1
+                if inner is not None:
+                    for r in inner:
+                        t = r.type
+                        if t < 128:
+                            counts[t] += 1
+                        else:
+                            extra[t] = extra.get(t, 0) + 1
+                        add((pos, t, r.misc, r.size))
+                else:
+                    add((pos, rtype, misc, size))
                 pos = nxt
-                if size != run_size:
-                    run_size, same = size, 0
-                    continue
-                same += 1
-                if same < backoff or lim - pos < 64 * size:
-                    continue
-                # sideband streams are long runs of same-size records (SWITCH*, samples of one shape):
-                # check a whole run's headers with numpy and hand them out through zip at C speed
-                k, types, miscs = _same_size_run(buf, pos, size, lim)
-                if k:
-                    bc = _np.bincount(types, minlength=64)
-                    for t in _np.flatnonzero(bc).tolist():
-                        counts[t] += int(bc[t])
+                if len(out) >= 256:
                     yield out
                     out = []
                     add = out.append
-                    yield zip(range(pos, pos + k * size, size), types.tolist(), miscs.tolist(), repeat(size, k))
-                    pos += k * size
-                if k < 64:  # a short run: walk longer before trying again
-                    same, backoff = 0, min(backoff * 2, 4096)
-                else:
-                    backoff = 8
-                continue
-            if size < 8 or nxt > lim:
-                yield out
-                raise self._cut(src, pos, rtype, size)
-            try:
-                rec = (PARSERS.get(rtype) or p_unknown)(self._ctx, buf, pos, size, rtype, misc)
-                rec.offset = pos
-                if rtype == T_COMPRESSED or rtype == T_COMPRESSED2:
-                    if comp is None:
-                        comp = _Decompressor(self, src.name)
-                    inner = comp.feed(rec, buf, pos)
-                else:
-                    inner = None
-                    nxt = self._user_extent(src, rec, pos, nxt, lim)
-            except BadRecord as e:
-                yield out
-                raise self._error(e.cause, src.name, pos, rtype) from None
-            except (struct.error, ValueError, IndexError, OverflowError, UnicodeError) as e:
-                yield out
-                raise self._error(f"malformed record ({e})", src.name, pos, rtype) from None
-            except PerfDataError:
-                yield out
+            yield out
+            if comp is not None:
+                comp.finish()
+        except PerfDataError as e:
+            if not self._is_cut(src, e):
                 raise
-            if rtype < 128:
-                counts[rtype] += 1
-            else:
-                extra[rtype] = extra.get(rtype, 0) + 1
-            if inner is not None:
-                for r in inner:
-                    t = r.type
-                    if t < 128:
-                        counts[t] += 1
-                    else:
-                        extra[t] = extra.get(t, 0) + 1
-                    add((pos, t, r.misc, r.size))
-            else:
-                add((pos, rtype, misc, size))
-            pos = nxt
-            if len(out) >= 256:
-                yield out
-                out = []
-                add = out.append
-        yield out
-        if comp is not None:
-            comp.finish()
+            tally.add(counts, extra)
+            tally.aux += aux
+            self._set_cut(src.size, src.name, str(e), tally)
+            return
         tally.add(counts, extra)
+        tally.aux += aux
+        if self._partial is not None:  # a pipe-mode file cut inside its last payload
+            self._set_cut(src.size, src.name, "", tally)
 
     def _all_header_chunks(self) -> Iterator:
         tally = _Tally()
         for src in self._sources:
             yield from self._header_chunks(src, tally)
         self._stats = tally.stats()
+        self._pass_done(tally)
 
     def _iter_stream(self) -> Iterator[Record]:
+        """The stream's records; a salvaging reader ends at a cut (see ``_records_stream``)."""
+        self._stream_read = self._stream_pos
+        try:
+            yield from self._iter_stream_raw()
+        except TruncatedError as e:
+            if not self.salvage:
+                raise
+            self._stream_cut = (self._stream_read, str(e))
+            return
+        if self._partial is not None:
+            self._stream_cut = (self._stream_read, "")
+
+    def _iter_stream_raw(self) -> Iterator[Record]:
         f = self._stream
         name = self.path
         ctx = self._ctx
         comp = None
+        done = [self._stream_pos]  # bytes read from the stream so far
+
+        def read(n: int) -> bytes:
+            b = _read_exact(f, n)
+            done[0] += len(b)
+            self._stream_read = done[0]
+            return b
+
         while True:
             pos = self._stream_pos
-            head = _read_exact(f, 8)
+            head = read(8)
             if not head:
                 break
             if len(head) < 8:
@@ -770,7 +907,7 @@ class PerfData:
             rtype, misc, size = _hdr(head, 0)
             if size < 8:
                 raise self._error(f"size {size} is smaller than the 8-byte record header", name, pos, rtype)
-            body = _read_exact(f, size - 8)
+            body = read(size - 8)
             if len(body) < size - 8:
                 raise self._error(f"size {size} runs past the end of the stream", name, pos, rtype, TruncatedError)
             buf = head + body
@@ -787,7 +924,18 @@ class PerfData:
                 if rtype == T_AUXTRACE:
                     if rec.size > (1 << 34):
                         raise self._error(f"payload size {rec.size} is implausible", name, pos, rtype)
-                    data = _read_exact(f, rec.size)
+                    data = read(rec.size)
+                    if len(data) < rec.size and self.salvage:
+                        # the stream is cut inside this payload: hand out the bytes present, then end
+                        self._partial, self._partial_size = rec, rec.size
+                        self._partial_cause = (f"record AUXTRACE: payload of {rec.size} bytes at {nxt:#x} runs past "
+                                               f"the end of the stream ({nxt + len(data):#x})")
+                        rec.data_offset = nxt
+                        rec._data = data
+                        rec.size = len(data)
+                        self._stream_pos = nxt + len(data)
+                        yield rec
+                        return
                     if len(data) < rec.size:
                         raise self._error(f"payload of {rec.size} bytes runs past the end of the stream", name,
                                           pos, rtype, TruncatedError)
@@ -804,7 +952,7 @@ class PerfData:
                     continue
                 elif rtype == T_TRACING_DATA:
                     skip = (rec.data_size + 7) & ~7
-                    got = _read_exact(f, skip)
+                    got = read(skip)
                     if len(got) < skip:
                         raise self._error("tracing data runs past the end of the stream", name, pos, rtype,
                                           TruncatedError)
@@ -836,6 +984,7 @@ class PerfData:
         for src in self._sources:
             yield from self._record_chunks(src, tally, want)
         self._stats = tally.stats()
+        self._pass_done(tally)
 
     def ordered_records(self, types: Iterable[int] | None = None) -> Iterator[Record]:
         """Records in the order perf delivers them (its ordered-events queue): user records (>= 64) and
@@ -897,11 +1046,14 @@ class PerfData:
         self._stream_used = True
         counts = [0] * 128
         extra: dict[int, int] = {}
+        aux = [0]
 
         def tally(r):
             t = r.type
             if t < 128:
                 counts[t] += 1
+                if t == T_AUXTRACE:
+                    aux[0] += r.size
             else:
                 extra[t] = extra.get(t, 0) + 1
 
@@ -917,6 +1069,12 @@ class PerfData:
         if self._stream_compressed:
             counts[T_COMPRESSED] += self._stream_compressed
         self._stats = _counts_to_stats(counts, extra)
+        cut = getattr(self, "_stream_cut", None)
+        if cut is not None:
+            t = _Tally()
+            t.add(counts, extra)
+            t.aux = aux[0]
+            self._set_cut(cut[0], self.path, cut[1], t)
 
     def iter_headers(self) -> Iterator[tuple[int, int, int, int]]:
         """(offset, type, misc, size) of every record: the fast path (kernel records are not parsed).
@@ -1173,9 +1331,10 @@ def _timestamp(rec: Record) -> int | None:
     return None if sid is None else sid.time
 
 
-def perf_data_from_bytes(data: bytes, name: str = "<bytes>", *, strict: bool = False) -> PerfData:
+def perf_data_from_bytes(data: bytes, name: str = "<bytes>", *, strict: bool = False,
+                         salvage: bool = False) -> PerfData:
     """A recording held in memory (file or pipe mode); ``name`` is used in error messages."""
-    return PerfData(name, strict=strict, data=bytes(data))
+    return PerfData(name, strict=strict, data=bytes(data), salvage=salvage)
 
 
 def _read_exact(f: BinaryIO, n: int) -> bytes:
@@ -1192,13 +1351,14 @@ def _read_exact(f: BinaryIO, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def open_perf_data(path: str | os.PathLike, *, strict: bool = False) -> PerfData:
+def open_perf_data(path: str | os.PathLike, *, strict: bool = False, salvage: bool = False) -> PerfData:
     """Open a perf.data recording: a file (file or pipe mode), ``-`` for stdin, a FIFO, or a directory
     (``perf record --kcore`` output or the multi-file ``data``/``data.N`` format).
 
     With ``strict`` a malformed feature section is an error; otherwise it is left out of ``features`` and
-    listed in ``feature_errors``.
+    listed in ``feature_errors``. With ``salvage`` a cut recording reads up to its cut (see
+    :class:`PerfData`, ``cut``).
     """
     if str(path) == "-":
-        return PerfData("-", strict=strict, stream=sys.stdin.buffer)
-    return PerfData(path, strict=strict)
+        return PerfData("-", strict=strict, stream=sys.stdin.buffer, salvage=salvage)
+    return PerfData(path, strict=strict, salvage=salvage)

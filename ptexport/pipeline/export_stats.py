@@ -12,7 +12,11 @@ One row per (name, cpu) with a severity (``info``, ``warning``, ``data_loss``,
   trace data") among the decode errors written, per cpu;
 * ``decode_errors`` (all, cpu -1) and ``decode_errors.<kind>`` per kind and cpu;
 * ``skipped_records`` (records of types the reader does not know) and
-  ``skipped_features`` (header features without a parser), cpu -1.
+  ``skipped_features`` (header features without a parser), cpu -1;
+* ``file_cut`` (cpu -1, severity ``warning``): the recording was cut (perf killed, disk
+  full) and read up to the cut; the value is the byte offset where the file ends
+  (``perfdata.reader.FileCut``; a cut AUXTRACE payload also gets a "No more data"
+  decode error at its end). Not ``data_loss``: the value is an offset, not a count.
 
 Nothing lost, no errors: no rows.
 
@@ -105,6 +109,11 @@ class ExportStats:
         unknown = int(getattr(rstats, "unknown", 0) or 0) if rstats is not None else 0
         if unknown:
             out.append(("skipped_records", -1, unknown, "warning", "records of unknown types, skipped"))
+        cut = getattr(pd, "cut", None)
+        if cut is not None:
+            out.append(("file_cut", -1, int(cut.offset), "warning",
+                        f"the file ends at this offset, cut ({cut.records} records and {cut.aux_bytes} AUX bytes "
+                        "before it were read)"))
         feats = len(getattr(pd, "unknown_features", None) or ())
         if feats:
             out.append(("skipped_features", -1, feats, "warning", "header features without a parser, skipped"))

@@ -269,7 +269,7 @@ def _worker_session(path: str, config: Any) -> Any:
     key = (path, repr(config))  # one open file and sideband model per worker process
     got = _WORKER.get(key)
     if got is None:
-        pd = open_perf_data(path)
+        pd = open_perf_data(path, salvage=True)  # a cut file: the parent has read it so (or stopped)
         got = _WORKER[key] = (pd, open_session(pd, config))
     return got[1]
 
@@ -491,7 +491,7 @@ def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | N
     for p in parts:
         for obj in p.setup_failures:
             budget[obj] = budget.get(obj, 0) + 1
-    n_err = len(session.lost_data_rows())
+    n_err = len(session.lost_data_rows()) + len(session.cut_error_rows(0, 0))
     for p, k in zip(parts, kinds):
         objs = np.asarray(p.cols["obj"])[k == EV_ERROR]
         n_err += int((objs < 0).sum())

@@ -68,6 +68,7 @@ from ptexport.flow.perfmode import (
     Params,
     PerfDecoder,
 )
+from ptexport.perfdata.constants import IntelPTConfig
 from ptexport.pipeline.auxheap import PerfQueueHeap
 from ptexport.pipeline.codewalk import CodeObjects, PerfCodeWalker, default_kernel_start
 from ptexport.pipeline.filters import (
@@ -297,6 +298,8 @@ def _params(info: Any, attrs: Iterable[Any], cpuid: str, itrace: ItraceOptions, 
     if bits:
         shift = (bits & -bits).bit_length() - 1
         p.mtc_period = (config & bits) >> shift
+    if config & (1 << IntelPTConfig.CYC):  # perf's decoder takes CycThresh only with CYC on
+        p.cyc_threshold = (config >> IntelPTConfig.CYC_THRESH) & 0xF
     p.tsc_ctc_ratio_n = info.tsc_ctc_ratio_n or 0
     p.tsc_ctc_ratio_d = info.tsc_ctc_ratio_d or 0
     p.max_non_turbo_ratio = info.max_non_turbo_ratio or 0
@@ -433,8 +436,14 @@ class PerfSession:
         pos = 0
         # perf numbers a trace by its first buffer's place among all AUXTRACE buffers (+1).
         trace_nr = self.buffer_nr.get(id(bufs[0]), 0) + 1 if bufs else 1
+        cut = getattr(self.pd, "cut", None)
         for i, b in enumerate(bufs):
             data = self.pd.aux_data(b)
+            if cut is not None and b.offset == cut.partial_offset and b.src is None:
+                # the file's cut tore the payload: decode its whole packets (cut_error_rows marks the end)
+                from ptexport.pt.perfpkt import whole_packets_end
+
+                data = data[:whole_packets_end(data)]
             out.append(Buffer(data=data, ref_timestamp=b.reference, consecutive=i > 0, trace_nr=trace_nr,
                               offset=pos))
             pos += len(data)
@@ -710,6 +719,36 @@ class PerfSession:
                          tid=ev.tid, code=ERR_LOST, queue=-1)
         return rows
 
+    def cut_error_rows(self, tsc: int, time: int) -> _Rows:
+        """The decode error at the end of an AUXTRACE buffer the file's cut falls into (a salvaging reader's
+        ``pd.cut``): perf's "No more data" (ERR_NODATA, ``decode_errors.kind`` ``no_data``), the code
+        perf's decoder uses when the trace ends where a packet or an operation needs more of it;
+        "Lost trace data" stays the AUX records' TRUNCATED flag. One row, dated ``tsc``/``time`` (the
+        latest of the rows before it: the cut ends the recording), on the partial buffer's queue at the
+        buffer's end (the queue's stream offset). No rows without a partial buffer, with --itrace
+        without errors, or when the queue is filtered out (--cpu)."""
+        rows = _Rows()
+        cut = getattr(self.pd, "cut", None)
+        if cut is None or cut.partial_offset is None or not self.cfg.itrace.errors:
+            return rows
+        for qnum, (key, bufs) in enumerate(self.queues()):
+            if bufs and bufs[-1].offset == cut.partial_offset:
+                break
+        else:
+            return rows
+        per_cpu = key[0] == "cpu"
+        cpu = key[1] if per_cpu else -1
+        pid, tid = (-1, -1)
+        if per_cpu and not self.timeless:
+            pid, tid = self._cpu_current(cpu).at(tsc)
+        elif not per_cpu:
+            t = self.sb.thread(key[1])
+            pid, tid = (t.pid if t is not None else -1), key[1]
+        offset = sum(len(self.pd.aux_data(b)) for b in bufs)
+        rows.add(kind=EV_ERROR, tsc=tsc, time=time, cpu=cpu, pid=pid, tid=tid, code=ERR_NODATA, queue=qnum,
+                 offset=offset, trace_nr=self.buffer_nr.get(id(bufs[0]), 0) + 1)
+        return rows
+
     def decode(self, jobs: int | None = 1) -> SampleColumns:
         """All samples in perf's order; ``jobs`` > 1 (None: all cores) decodes in worker processes.
 
@@ -761,7 +800,10 @@ class PerfSession:
             skip_state: dict = {}
             filtered = self.filters_samples
             evd_pending: list[tuple[int, int]] = []  # EVDs whose evt row is in the next batch
+            last = [0, 0]  # latest tsc and time seen (the cut error's date)
             for cols in gen:
+                if len(cols["kind"]):
+                    last = [max(last[0], int(cols["tsc"].max())), max(last[1], int(cols["time"].max()))]
                 evd = _evd_owners(cols, evd_pending) if self.event_trace else None
                 keep = self._budget_keep(cols, seen, marks)
                 if skip:
@@ -781,6 +823,10 @@ class PerfSession:
                     out.evd_type = types[kept]
                     out.evd_payload = payloads[kept]
                 yield out
+            cut = self.cut_error_rows(*last)
+            if len(cut):
+                yield SampleColumns(**{c: np.asarray(cut.cols[c], dtype=np.uint64 if c in _U64_COLUMNS else np.int64)
+                                       for c in _OUT_COLUMNS})
         finally:
             for src in sources:
                 close = getattr(src.chunks, "close", None)

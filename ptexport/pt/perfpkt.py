@@ -284,6 +284,25 @@ def tokenize(buf) -> PacketColumns:
     )
 
 
+def whole_packets_end(buf) -> int:
+    """Where the last whole packet of ``buf`` ends when ``buf`` was cut in the middle of a packet (the
+    tail of a cut recording): packets are walked from the last PSB (else from the start); a packet cut
+    short by the end gives its offset, anything else (whole packets, a bad packet) ``len(buf)``."""
+    mv = bytes(buf)
+    n = len(mv)
+    i = max(mv.rfind(PSB_BYTES), 0)
+    ctx = _NO_CTX
+    while i < n:
+        kind, count, _payload, size = decode_one(mv, i, n, ctx)
+        if size == 0:
+            return i
+        if size < 0:
+            return n
+        ctx = _next_ctx(kind, count, ctx)
+        i += size
+    return n
+
+
 def find_psb(buf, start: int = 0) -> int:
     """Offset of the next PSB at or after ``start``, or -1."""
     return bytes(buf).find(PSB_BYTES, start) if not isinstance(buf, bytes) else buf.find(PSB_BYTES, start)
