@@ -98,5 +98,19 @@ class DatabaseExistsError(ExportError):
     exit_code = 2
 
 
+class StorageError(ExportError):
+    """The target's storage failed while the database was written: no space left (ENOSPC), disk
+    quota exceeded (EDQUOT), an I/O error (EIO), or the PostgreSQL server's disk full / I/O error.
+    Everything temporary is removed and the previous database (``--force``) is untouched."""
+
+    exit_code = 74  # EX_IOERR (sysexits.h)
+
+
+class TargetBusyError(ExportError):
+    """Another export is writing the same target (its lock is held)."""
+
+    exit_code = 75  # EX_TEMPFAIL (sysexits.h): try again when the other export is done
+
+
 class SynthError(PtExportError):
     """The sample-trace generator cannot make the asked-for trace."""

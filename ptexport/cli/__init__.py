@@ -10,14 +10,21 @@ Each subcommand lives in its own module of this package, which defines
 and is listed in ``SUBCOMMANDS``.  ``ptexport TRACE --db DB`` (no subcommand
 word) is the export subcommand.  Library errors become one-line messages and
 exit codes here, in one place.
+
+SIGINT, SIGTERM and SIGHUP end a run the same way (:class:`_SignalGuard`, installed
+by :func:`main` for the run and restored after): the main thread unwinds as for
+Ctrl-C (worker pools stop, writers remove their temporaries), then one line
+(``ptexport: interrupted`` / ``terminated`` / ``hangup``) and exit 128 + N.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
+import threading
 from typing import IO, Sequence
 
 from ptexport import __version__
@@ -31,6 +38,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "info",
     "synth",
     "vm_time_correlation",
+    "clean",
 )
 
 # The subcommand used when the first argument is not a subcommand word.
@@ -62,6 +70,19 @@ def _subcommand_words() -> set[str]:
 
 def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     """Run ptexport with ``argv`` (without the program name); return the exit code."""
+    guard = _SignalGuard()
+    try:
+        with guard:
+            return _main(argv, out, guard)
+    except KeyboardInterrupt as e:
+        return _signalled(guard.signum or getattr(e, "signum", signal.SIGINT))
+    except Exception:
+        if guard.signum:  # what the unwinding raised on its way (a broken worker pool...): the signal ended it
+            return _signalled(guard.signum)
+        raise
+
+
+def _main(argv: Sequence[str] | None, out: IO[str] | None, guard: "_SignalGuard") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     out = sys.stdout if out is None else out
     if (
@@ -79,15 +100,14 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help(out)
         return 2
-    _warn_reference_path(args)
     try:
+        _warn_reference_path(args)  # imports numba: seconds, a signal may come
         return int(args._run(args, out) or 0)
     except PtExportError as e:
+        if guard.signum:  # e.g. a worker ended by the same signal, seen first
+            raise KeyboardInterrupt from e
         print(f"ptexport: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("ptexport: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
     except BrokenPipeError:
         # `ptexport dump ... | head`: the reader went away; not an error.
         try:
@@ -97,7 +117,89 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         return 0
 
 
-_NO_DECODE = {"info", "upgrade", "synth", "vm-time-correlation"}
+#: The signals that end a run as Ctrl-C does, and the line that says so.
+FATAL_SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hangup"}
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread by SIGTERM or SIGHUP: it unwinds like Ctrl-C (every ``finally``,
+    every writer's abort), through handlers that catch KeyboardInterrupt."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _SignalGuard:
+    """SIGINT, SIGTERM and SIGHUP handlers for one run (main thread only); the old ones come back after.
+
+    The first signal raises KeyboardInterrupt (SIGINT) or :class:`Terminated` in the main thread;
+    a second one while the run unwinds is ignored, so the cleanup is not cut short; a third ends
+    the process at once.  A process forked from this one (a --jobs worker, the decoding process)
+    that gets the signal behaves as it would have without the guard (the default: it ends),
+    never unwinding into the parent's cleanup.  A signal disposition of SIG_IGN (nohup, a
+    background job) is left as it is.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._count = 0
+        self._owner = os.getpid()
+        self._saved: dict[int, object] = {}
+        self._closing = False
+
+    def __enter__(self) -> "_SignalGuard":
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in FATAL_SIGNALS:
+            try:
+                old = signal.getsignal(sig)
+                if old == signal.SIG_IGN:
+                    continue
+                signal.signal(sig, self._handle)
+            except (ValueError, OSError):  # pragma: no cover - not settable here
+                continue
+            self._saved[sig] = old
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closing = True
+        for sig, old in self._saved.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+        self._saved.clear()
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if os.getpid() != self._owner:
+            old = self._saved.get(signum, signal.SIG_DFL)
+            if callable(old):
+                old(signum, frame)
+                return
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self._count += 1
+        if self.signum is None:
+            self.signum = signum
+            if self._closing:  # the run is over: nothing left to stop
+                return
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise Terminated(signum)
+        if self._count >= 3:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+
+def _signalled(signum: int) -> int:
+    """The line and the exit code of a run ended by ``signum``."""
+    try:
+        print(f"ptexport: {FATAL_SIGNALS.get(signum, 'killed')}", file=sys.stderr)
+    except (OSError, ValueError):  # SIGHUP: the terminal may be gone
+        pass
+    return 128 + signum
+
+
+_NO_DECODE = {"info", "upgrade", "synth", "vm-time-correlation", "clean"}
 _warned = False
 
 

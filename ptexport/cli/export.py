@@ -11,7 +11,7 @@ HELP = "decode TRACE and export it into a database (SQLite path or postgresql://
 
 
 def add_arguments(parser) -> None:
-    from ptexport.cli.dump_branches import add_filter_arguments, add_guest_data_argument
+    from ptexport.cli.dump_branches import add_filter_arguments, add_guest_data_argument, add_strict_argument
 
     parser.add_argument("trace", help="perf.data file, pipe-mode file, directory, or - for stdin")
     parser.add_argument("--db", required=True, metavar="DB", help="SQLite file or postgresql://user@host/dbname")
@@ -39,6 +39,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="decode in N worker processes (default 1: in this process); the same rows either way")
     add_guest_data_argument(parser)
+    add_strict_argument(parser)
     parser.add_argument("-f", "--force", action="store_true", help="replace an existing database")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary")
 
@@ -68,8 +69,9 @@ def run(args, out) -> int:
     cfg = ExportConfig(itrace=itrace, calls=args.calls, force=args.force, symfs=args.symfs, kallsyms=args.kallsyms,
                        buildid_dir=args.buildid_dir, cpus=parse_cpu_list(args.cpu), guestkallsyms=args.guestkallsyms,
                        guest_kcore=args.guest_kcore, guestmount=args.guestmount, jobs=args.jobs,
-                       callchains=args.callchains,
+                       callchains=args.callchains, salvage=not args.strict,
                        guest_data=parse_guest_data_list(args.guest_data), **filter_config(args))
+    _warn_space(args.trace, args.db)
     progress = None
     bar = None
     if not args.quiet and sys.stderr.isatty():
@@ -95,9 +97,43 @@ def run(args, out) -> int:
     finally:
         if bar is not None:
             bar.close()
+    if summary.cut is not None:
+        from ptexport.cli.dump_branches import warn_cut
+
+        warn_cut(args.trace, summary)
+    if summary.leftovers and not args.quiet:
+        print(f"ptexport: removed {format_leftovers(summary.leftovers)} of exports to {args.db} that died",
+              file=sys.stderr)
     if not args.quiet:
         out.write(format_summary(summary) + "\n")
     return 0
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def _warn_space(trace: str, target: str) -> None:
+    """A warning when the target's file system has less room than the export is estimated to need."""
+    from ptexport.export.space import estimate
+
+    est = estimate(trace, target)
+    if est is not None and est.short:
+        print(f"ptexport: warning: {target}: {_mib(est.free)} free in {est.directory}, the export may need "
+              f"about {_mib(est.peak)} while writing (a database of about {_mib(est.database)} from "
+              f"{_mib(est.trace_bytes)} of trace); a full disk stops it and removes what it wrote", file=sys.stderr)
+
+
+def format_leftovers(items) -> str:
+    """``3 temporary files (1.2 MiB)`` / ``1 temporary database``."""
+    dbs = sum(1 for x in items if x.kind == "database")
+    files = len(items) - dbs
+    parts = []
+    if files:
+        parts.append(f"{files} temporary file{'s' if files != 1 else ''}")
+    if dbs:
+        parts.append(f"{dbs} temporary database{'s' if dbs != 1 else ''}")
+    return " and ".join(parts) + f" ({_mib(sum(x.size for x in items))})"
 
 
 def format_summary(summary) -> str:

@@ -371,7 +371,10 @@ class LeafSpool:
             self._f.close()
 
     def remove(self) -> None:
-        self.close()
+        try:
+            self.close()  # flushes: fails on a full disk (the file is closed all the same)
+        except OSError:
+            pass
         try:
             self.path.unlink()
         except FileNotFoundError:

@@ -5,7 +5,11 @@ Like perf's export-to-postgresql.py it creates the database the URL names
 ``COPY ... FROM STDIN (FORMAT binary)`` into tables without keys, and adds
 primary keys and indexes afterwards.  Unlike perf it loads into
 ``NAME__ptexport_tmp_PID`` and renames that to NAME only when complete; on an
-error or Ctrl-C the temporary database is dropped.
+error, Ctrl-C, SIGTERM or a full disk on the server the temporary database is
+dropped.  The export holds session advisory locks keyed by NAME (a second
+export to NAME is refused at once) and by its temporary's name; temporary
+databases of exports that died (SIGKILL) are dropped when the locks are taken
+(:mod:`ptexport.export.leftovers`).
 
 Integer batches are encoded as binary COPY rows by numpy (one structured
 array per batch, big-endian fields), with no Python loop per row.
@@ -21,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ptexport.errors import DatabaseExistsError, ExportError, UsageError
+from ptexport.errors import DatabaseExistsError, ExportError, StorageError, TargetBusyError, UsageError
+from ptexport.export.leftovers import (CleanReport, Leftover, export_ended, export_started, pg_drop_leftovers,
+                                       pg_leftovers, pg_tmp_name, pg_try_lock)
 from ptexport.export.writer import Writer, is_text_type
 
 try:
@@ -39,8 +45,15 @@ MAX_PENDING = 2
 _BINARY = {"bigint": (">i8", 8), "integer": (">i4", 4), "boolean": ("u1", 1)}
 
 
+#: SQLSTATEs of the server's storage failing: disk_full, io_error.
+_STORAGE_SQLSTATES = {"53100": "the server's disk is full", "58030": "I/O error on the server"}
+
+
 def _wrap(e: Exception, target: str, what: str) -> ExportError:
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    cause = _STORAGE_SQLSTATES.get(getattr(e, "sqlstate", None) or "")
+    if cause:
+        return StorageError(f"{target}: {what}: {cause} ({msg})")
     return ExportError(f"{target}: {what}: {msg}")
 
 
@@ -71,20 +84,32 @@ class PostgresWriter(Writer):
         self.params = parse_target(target)
         self.dbname = str(self.params["dbname"])
         self.target = _redacted(self.params)
-        self.tmp_name = f"{self.dbname[:30]}__ptexport_tmp_{os.getpid()}"
+        self.tmp_name = pg_tmp_name(self.dbname, os.getpid())
+        self._exporting = False
         self.conn = None
         self._pool: ThreadPoolExecutor | None = None
         self._pending: deque[Future[None]] = deque()
+        #: temporary databases of exports to this target that died, dropped
+        self.removed_leftovers: list[Leftover] = []
         self.admin = self._connect("postgres")
         try:
             exists = self._database_exists(self.dbname)
             if exists and not force:
                 raise DatabaseExistsError(f"{self.target} already exists (use --force to replace it)")
+            # held by this session until it closes (however the process ends)
+            if not pg_try_lock(self.admin, "target", self.dbname):
+                raise TargetBusyError(f"{self.target}: another export is writing it; "
+                                      "try again when it has finished")
+            pg_try_lock(self.admin, "tmp", self.tmp_name)
+            self._exporting = True
+            export_started()  # forked workers end with this process (they share the locking session's socket)
+            self.removed_leftovers = pg_drop_leftovers(self.admin, pg_leftovers(self.admin, self.dbname))
             self.admin.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                 pgsql.Identifier(self.tmp_name)))
             self.admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(self.tmp_name)))
         except psycopg.Error as e:
             self.admin.close()
+            self._export_over()
             raise _wrap(e, self.target, "cannot create the database") from e
         except BaseException:
             # e.g. Ctrl-C while CREATE DATABASE ran: it may have completed on the server
@@ -109,6 +134,12 @@ class PostgresWriter(Writer):
             if isinstance(e, psycopg.Error):
                 raise _wrap(e, self.target, "cannot create the schema") from e
             raise
+
+    def _export_over(self) -> None:
+        """The locking session is closed: forked children need not end with this process any more."""
+        if self._exporting:
+            self._exporting = False
+            export_ended()
 
     def _connect(self, dbname: str):
         params = dict(self.params, dbname=dbname)
@@ -222,6 +253,7 @@ class PostgresWriter(Writer):
             raise _wrap(e, self.target, "finishing the database") from e
         # renamed: nothing of ours is left to drop (on any exception before, abort() drops the temporary one)
         self.admin.close()
+        self._export_over()
 
     def abort(self) -> None:
         for f in self._pending:
@@ -245,6 +277,7 @@ class PostgresWriter(Writer):
     def _drop_tmp_and_close_admin(self) -> None:
         """Drop the temporary database (best effort, also after an interrupted statement) and close."""
         if self.admin.closed:
+            self._export_over()
             return
         for _ in range(2):  # a statement cut by Ctrl-C can leave the connection needing one more round
             try:
@@ -258,3 +291,30 @@ class PostgresWriter(Writer):
                 except Exception:  # noqa: BLE001 - no server to drop it on: nothing more to do
                     break
         self.admin.close()
+        self._export_over()
+
+
+def clean_postgres(target: str, dry_run: bool = False) -> CleanReport:
+    """``ptexport clean URL``: temporary databases of exports to the URL's database that died
+    (dropped unless ``dry_run``); nothing while an export holds the target's lock."""
+    params = parse_target(target)
+    dbname = str(params["dbname"])
+    shown = _redacted(params)
+    report = CleanReport()
+    try:
+        admin = psycopg.connect(make_conninfo(**dict(params, dbname="postgres")), autocommit=True)
+    except psycopg.Error as e:
+        raise _wrap(e, shown, "cannot connect") from e
+    try:
+        if not pg_try_lock(admin, "target", dbname):
+            report.busy.append(shown)
+            return report
+        found = pg_drop_leftovers(admin, pg_leftovers(admin, dbname), dry_run)
+        for x in found:
+            x.target = shown
+        report.leftovers.extend(found)
+    except psycopg.Error as e:
+        raise _wrap(e, shown, "cleaning") from e
+    finally:
+        admin.close()  # releases the advisory locks
+    return report

@@ -4,6 +4,13 @@ The temporary file (``.NAME.ptexport-tmp-PID``) sits in the target's
 directory so the final ``os.replace`` is an atomic rename on the same file
 system; it is written with the journal off (a crash leaves only that
 temporary, never a target that looks complete) and fsynced before the rename.
+``.NAME.ptexport-lock`` beside the target is held (``flock``) from open to the
+end: a second export to the same target is refused at once.  Temporaries of
+exports that died (SIGKILL) are removed when the lock is taken
+(:mod:`ptexport.export.leftovers`).  A full disk, an exceeded quota or an I/O
+error anywhere (SQLite, spooled pages, index runs, the splice) is a
+:class:`~ptexport.errors.StorageError` naming the target and the cause; the
+temporaries go, a database being replaced (``--force``) is untouched.
 
 Three ways in, fastest first, each falling back to the next:
 
@@ -25,14 +32,16 @@ import os
 import re
 import sqlite3
 from collections import deque
+from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
-from ptexport.errors import DatabaseExistsError, ExportError
+from ptexport.errors import DatabaseExistsError, ExportError, StorageError
 from ptexport.export import _btree, _fastsqlite
+from ptexport.export.leftovers import Leftover, TargetLock, os_error, remove_files, sqlite_leftovers
 from ptexport.export.writer import Writer, distinct, is_text_type
 
 #: Rows per bound chunk (bounded memory: one int64 matrix of this many rows).
@@ -52,6 +61,19 @@ MAX_PENDING = 64
 
 def _quote(name: str) -> str:
     return f'"{name}"'
+
+
+#: SQLite's primary result codes of a full disk and of an I/O error (sqlite3.h).
+_SQLITE_FULL, _SQLITE_IOERR = 13, 10
+
+
+def sqlite_error(e: sqlite3.Error, target: str, what: str) -> ExportError:
+    """A SQLite error as the typed error: :class:`StorageError` for SQLITE_FULL and SQLITE_IOERR."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in (_SQLITE_FULL, _SQLITE_IOERR):
+        cause = "no space left on device (SQLITE_FULL)" if code & 0xFF == _SQLITE_FULL else f"I/O error ({e})"
+        return StorageError(f"{target}: {what}: {cause}")
+    return ExportError(f"{target}: {what}: {e}")
 
 
 class SqliteWriter(Writer):
@@ -92,8 +114,12 @@ class SqliteWriter(Writer):
         self._handle = None
         self._want_bind = mode in ("btree", "bind")
         self.conn: sqlite3.Connection | None = None
-        self._remove_tmp()
+        #: temporaries of exports to this target that died (and of an earlier process of this PID), removed
+        self.removed_leftovers: list[Leftover] = []
+        self._lock: TargetLock | None = TargetLock.acquire(self.path)
         try:
+            self.removed_leftovers = sqlite_leftovers(parent, self.path.name, own=True)
+            remove_files(self.removed_leftovers)
             self._open()
             c = self._conn()
             if page_size:
@@ -116,12 +142,25 @@ class SqliteWriter(Writer):
             self._write_unknown_rows()
         except sqlite3.Error as e:
             self.abort()
-            raise ExportError(f"{self.tmp_path}: cannot create the schema: {e}") from e
+            raise sqlite_error(e, self.target, "cannot create the schema") from e
+        except OSError as e:
+            self.abort()
+            raise os_error(e, self.target, "cannot create the database") from e
         except BaseException:
             self.abort()
             raise
 
     # ------------------------------------------------------------ connection
+    @contextmanager
+    def _io(self, what: str) -> Iterator[None]:
+        """Errors of the file system (ENOSPC, EIO, EDQUOT...) and of SQLite as typed errors."""
+        try:
+            yield
+        except OSError as e:
+            raise os_error(e, self.target, what) from e
+        except sqlite3.Error as e:
+            raise sqlite_error(e, self.target, what) from e
+
     def _conn(self) -> sqlite3.Connection:
         assert self.conn is not None
         return self.conn
@@ -242,6 +281,14 @@ class SqliteWriter(Writer):
                 f"VALUES ({', '.join('?' * len(cols))})")
 
     def _insert_rows(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        with self._io(f"writing {table}"):
+            self._do_insert_rows(table, rows)
+
+    def _insert_columns(self, table: str, cols: dict[str, Any], n: int) -> None:
+        with self._io(f"writing {table}"):
+            self._do_insert_columns(table, cols, n)
+
+    def _do_insert_rows(self, table: str, rows: list[tuple[Any, ...]]) -> None:
         if table == "calls":
             j = self.schema.columns("calls").index("comm_id")
             self._call_comms.update(int(r[j]) for r in rows)
@@ -253,7 +300,7 @@ class SqliteWriter(Writer):
         try:
             self._conn().executemany(self._insert_sql(table), rows)
         except sqlite3.Error as e:
-            raise ExportError(f"{self.target}: writing {table}: {e}") from e
+            raise sqlite_error(e, self.target, f"writing {table}") from e
 
     def _spool_matrix(self, table: str, mat: np.ndarray) -> bool:
         """Spool a batch; False if the table must go on through SQL instead.
@@ -291,7 +338,7 @@ class SqliteWriter(Writer):
             try:
                 self._conn().executemany(self._insert_sql(table), mat.tolist())
             except sqlite3.Error as e:
-                raise ExportError(f"{self.target}: writing {table}: {e}") from e
+                raise sqlite_error(e, self.target, f"writing {table}") from e
             return
         cols = {c: mat[:, j] for j, c in enumerate(self.schema.columns(table))}
         self._insert_columns(table, cols, mat.shape[0])
@@ -308,7 +355,7 @@ class SqliteWriter(Writer):
                 mat[j] = np.asarray(v[start:stop]).astype(np.int64, copy=False)
         return mat.T
 
-    def _insert_columns(self, table: str, cols: dict[str, Any], n: int) -> None:
+    def _do_insert_columns(self, table: str, cols: dict[str, Any], n: int) -> None:
         cdefs = self.schema.tables[table]
         if table == "calls":
             v = cols["comm_id"]
@@ -344,10 +391,16 @@ class SqliteWriter(Writer):
                     lists.append(list(v))
             self._conn().executemany(self._insert_sql(table), zip(*lists))
         except sqlite3.Error as e:
-            raise ExportError(f"{self.target}: writing {table}: {e}") from e
+            raise sqlite_error(e, self.target, f"writing {table}") from e
 
     # ------------------------------------------------------------ end
     def _finish_database(self) -> None:
+        with self._io("finishing the database"):
+            self._do_finish_database()
+        if self._lock is not None:  # renamed into place: the target is free
+            self._lock.release()
+
+    def _do_finish_database(self) -> None:
         try:
             self._splice(list(self._spools))
             self._shutdown_pools()
@@ -364,7 +417,7 @@ class SqliteWriter(Writer):
             c.execute("ANALYZE")
             self._close()
         except sqlite3.Error as e:
-            raise ExportError(f"{self.target}: finishing the database: {e}") from e
+            raise sqlite_error(e, self.target, "finishing the database") from e
         fd = os.open(self.tmp_path, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -382,7 +435,7 @@ class SqliteWriter(Writer):
         self._shutdown_pools()
         try:
             self._close()
-        except sqlite3.Error:  # pragma: no cover
+        except (sqlite3.Error, OSError):  # pragma: no cover
             pass
         for spool in self._spools.values():
             spool.remove()
@@ -391,13 +444,22 @@ class SqliteWriter(Writer):
             runs.remove()
         self._index_runs.clear()
         self._remove_tmp()
+        if self._lock is not None:
+            self._lock.release()
 
     def _remove_tmp(self) -> None:
-        for p in (self.tmp_path, Path(f"{self.tmp_path}-journal")):
-            try:
-                p.unlink()
-            except FileNotFoundError:
-                pass
+        """This export's temporary database and every file named after it (pages, index runs, journal)."""
+        base = self.tmp_path.name
+        try:
+            names = os.listdir(self.tmp_path.parent)
+        except OSError:  # pragma: no cover - the directory went away
+            return
+        for name in names:
+            if name == base or (name.startswith(base) and name[len(base)] in ".-"):
+                try:
+                    (self.tmp_path.parent / name).unlink()
+                except FileNotFoundError:
+                    pass
 
 
 class _IndexRuns:

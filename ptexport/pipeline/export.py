@@ -41,6 +41,7 @@ import numpy as np
 
 from ptexport.calltree import make_call_tree, perf_flush_order
 from ptexport.errors import PtExportError
+from ptexport.export.leftovers import refuse_if_busy
 from ptexport.export.model import ExportModel
 from ptexport.export.writer import open_writer
 from ptexport.images.kallsyms import find_kallsyms, load_kallsyms
@@ -116,6 +117,7 @@ class ExportConfig:
     guest_data: tuple = ()  # --guest-data specs (pipeline/guestdata.py): guests merged as perf inject does
     jobs: int = 1  # decode workers (session.iter_batches): the same rows as 1
     callchains: bool = False  # samples.call_path_id from perf's --itrace=g call chains (export_callchains.py)
+    salvage: bool = True  # a cut recording: export what is before the cut (perfdata reader's FileCut), else an error
 
 
 @dataclass
@@ -127,6 +129,8 @@ class ExportSummary:
     losses: dict[str, int] = field(default_factory=dict)  # the stats rows of severity data_loss, by name
     seconds: float = 0.0
     decode_seconds: float = 0.0
+    leftovers: list[Any] = field(default_factory=list)  # temporaries of dead exports removed (export/leftovers.py)
+    cut: Any = None  # where a cut recording ended (perfdata.reader.FileCut), None if it was whole
 
 
 def _modifier(attr: Any) -> str:
@@ -570,7 +574,8 @@ def export_trace(path: str, target: str, config: ExportConfig,
     go (pipeline/export_progress.py)."""
     t0 = _time.perf_counter()
     summary = ExportSummary(target)
-    with open_perf_data(path) as pd:
+    refuse_if_busy(target)  # at once, not after the trace is opened
+    with open_perf_data(path, salvage=config.salvage) as pd:
         guest_kcore = config.guest_kcore or (os.path.dirname(os.path.abspath(config.guestkallsyms))
                                              if config.guestkallsyms else None)
         if config.guest_data:  # the host recording as perf inject --guest-data would write it
@@ -589,6 +594,7 @@ def export_trace(path: str, target: str, config: ExportConfig,
                                                       _time.perf_counter() - t0)
         try:
             with open_writer(target, force=config.force) as w:
+                summary.leftovers = list(getattr(w, "removed_leftovers", ()))
                 ex = _Exporter(session, w, config)
                 feed: Iterable[SampleColumns] = batches
                 if progress is not None:
@@ -604,6 +610,7 @@ def export_trace(path: str, target: str, config: ExportConfig,
                     if sev == "data_loss":
                         summary.losses[name] = summary.losses.get(name, 0) + value
                 summary.lost = sum(summary.losses.values())
+                summary.cut = getattr(pd, "cut", None)
         finally:
             if proc is not None:
                 proc.close()
