@@ -1,9 +1,12 @@
 """``ptexport dump branches TRACE``: perf's synthesized samples, one per line.
 
 The default lines read like ``perf script -F pid,tid,cpu,time,ip,addr,flags
---ns``; ``--csv`` writes ``time,cpu,pid,tid,ip,addr,flags`` (perf time in ns,
-flags as perf's bit values) for scripts; ``--count`` decodes and prints only
-the number of samples (for benchmarks).
+--ns``; ``-F LIST`` prints perf script's ``-F LIST --ns`` lines for a subset of
+machine_pid,vcpu,pid,tid,cpu,time,ip,addr,flags,ipc (ipc: a blank, a tab and
+``IPC: 1.14 (16/14)`` on samples with instruction and cycle counts); ``--csv``
+writes ``time,cpu,pid,tid,ip,addr,flags`` (perf time in ns, flags as perf's bit
+values) for scripts; ``--count`` decodes and prints only the number of samples
+(for benchmarks).
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ def add_arguments(parser) -> None:
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--csv", action="store_true", help="CSV: time,cpu,pid,tid,ip,addr,flags")
     out.add_argument("--count", action="store_true", help="print only the number of samples and errors")
+    out.add_argument("-F", "--fields", metavar="LIST",
+                     help="perf script's -F for the text lines: a comma-separated subset of "
+                          f"{','.join(FIELDS)} (printed in perf's order; default: "
+                          "pid,tid,cpu,time,ip,addr,flags); ipc prints ' \\t IPC: x.yy (insns/cycles) ' "
+                          "on samples that have a cycle count")
     parser.add_argument("--cpu", metavar="LIST", help="only these CPUs (e.g. 0,2-3)")
     add_filter_arguments(parser)
     parser.add_argument("--symfs", metavar="DIR", help="look for binaries under DIR")
@@ -35,6 +43,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--jobs", type=int, metavar="N",
                         help="decode in N worker processes (default: all cores for --count, else 1: in this "
                              "process); output streams in bounded memory either way")
+
+
+# perf script -F names this command prints (perf prints them in its own order, not the list's)
+FIELDS = ("machine_pid", "vcpu", "pid", "tid", "cpu", "time", "ip", "addr", "flags", "ipc")
+
+
+def parse_fields(text: str) -> frozenset[str]:
+    """``-F LIST`` as a set of field names; a name outside :data:`FIELDS` is a usage error."""
+    names = [f.strip() for f in text.split(",")]
+    bad = [f for f in names if f not in FIELDS]
+    if bad or not text.strip():
+        raise UsageError(f"-F {text!r}: unknown field {(bad or [''])[0]!r} (known: {','.join(FIELDS)})")
+    return frozenset(names)
 
 
 def add_strict_argument(parser) -> None:
@@ -125,6 +146,10 @@ def run(args, out) -> int:
                        guest_data=parse_guest_data_list(args.guest_data), **filter_config(args))
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: expected 1 or more")
+    fields = parse_fields(args.fields) if args.fields is not None else None
+    if fields is not None and (itrace.instructions or itrace.transactions or itrace.ptwrites
+                               or itrace.pwr_events or itrace.other_events or itrace.intr_events):
+        raise UsageError(f"-F {args.fields}: only for branch samples and errors (--itrace with b, c, r, e)")
     with open_perf_data(args.trace, salvage=not args.strict) as pd:
         session = open_session(pd, cfg)  # with --guest-data: the guests merged in (also in workers)
         warn_cut(args.trace, pd, "decoding")
@@ -151,7 +176,10 @@ def run(args, out) -> int:
                 _write_csv(w, session.vcpu_columns(cols) if vm else cols, vm)
         else:
             for cols in session.iter_batches(jobs):
-                _write_text(out, session.vcpu_columns(cols))
+                if fields is None:
+                    _write_text(out, session.vcpu_columns(cols))
+                else:
+                    _write_fields(out, session.vcpu_columns(cols), fields)
     return 0
 
 
@@ -174,6 +202,17 @@ def _write_csv(w, cols, vm: bool = False) -> None:
         w.writerow(row + list(extra[i]) if vm else row)
 
 
+def _error_line(ip: int, time: int, mp: int, vcpu: int, cpu: int, pid: int, tid: int, code: int,
+                msg: str) -> str:
+    """perf's line for a decoder error (whatever -F says)."""
+    # perf prints the ip with %#lx, which gives a bare "0" for zero.
+    ip_s = f"{ip:#x}" if ip else "0"
+    when = _time(time).lstrip() if time else "0"  # perf: "time 0" without a time
+    vm = f"machine_pid {mp} vcpu {vcpu} " if mp else ""
+    return (f" instruction trace error type 1 time {when} {vm}cpu {cpu} pid {pid} "
+            f"tid {tid} ip {ip_s} code {code}: {msg}\n")
+
+
 def _write_text(out, cols) -> None:
     from ptexport.pipeline.perfsession import EV_BRANCH, EV_ERROR
     from ptexport.samples.flags import format_flags_field
@@ -193,12 +232,8 @@ def _write_text(out, cols) -> None:
     lines = []
     for i, k in enumerate(kinds):
         if k == EV_ERROR:
-            # perf prints the ip with %#lx, which gives a bare "0" for zero.
-            ip = f"{ips[i]:#x}" if ips[i] else "0"
-            when = _time(times[i]).lstrip() if times[i] else "0"  # perf: "time 0" without a time
-            vm = f"machine_pid {mps[i]} vcpu {vcpus[i]} " if mps[i] else ""
-            lines.append(f" instruction trace error type 1 time {when} {vm}cpu {cpus[i]} pid {pids[i]} "
-                         f"tid {tids[i]} ip {ip} code {codes[i]}: {cols.error_message(codes[i])}\n")
+            lines.append(_error_line(ips[i], times[i], mps[i], vcpus[i], cpus[i], pids[i], tids[i], codes[i],
+                                     cols.error_message(codes[i])))
             continue
         # perf script: branch events print "ip => addr", other events "addr ip".
         if k == EV_BRANCH:
@@ -208,4 +243,70 @@ def _write_text(out, cols) -> None:
         vm = f"VM:{mps[i]:5d} VCPU:{vcpus[i]:03d} " if mps[i] else ""
         lines.append(f"{vm}{pids[i]:>5}/{tids[i]:<5} [{cpus[i]:03d}] {_time(times[i])}: "
                      f"{format_flags_field(flags[i])} {tail}\n")
+    out.write("".join(lines))
+
+
+def _ipc(insn: int, cyc: int) -> str:
+    """perf script's ipc field: whole hundredths (cut, not rounded), then the counts."""
+    if not insn or not cyc:
+        return ""
+    ipc = (insn * 100 // cyc) & 0xFFFFFFFF  # perf keeps it in an unsigned int
+    return f" \t IPC: {ipc // 100}.{ipc % 100:02d} ({insn}/{cyc}) "
+
+
+def _write_fields(out, cols, fields: frozenset[str]) -> None:
+    """Branch samples as ``perf script -F FIELDS --ns`` prints them (errors as by default)."""
+    from ptexport.pipeline.perfsession import EV_ERROR
+    from ptexport.samples.flags import format_flags_field
+
+    F = fields.__contains__
+    no_samples = fields == {"flags"}  # perf 6.1 prints no sample line for -F flags alone
+    kinds = cols.kind.tolist()
+    n = len(kinds)
+    none = [0] * n
+    times = cols.time.tolist()
+    cpus = cols.cpu.tolist()
+    pids = cols.pid.tolist()
+    tids = cols.tid.tolist()
+    ips = cols.ip.tolist()
+    addrs = cols.addr.tolist()
+    flags = cols.flags.tolist()
+    codes = cols.code.tolist()
+    insns = cols.insn_cnt.tolist() if F("ipc") else none
+    cycs = cols.cyc_cnt.tolist() if F("ipc") else none
+    mps = cols.machine_pid.tolist() if cols.machine_pid is not None else none
+    vcpus = cols.vcpu.tolist() if cols.vcpu is not None else [-1] * n
+    pid, tid = F("pid"), F("tid")
+    lines = []
+    for i, k in enumerate(kinds):
+        if k == EV_ERROR:
+            lines.append(_error_line(ips[i], times[i], mps[i], vcpus[i], cpus[i], pids[i], tids[i],
+                                     codes[i], cols.error_message(codes[i])))
+            continue
+        if no_samples:
+            continue
+        parts = []
+        if mps[i]:
+            if F("machine_pid"):
+                parts.append(f"VM:{mps[i]:5d} ")
+            if F("vcpu"):
+                parts.append(f"VCPU:{vcpus[i]:03d} ")
+        if pid and tid:
+            parts.append(f"{pids[i]:5d}/{tids[i]:<5d} ")
+        elif pid or tid:
+            parts.append(f"{(pids if pid else tids)[i]:5d} ")
+        if F("cpu"):
+            parts.append(f"[{cpus[i]:03d}] ")
+        if F("time"):
+            parts.append(f"{_time(times[i])}: ")
+        if F("flags"):
+            parts.append(format_flags_field(flags[i]))
+        if F("ip"):
+            parts.append(f" {ips[i]:16x}")
+        if F("addr"):
+            parts.append(f" => {addrs[i]:16x}")
+        if insns[i] and cycs[i]:
+            parts.append(_ipc(insns[i], cycs[i]))
+        parts.append("\n")
+        lines.append("".join(parts))
     out.write("".join(lines))
