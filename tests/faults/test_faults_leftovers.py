@@ -83,6 +83,23 @@ def test_two_exports_at_once_the_second_refuses(big_trace, small_trace, tmp_path
     target = tmp_path / "t.db"
     first = start([str(big_trace), "--db", str(target)])
     assert wait_for(first, lambda: any(n.endswith(".samples.pages") for n in tmp_files(tmp_path, "t.db")))
+    # Hold the first export where it is (its lock stays held) so a fast machine cannot finish it
+    # before the second one starts; it goes on after the checks.
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        _second_refused(first, small_trace, target, tmp_path)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    r = finish(first)
+    assert r.returncode == 0, r.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["t.db"]
+    with sqlite3.connect(f"file:{target}?mode=ro", uri=True) as c:
+        assert c.execute("PRAGMA quick_check").fetchone() == ("ok",)
+        n = c.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    assert f"samples {n - 1}," in r.stdout and n > 1_500_000  # the summary leaves out the id-0 row
+
+
+def _second_refused(first, small_trace, target, tmp_path):
     for argv in ([str(small_trace), "--db", str(target)], [str(small_trace), "--db", str(target), "--force"]):
         r = run(argv)
         assert r.returncode == 75, r.stderr
@@ -93,13 +110,6 @@ def test_two_exports_at_once_the_second_refuses(big_trace, small_trace, tmp_path
     r = run(["clean", str(tmp_path)])
     assert r.stdout.splitlines()[0] == f"busy: {target} (an export is writing it: left alone)"
     assert {f".t.db.ptexport-tmp-{first.pid}", ".t.db.ptexport-lock"} <= set(tmp_files(tmp_path, "t.db"))
-    r = finish(first)
-    assert r.returncode == 0, r.stderr
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["t.db"]
-    with sqlite3.connect(f"file:{target}?mode=ro", uri=True) as c:
-        assert c.execute("PRAGMA quick_check").fetchone() == ("ok",)
-        n = c.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
-    assert f"samples {n - 1}," in r.stdout and n > 1_500_000  # the summary leaves out the id-0 row
 
 
 def test_the_lock_is_taken_over_from_a_dead_holder_and_released(tmp_path):
