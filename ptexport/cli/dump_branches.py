@@ -183,18 +183,17 @@ def run(args, out) -> int:
     return 0
 
 
+def _lists(cols) -> tuple[list, ...]:
+    """The columns every line format prints, as Python lists (one conversion per batch)."""
+    return (cols.kind.tolist(), cols.time.tolist(), cols.cpu.tolist(), cols.pid.tolist(),
+            cols.tid.tolist(), cols.ip.tolist(), cols.addr.tolist(), cols.flags.tolist(),
+            cols.code.tolist())
+
+
 def _write_csv(w, cols, vm: bool = False) -> None:
     from ptexport.pipeline.perfsession import EV_ERROR, EVENT_NAMES
 
-    kinds = cols.kind.tolist()
-    times = cols.time.tolist()
-    cpus = cols.cpu.tolist()
-    pids = cols.pid.tolist()
-    tids = cols.tid.tolist()
-    ips = cols.ip.tolist()
-    addrs = cols.addr.tolist()
-    flags = cols.flags.tolist()
-    codes = cols.code.tolist()
+    kinds, times, cpus, pids, tids, ips, addrs, flags, codes = _lists(cols)
     extra = list(zip(cols.machine_pid.tolist(), cols.vcpu.tolist())) if vm else None
     for i, k in enumerate(kinds):
         err = cols.error_message(codes[i]) if k == EV_ERROR else ""
@@ -217,15 +216,7 @@ def _write_text(out, cols) -> None:
     from ptexport.pipeline.perfsession import EV_BRANCH, EV_ERROR
     from ptexport.samples.flags import format_flags_field
 
-    kinds = cols.kind.tolist()
-    times = cols.time.tolist()
-    cpus = cols.cpu.tolist()
-    pids = cols.pid.tolist()
-    tids = cols.tid.tolist()
-    ips = cols.ip.tolist()
-    addrs = cols.addr.tolist()
-    flags = cols.flags.tolist()
-    codes = cols.code.tolist()
+    kinds, times, cpus, pids, tids, ips, addrs, flags, codes = _lists(cols)
     # perf script -F machine_pid,vcpu,...: "VM:%5d VCPU:%03d " before guest samples (machine_pid != 0)
     mps = cols.machine_pid.tolist() if cols.machine_pid is not None else [0] * len(kinds)
     vcpus = cols.vcpu.tolist() if cols.vcpu is not None else [-1] * len(kinds)
@@ -261,17 +252,9 @@ def _write_fields(out, cols, fields: frozenset[str]) -> None:
 
     F = fields.__contains__
     no_samples = fields == {"flags"}  # perf 6.1 prints no sample line for -F flags alone
-    kinds = cols.kind.tolist()
+    kinds, times, cpus, pids, tids, ips, addrs, flags, codes = _lists(cols)
     n = len(kinds)
     none = [0] * n
-    times = cols.time.tolist()
-    cpus = cols.cpu.tolist()
-    pids = cols.pid.tolist()
-    tids = cols.tid.tolist()
-    ips = cols.ip.tolist()
-    addrs = cols.addr.tolist()
-    flags = cols.flags.tolist()
-    codes = cols.code.tolist()
     insns = cols.insn_cnt.tolist() if F("ipc") else none
     cycs = cols.cyc_cnt.tolist() if F("ipc") else none
     mps = cols.machine_pid.tolist() if cols.machine_pid is not None else none
