@@ -1,13 +1,43 @@
-"""Package discovery that pyproject.toml alone cannot express.
+"""Package discovery that pyproject.toml alone cannot express, and compiling the decoder ahead.
 
 The viewer lives in ``viewer/`` at the top of the repository (it reads the
 database only and imports no decoder module) and installs as the package
 ``ptexport_viewer``; the schema migrations in ``migrations/`` install as
 ``ptexport_migrations`` (``ptexport upgrade`` finds them there); everything
 else is the ``ptexport`` package.
+
+Building the package also compiles its numba kernels over the shipped sample
+recordings (``python -m ptexport.jit``, see ``ptexport/jit.py``), so that the
+cache files go into the wheel and the first run after ``pip install .`` does
+not spend its first tens of seconds compiling.  ``PTEXPORT_NO_PRECOMPILE=1``
+skips it; a failure there only costs that time back at the first run.
 """
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+HERE = Path(__file__).resolve().parent
+
+
+class build_py_precompiled(build_py):
+    def run(self):
+        super().run()
+        samples = HERE / "sample_data"
+        if getattr(self, "editable_mode", False) or os.environ.get("PTEXPORT_NO_PRECOMPILE") or not samples.is_dir():
+            return
+        lib = os.path.abspath(self.build_lib)
+        env = {**os.environ, "PYTHONPATH": lib + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        env.pop("NUMBA_CACHE_DIR", None)  # the cache must land beside the built modules
+        print("compiling ptexport's decoder ahead (once, at install)", file=sys.stderr)
+        proc = subprocess.run([sys.executable, "-m", "ptexport.jit", str(samples)], env=env, cwd=lib)
+        if proc.returncode:
+            print("warning: compiling ahead failed; the first run will compile instead", file=sys.stderr)
+
 
 core = find_packages(include=["ptexport", "ptexport.*"])
 viewer = ["ptexport_viewer"] + [f"ptexport_viewer.{p}" for p in find_packages(where="viewer")]
@@ -15,4 +45,5 @@ viewer = ["ptexport_viewer"] + [f"ptexport_viewer.{p}" for p in find_packages(wh
 setup(
     packages=core + viewer + ["ptexport_migrations"],
     package_dir={"ptexport_viewer": "viewer", "ptexport_migrations": "migrations"},
+    cmdclass={"build_py": build_py_precompiled},
 )

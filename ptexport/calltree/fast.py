@@ -20,15 +20,11 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-try:
-    import numba
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - numba is in the 'fast' extra
-    HAVE_NUMBA = False
-
 from ptexport.calltree.threadstack import CALLS_COLUMNS, SAMPLE_COLUMNS
+from ptexport.jit import numba
 from ptexport.samples.flags import IpFlag
+
+HAVE_NUMBA = numba is not None
 
 __all__ = ["FastCallTree", "HAVE_NUMBA"]
 

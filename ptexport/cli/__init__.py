@@ -215,6 +215,13 @@ def _warn_reference_path(args) -> None:
         _warned = True
         print(f"ptexport: warning: {reason}: decoding on the slow reference path "
               "(reinstall ptexport to get numba)", file=sys.stderr)
+        return
+    if sys.stderr.isatty():  # a progress line, like the progress bar: not in logs and pipes
+        from ptexport.jit import cache_prepared
+
+        if not cache_prepared():
+            _warned = True
+            print("ptexport: compiling the decoder (once: later runs load it from numba's cache)", file=sys.stderr)
 
 
 def entry() -> None:

@@ -28,10 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-try:
-    import numba
-except ImportError:  # pragma: no cover
-    numba = None
+from ptexport.jit import numba
 
 from ptexport.flow.perffast_tok import (
     BAD, BBP, BEP, BEP_IP, BIP, CBR, CFE, CFE_IP, CYC, EVD, EXSTOP, EXSTOP_IP, FUP, MNT, MODE_EXEC, MODE_TSX,

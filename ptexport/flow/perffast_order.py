@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-try:
-    import numba
-except ImportError:  # pragma: no cover
-    numba = None
+from ptexport.jit import numba
 
 _INF = np.int64((1 << 63) - 1)
 

@@ -13,12 +13,8 @@ import numpy as np
 from ptexport.pt import perfpkt
 from ptexport.pt.perfpkt import PacketColumns
 
-NUMBA_PROBLEM = ""  # why the compiled path is unavailable ("" when numba loaded)
-try:  # numba is a core dependency; a broken install falls back to the reference decoder
-    import numba
-except ImportError as e:  # pragma: no cover - exercised where numba is missing
-    numba = None
-    NUMBA_PROBLEM = f"numba cannot be imported ({e})"
+from ptexport.jit import PROBLEM as NUMBA_PROBLEM  # numba is a core dependency; without it: the reference
+from ptexport.jit import numba
 
 # Pkt numbers (numba freezes module globals as constants).
 BAD, PAD, TNT, TIP_PGD, TIP_PGE, TSC, TMA, MODE_EXEC, MODE_TSX, MTC, TIP, FUP, CYC, VMCS, PSB, PSBEND, CBR, \

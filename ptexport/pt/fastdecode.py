@@ -14,10 +14,7 @@ import numpy as np
 
 from ptexport.pt import packets as P
 
-try:  # numba is the optional 'fast' extra
-    import numba
-except ImportError:  # pragma: no cover - exercised where numba is missing
-    numba = None
+from ptexport.jit import numba
 
 U64 = np.uint64
 

@@ -1,0 +1,177 @@
+"""numba, the engine of the compiled path: whether it loads, where its cache lives, compiling ahead.
+
+Every module with compiled kernels takes ``numba`` from here (``None`` when it
+cannot be imported; :data:`PROBLEM` says why) so that, before the first kernel
+is declared, ptexport's cache locator is in place:
+
+- ``pip install .`` compiles the kernels while it builds (``setup.py`` runs
+  :func:`warm` over the shipped sample recordings), and their numba cache
+  files travel with the package in each module's ``__pycache__``.  numba keys
+  them by the source's content hash, the Python and numba versions and the CPU,
+  so the first run after installing on the machine that built the package
+  loads them instead of compiling (tens of seconds of CPU).
+- Where the package's folder is read-only (a system or container install) numba
+  would otherwise skip the in-tree cache and compile into the user's cache
+  directory on every first run: the locator copies the prepared files there
+  first, then lets numba use that directory.
+
+Nothing here changes what is computed: a cache miss compiles as before.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PROBLEM = ""  # why the compiled path is unavailable ("" when numba loaded)
+numba: Any
+try:
+    import numba
+except ImportError as e:  # pragma: no cover - exercised where numba is missing
+    numba = None
+    PROBLEM = f"numba cannot be imported ({e})"
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _writable(path: str) -> bool:
+    try:
+        os.makedirs(path, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+        return True
+    except OSError:
+        return False
+
+
+def _make_locator(caching: Any) -> Any:
+    base = caching.UserWideCacheLocator
+
+    class PackagedCacheLocator(base):  # type: ignore[misc, valid-type]
+        """ptexport's kernels in a read-only install: the user's cache, seeded from the package's."""
+
+        _seeded: set[str] = set()
+
+        @classmethod
+        def from_function(cls, py_func: Any, py_file: str) -> Any:
+            try:
+                path = Path(py_file).resolve()
+            except OSError:
+                return None
+            if _PACKAGE not in path.parents or os.environ.get("NUMBA_CACHE_DIR"):
+                return None  # not ours, or the user chose a cache directory: numba's own order
+            in_tree = str(path.parent / "__pycache__")
+            if _writable(in_tree):
+                return None  # numba's in-tree locator reads and writes it
+            self = super().from_function(py_func, py_file)
+            if self is not None:
+                cls._seed(path, in_tree, self.get_cache_path())
+            return self
+
+        @classmethod
+        def _seed(cls, path: Path, in_tree: str, dest: str) -> None:
+            if str(path) in cls._seeded:
+                return
+            cls._seeded.add(str(path))
+            prefix = path.stem + "."
+            try:
+                names = [n for n in os.listdir(in_tree) if n.startswith(prefix) and n.endswith((".nbi", ".nbc"))]
+            except OSError:
+                return
+            for name in names:
+                target = os.path.join(dest, name)
+                if not os.path.exists(target):
+                    try:  # copy then rename: a concurrent process never reads half a file
+                        tmp = f"{target}.{os.getpid()}.tmp"
+                        shutil.copyfile(os.path.join(in_tree, name), tmp)
+                        os.replace(tmp, target)
+                    except OSError:
+                        pass
+
+    return PackagedCacheLocator
+
+
+def _install_locator() -> None:
+    from numba.core import caching
+
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
+    classes = impl._locator_classes
+    if not any(getattr(c, "__name__", "") == "PackagedCacheLocator" for c in classes):
+        impl._locator_classes = [_make_locator(caching), *classes]
+
+
+if numba is not None:
+    try:
+        _install_locator()
+    except Exception as e:  # pragma: no cover - a numba without the cache internals we know
+        print(f"ptexport: numba's cache cannot be prepared ahead here ({e})", file=sys.stderr)
+
+
+def cache_prepared() -> bool:
+    """Whether the decoder's kernels were compiled here before (numba then loads them in a second)."""
+    if numba is None:
+        return False
+    from numba.core import caching, config
+
+    kernel = _PACKAGE / "flow" / "perffast_kernel.py"
+    sub = caching.UserWideCacheLocator.get_suitable_cache_subpath(str(kernel))
+    dirs = [kernel.parent / "__pycache__"]
+    if config.CACHE_DIR:
+        dirs.append(Path(config.CACHE_DIR) / sub)
+    try:
+        from numba.misc.appdirs import AppDirs
+
+        dirs.append(Path(AppDirs(appname="numba", appauthor=False).user_cache_dir) / sub)
+    except ImportError:  # pragma: no cover - numba moved it
+        pass
+    return any(any(d.glob(f"{kernel.stem}.*.nbi")) for d in dirs if d.is_dir())
+
+
+# ---------------------------------------------------------------- compiling ahead
+
+def warm_commands(samples: Path, scratch: Path) -> list[list[str]]:
+    """The commands that reach every compiled kernel with the argument types production passes."""
+    traces = sorted(str(p) for p in samples.glob("*/perf.data"))
+    cmds: list[list[str]] = []
+    for i, trace in enumerate(traces):
+        db = str(scratch / f"warm{i}.sqlite")
+        cmds += [
+            [trace, "--db", db, "--force", "-q"],
+            [trace, "--db", db, "--force", "-q", "--jobs", "2", "--callchains", "--itrace", "bepwxg"],
+            ["dump", "branches", trace],
+            ["dump", "branches", trace, "--csv", "--jobs", "2"],
+            ["dump", "branches", trace, "-F", "pid,tid,cpu,time,ip,addr,flags,ipc"],
+            ["dump", "branches", trace, "--itrace", "i100"],
+            ["dump", "branches", trace, "--itrace", "cr"],
+        ]
+    return cmds
+
+
+def warm(samples: Path) -> int:
+    """Run :func:`warm_commands` (what ``setup.py`` does at install); returns the number that failed."""
+    if numba is None:
+        print(f"ptexport: not compiling ahead: {PROBLEM}", file=sys.stderr)
+        return 0
+    from ptexport.cli import main
+
+    failed = 0
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ptexport-warm-") as tmp:
+        for argv in warm_commands(samples, Path(tmp)):
+            try:
+                rc = main(argv, out=io.StringIO())
+            except Exception as e:  # noqa: BLE001 - a warm-up failure must not fail the install
+                print(f"ptexport: compiling ahead: {' '.join(argv)}: {e}", file=sys.stderr)
+                rc = 1
+            failed += rc != 0
+    print(f"ptexport: compiled the decoder ahead in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    return failed
+
+
+if __name__ == "__main__":  # python -m ptexport.jit SAMPLE_DIR
+    sys.exit(1 if warm(Path(sys.argv[1] if len(sys.argv) > 1 else "sample_data")) else 0)

@@ -1,0 +1,117 @@
+"""The compiled path's engine: kernels compiled at install reach the first run, read-only installs included."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from ptexport import jit
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(jit.numba is None, reason=f"numba: {jit.PROBLEM}")
+
+
+def _name(req: str) -> str:
+    return re.split(r"[\[<>=!~ ]", req, maxsplit=1)[0].lower()
+
+
+def test_the_build_has_what_compiling_ahead_runs():
+    """setup.py runs ptexport in the isolated build environment: every run-time dependency must be there."""
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    build = {_name(r) for r in meta["build-system"]["requires"]}
+    run = {_name(r) for r in meta["project"]["dependencies"]}
+    assert run <= build, run - build
+
+
+def test_every_warm_up_command_runs(tmp_path):
+    """A command that fails at install compiles nothing, silently: each must succeed."""
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    (samples / "loops").symlink_to(ROOT / "sample_data" / "loops")
+    cmds = jit.warm_commands(samples, tmp_path)
+    assert len(cmds) >= 6 and any("--jobs" in c for c in cmds) and any(c[:2] == ["dump", "branches"] for c in cmds)
+    assert jit.warm(samples) == 0
+
+
+KERNEL = """
+from ptexport.jit import numba
+
+@numba.njit(cache=True)
+def twice(x):
+    return 2 * x
+"""
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        del sys.modules[name]
+    return mod
+
+
+def test_a_read_only_install_loads_the_prepared_cache(tmp_path, monkeypatch):
+    """The package's __pycache__ unwritable: its files are copied to the user's cache and loaded, not compiled."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    src = pkg / "kern.py"
+    src.write_text(KERNEL)
+    monkeypatch.setattr(jit, "_PACKAGE", pkg)
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "usercache"))
+
+    built = _load(src, "kern_build")  # "at install": the in-tree cache is written
+    assert built.twice(21) == 42
+    assert built.twice.stats.cache_misses and not built.twice.stats.cache_hits
+    prepared = sorted(p.name for p in (pkg / "__pycache__").iterdir() if p.suffix in (".nbi", ".nbc"))
+    assert prepared
+
+    in_tree = str(pkg / "__pycache__")
+    monkeypatch.setattr(jit, "_writable", lambda path: path != in_tree)  # "installed read-only"
+    run = _load(src, "kern_run")
+    assert run.twice(21) == 42
+    assert run.twice.stats.cache_hits and not run.twice.stats.cache_misses
+    seeded = sorted(p.name for p in (tmp_path / "usercache").rglob("*") if p.suffix in (".nbi", ".nbc"))
+    assert seeded == prepared
+
+
+def test_other_code_keeps_numbas_own_cache_order(tmp_path):
+    """The locator claims ptexport's files only."""
+    from numba.core import caching
+
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
+    ours = impl._locator_classes[0]
+    assert ours.__name__ == "PackagedCacheLocator"
+    other = tmp_path / "elsewhere.py"
+    other.write_text("def f():\n    return 1\n")
+    mod = _load(other, "elsewhere")
+    assert ours.from_function(mod.f, str(other)) is None
+
+
+def test_a_first_compile_is_announced_on_a_terminal(monkeypatch, capsys, tmp_path):
+    """Where nothing was compiled ahead (an editable install, another numba), one line says why it waits."""
+    import io
+
+    import ptexport.cli as cli
+
+    trace = tmp_path / "t.pt"
+    trace.write_bytes(bytes([0x02, 0x82] * 8) + b"\x02\x23")
+    monkeypatch.setattr(jit, "cache_prepared", lambda: False)
+    monkeypatch.setattr(cli, "_warned", False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    for _ in range(2):
+        assert cli.main(["dump", "packets", "--raw", str(trace)], io.StringIO()) == 0
+    assert capsys.readouterr().err.count("compiling the decoder (once") == 1
+    monkeypatch.setattr(cli, "_warned", False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)  # logs and pipes: silent
+    assert cli.main(["dump", "packets", "--raw", str(trace)], io.StringIO()) == 0
+    assert "compiling" not in capsys.readouterr().err
