@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Benchmark: decode-only branch throughput, ours vs perf 6.1, on a generated 10 M-branch trace.
 
-    python3 bench/bench_decode.py                   # generate (cached under /tmp) and measure
-    python3 bench/bench_decode.py --file X.data     # measure an existing perf.data
-    python3 bench/bench_decode.py --branches 2M --jobs 1 --repeat 3
+    python3 bench/bench_decode.py                   # generate (in a temporary directory) and measure
+    python3 bench/bench_decode.py --keep DIR        # ... and keep the trace in DIR
+    python3 bench/bench_decode.py --file DIR/perf.data   # measure an existing perf.data
+    python3 bench/bench_decode.py --branches 2M --jobs 1 --repeat 3 --json report.json
 
 Runs, in one go and on the same file:
 
@@ -13,7 +14,8 @@ Runs, in one go and on the same file:
 Each is a separate process (start-up, imports and numba's cache loading included); wall time is the best
 of ``--repeat``, CPU time is user+sys of that process, peak RSS is its ``ru_maxrss``.  The branch count is
 ours (``--verify`` also counts perf's lines and checks they agree).  Prints branches/s for both, the
-ratio ours/perf (>= 1.0: at least as fast as perf) and peak RSS.
+ratio ours/perf (>= 1.0: at least as fast as perf) and peak RSS.  Output paths (``--keep``,
+``--json``) that exist are refused unless ``--force``; ``--tiny`` is a quick check (2 k branches).
 """
 
 from __future__ import annotations
@@ -21,37 +23,22 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-CACHE = Path("/tmp/ptexport-bench")
+from _common import (add_options, need_file, need_perf, one_line_errors, parse, parse_count, ratio,
+                     workdir, write_json)
 
 
-def _parse_count(text: str) -> int:
-    text = text.strip().lower()
-    mult = {"k": 1000, "m": 1000_000}.get(text[-1:], 1)
-    return int(float(text[:-1] if mult > 1 else text) * mult)
-
-
-def generate(label: str, program: str) -> Path:
-    branches = _parse_count(label)
-    out = CACHE / f"{program}-{label}"
+def generate(out: Path, branches: int, program: str) -> Path:
     data = out / "perf.data"
-    if data.exists():
-        return data
-    CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = CACHE / f".{program}-{label}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.perf_counter()
     # --elf-path .: the MMAP2 names the ELF by its bare file name, so perf (run in the
-    # trace's folder) finds it after the temporary folder is renamed.
-    subprocess.run(["ptexport", "synth", "--out", str(tmp), "--program", program, "--branches", str(branches),
+    # trace's folder) finds it wherever the folder is.
+    subprocess.run(["ptexport", "synth", "--out", str(out), "--program", program, "--branches", str(branches),
                     "--elf-path", "."], check=True, stdout=subprocess.DEVNULL)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
     print(f"generated {data} ({data.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t0:.1f} s",
           file=sys.stderr)
     return data
@@ -76,14 +63,23 @@ def measure(cmd: list[str], stdout, cwd: Path | None = None) -> tuple[float, flo
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--file", help="an existing perf.data (default: generate one)")
-    ap.add_argument("--branches", default="10M", help="branches of the generated trace (default 10M)")
+    ap.add_argument("--branches", type=parse_count, default=10_000_000,
+                    help="branches of the generated trace (default 10M; k/M suffixes)")
     ap.add_argument("--program", default="calls", help="generated program (default calls)")
     ap.add_argument("--jobs", type=int, default=2, help="ptexport --jobs (default 2)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each; best wall time counts (default 1)")
     ap.add_argument("--verify", action="store_true", help="(always on) count perf's branch lines and compare")
-    args = ap.parse_args(argv)
+    add_options(ap, keep=True)
+    args = parse(ap, argv, tiny={"branches": 2000, "repeat": 1, "jobs": 1})
+    if args.file and args.keep:
+        ap.error("--file and --keep exclude each other (--keep keeps a generated trace)")
+    need_file(ap, args.file)
+    need_perf(ap)
+    with one_line_errors(ap), workdir(None if args.file else args.keep, "bench_decode.") as work:
+        return run(args, (Path(args.file) if args.file else generate(work, args.branches, args.program)).resolve())
 
-    path = (Path(args.file) if args.file else generate(args.branches, args.program)).resolve()
+
+def run(args: argparse.Namespace, path: Path) -> int:
     where = path.parent  # both run in the trace's folder, where bare ELF names resolve
     perf_cmd = ["perf", "script", "--itrace=b", "-i", str(path)]
     ours_cmd = ["ptexport", "dump", "branches", "--count", "--itrace=b", "--jobs", str(args.jobs), str(path)]
@@ -118,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ptexport --count --jobs {args.jobs:<2}        : {ow:7.2f} s wall {oc:7.2f} s cpu  {count / ow / 1e6:6.3f} M branches/s"
           f"  peak RSS {orss / 2**20:7.1f} MiB")
     print(f"ratio ours/perf (throughput, wall): {pw / ow:.2f}   (cpu: {pc / oc:.2f})")
+    write_json(args.json, {
+        "trace": str(path), "trace_bytes": path.stat().st_size, "branches": count, "cores": os.cpu_count(),
+        "jobs": args.jobs, "repeat": max(1, args.repeat),
+        "perf": {"wall_s": pw, "cpu_s": pc, "peak_rss_bytes": prss, "branches_per_s": count / pw},
+        "ptexport": {"wall_s": ow, "cpu_s": oc, "peak_rss_bytes": orss, "branches_per_s": count / ow},
+        "ratio_wall": ratio(pw, ow), "ratio_cpu": ratio(pc, oc),
+    })
     return 0
 
 

@@ -2,9 +2,10 @@
 """End-to-end export: ``ptexport TRACE --db DB`` against perf's export-to-sqlite.py, in one run.
 
     python3 bench/bench_export.py [--branches 1000000] [--program calls] [--postgres URL] [--keep DIR]
+    python3 bench/bench_export.py --file DIR/perf.data --skip-perf [--json report.json]
 
-Generates one trace with ``ptexport synth`` (cached per size under the temp
-directory), then times, on that same file:
+Generates one trace with ``ptexport synth`` (in a temporary directory, or in
+``--keep DIR`` to be reused with ``--file``), then times, on that same file:
 
 * perf 6.1: ``perf script --itrace=bep -s export-to-sqlite.py OUT branches calls``;
 * ptexport: ``ptexport TRACE --db OUT`` (all branches, errors and power events, calls);
@@ -16,7 +17,9 @@ the ratios ptexport/perf.  ``--branches 10000000`` is the issue's size (perf
 takes minutes there); ``--skip-perf`` times ptexport alone (e.g. to compare
 peak RSS across sizes) and, when an earlier run on the same trace left perf's
 figures in ``perf.json`` beside it, prints the ratios against those (marked as
-from that earlier run).  Nothing here is a test: it measures.
+from that earlier run).  Nothing here is a test: it measures.  Output paths
+(``--keep``, ``--json``) that exist are refused unless ``--force``; ``--tiny``
+is a quick check (2000 branches).
 """
 
 from __future__ import annotations
@@ -24,29 +27,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-EXPORTER = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
+from _common import (PERF_EXPORTER, add_options, need_file, need_perf, one_line_errors, parse, perf_env,
+                     ratio, workdir, write_json)
 
+#: A first export of a trace this small keeps numba's compile (or cache load) out of the timed run.
+WARMUP_BRANCHES = 2000
+WARMUP_BYTES = 64 << 10  # a --file this small is timed without a warm-up (2000 branches: about 6 KB)
 
-def perf_env() -> dict[str, str]:
-    # perf's embedded Python must find Debian's python3 (with PySide2) first on PATH.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYENV", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"))}
-    env["PATH"] = "/usr/bin:/bin:" + env.get("PATH", "")
-    return env
-
-
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int, float]:
+def timed(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, int, float]:
     """Wall seconds, peak RSS (KiB) and CPU seconds (user + system) of one child process (and the
     children it waited for)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -64,62 +62,80 @@ def count_samples(db: Path) -> int:
         con.close()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--branches", type=int, default=1_000_000)
+    ap.add_argument("--branches", type=int, default=1_000_000, help="branches of the generated trace")
     ap.add_argument("--program", default="calls")
+    ap.add_argument("--file", help="an existing perf.data to export (default: generate one); with --skip-perf, "
+                                   "perf's figures are taken from a perf.json beside it")
     ap.add_argument("--postgres", help="also export into this PostgreSQL server URL (e.g. postgresql://postgres@127.0.0.1)")
-    ap.add_argument("--keep", help="directory for the trace and databases (default: a cache under the temp dir)")
     ap.add_argument("--skip-perf", action="store_true", help="time ptexport only")
-    args = ap.parse_args()
+    add_options(ap, keep=True)
+    args = parse(ap, argv, tiny={"branches": WARMUP_BRANCHES})
+    if args.file and args.keep:
+        ap.error("--file and --keep exclude each other (--keep keeps a generated trace)")
+    need_file(ap, args.file)
+    if not args.skip_perf:
+        need_perf(ap, exporter=True)
+    with one_line_errors(ap), workdir(args.keep, "bench_export.") as work:
+        return run(args, work)
 
-    if not args.skip_perf and (not shutil.which("perf") or not os.path.exists(EXPORTER)):
-        sys.exit("perf 6.1 and its export-to-sqlite.py are needed (Debian: linux-perf python3-pyside2.qtsql)")
-    work = Path(args.keep or tempfile.gettempdir()) / f"ptexport-bench-{args.program}-{args.branches}"
-    work.mkdir(parents=True, exist_ok=True)
-    trace = work / "perf.data"
-    if not trace.exists():
+
+def run(args: argparse.Namespace, work: Path) -> int:
+    """Generate (unless --file) and export into ``work``: the trace, perf.db, ours.sqlite, perf.json."""
+    if args.file:
+        trace = Path(args.file).resolve()
+        perf_json = trace.parent / "perf.json"
+    else:
+        trace = work / "perf.data"
+        perf_json = work / "perf.json"
+        # --elf-path .: the ELF is named by its bare name; perf runs in the trace's folder
         subprocess.run(["ptexport", "synth", "--out", str(work), "--program", args.program,
-                        "--branches", str(args.branches)], check=True, stdout=subprocess.DEVNULL)
-    # numba compiles the kernels once per source version and caches them: a first export of a
-    # tiny trace keeps a compile out of the timed runs
-    warm = work.parent / "ptexport-bench-warmup"
-    if not (warm / "perf.data").exists():
-        subprocess.run(["ptexport", "synth", "--out", str(warm), "--program", args.program, "--branches", "2000"],
+                        "--branches", str(args.branches), "--elf-path", "."], check=True, stdout=subprocess.DEVNULL)
+    if (trace.stat().st_size > WARMUP_BYTES) if args.file else args.branches > WARMUP_BRANCHES:
+        # numba compiles the kernels once per source version and caches them: a first export of a
+        # tiny trace keeps a compile out of the timed runs (a trace about that small is its own warm-up)
+        warm = work / "warmup"
+        subprocess.run(["ptexport", "synth", "--out", str(warm), "--program", args.program,
+                        "--branches", str(WARMUP_BRANCHES)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["ptexport", str(warm / "perf.data"), "--db", str(warm / "warm.sqlite"), "-q", "--force"],
                        check=True, stdout=subprocess.DEVNULL)
-    (warm / "warm.sqlite").unlink(missing_ok=True)
-    subprocess.run(["ptexport", str(warm / "perf.data"), "--db", str(warm / "warm.sqlite"), "-q"], check=True,
-                   stdout=subprocess.DEVNULL)
-    perf_db, ours_db, perf_json = work / "perf.db", work / "ours.sqlite", work / "perf.json"
-    ours_db.unlink(missing_ok=True)
+    perf_db, ours_db = work / "perf.db", work / "ours.sqlite"
+    for db in (perf_db, ours_db):
+        db.unlink(missing_ok=True)  # in the work folder: ours (--keep DIR was checked or --force given)
 
     rows = []
     cached = ""
+    perf_wall = perf_rss = perf_cpu = None
     if not args.skip_perf:
-        perf_db.unlink(missing_ok=True)
-        perf_wall, perf_rss, perf_cpu = timed(["perf", "script", "-i", str(trace), "--itrace=bep", "-s", EXPORTER, str(perf_db),
-                                     "branches", "calls"], env=perf_env())
+        perf_wall, perf_rss, perf_cpu = timed(["perf", "script", "-i", str(trace), "--itrace=bep", "-s", PERF_EXPORTER,
+                                               str(perf_db), "branches", "calls"], env=perf_env(), cwd=trace.parent)
         n_perf = count_samples(perf_db)
         rows.append(("perf", perf_wall, n_perf, perf_rss, perf_db.stat().st_size, perf_cpu))
-        perf_json.write_text(json.dumps({"wall": perf_wall, "samples": n_perf, "rss_kib": perf_rss, "cpu": perf_cpu,
-                                         "db_bytes": perf_db.stat().st_size, "when": time.time()}))
+        if not args.file:
+            perf_json.write_text(json.dumps({"wall": perf_wall, "samples": n_perf, "rss_kib": perf_rss,
+                                             "cpu": perf_cpu, "db_bytes": perf_db.stat().st_size,
+                                             "when": time.time()}))
     elif perf_json.exists():
         p = json.loads(perf_json.read_text())
         perf_wall, perf_rss, perf_cpu = p["wall"], p["rss_kib"], p.get("cpu")
         rows.append(("perf (earlier run)", perf_wall, p["samples"], perf_rss, p["db_bytes"], perf_cpu))
         cached = time.strftime(" (perf figures from its run at %Y-%m-%d %H:%M UTC)", time.gmtime(p["when"]))
-    ours_wall, ours_rss, ours_cpu = timed(["ptexport", str(trace), "--db", str(ours_db), "-q"])
+    ours_wall, ours_rss, ours_cpu = timed(["ptexport", str(trace), "--db", str(ours_db), "-q"], cwd=trace.parent)
     n_ours = count_samples(ours_db)
     rows.append(("ptexport", ours_wall, n_ours, ours_rss, ours_db.stat().st_size, ours_cpu))
+    pg_wall = None
     if args.postgres:
         name = f"ptexport_bench_{os.getpid()}"
         url = f"{args.postgres.rstrip('/')}/{name}"
-        pg_wall, pg_rss, pg_cpu = timed(["ptexport", str(trace), "--db", url, "-q"])
+        try:
+            pg_wall, pg_rss, pg_cpu = timed(["ptexport", str(trace), "--db", url, "-q"], cwd=trace.parent)
+        finally:
+            subprocess.run(["psql", args.postgres.rstrip("/") + "/postgres", "-c", f"DROP DATABASE IF EXISTS {name}"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         rows.append(("postgresql", pg_wall, n_ours, pg_rss, None, pg_cpu))
-        subprocess.run(["psql", args.postgres.rstrip("/") + "/postgres", "-c", f"DROP DATABASE IF EXISTS {name}"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    print(f"trace: {trace} ({args.branches} branches asked, {n_ours} samples exported)")
+    print(f"trace: {trace} ({'' if args.file else f'{args.branches} branches asked, '}{n_ours} samples exported)")
     load = os.getloadavg()[0]
     print(f"{'':18} {'wall s':>8} {'samples/s':>12} {'CPU s':>8} {'peak RSS MiB':>13} {'DB bytes/sample':>16}")
     for name, wall, n, rss, size, cpu in rows:
@@ -128,14 +144,27 @@ def main() -> int:
         print(f"{name:18} {wall:8.2f} {n / wall:12.0f} {cpu_s} {rss / 1024:13.0f} {per}")
     print(f"load average at the end: {load:.1f} on {os.cpu_count()} CPUs (wall times stretch with the load; "
           f"CPU seconds much less)")
+    ratios: dict[str, float | None] = {}
     if rows[0][0].startswith("perf"):
+        ratios = {"speed": ratio(perf_wall, ours_wall), "db_size": ratio(rows[1][4], rows[0][4]),
+                  "peak_rss": ratio(ours_rss, perf_rss)}
         print(f"speed ratio ptexport/perf: {perf_wall / ours_wall:.2f}x (goal >= 10x); "
               f"DB size ratio: {rows[1][4] / rows[0][4]:.2f} (goal <= 1); "
               f"peak RSS ratio: {ours_rss / perf_rss:.2f}{cached}")
         if perf_cpu is not None:
+            ratios["cpu"] = ratio(perf_cpu, ours_cpu)
             print(f"CPU-time ratio perf/ptexport: {perf_cpu / ours_cpu:.2f}x")
-        if args.postgres:
+        if pg_wall is not None:
+            ratios["postgresql_speed"] = ratio(perf_wall, pg_wall)
             print(f"PostgreSQL: {perf_wall / pg_wall:.2f}x perf's SQLite export")
+    write_json(args.json, {
+        "trace": str(trace), "branches_asked": None if args.file else args.branches, "samples": n_ours,
+        "load_average": load, "cores": os.cpu_count(), "perf_from_earlier_run": bool(cached),
+        "runs": {name: {"wall_s": wall, "samples": n, "samples_per_s": n / wall, "cpu_s": cpu,
+                        "peak_rss_kib": rss, "db_bytes": size, "db_bytes_per_sample": size / n if size else None}
+                 for name, wall, n, rss, size, cpu in rows},
+        "ratios": ratios,
+    })
     return 0
 
 

@@ -2,6 +2,7 @@
 """Benchmark: iterate every record of a sideband-heavy perf.data and compare with `perf report --stats`.
 
     python3 bench/bench_records.py                 # make a >= 1 M record file with perf, then measure
+    python3 bench/bench_records.py --keep DIR      # ... and keep it as DIR/sideband.data
     python3 bench/bench_records.py --file X.data   # measure an existing file
 
 The file is a system-wide `perf record -a -e dummy --switch-events` of `perf bench sched pipe` (two
@@ -9,24 +10,26 @@ context switches per loop, one SWITCH_CPU_WIDE record each); when perf cannot re
 same shape is written by hand. Prints wall and CPU times (best of --repeat; CPU = user+sys of this
 process and its children, which is steadier than wall time on a shared machine) and the ratios
 ours / perf for: the header walk (`iter_headers`, the fast path), `records()` (every record parsed into
-an object) and `records()` plus reading each record's time and cpu.
+an object) and `records()` plus reading each record's time and cpu; exit status 1 when the
+counts differ from perf's.  Output paths (`--keep`, `--json`) that exist are refused unless `--force`;
+`--tiny` is a quick check (a few thousand records).
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
 import os
-import shutil
+import resource
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# a checkout without ptexport installed works too (appended: an installed ptexport comes first)
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
+from _common import add_options, need_file, need_perf, one_line_errors, parse, ratio, workdir, write_json  # noqa: E402
 from ptexport.perfdata import open_perf_data  # noqa: E402
 
 
@@ -98,64 +101,84 @@ def parse_stats(out: str) -> dict[str, int]:
     return counts
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--file", type=Path, help="an existing perf.data (default: make one)")
     ap.add_argument("--records", type=int, default=1_000_000, help="records to aim for when making the file")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--keep", action="store_true", help="keep the generated file")
-    args = ap.parse_args()
-    if not shutil.which("perf"):
-        print("perf is not installed: nothing to compare with", file=sys.stderr)
-        return 2
-    tmp = None
-    path = args.file
-    if path is None:
-        tmp = Path(tempfile.mkdtemp(prefix="bench_records."))
-        path = tmp / "sideband.data"
+    add_options(ap, keep=True)
+    args = parse(ap, argv, tiny={"records": 2000, "repeat": 1})
+    if args.file and args.keep:
+        ap.error("--file and --keep exclude each other (--keep keeps a generated file)")
+    need_file(ap, args.file)
+    need_perf(ap)
+    with one_line_errors(ap):
+        return make_and_run(args)
+
+
+def make_and_run(args: argparse.Namespace) -> int:
+    if args.file:
+        return run(args, args.file)
+    with workdir(args.keep, "bench_records.") as work:
+        path = work / "sideband.data"
+        path.unlink(missing_ok=True)  # --keep DIR with --force: replaced
         how = "perf record -a -e dummy --switch-events -- perf bench sched pipe"
         if not make_with_perf(path, max(1000, args.records // 4)):
             how = "written by hand (perf record is not permitted here)"
             make_by_hand(path, args.records)
         print(f"file: {path} ({path.stat().st_size / 1e6:.1f} MB), {how}")
-    try:
-        perf_t, perf_c, perf_out = best(perf_stats(path), args.repeat)
-        theirs = parse_stats(perf_out)
+        return run(args, path)
 
-        def walk():
-            with open_perf_data(path) as pd:
-                n = sum(1 for _ in pd.iter_headers())
-                return n, dict(pd.stats)
 
-        def parse():
-            with open_perf_data(path) as pd:
-                return sum(1 for _ in pd.records())
+def _x(r: float | None) -> str:
+    return f"{r:6.2f}x" if r is not None else f"{'n/a':>7s}"
 
-        def parse_fields():
-            with open_perf_data(path) as pd:
-                acc = 0
-                for r in pd.records():
-                    t = r.time
-                    if t is not None:
-                        acc += t + (r.cpu or 0)
-                return acc
 
-        walk_t, walk_c, (n, ours) = best(walk, args.repeat)
-        rec_t, rec_c, _ = best(parse, max(1, args.repeat - 1))
-        fld_t, fld_c, _ = best(parse_fields, 1)
-        total = sum(theirs.values())
-        print(f"records: {n} (perf counts {total}); counts equal perf's: {ours == theirs}")
-        print(f"{'':26s} {'wall':>8s} {'us/rec':>7s} {'ratio':>6s}   {'cpu':>8s} {'ratio':>6s}")
-        print(f"{'perf report --stats':26s} {perf_t:7.3f}s {perf_t / total * 1e6:7.2f} {1:6.2f}x  "
-              f"{perf_c:7.3f}s {1:6.2f}x")
-        for label, t, c in (("iter_headers (fast path)", walk_t, walk_c), ("records()", rec_t, rec_c),
-                            ("records() + time/cpu", fld_t, fld_c)):
-            print(f"{label:26s} {t:7.3f}s {t / total * 1e6:7.2f} {t / perf_t:6.2f}x  {c:7.3f}s {c / perf_c:6.2f}x")
-        print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cpus")
-        return 0 if ours == theirs else 1
-    finally:
-        if tmp is not None and not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
+def run(args: argparse.Namespace, path: Path) -> int:
+    perf_t, perf_c, perf_out = best(perf_stats(path), args.repeat)
+    theirs = parse_stats(perf_out)
+
+    def walk():
+        with open_perf_data(path) as pd:
+            n = sum(1 for _ in pd.iter_headers())
+            return n, dict(pd.stats)
+
+    def parse_all():
+        with open_perf_data(path) as pd:
+            return sum(1 for _ in pd.records())
+
+    def parse_fields():
+        with open_perf_data(path) as pd:
+            acc = 0
+            for r in pd.records():
+                t = r.time
+                if t is not None:
+                    acc += t + (r.cpu or 0)
+            return acc
+
+    walk_t, walk_c, (n, ours) = best(walk, args.repeat)
+    rec_t, rec_c, _ = best(parse_all, max(1, args.repeat - 1))
+    fld_t, fld_c, _ = best(parse_fields, 1)
+    total = sum(theirs.values())
+    if not total:
+        raise SystemExit(f"perf report --stats counted no records in {path}")
+    print(f"records: {n} (perf counts {total}); counts equal perf's: {ours == theirs}")
+    print(f"{'':26s} {'wall':>8s} {'us/rec':>7s} {'ratio':>6s}   {'cpu':>8s} {'ratio':>6s}")
+    print(f"{'perf report --stats':26s} {perf_t:7.3f}s {perf_t / total * 1e6:7.2f} {1:6.2f}x  "
+          f"{perf_c:7.3f}s {1:6.2f}x")
+    for label, t, c in (("iter_headers (fast path)", walk_t, walk_c), ("records()", rec_t, rec_c),
+                        ("records() + time/cpu", fld_t, fld_c)):
+        print(f"{label:26s} {t:7.3f}s {t / total * 1e6:7.2f} {_x(ratio(t, perf_t))}  {c:7.3f}s {_x(ratio(c, perf_c))}")
+    print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cpus")
+    write_json(args.json, {
+        "records": n, "perf_records": total, "counts_equal": ours == theirs, "file_bytes": path.stat().st_size,
+        "load_average": os.getloadavg()[0], "cores": os.cpu_count(),
+        "runs": {label: {"wall_s": t, "cpu_s": c, "us_per_record": t / total * 1e6 if total else None,
+                         "ratio_wall": ratio(t, perf_t), "ratio_cpu": ratio(c, perf_c)}
+                 for label, t, c in (("perf report --stats", perf_t, perf_c), ("iter_headers", walk_t, walk_c),
+                                     ("records", rec_t, rec_c), ("records_time_cpu", fld_t, fld_c))},
+    })
+    return 0 if ours == theirs else 1
 
 
 if __name__ == "__main__":

@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """Writer benchmark: rows/s into SQLite and PostgreSQL from synthetic numpy columns.
 
-    python3 bench/bench_writer.py [--samples 2000000] [--batch 250000] [--pg postgresql://postgres@127.0.0.1/x]
+    python3 bench/bench_writer.py [--samples 2000000] [--batch 250000] [--pg postgresql://postgres@127.0.0.1]
+                                  [--json report.json]
 
 The columns look like a real Intel PT branch export (small ids, user-space
 and kernel addresses, increasing times, one call row per ~3 branch samples).
 Prints rows/s per backend, DB bytes per sample and the ratio to perf's
 export-to-sqlite.py as measured here (DESIGN.md section 6: 84 K samples/s,
-69 MB for 1 M samples with "branches calls"), and the peak RSS.
+69 MB for 1 M samples with "branches calls"), and the peak RSS.  The SQLite
+files live in a temporary directory (inside ``--dir``) that is removed, the
+PostgreSQL database is a new one, dropped at the end; ``--json`` refuses an
+existing file unless ``--force``; ``--tiny`` is a quick check (5000 samples).
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# a checkout without ptexport installed works too (appended: an installed ptexport comes first)
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
+from _common import add_options, one_line_errors, parse, ratio, write_json  # noqa: E402
 from ptexport.export.writer import open_writer  # noqa: E402
 
 PERF_SAMPLES_PER_S = 84_000
@@ -104,7 +110,7 @@ def perf_layout_size(db: str, out: str) -> int:
     return os.path.getsize(out)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=2_000_000)
     ap.add_argument("--batch", type=int, default=250_000)
@@ -113,12 +119,29 @@ def main() -> int:
     ap.add_argument("--modes", default="btree,bind", help="SQLite writer modes to run (btree,bind,executemany)")
     ap.add_argument("--rss", action="store_true", help="also measure the writer's peak RSS at two sizes")
     ap.add_argument("--child-rss", type=int, default=0, help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    add_options(ap)
+    args = parse(ap, argv, tiny={"samples": 5000, "batch": 2000})
     if args.child_rss:
         return child_rss(args.child_rss, args.batch, args.dir)
+    if args.samples < 3 or args.batch < 3:
+        ap.error("--samples and --batch must be at least 3 (one call row per 3 samples)")
+    if args.dir is not None and not os.path.isdir(args.dir):
+        ap.error(f"--dir {args.dir}: no such directory")
+    modes = [m for m in args.modes.split(",") if m]
+    from ptexport.export.sqlite_writer import MODES
+
+    if not modes or set(modes) - set(MODES):
+        ap.error(f"--modes: one or more of {','.join(MODES)}")
+    with one_line_errors(ap):
+        return run_all(args, modes)
+
+
+def run_all(args: argparse.Namespace, modes: list[str]) -> int:
     n = args.samples
+    report: dict = {"samples": n, "batch": args.batch, "sqlite": {},
+                    "perf": {"samples_per_s": PERF_SAMPLES_PER_S, "bytes_per_sample": PERF_BYTES_PER_SAMPLE}}
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
-        for mode in args.modes.split(","):
+        for mode in modes:
             run(os.path.join(d, f"warmup-{mode}.db"), 5000, 5000, mode=mode)  # numba JIT/cache load, once
             db = os.path.join(d, f"bench-{mode}.db")
             r = run(db, n, args.batch, mode=mode)
@@ -134,6 +157,11 @@ def main() -> int:
             psize = perf_layout_size(db, os.path.join(d, f"perf-layout-{mode}.db"))
             print(f"  {size / n:.1f} DB bytes/sample; the same rows in perf's layout: {psize / n:.1f} "
                   f"({size / psize:.2f}x; DESIGN.md's perf run: {PERF_BYTES_PER_SAMPLE:.0f} bytes/sample)")
+            report["sqlite"][mode] = {
+                "calls": r["calls"], "wall_s": r["wall"], "cpu_s": r["cpu"], "load_wall_s": r["load"],
+                "load_cpu_s": r["load_cpu"], "samples_per_s": n / r["wall"], "rows_per_s": rows / r["wall"],
+                "ratio_to_perf": n / r["wall"] / PERF_SAMPLES_PER_S, "db_bytes_per_sample": size / n,
+                "perf_layout_bytes_per_sample": psize / n, "size_ratio_to_perf_layout": ratio(size, psize)}
     if args.pg:
         name = f"ptx_bench_{uuid.uuid4().hex[:8]}"
         url = f"{args.pg.rstrip('/')}/{name}"
@@ -141,6 +169,7 @@ def main() -> int:
             r = run(url, n, args.batch)
         except Exception as e:  # noqa: BLE001 - a benchmark reports and goes on
             print(f"postgresql: skipped: {e}")
+            report["postgresql"] = {"skipped": str(e)}
         else:
             total, load, ncalls = r["wall"], r["load"], r["calls"]
             import psycopg
@@ -151,8 +180,12 @@ def main() -> int:
             print(f"postgresql: {n} samples + {ncalls} calls in {total:.2f} s "
                   f"(load {load:.2f} s, keys/indexes {total - load:.2f} s): {n / total / 1e6:.2f} M samples/s, "
                   f"{size / n:.1f} DB bytes/sample (client cpu {r['cpu']:.2f} s; the server's is not counted)")
+            report["postgresql"] = {"calls": ncalls, "wall_s": total, "load_wall_s": load, "client_cpu_s": r["cpu"],
+                                    "samples_per_s": n / total, "db_bytes_per_sample": size / n,
+                                    "ratio_to_perf": n / total / PERF_SAMPLES_PER_S}
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {rss:.0f} MiB (includes the pre-generated input columns)")
+    report["peak_rss_mib"] = rss
     if args.rss:
         import subprocess
 
@@ -161,6 +194,8 @@ def main() -> int:
                 out = subprocess.run([sys.executable, __file__, "--child-rss", str(k), "--batch", str(args.batch),
                                       "--dir", d], capture_output=True, text=True, check=True).stdout
             print(f"writer-only peak RSS, {k} samples generated batch by batch: {out.strip()} MiB")
+            report.setdefault("writer_peak_rss_mib", {})[str(k)] = float(out)
+    write_json(args.json, report)
     return 0
 
 

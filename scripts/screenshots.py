@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Make the user guide's screenshots (docs/viewer/*.png) of ptexport-viewer.
 
-    python3 scripts/screenshots.py [--db DB] [--out docs/viewer] [--perf]
+    python3 scripts/screenshots.py [--db DB] [--out docs/viewer] [--perf] [--force]
 
 Without --db it builds the viewer's test fixture database (host + guest,
 known call trees, context switches, power events) in a temporary directory.
 With --perf it also exports perf's own recording of the shared test data
 with perf's export-to-sqlite.py and shoots the time chart and call graph of
 that real trace.  Runs offscreen (QT_QPA_PLATFORM=offscreen); every window
-is shot only after its queries have finished.
+is shot only after its queries have finished.  A picture that already exists
+in --out is not replaced without --force (the default --out holds the user
+guide's: refreshing them is ``python3 scripts/screenshots.py --force``).
 """
 
 from __future__ import annotations
@@ -21,22 +23,26 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))  # _common, shared with the bench tools
 sys.path.insert(0, str(REPO / "tests" / "viewer"))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QModelIndex, QPoint, Qt  # noqa: E402
-from PySide6.QtGui import QFont  # noqa: E402
-from PySide6.QtTest import QTest  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from _common import PERF_EXPORTER, add_options, need_file, one_line_errors, parse, perf_env  # noqa: E402
 
-from ptexport_viewer.app import MainWindow  # noqa: E402
-from ptexport_viewer.db import Database  # noqa: E402
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QApplication
+
+    from ptexport_viewer.app import MainWindow
 
 QUIPPER = REPO.parent / "shared" / "testdata" / "perf-quipper" / "perf.data.intel_pt-4.14"
-PERF_EXPORT = Path("/usr/lib/perf-core/scripts/python/export-to-sqlite.py")
+PERF_EXPORT = Path(PERF_EXPORTER)
+#: The pictures written into --out (NAME.png), of the fixture database and of perf's export.
+FIXTURE_SHOTS = ("call_graph", "call_tree", "selected_branches_dialog", "branches", "time_chart", "flame_graph",
+                 "top_calls", "sql_console", "tables")
+PERF_SHOTS = ("perf_time_chart", "perf_call_graph")
 
 
 def settle(app: QApplication, win: MainWindow, extra: float = 0.2) -> None:
@@ -53,6 +59,8 @@ def settle(app: QApplication, win: MainWindow, extra: float = 0.2) -> None:
 
 
 def expand_all(app: QApplication, win: MainWindow, rep, depth: int) -> None:
+    from PySide6.QtCore import QModelIndex
+
     model, view = rep.model, rep.view
 
     def walk(parent: QModelIndex, d: int) -> None:
@@ -65,15 +73,29 @@ def expand_all(app: QApplication, win: MainWindow, rep, depth: int) -> None:
     walk(QModelIndex(), 0)
 
 
-def shoot(app: QApplication, win: MainWindow, out: Path, name: str) -> Path:
-    settle(app, win)
+def save(widget, out: Path, name: str) -> Path:
+    """``widget`` as ``out/NAME.png`` (NAME one of the declared shots: --out was checked for them)."""
+    if name not in FIXTURE_SHOTS + PERF_SHOTS:
+        raise ValueError(f"undeclared screenshot {name!r}")
     path = out / f"{name}.png"
-    win.grab().save(str(path))
+    if not widget.grab().save(str(path)):
+        raise SystemExit(f"screenshots.py: error: could not write {path}")
     print(f"{path} ({path.stat().st_size // 1024} KB)")
     return path
 
 
+def shoot(app: QApplication, win: MainWindow, out: Path, name: str) -> Path:
+    settle(app, win)
+    return save(win, out, name)
+
+
 def fixture_shots(app: QApplication, db_path: Path, out: Path) -> None:
+    from PySide6.QtCore import QPoint, Qt
+    from PySide6.QtTest import QTest
+
+    from ptexport_viewer.app import MainWindow
+    from ptexport_viewer.db import Database
+
     db = Database(db_path)
     win = MainWindow(db)
     win.resize(1100, 620)
@@ -93,8 +115,7 @@ def fixture_shots(app: QApplication, db_path: Path, out: Path) -> None:
     d.edits["cpus"].setText("0")
     d.edits["time"].setText("1000-1400")
     settle(app, win)
-    d.grab().save(str(out / "selected_branches_dialog.png"))
-    print(out / "selected_branches_dialog.png")
+    save(d, out, "selected_branches_dialog")
     d.buttons.button(d.buttons.StandardButton.Ok).click()
     br = win.tabs.currentWidget()
     settle(app, win)
@@ -137,12 +158,13 @@ def fixture_shots(app: QApplication, db_path: Path, out: Path) -> None:
 
 
 def perf_shots(app: QApplication, out: Path, tmp: Path) -> None:
+    from ptexport_viewer.app import MainWindow
+    from ptexport_viewer.db import Database
+
     if shutil.which("perf") is None or not QUIPPER.exists() or not PERF_EXPORT.exists():
         print("perf, its export script or the shared recording is missing: no perf screenshots")
         return
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join(["/usr/bin", "/bin"] + [p for p in env.get("PATH", "").split(os.pathsep)
-                                                          if "pyenv" not in p and "venv" not in p])
+    env = perf_env()
     db_path = tmp / "perf.db"
     r = subprocess.run(["perf", "script", "-i", str(QUIPPER), "--itrace=bep", "-s", str(PERF_EXPORT), str(db_path),
                         "branches", "calls"], capture_output=True, text=True, env=env)
@@ -164,12 +186,27 @@ def perf_shots(app: QApplication, out: Path, tmp: Path) -> None:
     db.close()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", help="database to shoot (default: the test fixture)")
-    ap.add_argument("--out", default=str(REPO / "docs" / "viewer"))
+    ap.add_argument("--out", default=str(REPO / "docs" / "viewer"), help="folder of the pictures (made if missing)")
     ap.add_argument("--perf", action="store_true", help="also shoot perf's export of the shared recording")
-    args = ap.parse_args()
+    add_options(ap, tiny=False, report=False)
+    args = parse(ap, argv, outputs=lambda a: [Path(a.out) / f"{n}.png"
+                                              for n in FIXTURE_SHOTS + (PERF_SHOTS if a.perf else ())])
+    if args.db and "://" not in args.db:  # a PostgreSQL URL is checked when it is opened
+        need_file(ap, args.db, "database")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        ap.exit(2, f"{ap.prog}: error: --out {args.out} is not a directory\n")
+
+    with one_line_errors(ap):
+        return shoot_all(args)
+
+
+def shoot_all(args: argparse.Namespace) -> int:
+    from PySide6.QtGui import QFont
+    from PySide6.QtWidgets import QApplication
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     app = QApplication.instance() or QApplication([sys.argv[0]])
