@@ -129,8 +129,22 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
 
 MIN_SEGMENT_BYTES = 1 << 20
 STATS = {"matched": 0, "redone": 0}  # segment joins that agreed / segments decoded again serially
-_WINDOW_BYTES = 1 << 14
-_RECORD_ALL, _RECORD_EVERY = 32, 32  # states recorded in a segment's window: the first ones, then sparse
+_RECORD_ALL = 32  # states recorded at every step after a segment's PSB; then sparse:
+_SPARSE_FIRST, _SPARSE_LAST = 1 << 8, 1 << 22  # byte distances from the PSB, doubling
+
+
+def _sparse_targets(at: tuple[int, int], after: tuple[int, int]) -> list[tuple[int, int]]:
+    """Where a segment records its state after the first steps: (buffer, byte) at doubling distances
+    from its PSB, past ``after``.  A join runs the true state to each in one kernel call, so once the
+    speculative and true decodings agree it finds that out within twice the distance it took."""
+    out = []
+    d = _SPARSE_FIRST
+    while d <= _SPARSE_LAST:
+        t = (at[0], at[1] + d)
+        if t > after:
+            out.append(t)
+        d *= 2
+    return out
 
 
 def _cmp_mask() -> np.ndarray:
@@ -238,23 +252,37 @@ def _segment_job(path: str, config: Any, qnum: int, at: tuple[int, int] | None,
     qd = QueueDecoder(session, qnum, qkey, bufs, count_only, window=window)
     qd.setup(at)
     qd.S[K.P_RAW_INSN] = 1
-    records = []
+    records: list[tuple] = []
     r = None
-    n_steps = 0
+
+    def record(target: tuple[int, int] | None) -> None:
+        records.append((qd.position(), int(qd.S[K.STEP]), _snapshot(qd), qd.counts(), int(qd.S[K.NBRANCH]),
+                        target))
+
     if at is not None:
-        rec_stop = (at[0], at[1] + _WINDOW_BYTES)
-        while True:
+        n_steps = 0
+        while n_steps < _RECORD_ALL:  # the first steps one by one: states mostly agree within a few packets
             pos = qd.position()
-            if pos >= rec_stop or (stop is not None and pos >= stop):
+            if stop is not None and pos >= stop:
                 break
             if qd.S[K.PHASE] == K.PH_RUN:
-                if n_steps < _RECORD_ALL or n_steps % _RECORD_EVERY == 0:
-                    records.append((pos, int(qd.S[K.STEP]), _snapshot(qd), qd.counts(), int(qd.S[K.NBRANCH])))
+                record(None)
                 n_steps += 1
             r = qd.drive(single=True, stop=stop)
             if r != K.R_STEP:
                 break
-    if r is None or r == K.R_STEP:
+        if r == K.R_STEP:  # then at byte distances doubling from the PSB, each reached in one kernel call
+            for target in _sparse_targets(at, qd.position()):
+                if stop is not None and target >= stop:
+                    break
+                if qd.position() >= target:  # past it already (the PSB's buffer ended before it)
+                    continue
+                r = qd.drive(stop=target)
+                if r != K.R_STOP:
+                    break
+                if qd.S[K.PHASE] == K.PH_RUN:
+                    record(target)
+    if r is None or r in (K.R_STEP, K.R_STOP):
         r = qd.drive(stop=stop)
     o, it = qd.take()
     return dict(o=o, it=it, records=records, final=_snapshot(qd), final_pos=qd.position(),
@@ -391,23 +419,26 @@ def _joined_segments(results: Any, starts: list[tuple[int, int]], qd: Any):
             pending = None
         base_nb = int(qd.S[K.NBRANCH])
         stop = cuts[k] if k < len(cuts) else None
-        rec_stop = (cuts[k - 1][0], cuts[k - 1][1] + _WINDOW_BYTES)
         recs: dict[tuple, list] = {}
-        for rec in res["records"]:
+        dense = [rec for rec in res["records"] if rec[5] is None]
+        for rec in dense:
             recs.setdefault((rec[0], rec[1]), []).append(rec)
-        matched = None
-        while True:
-            pos = qd.position()
-            cands = recs.get((pos, int(qd.S[K.STEP])))
+        dense_end = dense[-1][0] if dense else (-1, 0)
+
+        def agreed():
+            cands = recs.get((qd.position(), int(qd.S[K.STEP])))
             if cands:
                 mine = _snapshot(qd)
                 for rec in cands:
                     if _same_state(mine, rec[2], mask):
-                        matched = rec
-                        break
-                if matched is not None:
-                    break
-            if pos >= rec_stop or (stop is not None and pos >= stop):
+                        return rec
+            return None
+
+        matched = None
+        while True:  # step by step through the positions the segment recorded at every step
+            matched = agreed()
+            pos = qd.position()
+            if matched is not None or pos > dense_end or (stop is not None and pos >= stop):
                 break
             r = qd.drive(single=True, stop=stop)
             if r == K.R_DONE:
@@ -415,6 +446,21 @@ def _joined_segments(results: Any, starts: list[tuple[int, int]], qd: Any):
                 break
             if r == K.R_STOP:
                 break
+        if matched is None and not done:  # then to each sparse record in one kernel call
+            for rec in res["records"]:
+                target = rec[5]
+                if target is None or qd.position() >= target:
+                    continue
+                r = qd.drive(stop=target)
+                if r == K.R_DONE:
+                    done = True
+                    break
+                if r != K.R_STOP:
+                    break
+                if (qd.position(), int(qd.S[K.STEP])) == (rec[0], rec[1]) and _same_state(_snapshot(qd), rec[2],
+                                                                                         mask):
+                    matched = rec
+                    break
         STATS["matched" if matched is not None else "redone"] += 1
         if matched is not None:
             o, it = qd.take()
