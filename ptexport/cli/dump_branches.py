@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
+
 from ptexport.errors import UsageError
 
 NAME = "branches"
@@ -71,8 +73,9 @@ def warn_cut(trace: str, pd, verb: str = "exporting") -> None:
 
     cut = getattr(pd, "cut", None)
     if cut is not None:
+        where = f"; cut {cut.where}" if getattr(cut, "where", "") else ""
         print(f"ptexport: {trace} cut at offset {cut.offset}: {verb} the {cut.records} records and "
-              f"{cut.aux_bytes} AUX bytes before it", file=sys.stderr)
+              f"{cut.aux_bytes} AUX bytes before it{where}", file=sys.stderr)
 
 
 def add_guest_data_argument(parser) -> None:
@@ -213,6 +216,33 @@ def _error_line(ip: int, time: int, mp: int, vcpu: int, cpu: int, pid: int, tid:
 
 
 def _write_text(out, cols) -> None:
+    """perf script's lines of a batch, written by the compiled writer (errors formatted here)."""
+    from ptexport.pipeline.perfsession import EV_BRANCH, EV_ERROR
+    from ptexport.samples import textfast
+    from ptexport.samples.flags import format_flags_field
+
+    if textfast.numba is None:
+        _write_text_reference(out, cols)
+        return
+    n = len(cols.kind)
+    kind = np.asarray(cols.kind)
+    err = kind == EV_ERROR
+    mps = cols.machine_pid if cols.machine_pid is not None else np.zeros(n, np.int64)
+    vcpus = cols.vcpu if cols.vcpu is not None else np.full(n, -1, np.int64)
+    uniq, inv = np.unique(np.asarray(cols.flags), return_inverse=True)
+    texts = [format_flags_field(int(v)) for v in uniq]
+    errors = [_error_line(int(cols.ip[e]), int(cols.time[e]), int(mps[e]), int(vcpus[e]), int(cols.cpu[e]),
+                          int(cols.pid[e]), int(cols.tid[e]), int(cols.code[e]), cols.error_message(int(cols.code[e])))
+              for e in np.flatnonzero(err).tolist()]
+    out.write(textfast.sample_lines(
+        kind == EV_BRANCH, np.asarray(mps, np.int64), np.asarray(vcpus, np.int64), np.asarray(cols.pid, np.int64),
+        np.asarray(cols.tid, np.int64), np.asarray(cols.cpu, np.int64), np.asarray(cols.time, np.int64),
+        np.asarray(cols.ip).astype(np.uint64, copy=False), np.asarray(cols.addr).astype(np.uint64, copy=False),
+        inv.ravel().astype(np.int64), texts, err, errors))
+
+
+def _write_text_reference(out, cols) -> None:
+    """The same lines by f-strings (without numba; the compiled writer's oracle)."""
     from ptexport.pipeline.perfsession import EV_BRANCH, EV_ERROR
     from ptexport.samples.flags import format_flags_field
 
