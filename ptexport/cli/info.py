@@ -1,9 +1,19 @@
-"""``ptexport info TRACE [--json]``: header, events, record counts, AUX sizes and sideband of a recording."""
+"""``ptexport info TRACE [--json] [--strict]``: header, events, record counts, AUX sizes and sideband of a
+recording.
+
+A recording cut anywhere (perf killed, disk full) is described as far as it goes, with a ``# CUT`` section
+(``"cut"`` in JSON, None for a whole file) saying where the file ends and inside which part (a data record,
+an AUXTRACE payload, the feature sections), and one warning line on stderr; exit 0. A file cut before any
+event attr is known (inside the header, the attrs or their ids; a pipe cut inside its first HEADER_ATTR) is
+a one-line error. ``--strict`` makes every cut an error.
+"""
 
 from __future__ import annotations
 
 import json
 
+from ptexport.cli.dump_branches import warn_cut
+from ptexport.errors import TruncatedError
 from ptexport.perfdata import open_perf_data
 from ptexport.sideband.summary import AUXTRACE_INFO_FIELDS, info_report
 
@@ -18,11 +28,23 @@ MAX_BUILD_IDS_TEXT = 10
 def add_arguments(parser) -> None:
     parser.add_argument("trace", metavar="TRACE", help="perf.data file, --kcore directory, or - for a pipe-mode stream on stdin")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--strict", action="store_true",
+                        help="stop with an error on a cut recording (perf killed, disk full) instead of describing "
+                             "what is before the cut")
 
 
 def run(args, out) -> int:
-    with open_perf_data(args.trace) as pd:
+    with open_perf_data(args.trace, salvage=not args.strict) as pd:
         report = info_report(pd)
+        cut = pd.cut
+        if cut is not None and not pd.attrs:
+            raise TruncatedError(f"the file is cut {cut.where}: no event attr before the cut, nothing to describe",
+                                 source=cut.source, offset=cut.offset, what="cut")
+        if not pd.attrs:  # a pipe-mode stream that ends at a record boundary before its first HEADER_ATTR
+            raise TruncatedError("no HEADER_ATTR record before the end of the stream (cut?): nothing to describe",
+                                 source=pd.path, offset=pd.header.get("data_offset", 16), what="records")
+        report["cut"] = None if cut is None else cut.as_dict()
+        warn_cut(args.trace, pd, "describing")
     if args.json:
         json.dump(report, out, indent=2, sort_keys=False)
         out.write("\n")
@@ -61,6 +83,13 @@ def render_text(r: dict):
     yield f"# {r['file']} ({mode})"
     if r.get("kcore_dir"):
         yield f"# kcore directory: {r['kcore_dir']}"
+    cut = r.get("cut")
+    if cut:
+        yield "# CUT: the file is cut (perf record killed, or the disk full): what follows is what is before the cut"
+        yield f"  ends at offset   : {cut['offset']} ({cut['offset']:#x})"
+        yield f"  cut              : {cut['where']}"
+        yield f"  read before it   : {cut['records_before']} records, {cut['aux_bytes']} AUX bytes"
+        yield f"  strict reader    : {cut['cause']}"
     yield "# header"
     for name, value in r["features"].items():
         if name == "build_id" and isinstance(value, list):

@@ -144,14 +144,24 @@ class _Tally:
 class FileCut:
     """Where a cut recording ends (perf killed, disk full), as a salvaging reader found it.
 
-    ``offset``: the size of the file (or stream) that was cut, i.e. where its bytes end; ``source``:
-    its name; ``cause``: the error a strict reader raises there. ``records``: records read before
-    the cut, as ``stats`` counts them (the partial AUXTRACE one included; a COMPRESSED record and
-    the records inside it); ``aux_bytes``: AUXTRACE payload bytes
+    ``offset``: where the readable bytes end: the size of the file (or stream) that was cut, or the
+    end of the data section when the header's data size ends inside a record; ``source``: the file's
+    name; ``cause``: the error a strict reader raises there. ``part``: what the cut falls into:
+    ``"data"`` (a record, or between two records), ``"payload"`` (an AUXTRACE record's payload) or
+    ``"features"`` (the feature sections behind the data); ``where``: the same in words, for a user
+    (``inside data record 3 (MMAP2 at 0x2b0, 23 of 128 bytes present)``). ``record_index`` /
+    ``record_offset`` / ``record_type``: the data record the cut falls into (its index counts the
+    records before it as ``stats`` does), None for a cut between records or in the features.
+    ``records``: records read before the cut, as ``stats`` counts them (the partial AUXTRACE one
+    included; a COMPRESSED record and the records inside it); ``aux_bytes``: AUXTRACE payload bytes
     handed out (the present part of a partial payload included). ``partial_offset``: offset of an
     AUXTRACE record whose payload the cut falls into (None if none), ``partial_cpu`` /
     ``partial_tid`` its queue, ``partial_size`` / ``partial_present`` its payload's size and the
-    bytes of it present (that record's ``size`` is set to the present bytes)."""
+    bytes of it present (that record's ``size`` is set to the present bytes). ``data_size_zero``:
+    the file-mode header's data size was 0 (perf record did not finish its header).
+
+    A cut before the data section (inside the header, the attrs or their ids) leaves nothing to read:
+    opening such a file raises a :class:`TruncatedError` naming the part instead."""
 
     offset: int
     source: str
@@ -163,6 +173,26 @@ class FileCut:
     partial_tid: int = -1
     partial_size: int = 0
     partial_present: int = 0
+    part: str = "data"
+    where: str = ""
+    record_index: int | None = None
+    record_offset: int | None = None
+    record_type: str | None = None
+    data_size_zero: bool = False
+
+    def as_dict(self) -> dict:
+        """The facts as plain values (``ptexport info --json``)."""
+        return {"offset": self.offset, "source": self.source, "part": self.part, "where": self.where,
+                "record_index": self.record_index, "record_offset": self.record_offset,
+                "record_type": self.record_type, "records_before": self.records, "aux_bytes": self.aux_bytes,
+                "partial_offset": self.partial_offset, "partial_cpu": self.partial_cpu,
+                "partial_tid": self.partial_tid, "partial_size": self.partial_size,
+                "partial_present": self.partial_present, "data_size_zero": self.data_size_zero,
+                "cause": self.cause}
+
+
+def _records(n: int) -> str:
+    return f"{n} data record" + ("" if n == 1 else "s")
 
 
 class _Source:
@@ -232,10 +262,15 @@ class PerfData:
     Salvage (``salvage=True``): a recording cut anywhere (perf killed, disk full) reads as far as it
     goes. A pass hands out every whole record before the cut and an AUXTRACE record whose payload is
     cut with ``size`` set to the bytes present, then ends without an error and sets ``cut``
-    (:class:`FileCut`). A file-mode header whose data size is 0 (perf killed before it wrote the
-    header at exit) is read to the end of the file. A cut inside the header or the attrs, or before
-    the data section, still raises; a pipe-mode file cut between two records reads as whole (nothing
-    marks its end). Without ``salvage`` a cut raises :class:`TruncatedError`.
+    (:class:`FileCut`, with where the cut falls). A file-mode header whose data size is 0 (perf killed
+    before it rewrote the header at exit) is read to the end of the file, or up to the feature table
+    perf wrote behind the data before it was killed (the features are read from there), or up to a
+    record header of size 0 (a table it did not get to write); a finished recording without records
+    (its feature table at the data offset) is whole. A data size that ends inside a record (a write
+    torn by a full disk behind the counted data) ends the data there, like a cut. A cut inside the
+    header, the attrs or their ids (before the data section) still raises, naming the part; a
+    pipe-mode file cut between two records reads as whole (nothing marks its end). Without
+    ``salvage`` a cut, and a data size of 0 with records behind it, raise :class:`TruncatedError`.
     """
 
     def __init__(self, path: str | os.PathLike, *, strict: bool = False, stream: BinaryIO | None = None,
@@ -244,7 +279,9 @@ class PerfData:
         self.strict = strict
         self.salvage = salvage
         self.cut: FileCut | None = None  # set by a salvaging reader's pass that met the end of a cut file
-        self._open_cut: tuple[int, str, str] | None = None  # (offset, source, cause) of a cut seen at open
+        # (offset, source, cause, part, where) of a cut seen at open (feature sections, data size 0)
+        self._open_cut: tuple[int, str, str, str, str] | None = None
+        self._data_size_zero = False
         self._partial: AuxtraceRecord | None = None
         self._partial_size = 0
         self._partial_cause = ""
@@ -318,6 +355,9 @@ class PerfData:
     def _open_main(self, src: _Source) -> None:
         buf, name = src.buf, src.name
         if src.size < 16:
+            if src.size >= 1 and bytes(buf[:min(src.size, 8)]) == PERF_MAGIC2[:min(src.size, 8)]:
+                raise TruncatedError(f"the file ends at {src.size:#x}, inside the header: cut before the data "
+                                     "section, no records to read", source=name, offset=src.size, what="header")
             raise TruncatedError(f"file of {src.size} bytes is too small for a perf.data header",
                                  source=name, offset=0, what="header")
         magic = bytes(buf[0:8])
@@ -338,8 +378,9 @@ class PerfData:
             raise PerfDataError(f"header size {hsize} is neither {FILE_HEADER_SIZE} (file) nor "
                                 f"{PIPE_HEADER_SIZE} (pipe)", source=name, offset=8, what="header")
         if src.size < FILE_HEADER_SIZE:
-            raise TruncatedError(f"file of {src.size} bytes is too small for the {FILE_HEADER_SIZE}-byte header",
-                                 source=name, offset=0, what="header")
+            raise TruncatedError(f"the file ends at {src.size:#x}, inside the {FILE_HEADER_SIZE}-byte header: cut "
+                                 "before the data section, no records to read", source=name, offset=src.size,
+                                 what="header")
         (_m, _s, attr_size, a_off, a_size, d_off, d_size, e_off, e_size, *bits) = _FILE_HDR.unpack_from(buf, 0)
         self.header = {"size": hsize, "attr_size": attr_size, "attrs_offset": a_off, "attrs_size": a_size,
                        "data_offset": d_off, "data_size": d_size, "event_types_offset": e_off,
@@ -350,25 +391,98 @@ class PerfData:
             raise PerfDataError(f"data section at {d_off:#x} overlaps the header", source=name, offset=40,
                                 what="header")
         if d_off > src.size:
-            raise TruncatedError(f"data section at {d_off:#x} starts past the end of the file ({src.size:#x})",
-                                 source=name, offset=40, what="header")
+            self._cut_before_data(src, attr_size, a_off, a_size, d_off)
         src.start = d_off
         # a data section running past the end is reported at the record that gets cut
         src.end = d_off + d_size
         self._read_attrs(src, attr_size, a_off, a_size)
-        if self.salvage and d_size == 0 and src.size > d_off:
-            # perf record writes the final header at exit: killed before, the data runs to the end of
-            # the file and no feature section was written
-            src.end = src.size
-            self._open_cut = (src.size, name, "the header's data size is 0 (perf record did not finish)")
-            feat_bits = 0
+        if d_size == 0 and src.size > d_off:
+            # perf record writes the final header at exit: killed before, the data runs to the end of the
+            # file, or (killed after it wrote the feature sections) to the feature table behind it; a
+            # finished recording without records has its feature table right at the data offset
+            data_end, has_table = self._data_end_when_size_zero(src, feat_bits)
+            if not (has_table and data_end == d_off):
+                cause = "the header's data size is 0 (perf record did not finish)"
+                if not self.salvage:
+                    raise TruncatedError(f"{cause}: {src.size - d_off} bytes follow the data offset, not a feature "
+                                         "table", source=name, offset=48, what="header")
+                self._data_size_zero = True
+                src.end = src.size if data_end is None else data_end
+                if has_table:
+                    self._open_cut = (data_end, name, cause, "data",
+                                      f"at the end of the data: the feature sections follow at {data_end:#x}")
+                else:
+                    feat_bits = 0
+                    if data_end is None:
+                        self._open_cut = (src.size, name, cause, "data", "after the last whole data record")
+                    else:
+                        self._open_cut = (data_end, name, cause, "data",
+                                          f"at {data_end:#x}, where the records end (no valid record header "
+                                          "follows)")
         self._read_features(src, feat_bits, src.end)
         if self.salvage and self._open_cut is None and src.end <= src.size:
             cut = next((e for e in self.feature_errors if isinstance(e, TruncatedError)), None)
             if cut is not None:
-                self._open_cut = (src.size, name, str(cut))
+                w = cut.what or ""
+                self._open_cut = (src.size, name, str(cut), "features",
+                                  f"inside the {w[8:]} feature section" if w.startswith("feature ")
+                                  else "inside the feature table behind the data")
         self._ctx.set_attrs(self.attrs)
         self._preamble_from_buffer(src)
+
+    def _cut_before_data(self, src: _Source, attr_size: int, a_off: int, a_size: int, d_off: int) -> None:
+        """Raise the error for a file that ends before its data section starts, naming the part the
+        end falls into (the attrs, one attr's ids, or the gap before the data)."""
+        n, name = src.size, src.name
+        part, what = f"the gap before the data section at {d_off:#x}", "header"
+        if attr_size and a_off <= n < a_off + a_size:
+            k = (n - a_off) // attr_size
+            part, what = f"attr {k} of the attrs section [{a_off:#x}, {a_off + a_size:#x})", "attrs"
+        elif attr_size >= 16 and a_off + a_size <= n:
+            for i in range(a_size // attr_size):
+                at = a_off + i * attr_size
+                ids_off, ids_size = struct.unpack_from("<QQ", src.buf, at + attr_size - 16)
+                if ids_size and ids_off <= n < ids_off + ids_size:
+                    part, what = f"the ids of attr {i} [{ids_off:#x}, {ids_off + ids_size:#x})", f"attr {i}"
+                    break
+        elif n < a_off:
+            part = f"the gap between the header and the attrs section at {a_off:#x}"
+        raise TruncatedError(f"the file ends at {n:#x}, inside {part}: cut before the data section at {d_off:#x}, "
+                             "no records to read", source=name, offset=n, what=what)
+
+    def _data_end_when_size_zero(self, src: _Source, feat_bits: int) -> tuple[int | None, bool]:
+        """Where the data ends in a file whose header's data size is 0 (perf record killed before it
+        rewrote the header at exit), and whether a feature table starts there. Killed while recording,
+        the records run to the end of the file (None; the last one may be cut); killed after it wrote
+        the feature sections behind the data, a feature table follows the last record (one (offset,
+        size) entry per feature bit, the sections right behind it one after the other, the last ending
+        at the end of the file); killed while writing them, a record header of size 0 (zeros, or the
+        table's first offset) follows the last record. Walks the record headers only."""
+        nfeat = bin(feat_bits).count("1")
+        buf, pos, size = src.buf, src.start, src.size
+        table = 16 * nfeat
+        while pos + 8 <= size:
+            rtype, _misc, rsize = _hdr(buf, pos)
+            if rsize < 8:
+                if nfeat and pos + table <= size:
+                    nxt = pos + table
+                    for k in range(nfeat):
+                        f_off, f_size = struct.unpack_from("<QQ", buf, pos + 16 * k)
+                        if f_off != nxt or f_off + f_size > size:
+                            break
+                        nxt = f_off + f_size
+                    else:
+                        if nxt == size:
+                            return pos, True
+                return pos, False
+            if pos + rsize > size:
+                return None, False
+            if rtype == T_AUXTRACE and pos + 16 <= size:
+                rsize += struct.unpack_from("<Q", buf, pos + 8)[0]
+            elif rtype == T_TRACING_DATA and pos + 12 <= size:
+                rsize += (struct.unpack_from("<I", buf, pos + 8)[0] + 7) & ~7
+            pos += rsize
+        return None, False
 
     def _read_attrs(self, src: _Source, attr_size: int, a_off: int, a_size: int) -> None:
         name, buf = src.name, src.buf
@@ -575,7 +689,7 @@ class PerfData:
     def _cut(self, src: _Source, pos: int, rtype: int | None, size: int | None) -> PerfDataError:
         """The error for a record that does not fit its region (header or body cut, or a bad size)."""
         lim = min(src.end, src.size)
-        where = "file" if src.size < src.end else "data section"
+        where = "file" if src.size <= src.end else "data section"
         if size is None:
             return self._error(f"record header runs past the end of the {where} ({lim:#x})", src.name, pos, None,
                                TruncatedError)
@@ -586,30 +700,65 @@ class PerfData:
 
     def _is_cut(self, src: _Source, err: PerfDataError) -> bool:
         """Whether a salvaging reader takes ``err`` (raised while walking ``src``) for the end of a cut
-        file: a record, payload or compressed stream running past the end of the file (not past the end
-        of a data section that the file holds whole)."""
-        return self.salvage and isinstance(err, TruncatedError) and min(src.end, src.size) == src.size
+        recording: a record, payload or compressed stream running past the end of the file, or past the
+        end of the data section when the header's data size ends inside a record (perf record's header
+        counts the bytes it wrote whole: a write cut short by a full disk leaves a torn record behind)."""
+        return self.salvage and isinstance(err, TruncatedError)
 
-    def _set_cut(self, offset: int, source: str, cause: str, tally: "_Tally") -> None:
+    def _set_cut(self, offset: int, source: str, cause: str, tally: "_Tally",
+                 err: PerfDataError | None = None, part: str | None = None, where: str | None = None) -> None:
         p = self._partial
         if p is not None:
             cause = self._partial_cause
-        cut = FileCut(offset=offset, source=source, cause=cause, records=tally.total, aux_bytes=tally.aux)
+        cut = FileCut(offset=offset, source=source, cause=cause, records=tally.total, aux_bytes=tally.aux,
+                      data_size_zero=self._data_size_zero)
         if p is not None:
             cut.partial_offset = p.offset
             cut.partial_cpu = -1 if p.cpu in (-1, 0xFFFFFFFF) else p.cpu
             cut.partial_tid = p.tid
             cut.partial_size = self._partial_size
             cut.partial_present = p.size
+            queue = f"cpu {cut.partial_cpu}" if cut.partial_cpu != -1 else f"thread {cut.partial_tid}"
+            cut.part, cut.record_type = "payload", "AUXTRACE"
+            cut.record_index, cut.record_offset = tally.total - 1, p.offset
+            cut.where = (f"inside the payload of data record {cut.record_index} (AUXTRACE at {p.offset:#x}, {queue}:"
+                         f" {p.size} of {self._partial_size} bytes present)")
+        elif part is not None:
+            cut.part, cut.where = part, where or ""
+        elif err is not None and err.offset is not None and (err.what or "").startswith("record"):
+            rtype = err.what[7:] or None
+            if rtype is None and err.offset >= offset:
+                cut.where = (f"between two data records, after {_records(tally.total)}" if tally.total
+                             else "at the start of the data section, before its first record")
+            else:
+                cut.record_index, cut.record_offset, cut.record_type = tally.total, err.offset, rtype
+                desc = f"{rtype} at {err.offset:#x}" if rtype else f"at {err.offset:#x}"
+                if rtype is None:
+                    cut.where = f"inside the 8-byte header of data record {tally.total} ({desc})"
+                else:
+                    cut.where = f"inside data record {tally.total} ({desc})"
+        if not cut.where:
+            cut.where = f"after {_records(tally.total)}"
+        early = self._source_size(source) - offset
+        if (err is not None or p is not None) and early > 0:
+            cut.where += f"; the header's data size ends the data there, {early} bytes before the end of the file"
+        if self._data_size_zero and "data size is 0" not in cut.where:
+            cut.where += "; the header's data size is 0 (perf record did not finish)"
         self._partial = None
         if self.cut is None or self.cut.offset == offset:
             self.cut = cut
 
+    def _source_size(self, name: str) -> int:
+        for s in self._sources:
+            if s.name == name:
+                return s.size
+        return 0
+
     def _pass_done(self, tally: "_Tally") -> None:
         """End of a whole pass: a cut seen at open (features, a data size of 0) gets its counts."""
-        if self._open_cut is not None and (self.cut is None or self.cut.source == self._open_cut[1]
-                                           and self.cut.cause == self._open_cut[2]):
-            self._set_cut(*self._open_cut, tally)
+        oc = self._open_cut
+        if oc is not None and (self.cut is None or self.cut.source == oc[1] and self.cut.cause == oc[2]):
+            self._set_cut(oc[0], oc[1], oc[2], tally, part=oc[3], where=oc[4])
 
     def _user_extent(self, src: _Source, rec: Record, pos: int, nxt: int, lim: int) -> int:
         """Where the record after a user record starts (AUXTRACE payloads and tracing data follow their
@@ -617,8 +766,9 @@ class PerfData:
         rtype = rec.type
         if rtype == T_AUXTRACE:
             dsize = rec.size
-            if nxt + dsize > lim and self.salvage and lim == src.size:
-                # the file is cut inside this payload: hand out the bytes present, the pass ends after it
+            if nxt + dsize > lim and self.salvage:
+                # the file (or the data section) is cut inside this payload: hand out the bytes present, the
+                # pass ends after it
                 rec.data_offset = nxt
                 rec.size = lim - nxt
                 self._partial, self._partial_size = rec, dsize
@@ -746,13 +896,13 @@ class PerfData:
                 raise
             tally.add(counts, extra)
             tally.aux += aux
-            self._set_cut(src.size, src.name, str(e), tally)
+            self._set_cut(lim, src.name, str(e), tally, e)
             return
         yield out
         tally.add(counts, extra)
         tally.aux += aux
         if self._partial is not None:  # a pipe-mode file cut inside its last payload
-            self._set_cut(src.size, src.name, "", tally)
+            self._set_cut(lim, src.name, "", tally)
 
     def _header_chunks(self, src: _Source, tally: "_Tally") -> Iterator:
         """The header walk of one file as chunks (lists or zip iterators) of (offset, type, misc, size):
@@ -857,12 +1007,12 @@ class PerfData:
                 raise
             tally.add(counts, extra)
             tally.aux += aux
-            self._set_cut(src.size, src.name, str(e), tally)
+            self._set_cut(lim, src.name, str(e), tally, e)
             return
         tally.add(counts, extra)
         tally.aux += aux
         if self._partial is not None:  # a pipe-mode file cut inside its last payload
-            self._set_cut(src.size, src.name, "", tally)
+            self._set_cut(lim, src.name, "", tally)
 
     def _all_header_chunks(self) -> Iterator:
         tally = _Tally()
@@ -879,10 +1029,10 @@ class PerfData:
         except TruncatedError as e:
             if not self.salvage:
                 raise
-            self._stream_cut = (self._stream_read, str(e))
+            self._stream_cut = (self._stream_read, str(e), e)
             return
         if self._partial is not None:
-            self._stream_cut = (self._stream_read, "")
+            self._stream_cut = (self._stream_read, "", None)
 
     def _iter_stream_raw(self) -> Iterator[Record]:
         f = self._stream
@@ -1074,7 +1224,7 @@ class PerfData:
             t = _Tally()
             t.add(counts, extra)
             t.aux = aux[0]
-            self._set_cut(cut[0], self.path, cut[1], t)
+            self._set_cut(cut[0], self.path, cut[1], t, cut[2])
 
     def iter_headers(self) -> Iterator[tuple[int, int, int, int]]:
         """(offset, type, misc, size) of every record: the fast path (kernel records are not parsed).

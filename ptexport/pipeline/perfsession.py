@@ -339,9 +339,14 @@ class PerfSession:
         self.cfg = config
         info = pd.auxtrace_info
         if info is None or not hasattr(info, "pmu_type"):
-            from ptexport.errors import UsageError
+            from ptexport.errors import TruncatedError, UsageError
 
-            raise UsageError(f"{pd.path}: no Intel PT AUXTRACE_INFO: not an intel_pt recording")
+            cut = getattr(pd, "cut", None)
+            if info is None and cut is not None:  # a salvaged recording cut before its AUXTRACE_INFO record
+                raise TruncatedError(f"the file is cut {cut.where}: no Intel PT AUXTRACE_INFO record before "
+                                     "the cut, nothing to decode", source=cut.source, offset=cut.offset, what="cut")
+            hint = " (or a pipe-mode recording cut before that record)" if getattr(pd, "is_pipe", False) else ""
+            raise UsageError(f"{pd.path}: no Intel PT AUXTRACE_INFO: not an intel_pt recording{hint}")
         self.info = info
         self.tc = sideband.time_conv
         cpuid = str(pd.features.get("cpuid") or "")

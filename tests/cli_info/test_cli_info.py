@@ -290,8 +290,13 @@ def _bad_inputs(src: bytes) -> dict[str, bytes]:
 def test_bad_input_gives_one_line_typed_error(quipper, tmp_path, kind):
     path = tmp_path / f"{kind}.data"
     path.write_bytes(_bad_inputs(quipper.read_bytes())[kind])
-    r = subprocess.run([sys.executable, "-c", "import sys; from ptexport.cli import main; sys.exit(main())",
-                        "info", str(path)], capture_output=True, text=True, timeout=120)
+    cmd = [sys.executable, "-c", "import sys; from ptexport.cli import main; sys.exit(main())", "info", str(path)]
+    if kind == "truncated_data":  # a cut file is described up to the cut (tests/cli_info/test_info_cut.py)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "# CUT" in r.stdout and "Traceback" not in r.stderr
+        assert r.stderr.startswith(f"ptexport: {path} cut at offset {path.stat().st_size}: ")
+        cmd.append("--strict")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
@@ -326,10 +331,18 @@ def test_record_type_names_are_perfs():
 
 
 @needs_perf
-def test_truncated_pipe_on_stdin_gives_one_line_error(recordings):
+def test_truncated_pipe_on_stdin_salvaged_or_one_line_error(recordings):
+    from ptexport.perfdata import open_perf_data
+
     data = recordings["pipe"].read_bytes()
-    r = subprocess.run([sys.executable, "-c", "import sys; from ptexport.cli import main; sys.exit(main())",
-                        "info", "-"], input=data[: len(data) // 2], capture_output=True, timeout=120)
+    with open_perf_data(recordings["pipe"]) as pd:  # inside a record: a pipe cut between two reads as whole
+        n = next(r.offset for r in pd.records() if r.offset >= len(data) // 2) + 5
+    cmd = [sys.executable, "-c", "import sys; from ptexport.cli import main; sys.exit(main())", "info", "-"]
+    r = subprocess.run(cmd, input=data[:n], capture_output=True, timeout=120)
+    err = r.stderr.decode()
+    assert r.returncode == 0 and err.startswith(f"ptexport: - cut at offset {n}: describing the ")
+    assert err.count("\n") == 1 and "AUX bytes before it; cut inside the 8-byte header of data record" in err
+    r = subprocess.run(cmd + ["--strict"], input=data[:n], capture_output=True, timeout=120)
     err = r.stderr.decode()
     assert r.returncode != 0 and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1 and err.startswith("ptexport: error: -+0x")
