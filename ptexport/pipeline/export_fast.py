@@ -19,6 +19,9 @@
   sample, which is the order perf hands out DSO and symbol ids in.  A SAMPLE
   record of the recording (resolved in the middle of the samples) cuts the
   batch for this too;
+* perf's per-DSO last-lookup cache, which can answer an address with an
+  "unknown" symbol below it, is followed from the few lookups that start it
+  (:class:`DsoLastFind`);
 * samples, call-tree input and payload rows are built as columns by masks.
 """
 
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 
+from ptexport.jit import numba
 from ptexport.perfdata.constants import RecordType
 from ptexport.pipeline.perfsession import (
     EV_BRANCH,
@@ -50,13 +54,7 @@ from ptexport.samples.flags import PERF_BRANCH_MASK, IpFlag
 if TYPE_CHECKING:  # pragma: no cover
     from ptexport.pipeline.export import _Exporter
 
-try:
-    import numba
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - numba is in the 'fast' extra
-    numba = None
-    HAVE_NUMBA = False
+HAVE_NUMBA = numba is not None
 
 _IN_TX = int(IpFlag.IN_TX)
 _SAMPLE = int(RecordType.SAMPLE)
@@ -147,6 +145,7 @@ class AddressCache:
 
     def __init__(self) -> None:
         self._groups: dict[tuple, int] = {}
+        self.last_find = DsoLastFind()
         self._reset(1 << 12)
 
     def _reset(self, cap: int) -> None:
@@ -161,6 +160,8 @@ class AddressCache:
         self.sym = np.zeros(half, np.int64)
         self.off = np.zeros(half, np.int64)
         self.start = np.zeros(half, np.uint64)
+        self.xoff = np.zeros(half, np.uint64)  # the address in its DSO (map_ip), where xok
+        self.xok = np.zeros(half, bool)
 
     def group(self, key: tuple) -> int:
         g = self._groups.get(key)
@@ -189,7 +190,7 @@ class AddressCache:
         while (self.nslots + need) * 2 > cap:
             cap *= 2
         n, half = self.nslots, cap // 2
-        for name in ("slot_g", "slot_a", "dso", "sym", "off", "start"):
+        for name in ("slot_g", "slot_a", "dso", "sym", "off", "start", "xoff", "xok"):
             old = getattr(self, name)
             new = np.zeros(half, old.dtype)
             new[:n] = old[:n]
@@ -210,6 +211,76 @@ class AddressCache:
         self.nslots, nmiss = _sample_slots(self.tab_g, self.tab_a, self.tab_v, self.slot_g, self.slot_a,
                                            self.nslots, ip, addr, mode, gu, gk, kstart, out_ip, out_to, miss)
         return out_ip, out_to, miss[:nmiss]
+
+
+def _next_in(seq: np.ndarray, dso: int, p: int) -> int:
+    """The first position >= ``p`` of ``seq`` holding ``dso`` (-1 if none), looking at growing windows."""
+    step = 64
+    n = len(seq)
+    while p < n:
+        w = np.flatnonzero(seq[p:p + step] == dso)
+        if len(w):
+            return p + int(w[0])
+        p += step
+        step *= 4
+    return -1
+
+
+class DsoLastFind:
+    """perf's per-DSO last-lookup cache (dso__find_symbol's ``last_find_result``) over whole batches.
+
+    The address cache answers each lookup as the DSO's symbol tree does.  perf's
+    answer differs only after db-export inserted an "unknown" at S into a DSO
+    whose last lookup X is above it: dso__insert_symbol makes the "unknown" the
+    cached answer for X, so the lookups of X in that DSO that come next, before
+    any lookup of another address in it, get the "unknown" at S with offset
+    X - S.  In perf's order per sample (lookup ip, lookup addr, ids of ip, ids of
+    addr) that starts at a branch whose ip gets a new "unknown" and whose addr is
+    in the same DSO above it, with a symbol (an addr without one gets its own
+    "unknown", which the cache then holds; :meth:`MachineState.find` is the
+    one-lookup-at-a-time form).  Such starts are as rare as new "unknown"
+    symbols; each is followed through the lookups after it, and one that reaches
+    the end of a batch is ``pending`` for the next.
+    """
+
+    def __init__(self) -> None:
+        self.pending: dict[int, tuple[int, int, int]] = {}  # dso id -> (X, "unknown" id, S)
+
+    def apply(self, cache: "AddressCache", out_ip: np.ndarray, out_to: np.ndarray, new_ip: list[int],
+              new_to: "set[int] | tuple", fix: Callable[[int, int, int], None]) -> None:
+        """Calls ``fix(p, symbol id, offset)`` for each lookup ``p`` (2 * sample, + 1 for addr, from the
+        range's start) of a range whose slots are ``out_ip``/``out_to`` that perf answers from the cache."""
+        dso, xoff, xok = cache.dso, cache.xoff, cache.xok
+        starts = []
+        for j in new_ip:
+            si, sa = int(out_ip[j]), int(out_to[j])
+            if not sa or j in new_to:
+                continue
+            d = int(dso[si])
+            if int(dso[sa]) != d or not (xok[si] and xok[sa]):
+                continue
+            x, start = int(xoff[sa]), int(xoff[si])
+            if x > start:
+                starts.append((2 * j + 2, d, x, int(cache.sym[si]), start))
+        if not starts and not self.pending:
+            return
+        slots = np.empty(2 * len(out_ip), np.int64)
+        slots[0::2] = out_ip
+        slots[1::2] = out_to
+        seq = dso[slots]
+        states = [(0, d, *v) for d, v in self.pending.items()] + starts
+        self.pending = {}
+        for p, d, x, sid, start in states:  # each ends at the DSO's next lookup of another address
+            while True:
+                p = _next_in(seq, d, p)
+                if p < 0:
+                    self.pending[d] = (x, sid, start)
+                    break
+                slot = slots[p]
+                if not xok[slot] or int(xoff[slot]) != x:
+                    break
+                fix(p, sid, x - start)
+                p += 1
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -332,7 +403,11 @@ class _Batch:
         gu, gk, ks = self._groups(lo, hi)
         cache = ex.addr_cache
         out_ip, out_to, miss = cache.lookup(cols.ip[lo:hi], cols.addr[lo:hi], mode, gu, gk, ks)
-        first_only = self._resolve_misses(cache, lo, out_ip, out_to, miss) if len(miss) else ()
+        first_only: Any = ()
+        new_ip: list[int] = []
+        new_to: Any = ()
+        if len(miss):
+            first_only, new_ip, new_to = self._resolve_misses(cache, lo, out_ip, out_to, miss)
         self.dso[lo:hi] = cache.dso[out_ip]
         self.sym[lo:hi] = cache.sym[out_ip]
         self.off[lo:hi] = cache.off[out_ip]
@@ -346,6 +421,17 @@ class _Batch:
                 self.to_dso[i], self.to_sym[i], self.to_off[i], self.to_start[i] = r
             else:
                 self.dso[i], self.sym[i], self.off[i] = r[:3]
+        cache.last_find.apply(cache, out_ip, out_to, new_ip, new_to,
+                              lambda p, sid, off: self._cached_answer(lo, p, sid, off))
+
+    def _cached_answer(self, lo: int, p: int, sid: int, off: int) -> None:
+        """Lookup ``p`` (2 * sample + 1 for addr) of the range from ``lo`` got perf's cached "unknown"."""
+        i = lo + (p >> 1)
+        if p & 1:
+            self.to_sym[i], self.to_off[i] = sid, off
+            self.to_start[i] = int(self.cols.addr[i]) - off
+        else:
+            self.sym[i], self.off[i] = sid, off
 
     def _groups(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per sample in [lo, hi): cache group of a user address, of a kernel address, and kernel_start."""
@@ -384,10 +470,16 @@ class _Batch:
         return gu, gk, ks
 
     def _resolve_misses(self, cache: AddressCache, lo: int, out_ip: np.ndarray, out_to: np.ndarray,
-                        miss: np.ndarray) -> list[tuple[int, int, tuple]]:
-        """Resolve the new keys in order (perf's first references) into their cache slots."""
+                        miss: np.ndarray) -> tuple[list[tuple[int, int, tuple]], list[int], set[int]]:
+        """Resolve the new keys in order (perf's first references) into their cache slots.
+
+        Returns the kernel addresses resolved once only (see resolve_range) and the samples (from
+        ``lo``) whose ip, and whose addr, got a new "unknown" symbol (for :class:`DsoLastFind`).
+        """
         ex, cols = self.ex, self.cols
         first_only = []
+        new_ip: list[int] = []
+        new_to: set[int] = set()
         smp = (miss >> 1) + lo
         tos = (miss & 1).tolist()
         pids = cols.pid[smp].tolist()
@@ -403,13 +495,23 @@ class _Batch:
             a = addrs[k] if to else ips[k]
             slot = slot_to[k] if to else slot_ip[k]
             before = st.kmap_range
+            made = st.new_unknowns
             r = st.resolve(pids[k], a, times[k])
             after = st.kmap_range
             if before is None and after is not None and not after[0] <= a < after[1]:
                 first_only.append((i, to, r))  # later lookups of this address find nothing
                 r = (0, 0, 0, 0)
             cache.dso[slot], cache.sym[slot], cache.off[slot], cache.start[slot] = r
-        return first_only
+            start = st.sym_starts.get(r[1]) if r[1] else None
+            cache.xok[slot] = start is not None
+            if start is not None:
+                cache.xoff[slot] = start + r[2]
+            if st.new_unknowns != made:
+                if to:
+                    new_to.add(i - lo)
+                else:
+                    new_ip.append(i - lo)
+        return first_only, new_ip, new_to
 
     # ------------------------------------------------------------------ rows
 

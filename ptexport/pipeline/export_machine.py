@@ -13,8 +13,14 @@ per-sample code:
   its :class:`~ptexport.pipeline.perfthreads.PerfThreads`;
 * :meth:`threads` / :meth:`export_threads` / :meth:`switch_side` are perf's
   ``db_export__threads`` and ``db_export__pid_tid`` on this machine's table;
-* :meth:`resolve` is perf's ``db_ids_from_al`` in this machine's address
-  spaces (DSO ids are per machine, as perf's DSOs are);
+* :meth:`lookup` is perf's map and symbol lookup of an address in this
+  machine's address spaces (DSO ids are per machine, as perf's DSOs are),
+  :meth:`db_ids` perf's ``db_ids_from_al`` on its answer (an "unknown" symbol
+  where there is none), :meth:`resolve` the two; :meth:`find` is
+  :meth:`lookup` through perf's per-DSO last-lookup cache, which
+  ``db_ids_from_al`` can leave answering an address with an "unknown" below
+  it (the per-sample export uses it; the batch export follows the cache in
+  :class:`~ptexport.pipeline.export_fast.DsoLastFind`);
 * :meth:`user_epochs` / :meth:`kernel_epochs` number the states of an
   address space over time: two samples of one process with the same epoch see
   the same maps, so ``resolve`` gives them the same answer for the same
@@ -27,18 +33,23 @@ so traces without kernel addresses do not pay for parsing them.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 import numpy as np
 
 from ptexport.errors import PtExportError
 from ptexport.export.model import ExportModel
 from ptexport.images.kallsyms import kmod_name
-from ptexport.images.symbols import EMPTY, OPEN_END, SymbolTable, load_elf_symbols
+from ptexport.images.symbols import EMPTY, OPEN_END, Symbol, SymbolTable, load_elf_symbols
 from ptexport.pipeline.perfthreads import PerfComm, PerfThread, PerfThreads
 
 _KERNEL_DSOS = ("[kernel.kallsyms]", "[guest.kernel.kallsyms]")
 _NONE = (0, 0, 0, 0)
+
+# The symbol a lookup found: None (no symbol, no "unknown" there yet), an "unknown"'s id, or a
+# symbol of the DSO's table with its end (as perf 6.1 exports it).
+Hit = Union[None, int, tuple[Symbol, int]]
+Found = tuple[int, int, int, Hit]  # (dso id, address in the DSO, map base, hit); see MachineState.lookup
 
 
 class MachineState:
@@ -63,6 +74,9 @@ class MachineState:
         self.dso_ids: dict[str, int] = {}
         self._sym_ids: dict[tuple[int, int], tuple[int, int]] = {}  # (dso id, sym start) -> (id, start)
         self._unknown: dict[int, dict[int, int]] = {}  # dso id -> {address: symbol id} ("unknown" symbols)
+        self.sym_starts: dict[int, int] = {}  # symbol id -> start in its DSO (map_ip space)
+        self.new_unknowns = 0  # "unknown" symbols made so far (a caller sees whether a lookup made one)
+        self._last_find: dict[int, tuple[int, Hit]] = {}  # dso id -> perf's last_find_result (find / db_ids)
         self.kmap_range: tuple[int, int] | None = None
         self._map_info: dict[int, tuple] = {}  # id(map entry) -> (entry, dso id, symbols, map_ip base, is kernel)
         self._changes: dict[int | None, np.ndarray] = {}  # pid (None: kernel) -> sorted map change times
@@ -198,24 +212,24 @@ class MachineState:
                     continue
         return self._elf_symtab(path)
 
-    def resolve(self, pid: int, ip: int, time: int, kernel: bool | None = None) -> tuple[int, int, int, int]:
-        """(dso id, symbol id, symbol offset, symbol start as an address) of ``ip`` (perf's db_ids_from_al).
-
-        An address in a map but in no symbol gets perf's placeholder: a zero-size
-        symbol "unknown" at that address, kept in the DSO from then on.
+    def lookup(self, pid: int, ip: int, time: int, kernel: bool | None = None) -> Found | None:
+        """perf's thread__find_map + dso__find_symbol without the DSO's last-lookup cache (what the
+        symbol tree answers): ``(dso id, address in the DSO (map_ip), map base, symbol)`` or None
+        outside every map.  The symbol is the :data:`Hit` the address falls in: None when it has
+        none (and no "unknown" yet); nothing gets an id here (:meth:`db_ids` does that).
         """
         if not ip:
-            return _NONE
+            return None
         if kernel is None:
             kernel = ip >= self.kernel_start
         e = self.sb.map_at(pid, ip, time, kernel=kernel)
         if e is None:
-            return _NONE
+            return None
         info = self._map_info.get(id(e))
         if info is None or info[0] is not e:
             kdso = kernel and e.filename.startswith(_KERNEL_DSOS)
             if kdso and self.kmap_range is not None and not self.kmap_range[0] <= ip < self.kmap_range[1]:
-                return _NONE  # outside the kernel map as perf fixed it up after loading kallsyms
+                return None  # outside the kernel map as perf fixed it up after loading kallsyms
             dso, name = self._dso(e, kernel)
             if kernel and (name.startswith("[") or (name.startswith("/") and self.kallsyms is not None)):
                 tab = self._kernel_symtab(name, e)
@@ -229,24 +243,69 @@ class MachineState:
         else:
             _, dso, tab, base, kdso = info
             if kdso and self.kmap_range is not None and not self.kmap_range[0] <= ip < self.kmap_range[1]:
-                return _NONE
+                return None
         off = ip - base
         sym = tab.find(off)
         if sym is None:
+            unknown = self._unknown.get(dso)
+            return dso, off, base, unknown.get(off) if unknown is not None else None
+        end = sym.end if sym.end != OPEN_END else e.end - base  # perf 6.1: a last size-0 symbol ends with its map
+        return dso, off, base, (sym, end)
+
+    def db_ids(self, found: Found | None) -> tuple[int, int, int, int]:
+        """perf's db_ids_from_al on a lookup: (dso id, symbol id, symbol offset, symbol start as an address).
+
+        An address in a map but in no symbol gets perf's placeholder: a zero-size
+        symbol "unknown" at that address, kept in the DSO from then on (and, through
+        :meth:`find`, the DSO's cached answer when its last lookup is at or above it).
+        """
+        if found is None:
+            return _NONE
+        dso, off, base, hit = found
+        if hit is None:
             unknown = self._unknown.setdefault(dso, {})
             sid = unknown.get(off)
             if sid is None:
                 sid = self.m.symbols.get(("unknown", dso, off), (dso, off, off, 0, "unknown"))
                 unknown[off] = sid
-            return dso, sid, 0, ip
+                self.sym_starts[sid] = off
+                self.new_unknowns += 1
+                last = self._last_find.get(dso)
+                if last is not None and last[0] >= off:  # dso__insert_symbol: start == end, addr >= start
+                    self._last_find[dso] = (last[0], sid)
+            return dso, sid, 0, off + base
+        if type(hit) is int:  # an "unknown" (found at its address, or the DSO's cached answer)
+            start = self.sym_starts[hit]
+            return dso, hit, off - start, start + base
+        sym, end = hit
         key = (dso, sym.start)
-        hit = self._sym_ids.get(key)
-        if hit is None:
-            end = sym.end if sym.end != OPEN_END else e.end - base  # perf 6.1: a last size-0 symbol ends with its map
+        ids = self._sym_ids.get(key)
+        if ids is None:
             sid = self.m.symbol(dso, sym.start, end, sym.name, sym.binding)
-            hit = (sid, sym.start)
-            self._sym_ids[key] = hit
-        return dso, hit[0], off - sym.start, sym.start + base
+            ids = self._sym_ids[key] = (sid, sym.start)
+            self.sym_starts[sid] = sym.start
+        return dso, ids[0], off - sym.start, sym.start + base
+
+    def find(self, pid: int, ip: int, time: int, kernel: bool | None = None) -> Found | None:
+        """:meth:`lookup` through perf's per-DSO last-lookup cache (dso__find_symbol's
+        ``last_find_result``), for exporters that run lookups one by one in perf's order:
+        the same address as the DSO's last lookup gets the cached symbol, which
+        :meth:`db_ids` may have replaced by an "unknown" inserted below it since.
+        """
+        found = self.lookup(pid, ip, time, kernel)
+        if found is None:
+            return None
+        dso, off, base, hit = found
+        last = self._last_find.get(dso)
+        if last is not None and last[0] == off and last[1] is not None:
+            return dso, off, base, last[1]
+        self._last_find[dso] = (off, hit)
+        return found
+
+    def resolve(self, pid: int, ip: int, time: int, kernel: bool | None = None) -> tuple[int, int, int, int]:
+        """(dso id, symbol id, symbol offset, symbol start as an address) of ``ip`` as the symbol tree
+        answers it (perf's db_ids_from_al after a lookup that misses the DSO's cache)."""
+        return self.db_ids(self.lookup(pid, ip, time, kernel))
 
     # ----------------------------------------------------------- address-space epochs
 

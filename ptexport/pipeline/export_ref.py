@@ -2,8 +2,10 @@
 
 One Python iteration per sample, in perf's order: the sideband records due
 before it, then its thread (:meth:`MachineState.threads`), event, symbols
-(``ip`` then, for a branch, ``addr``), its row, its payload row and its
-call-tree input.  Slow, and written to be obviously perf's db-export; select
+(lookups of ``ip`` then, for a branch, ``addr`` through perf's per-DSO
+last-lookup cache, then their ids: :meth:`MachineState.find` /
+:meth:`MachineState.db_ids`), its row, its payload row and its call-tree
+input.  Slow, and written to be obviously perf's db-export; select
 it with ``ExportConfig(reference=True)``.
 """
 
@@ -118,8 +120,13 @@ def run_reference(ex: "_Exporter", batches: Iterable[SampleColumns],
             pid = pids[i]
             thread_id, comm_id = st.threads(pid, tids[i])
             evsel_id = ex.evsel(k)
-            dso, sym, sym_off, _ = st.resolve(pid, ips[i], time)
-            to_dso, to_sym, to_off, to_start = st.resolve(pid, addrs[i], time) if k == EV_BRANCH else (0, 0, 0, 0)
+            # perf script: machine__resolve (ip), thread__resolve (addr, branches only), then db-export's
+            # db_ids_from_al for each, which may insert an "unknown" into a DSO whose cached last
+            # lookup (perhaps this addr) it then becomes
+            found = st.find(pid, ips[i], time)
+            to_found = st.find(pid, addrs[i], time) if k == EV_BRANCH else None
+            dso, sym, sym_off, _ = st.db_ids(found)
+            to_dso, to_sym, to_off, to_start = st.db_ids(to_found)
             ex.n_samples += 1
             sid = ex.n_samples
             f = flags[i]

@@ -412,10 +412,13 @@ class KernelMachineState(MachineState):
             sid = unknown.get(off)
             if sid is None:
                 sid = unknown[off] = self.m.symbols.get(("unknown", dso, off), (dso, off, off, 0, "unknown"))
+                self.sym_starts[sid] = off  # for the batch export's model of perf's last-lookup cache
+                self.new_unknowns += 1
             return dso, sid, 0, ip
         sid = self._ksyms.get(sym.start)
         if sid is None:
             sid = self._ksyms[sym.start] = self.m.symbol(dso, sym.start, sym.end, sym.name, sym.binding)
+            self.sym_starts[sid] = sym.start
         return dso, sid, off - sym.start, ki.address(sym.start)
 
 

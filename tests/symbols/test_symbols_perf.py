@@ -8,6 +8,12 @@ function's address, last in the code), a function without a size, code in
 .init/.fini, a function symbol in .data.  It is built here with gcc, traced by
 the generator, and the recording exported by perf's export-to-sqlite.py and by
 ptexport; also stripped (no symbols) and with .dynsym only.
+
+perf's per-DSO last-lookup cache (dso__find_symbol's last_find_result, which
+db-export's "unknown" symbols can take over) is tested with src/lastfind.S:
+blocks without symbols jumping up to branches, down, and up to plain code, on
+their own and with a fork+exec'd second program interleaved by preemption;
+the batch and the per-sample export both equal perf's there.
 """
 
 from __future__ import annotations
@@ -20,8 +26,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from elftools.elf.elffile import ELFFile
 
 from ptexport.cli import main
+from ptexport.pipeline.export import ExportConfig, export_trace
+from ptexport.pipeline.perfsession import PerfSession
+from ptexport.samples.itrace import export_default
 from ptxtest import needs_perf, perf_python_env
 
 SRC = Path(__file__).parent / "src"
@@ -154,11 +164,113 @@ def test_perf_script_sym_symoff(traces, variant):
     assert got == want
 
 
-@pytest.mark.xfail(strict=True, reason="perf's dso symbol cache: db-export's 'unknown' symbol for a sample's ip "
-                   "becomes the cached answer for the address looked up last (the branch target) when that is "
-                   "at or above it, so the next sample at that address gets 'unknown' with a large offset; "
-                   "ptexport resolves each address on its own")
+def _reference(d: Path) -> Path:
+    """The per-sample (reference) export of ``d``'s recording."""
+    ref = d / "ours_ref.db"
+    export_trace(str(d / "perf.data"), str(ref), ExportConfig(itrace=export_default(), calls=True, force=True,
+                                                              reference=True))
+    return ref
+
+
+def _assert_tables_equal(theirs: Path, *ours: Path, what: str = "") -> None:
+    for name in TABLES:
+        cols = perf_cols(theirs, name)
+        want = table(theirs, name, cols)
+        for db in ours:
+            assert table(db, name, cols) == want, f"{what} {db.name}: {name}"
+
+
+def _cached_unknowns(db: Path, side: str = "") -> list[tuple]:
+    """Samples perf answered with an "unknown" below the address (perf's per-DSO last-lookup cache):
+    (sample id, dso id, address) for ``side`` "" (ip) or "to_" (addr)."""
+    return rows(db, f"SELECT s.id, s.{side}dso_id, s.{side}ip FROM samples s "
+                    f"JOIN symbols y ON y.id = s.{side}symbol_id "
+                    f"WHERE y.name = 'unknown' AND s.{side}sym_offset > 0 ORDER BY s.id")
+
+
 def test_unknown_symbol_cache_quirk(tmp_path):
+    """db-export's "unknown" for a sample's ip (in .init, no symbol) becomes the DSO's cached answer for
+    the branch target above it (_start's, a branch itself), so the next sample there gets it."""
     theirs, ours = exports(trace(tmp_path, "sym_quirk", ["-static", "-DQUIRK"], False))
-    cols = perf_cols(theirs, "samples")
-    assert table(ours, "samples", cols) == table(theirs, "samples", cols)
+    assert _cached_unknowns(theirs), "the program no longer shows the cache rule"
+    _assert_tables_equal(theirs, ours, _reference(theirs.parent), what="quirk")
+
+
+# name: (assembler options, synth options, strip the recorded copies)
+LASTFIND = {
+    # blocks without symbols, hubs with: perf answers some hub samples with a block's "unknown"
+    "mixed": ([], [], False),
+    # stripped; a fork whose child execs a second program (two DSOs, their lookups interleaved on one
+    # CPU by preemption); a preemption at a hub gives a trace-begin sample whose addr hits the cache
+    "fork-preempt": (["-DFORK"], ["--cpus", "1", "--preempt", "51"], True),
+}
+
+
+def lastfind_trace(tmp: Path, variant: str) -> Path:
+    asflags, synth, strip = LASTFIND[variant]
+    work = tmp / variant
+    work.mkdir()
+    base = ["gcc", "-nostdlib", "-static", "-fno-pie", "-no-pie", "-Wl,--build-id=sha1"]
+    progs = [("lastfind", asflags)] + ([("lastfind_child", ["-DCHILD"])] if "-DFORK" in asflags else [])
+    for name, flags in progs:
+        subprocess.run([*base, *flags, "-o", str(work / name), str(SRC / "lastfind.S")], check=True,
+                       capture_output=True, timeout=120)
+    d = work / "trace"
+    assert main(["synth", "--out", str(d), "--program", str(work / "lastfind"), "--branches", "1500", *synth],
+                out=io.StringIO()) == 0
+    if strip:
+        for name, _ in progs:
+            subprocess.run(["strip", str(d / name)], check=True, capture_output=True)
+    return d
+
+
+def _addresses(path: Path, names: tuple[str, ...]) -> dict[str, int]:
+    with open(path, "rb") as f:
+        symtab = ELFFile(f).get_section_by_name(".symtab")
+        return {sym.name: sym["st_value"] for sym in symtab.iter_symbols() if sym.name in names}
+
+
+@pytest.fixture(scope="module")
+def lastfind(tmp_path_factory) -> dict[str, tuple[Path, Path, Path]]:
+    tmp = tmp_path_factory.mktemp("lastfind")
+    out = {}
+    for v in LASTFIND:
+        theirs, ours = exports(lastfind_trace(tmp, v))
+        out[v] = (theirs, ours, _reference(theirs.parent))
+    return out
+
+
+@pytest.mark.parametrize("variant", list(LASTFIND))
+def test_last_lookup_cache_equals_perf(lastfind, variant):
+    """symbols, samples, calls and call_paths equal perf's, from the batch and the per-sample export."""
+    theirs, ours, ref = lastfind[variant]
+    _assert_tables_equal(theirs, ours, ref, what=variant)
+
+
+def test_last_lookup_cache_is_exercised(lastfind):
+    """perf's own answers, so the program keeps testing the rule: hits after jumps up, none after
+    jumps down, on both the ip and the addr side, in two DSOs."""
+    theirs, _, _ = lastfind["mixed"]
+    hubs = _addresses(theirs.parent / "lastfind", ("hub_lo", "hub_hi", "hub_hi2"))
+    hits = _cached_unknowns(theirs)
+    assert len(hits) >= 10  # the first runs of the up-blocks whose jump is not at their start
+    assert {ip for _, _, ip in hits} == {hubs["hub_hi"], hubs["hub_hi2"]}  # addresses with a symbol of their own
+    at = rows(theirs, "SELECT s.ip, y.name FROM samples s JOIN symbols y ON y.id = s.symbol_id")
+    assert {n for ip, n in at if ip == hubs["hub_lo"]} == {"hub_lo"}  # jumps down: no cached "unknown"
+    assert {n for ip, n in at if ip == hubs["hub_hi"]} == {"hub_hi", "unknown"}  # later rounds: the symbol
+    theirs, _, _ = lastfind["fork-preempt"]
+    hits = _cached_unknowns(theirs)
+    assert len({dso for _, dso, _ in hits}) == 2, "cached answers in both programs"
+    assert _cached_unknowns(theirs, "to_"), "a trace-begin sample's addr answered from the cache"
+
+
+def test_last_lookup_cache_across_batches(lastfind, monkeypatch):
+    """Batches of 3 samples: the cache's answer outlives the batch whose branch started it
+    (export_fast.DsoLastFind.pending), and the export still equals perf's."""
+    whole = PerfSession.iter_batches
+    monkeypatch.setattr(PerfSession, "iter_batches", lambda self, jobs=1, batch_rows=0: whole(self, jobs, 3))
+    for variant, (theirs, _, _) in lastfind.items():
+        ours = theirs.parent / "ours_batches3.db"
+        export_trace(str(theirs.parent / "perf.data"), str(ours),
+                     ExportConfig(itrace=export_default(), calls=True, force=True))
+        _assert_tables_equal(theirs, ours, what=f"{variant} in batches of 3")
