@@ -1,23 +1,40 @@
-"""Function symbols of an ELF object, the way perf's report/export sees them.
+"""Symbols of an ELF object, the way perf 6.1's report/export sees them.
 
 perf keeps an object's symbols in *file-offset* space: a symbol's start is
 its ``st_value`` moved from its section's address to the section's file
 offset, so ``ip - map.start + map.pgoff`` (perf's ``map_ip``) finds it in
 executables and shared objects alike.
 
-Which symbols count, as perf 6.1 loads them (``.symtab``, else ``.dynsym``):
+Which symbols perf 6.1 loads (``.symtab``, else ``.dynsym``; dso__load_sym),
+in table order, into its red-black tree of the object:
 
-- functions (``FUNC``, GNU ``IFUNC``) with a name, defined in a code section;
+- functions (``FUNC``, GNU ``IFUNC``) and data objects (``OBJECT``) with a
+  name, defined in a section;
 - labels (``NOTYPE``) with a name, defined in a section whose name contains
-  "text", and neither hidden nor internal; so the assembler labels of
-  ``.text`` count and those of ``.init``/``.fini`` do not.
+  "text" or "data", and neither hidden nor internal; so the assembler labels
+  of ``.text`` count and those of ``.init``/``.fini`` do not.
 
-Then, in address order (ties in table order): a symbol without a size ends
-where the next one starts, the last one where the map it is found through ends
-(what perf 6.1's export shows; ``symbols__fixup_end``); and of the symbols that share a
-start one is kept (perf's ``symbols__fixup_duplicate``/``choose_best_symbol``):
-a sized one over one of size 0, non-weak over weak, global over not global,
+Then, in address order (ties in table order; ``symbols__fixup_end``): a
+symbol without a size ends where the next one starts (data objects count:
+the last code symbol ends where the first data object starts), the last one
+at the page after the page it starts in; and of the symbols that share a
+start one is kept (``symbols__fixup_duplicate``/``choose_best_symbol``): a
+sized one over one of size 0, non-weak over weak, global over not global,
 fewer leading underscores, the longer name, else the first.
+
+Then, if the table gave any symbol, the PLT's (``dso__synthesize_plt_symbols``
+as of 6.1): with a ``.dynsym``, a ``.rela.plt`` (else ``.rel.plt``) linked
+to it and a ``.plt``, the entries of ``.plt`` after its header (header and
+entry size: ``.plt``'s ``sh_entsize``, 16 on x86-64) are named
+``NAME@plt``, STB_GLOBAL, one per relocation in table order, NAME its
+symbol's.  perf 6.1 names no header (PLT0), nothing in ``.plt.sec`` (IBT:
+the calls go there, while the names sit on the lazy ``.plt`` stubs) nor in
+``.plt.got``; the same for lazy binding and ``-z now``.  The PLT symbols are
+added after the fixups: they keep their sizes, and a symbol stretched over
+``.plt`` (``_init`` of size 0 in ``.init``, just before it) stays.  Then two
+symbols overlap, and which one an address gets depends on which perf's
+``symbols__find`` meets first going down its tree: the table then keeps
+that tree, built as perf builds it (:class:`_RBTree`).
 """
 
 from __future__ import annotations
@@ -41,7 +58,7 @@ class Symbol:
     binding: int
 
 
-OPEN_END = 1 << 64  # the end of a last symbol of size 0, until a map gives it one
+OPEN_END = 1 << 64  # the end of a last symbol of size 0, until a map gives it one (kallsyms tables)
 
 
 class SymbolTable:
@@ -49,17 +66,23 @@ class SymbolTable:
 
     ``open_end``: the last symbol had no size; its ``end`` is :data:`OPEN_END`,
     and the caller ends it where the map it looked it up through ends.
+    ``tree``: perf's red-black tree of an ELF's symbols when some overlap
+    (see :func:`perf_table`); ``find`` then searches it as perf does.
     """
 
-    def __init__(self, symbols: list[Symbol]) -> None:
-        self.symbols = sorted(symbols, key=lambda s: (s.start, s.name))
+    def __init__(self, symbols: list[Symbol], *, presorted: bool = False, tree: "_RBTree | None" = None) -> None:
+        self.symbols = symbols if presorted else sorted(symbols, key=lambda s: (s.start, s.name))
         self._starts = [s.start for s in self.symbols]
         self.open_end = bool(self.symbols) and self.symbols[-1].end == OPEN_END
+        self._tree = tree
 
     def __len__(self) -> int:
         return len(self.symbols)
 
     def find(self, offset: int) -> Symbol | None:
+        if self._tree is not None:
+            e = self._tree.find(offset)
+            return None if e is None else e[4]
         i = bisect.bisect_right(self._starts, offset) - 1
         if i < 0:
             return None
@@ -72,7 +95,7 @@ EMPTY = SymbolTable([])
 
 
 def load_elf_symbols(path: str) -> SymbolTable:
-    """Function symbols of the ELF file at ``path`` (.symtab, else .dynsym), as perf keeps them."""
+    """The symbols of the ELF file at ``path`` (.symtab, else .dynsym) and of its PLT, as perf 6.1 keeps them."""
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
@@ -80,52 +103,113 @@ def load_elf_symbols(path: str) -> SymbolTable:
             table = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
             if table is None:
                 return EMPTY
-            raw: list[list] = []  # [start, end, name, binding] in table order
-            for sym in table.iter_symbols():
-                name = sym.name
-                shndx = sym["st_shndx"]
-                if not name or not isinstance(shndx, int) or shndx >= len(sections):
-                    continue  # undefined, absolute or common
-                typ = sym["st_info"]["type"]
-                if typ == "STT_NOTYPE":
-                    if sym["st_other"]["visibility"] in ("STV_HIDDEN", "STV_INTERNAL"):
-                        continue
-                    if "text" not in sections[shndx].name:
-                        continue
-                elif typ not in ("STT_FUNC", "STT_GNU_IFUNC") or not sections[shndx]["sh_flags"] & 0x4:
-                    continue  # a function outside code (SHF_EXECINSTR) is not among perf 6.1's
-                sec = sections[shndx]
-                start = sym["st_value"] - sec["sh_addr"] + sec["sh_offset"]
-                bind = sym["st_info"]["bind"]
-                binding = bind if isinstance(bind, int) else _BINDING.get(bind, 1)
-                raw.append([start, start + sym["st_size"], name, binding])
+            raw = _table_symbols(table, sections)
+            # perf 6.1 synthesizes PLT symbols only when the table gave it some
+            plt = _plt_symbols(elf, sections) if raw else []
     except (OSError, ELFError, ValueError) as e:
         raise ImageError(f"cannot read symbols: {e}", source=path) from e
-    return SymbolTable(perf_fixup(raw))
+    return perf_table(raw, plt)
 
 
-def perf_fixup(raw: list[list]) -> list[Symbol]:
-    """perf's symbols__fixup_end then symbols__fixup_duplicate on ``[start, end, name, binding]``
-    entries in table order (sorted here by start, stably, as perf's symbol tree keeps them)."""
-    raw.sort(key=lambda r: r[0])
-    for prev, cur in zip(raw, raw[1:]):
+def _table_symbols(table, sections: list) -> list[list]:
+    """``[start, end, name, binding]`` of the symbols perf 6.1's dso__load_sym inserts, in table order."""
+    raw: list[list] = []
+    for sym in table.iter_symbols():
+        name = sym.name
+        shndx = sym["st_shndx"]
+        if not name or not isinstance(shndx, int) or shndx >= len(sections):
+            continue  # undefined, absolute or common
+        typ = sym["st_info"]["type"]
+        sec = sections[shndx]
+        if typ == "STT_NOTYPE":
+            if sym["st_other"]["visibility"] in ("STV_HIDDEN", "STV_INTERNAL"):
+                continue
+            if "text" not in sec.name and "data" not in sec.name:
+                continue
+        elif typ not in ("STT_FUNC", "STT_GNU_IFUNC", "STT_OBJECT"):
+            continue
+        start = sym["st_value"] - sec["sh_addr"] + sec["sh_offset"]
+        bind = sym["st_info"]["bind"]
+        binding = bind if isinstance(bind, int) else _BINDING.get(bind, 1)
+        raw.append([start, start + sym["st_size"], name, binding])
+    return raw
+
+
+# perf 6.1's PLT layout of the machines it knows: (header size, entry size); others: .plt's sh_entsize
+_PLT_SIZES = {"EM_ARM": (20, 12), "EM_AARCH64": (32, 16), "EM_SPARC": (48, 12), "EM_SPARCV9": (128, 32)}
+
+
+def _plt_symbols(elf: ELFFile, sections: list) -> list[list]:
+    """perf 6.1's dso__synthesize_plt_symbols: ``[start, end, "NAME@plt", STB_GLOBAL]`` for each
+    ``.rela.plt`` (else ``.rel.plt``) entry, in its order, on ``.plt``'s entries after its header."""
+    dynsym_idx = next((i for i, sec in enumerate(sections) if sec.name == ".dynsym"), None)
+    if dynsym_idx is None or sections[dynsym_idx]["sh_type"] != "SHT_DYNSYM":
+        return []
+    rel = elf.get_section_by_name(".rela.plt") or elf.get_section_by_name(".rel.plt")
+    plt = elf.get_section_by_name(".plt")
+    if rel is None or plt is None or rel["sh_link"] != dynsym_idx:
+        return []
+    if rel["sh_type"] not in ("SHT_RELA", "SHT_REL") or not rel["sh_entsize"]:
+        return []
+    dynsym = sections[dynsym_idx]
+    strtab_idx = dynsym["sh_link"]
+    if not 0 < strtab_idx < len(sections) or not sections[strtab_idx]["sh_size"]:
+        return []
+    header, entry = _PLT_SIZES.get(elf["e_machine"], (plt["sh_entsize"], plt["sh_entsize"]))
+    offset = plt["sh_offset"] + header
+    nsyms = dynsym.num_symbols()
+    out = []
+    for r in rel.iter_relocations():
+        idx = r["r_info_sym"]
+        name = dynsym.get_symbol(idx).name if idx < nsyms else ""
+        out.append([offset, offset + entry, f"{name}@plt", 1])
+        offset += entry
+    return out
+
+
+def perf_table(raw: list[list], plt: list[list] = ()) -> SymbolTable:
+    """perf 6.1's symbol tree of a DSO from ``[start, end, name, binding]`` entries in table
+    order: inserted one by one, then ``symbols__fixup_end``, ``symbols__fixup_duplicate``, then
+    the PLT symbols ``plt`` inserted (they keep their sizes and may lie inside a stretched symbol).
+
+    When no two symbols overlap, any search finds the one symbol holding an address and a
+    bisection does; otherwise the table keeps perf's red-black tree, whose shape decides which
+    of two overlapping symbols perf's ``symbols__find`` meets first."""
+    if not raw:
+        return SymbolTable([Symbol(*r) for r in plt]) if plt else EMPTY
+    order = sorted(raw, key=lambda r: r[0])  # stable: equal starts in insertion order, as in the tree
+    for prev, cur in zip(order, order[1:]):
         if prev[1] == prev[0]:
             prev[1] = cur[0]
-    if raw and raw[-1][1] == raw[-1][0]:
-        raw[-1][1] = OPEN_END  # perf 6.1 ends it with the map it is found through (see SymbolTable.open_end)
-    out: list[Symbol] = []
-    best: list | None = None
-    for r in raw:
-        if best is not None and best[0] == r[0]:
-            if not _first_wins(best, r):
-                best = r
+    last = order[-1]
+    if last[1] == last[0]:
+        last[1] = (last[0] + 4095) // 4096 * 4096 + 4096  # roundup(start, 4096) + 4096
+    erased: list[int] = []  # ids of the entries symbols__fixup_duplicate erases, in its order
+    kept: list[list] = []
+    cur = order[0]
+    for nxt in order[1:]:
+        if cur[0] == nxt[0]:
+            loser, cur = (nxt, cur) if _first_wins(cur, nxt) else (cur, nxt)
+            erased.append(id(loser))
             continue
-        if best is not None:
-            out.append(Symbol(best[0], best[1], best[2], best[3]))
-        best = r
-    if best is not None:
-        out.append(Symbol(best[0], best[1], best[2], best[3]))
-    return out
+        kept.append(cur)
+        cur = nxt
+    kept.append(cur)
+    merged = sorted(kept + list(plt), key=lambda r: r[0])  # PLT entries after equal starts: stable
+    overlap = any(a[1] > b[0] for a, b in zip(merged, merged[1:]))
+    symbols = []
+    for r in merged:
+        symbols.append(Symbol(r[0], r[1], r[2], r[3]))
+        r.append(symbols[-1])  # what the tree's search answers
+    if not overlap:
+        return SymbolTable(symbols, presorted=True)
+    tree = _RBTree()
+    nodes = {id(r): tree.insert(r) for r in raw}
+    for key in erased:
+        tree.erase(nodes[key])
+    for r in plt:
+        tree.insert(r)
+    return SymbolTable(symbols, presorted=True, tree=tree)
 
 
 def _underscores(name: str) -> int:
@@ -147,3 +231,178 @@ def _first_wins(a: list, b: list) -> bool:
     if ua != ub:
         return ua < ub
     return len(a[2]) >= len(b[2])
+
+
+class _Node:
+    __slots__ = ("entry", "left", "right", "parent", "red")
+
+    def __init__(self, entry: list, parent: "_Node | None") -> None:
+        self.entry = entry  # [start, end, name, binding, Symbol]
+        self.left: _Node | None = None
+        self.right: _Node | None = None
+        self.parent = parent
+        self.red = True
+
+
+class _RBTree:
+    """The Linux kernel's red-black tree (lib/rbtree.c) as perf's symbol tree uses it: keys are
+    symbol starts, an equal key goes right.  Insertion and erasure rebalance exactly as the
+    kernel's do (the textbook algorithms with the in-order successor), so the shape is perf's."""
+
+    def __init__(self) -> None:
+        self.root: _Node | None = None
+
+    def find(self, ip: int) -> list | None:
+        """perf's symbols__find: the first node met on the way down that holds ``ip``."""
+        n = self.root
+        while n is not None:
+            start, end = n.entry[0], n.entry[1]
+            if ip < start:
+                n = n.left
+            elif ip > end or (ip == end and ip != start):
+                n = n.right
+            else:
+                return n.entry
+        return None
+
+    def _rotate_left(self, x: _Node) -> None:
+        y = x.right
+        x.right = y.left
+        if y.left is not None:
+            y.left.parent = x
+        self._replace(x, y)
+        y.left = x
+        x.parent = y
+
+    def _rotate_right(self, x: _Node) -> None:
+        y = x.left
+        x.left = y.right
+        if y.right is not None:
+            y.right.parent = x
+        self._replace(x, y)
+        y.right = x
+        x.parent = y
+
+    def _replace(self, old: _Node, new: _Node | None) -> None:
+        """Put ``new`` where ``old`` hangs from its parent."""
+        p = old.parent
+        if p is None:
+            self.root = new
+        elif p.left is old:
+            p.left = new
+        else:
+            p.right = new
+        if new is not None:
+            new.parent = p
+
+    def insert(self, entry: list) -> _Node:
+        parent, n, left = None, self.root, False
+        while n is not None:
+            parent = n
+            left = entry[0] < n.entry[0]
+            n = n.left if left else n.right
+        z = new = _Node(entry, parent)
+        if parent is None:
+            self.root = z
+        elif left:
+            parent.left = z
+        else:
+            parent.right = z
+        while z.parent is not None and z.parent.red:
+            p = z.parent
+            g = p.parent
+            if p is g.left:
+                u = g.right
+                if u is not None and u.red:
+                    p.red = u.red = False
+                    g.red = True
+                    z = g
+                    continue
+                if z is p.right:
+                    z = p
+                    self._rotate_left(z)
+                    p = z.parent
+                p.red, g.red = False, True
+                self._rotate_right(g)
+            else:
+                u = g.left
+                if u is not None and u.red:
+                    p.red = u.red = False
+                    g.red = True
+                    z = g
+                    continue
+                if z is p.left:
+                    z = p
+                    self._rotate_right(z)
+                    p = z.parent
+                p.red, g.red = False, True
+                self._rotate_left(g)
+        self.root.red = False
+        return new
+
+    def erase(self, z: _Node) -> None:
+        if z.left is None or z.right is None:
+            x = z.right if z.left is None else z.left
+            xp = z.parent
+            removed_red = z.red
+            self._replace(z, x)
+        else:
+            y = z.right
+            while y.left is not None:
+                y = y.left
+            removed_red = y.red
+            x = y.right
+            if y.parent is z:
+                xp = y
+            else:
+                xp = y.parent
+                self._replace(y, x)
+                y.right = z.right
+                y.right.parent = y
+            self._replace(z, y)
+            y.left = z.left
+            y.left.parent = y
+            y.red = z.red
+        if not removed_red:
+            self._erase_fixup(x, xp)
+
+    def _erase_fixup(self, x: _Node | None, xp: _Node | None) -> None:
+        while x is not self.root and (x is None or not x.red):
+            if x is xp.left:
+                w = xp.right
+                if w.red:
+                    w.red, xp.red = False, True
+                    self._rotate_left(xp)
+                    w = xp.right
+                if (w.left is None or not w.left.red) and (w.right is None or not w.right.red):
+                    w.red = True
+                    x, xp = xp, xp.parent
+                    continue
+                if w.right is None or not w.right.red:
+                    w.left.red, w.red = False, True
+                    self._rotate_right(w)
+                    w = xp.right
+                w.red, xp.red = xp.red, False
+                w.right.red = False
+                self._rotate_left(xp)
+                x = self.root
+            else:
+                w = xp.left
+                if w.red:
+                    w.red, xp.red = False, True
+                    self._rotate_right(xp)
+                    w = xp.left
+                if (w.left is None or not w.left.red) and (w.right is None or not w.right.red):
+                    w.red = True
+                    x, xp = xp, xp.parent
+                    continue
+                if w.left is None or not w.left.red:
+                    w.right.red, w.red = False, True
+                    self._rotate_left(w)
+                    w = xp.left
+                w.red, xp.red = xp.red, False
+                w.left.red = False
+                self._rotate_right(xp)
+                x = self.root
+        if x is not None:
+            x.red = False

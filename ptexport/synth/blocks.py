@@ -30,7 +30,7 @@ class BlockInfo:
 
 
 class BlockCache:
-    """Decodes blocks of one program's memory on demand and remembers them."""
+    """Decodes blocks of one program's memory (with its shared libraries) on demand and remembers them."""
 
     def __init__(self, program) -> None:
         import capstone
@@ -39,12 +39,15 @@ class BlockCache:
         self._md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
         self._md.detail = True
         self._cache: dict[tuple[int, int], BlockInfo] = {}
-        self._segs = [(s.vaddr, s.vaddr + s.filesz, s.offset) for s in program.segments]
+        # the executable's segments and its shared libraries'
+        self._segs = [(s.vaddr, s.vaddr + s.filesz, s.offset, image.data)
+                      for image in program.images()
+                      for s in image.segments]
 
     def _read(self, addr: int, size: int) -> bytes:
-        for lo, hi, off in self._segs:
+        for lo, hi, off, data in self._segs:
             if lo <= addr and addr + size <= hi:
-                return self.program.data[off + addr - lo: off + addr - lo + size]
+                return data[off + addr - lo: off + addr - lo + size]
         raise SynthError(f"program {self.program.name}: block {addr:#x}+{size} is outside its "
                          "file-backed code")
 

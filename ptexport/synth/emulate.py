@@ -1,4 +1,21 @@
-"""Run a small static x86-64 Linux program in unicorn and record what it executed.
+"""Run a small x86-64 Linux program in unicorn and record what it executed.
+
+The program is a static executable, or one linked against shared objects
+that lie next to it (its ``DT_NEEDED``; no libc: the emulator is the dynamic
+loader).  Then, as ``ld.so`` would before the first instruction: the
+libraries are mapped at :data:`LIB_BASE` upwards (a PIE executable at
+:data:`PIE_BASE`) and their and the executable's relocations applied
+(``RELATIVE``, ``64``, ``GLOB_DAT``, ``JUMP_SLOT``, ``COPY``; others are a
+:class:`SynthError`), symbols looked up in load order (the executable, then
+its libraries breadth first).  Nothing of this is traced (no ``ld.so`` runs).
+An object linked ``-z now`` gets its GOT filled then; otherwise its PLT binds
+lazily as with ``ld.so``: the first call of a function runs its PLT entry,
+PLT0 and the lazy binder, which writes the GOT slot and jumps to the
+function; later calls go PLT entry -> ``jmp *GOT`` -> function.  The binder
+is a stub of the emulator's own (:data:`RESOLVER_NAME`, a small ELF file
+mapped after the libraries and recorded like them, so perf decodes it); it
+reads the target from a table the loader prepared (GOT[1]) instead of
+looking the symbol up.
 
 The result is the ground truth the generator encodes: for every thread, the
 sequence of basic blocks it ran (start address and size, as unicorn reports
@@ -23,6 +40,15 @@ from ptexport.errors import SynthError
 PAGE = 0x1000
 STACK_TOP = 0x7FFF_FFFF_0000
 STACK_SIZE = 0x4_0000
+PIE_BASE = 0x5555_5555_4000     # where a position-independent executable is loaded
+LIB_BASE = 0x7F00_0000_0000     # where the first shared library is loaded
+LIB_ALIGN = 0x100_0000          # libraries start on this alignment, one after the other
+RESOLVER_NAME = "ptx-lazy-binder.so"  # the lazy binder's file (written next to perf.data)
+RESOLVER_DATA = 0x7E00_0000_0000  # its tables: per object, (GOT slot, target) per PLT relocation
+# The lazy binder, entered from PLT0 with GOT[1] (the object's table) and the relocation's index
+# on the stack: endbr64; pop %r11; pop %r10; shl $4,%r10; add %r10,%r11; mov 8(%r11),%r10;
+# mov (%r11),%r11; mov %r10,(%r11); jmp *%r10
+_RESOLVER_CODE = bytes.fromhex("f30f1efa415b415a49c1e2044d01d34d8b53084d8b1b4d891341ffe2")
 
 SYS_WRITE, SYS_SCHED_YIELD, SYS_CLONE, SYS_FORK = 1, 24, 56, 57
 SYS_EXECVE, SYS_EXIT, SYS_WAIT4, SYS_EXIT_GROUP = 59, 60, 61, 231
@@ -46,9 +72,38 @@ class Segment:
         return bool(self.flags & 1)
 
 
+@dataclass(frozen=True)
+class DynSym:
+    """A ``.dynsym`` entry as the loader sees it (``value`` not yet moved by the load bias)."""
+
+    name: str
+    value: int
+    size: int
+    defined: bool
+    local: bool
+    weak: bool
+
+
+@dataclass(frozen=True)
+class Reloc:
+    """A dynamic relocation: where (unbiased), type, symbol index, addend; ``plt``: its index in
+    DT_JMPREL (what its PLT entry pushes), -1 for the others."""
+
+    offset: int
+    type: int
+    sym: int
+    addend: int
+    plt: int = -1
+
+
+# x86-64 dynamic relocations the emulator applies
+R_X86_64_64, R_X86_64_COPY, R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT, R_X86_64_RELATIVE = 1, 5, 6, 7, 8
+
+
 @dataclass
 class Program:
-    """A loaded static ELF: its path, segments, entry point and symbols."""
+    """A loaded ELF (an executable, or a shared library of one): its path, segments (at their
+    load addresses), entry point and symbols; ``libs`` the shared objects it is linked with."""
 
     path: Path
     name: str
@@ -57,9 +112,18 @@ class Program:
     symbols: dict[str, int]
     build_id: bytes
     data: bytes
+    bias: int = 0                       # load address minus link address (0 for ET_EXEC)
+    needed: list[str] = field(default_factory=list)
+    dynsyms: list[DynSym] = field(default_factory=list)
+    relocs: list[Reloc] = field(default_factory=list)
+    libs: list["Program"] = field(default_factory=list)
+    bind_now: bool = False              # DF_BIND_NOW / DF_1_NOW: no lazy binding
+    pltgot: int = 0                     # DT_PLTGOT (unbiased; 0: none)
 
     @classmethod
-    def load(cls, path: Path) -> "Program":
+    def load(cls, path: Path, *, library_base: int | None = None) -> "Program":
+        """Load an executable (with the shared libraries it needs, from its directory), or with
+        ``library_base`` one shared library at that address."""
         from elftools.common.exceptions import ELFError
         from elftools.elf.elffile import ELFFile
 
@@ -72,35 +136,215 @@ class Program:
 
         try:
             elf = ELFFile(io.BytesIO(data))
-            if elf.get_machine_arch() != "x64" or elf["e_type"] != "ET_EXEC":
+            etype = elf["e_type"]
+            if library_base is not None:
+                if elf.get_machine_arch() != "x64" or etype != "ET_DYN":
+                    raise SynthError(f"{path}: not an x86-64 shared library (machine "
+                                     f"{elf.get_machine_arch()}, type {etype})")
+                bias = library_base
+            elif elf.get_machine_arch() != "x64" or etype not in ("ET_EXEC", "ET_DYN"):
                 raise SynthError(
-                    f"{path}: not a static x86-64 executable (machine {elf.get_machine_arch()}, "
-                    f"type {elf['e_type']}); the emulator runs -static -no-pie x86-64 programs only")
-            if any(s["p_type"] == "PT_INTERP" for s in elf.iter_segments()):
+                    f"{path}: not an x86-64 executable (machine {elf.get_machine_arch()}, "
+                    f"type {etype}); the emulator runs x86-64 programs without libc only")
+            else:
+                bias = PIE_BASE if etype == "ET_DYN" else 0
+            dyn = next((s for s in elf.iter_segments() if s["p_type"] == "PT_DYNAMIC"), None)
+            if dyn is None and etype == "ET_DYN":
+                raise SynthError(f"{path}: position-independent but without a dynamic section")
+            if dyn is None and any(s["p_type"] == "PT_INTERP" for s in elf.iter_segments()):
                 raise SynthError(f"{path}: dynamically linked; build it with -static -nostdlib")
-            segs = [Segment(s["p_vaddr"], s["p_memsz"], s["p_offset"], s["p_filesz"], s["p_flags"])
+            segs = [Segment(s["p_vaddr"] + bias, s["p_memsz"], s["p_offset"], s["p_filesz"],
+                            s["p_flags"])
                     for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
             symbols: dict[str, int] = {}
             symtab = elf.get_section_by_name(".symtab")
             if symtab is not None:
                 for sym in symtab.iter_symbols():
                     if sym.name and sym["st_value"]:
-                        symbols[sym.name] = sym["st_value"]
+                        symbols[sym.name] = sym["st_value"] + bias
+            needed, dynsyms, relocs, bind_now, pltgot = (_dynamic(path, elf, dyn) if dyn is not None
+                                                         else ([], [], [], False, 0))
             build_id = b""
             for sec in elf.iter_sections():
                 if sec["sh_type"] == "SHT_NOTE":
                     for note in sec.iter_notes():
                         if note["n_type"] == "NT_GNU_BUILD_ID":
                             build_id = bytes.fromhex(note["n_desc"])
-            entry = elf["e_entry"]
+            entry = elf["e_entry"] + bias
         except ELFError as e:
             raise SynthError(f"{path}: not a readable ELF file: {e}") from e
         if not segs:
             raise SynthError(f"{path}: no loadable segments")
-        return cls(path, path.name, entry, segs, symbols, build_id, data)
+        prog = cls(path, path.name, entry, segs, symbols, build_id, data, bias, needed, dynsyms,
+                   relocs, bind_now=bind_now, pltgot=pltgot)
+        if library_base is None:
+            if needed:
+                prog.libs = _load_libraries(prog)
+            if any(image.lazy() for image in prog.images()):
+                base = (max(image.end() for image in prog.images()) + LIB_ALIGN - 1) & ~(LIB_ALIGN - 1)
+                prog.libs.append(_resolver(max(base, LIB_BASE)))
+        return prog
+
+    def lazy(self) -> list[Reloc]:
+        """The JUMP_SLOT relocations bound lazily (none with ``-z now``)."""
+        if self.bind_now:
+            return []
+        return [r for r in self.relocs if r.type == R_X86_64_JUMP_SLOT and r.plt >= 0]
 
     def exec_segments(self) -> list[Segment]:
         return [s for s in self.segments if s.executable]
+
+    def images(self) -> list["Program"]:
+        """The executable and its shared libraries, in load order."""
+        return [self, *self.libs]
+
+    def end(self) -> int:
+        return max(s.vaddr + s.memsz for s in self.segments)
+
+
+def _dynamic(path: Path, elf, dyn) -> tuple[list[str], list[DynSym], list[Reloc], bool, int]:
+    """DT_NEEDED, the dynamic symbols, the relocations, bind-now and DT_PLTGOT of a PT_DYNAMIC
+    segment."""
+    from elftools.common.exceptions import ELFError
+
+    try:
+        tags = {}
+        needed = []
+        for t in dyn.iter_tags():
+            tag = t.entry.d_tag
+            if tag == "DT_NEEDED":
+                needed.append(t.needed)
+            else:
+                tags[tag] = t.entry.d_val
+        bind_now = ("DT_BIND_NOW" in tags or bool(tags.get("DT_FLAGS", 0) & 0x8)        # DF_BIND_NOW
+                    or bool(tags.get("DT_FLAGS_1", 0) & 0x1))                             # DF_1_NOW
+        # .dynsym's own count when the section headers are there (the hash tables' count
+        # misses the undefined symbols after the last defined one)
+        table = elf.get_section_by_name(".dynsym")
+        if table is None or table["sh_type"] != "SHT_DYNSYM":
+            table = dyn
+        dynsyms = []
+        for i in range(table.num_symbols()):
+            sym = table.get_symbol(i)
+            bind = sym["st_info"]["bind"]
+            dynsyms.append(DynSym(sym.name, sym["st_value"], sym["st_size"],
+                                  sym["st_shndx"] != "SHN_UNDEF" and i != 0, bind == "STB_LOCAL",
+                                  bind == "STB_WEAK"))
+        relocs = []
+        for kind, table in dyn.get_relocation_tables().items():
+            for i, r in enumerate(table.iter_relocations()):
+                relocs.append(Reloc(r["r_offset"], r["r_info_type"], r["r_info_sym"],
+                                    r["r_addend"] if r.is_RELA() else 0,
+                                    i if kind == "JMPREL" else -1))
+    except (ELFError, KeyError, ValueError) as e:
+        raise SynthError(f"{path}: unreadable dynamic section: {e}") from e
+    return needed, dynsyms, relocs, bind_now, tags.get("DT_PLTGOT", 0)
+
+
+def _table_size(image: Program) -> int:
+    """Bytes of the lazy binder's table of ``image`` (16 per PLT relocation, whole pages)."""
+    lazy = image.lazy()
+    return (16 * (max(r.plt for r in lazy) + 1) + PAGE - 1) & ~(PAGE - 1) if lazy else 0
+
+
+def _resolver(base: int) -> Program:
+    """The lazy binder: an ELF file (ET_DYN, one PT_LOAD of code at 0x1000) loaded at ``base``."""
+    import struct
+
+    code = _RESOLVER_CODE
+    ehdr = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01" + b"\0" * 9, 3, 62, 1,
+                       0x1000, 64, 0, 0, 64, 56, 1, 64, 0, 0)
+    phdr = struct.pack("<IIQQQQQQ", 1, 5, 0x1000, 0x1000, 0x1000, len(code), len(code), 0x1000)
+    data = (ehdr + phdr).ljust(0x1000, b"\0") + code
+    seg = Segment(base + 0x1000, len(code), 0x1000, len(code), 5)
+    return Program(Path(RESOLVER_NAME), RESOLVER_NAME, base + 0x1000, [seg], {}, b"", data, base)
+
+
+def _load_libraries(exe: Program) -> list[Program]:
+    """The shared objects ``exe`` needs, breadth first, each from ``exe``'s directory."""
+    libs: list[Program] = []
+    by_name: dict[str, Program] = {}
+    queue = list(exe.needed)
+    base = LIB_BASE
+    while queue:
+        name = queue.pop(0)
+        if name in by_name:
+            continue
+        path = exe.path.parent / name
+        if not path.is_file():
+            raise SynthError(f"{exe.path}: needs {name}, which is not next to it; the emulator "
+                             "runs static programs, or programs without libc (-nostdlib) whose "
+                             "shared libraries lie next to them")
+        lib = Program.load(path, library_base=base)
+        libs.append(lib)
+        by_name[name] = lib
+        queue += lib.needed
+        base = (lib.end() + LIB_ALIGN - 1) & ~(LIB_ALIGN - 1)
+    return libs
+
+
+def _lookup(scope: list[Program], obj: Program, index: int, *, skip: Program | None = None
+            ) -> tuple[int, int]:
+    """(address, size) of ``obj``'s dynamic symbol ``index`` as ld.so binds it: a local symbol
+    to itself, a global one to its first definition in ``scope`` (not in ``skip``)."""
+    if index == 0:
+        return 0, 0
+    if index >= len(obj.dynsyms):
+        raise SynthError(f"{obj.name}: a relocation names dynamic symbol {index} of "
+                         f"{len(obj.dynsyms)}")
+    sym = obj.dynsyms[index]
+    if sym.local:
+        return sym.value + obj.bias, sym.size
+    for cand in scope:
+        if cand is skip:
+            continue
+        for d in cand.dynsyms:
+            if d.defined and not d.local and d.name == sym.name:
+                return d.value + cand.bias, d.size
+    if sym.weak:
+        return 0, 0
+    raise SynthError(f"{obj.name}: undefined symbol {sym.name!r} (not in "
+                     f"{', '.join(p.name for p in scope)})")
+
+
+def _relocate(uc, program: Program) -> None:
+    """Apply the dynamic relocations of ``program`` and its libraries in ``uc``'s memory, as
+    ld.so does with ``-z now``: the libraries first (last loaded first), the executable last."""
+    scope = program.images()
+    resolver = next((p for p in program.libs if p.name == RESOLVER_NAME), None)
+    table_at = RESOLVER_DATA
+    for obj in reversed(scope):
+        lazy = obj.lazy()
+        if lazy:
+            # GOT[1]: the object's table for the binder, GOT[2]: the binder (ld.so's link map and
+            # _dl_runtime_resolve); each slot keeps its PLT entry's push (moved by the bias)
+            got = obj.pltgot + obj.bias
+            uc.mem_write(got + 8, table_at.to_bytes(8, "little"))
+            uc.mem_write(got + 16, resolver.entry.to_bytes(8, "little"))
+            for r in lazy:
+                where = r.offset + obj.bias
+                stub = int.from_bytes(uc.mem_read(where, 8), "little") + obj.bias
+                uc.mem_write(where, (stub & 0xFFFF_FFFF_FFFF_FFFF).to_bytes(8, "little"))
+                target = _lookup(scope, obj, r.sym)[0]
+                uc.mem_write(table_at + 16 * r.plt, where.to_bytes(8, "little")
+                             + (target & 0xFFFF_FFFF_FFFF_FFFF).to_bytes(8, "little"))
+            table_at += _table_size(obj)
+        for r in obj.relocs:
+            if lazy and r.type == R_X86_64_JUMP_SLOT and r.plt >= 0:
+                continue
+            where = r.offset + obj.bias
+            if r.type == R_X86_64_RELATIVE:
+                value = obj.bias + r.addend
+            elif r.type in (R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT, R_X86_64_64):
+                value = _lookup(scope, obj, r.sym)[0] + (r.addend if r.type == R_X86_64_64 else 0)
+            elif r.type == R_X86_64_COPY:
+                src, size = _lookup(scope, obj, r.sym, skip=obj)
+                uc.mem_write(where, bytes(uc.mem_read(src, size)))
+                continue
+            else:
+                raise SynthError(f"{obj.name}: relocation type {r.type} at {r.offset:#x} is not "
+                                 "supported (RELATIVE, 64, GLOB_DAT, JUMP_SLOT, COPY are)")
+            uc.mem_write(where, (value & 0xFFFF_FFFF_FFFF_FFFF).to_bytes(8, "little"))
 
 
 @dataclass
@@ -171,7 +415,7 @@ def _new_uc(program: Program, iterations: int | None):
     U = _unicorn()
 
     uc = U.Uc(U.UC_ARCH_X86, U.UC_MODE_64)
-    for seg in program.segments:
+    for seg in (seg for image in program.images() for seg in image.segments):
         start = seg.vaddr & ~(PAGE - 1)
         end = (seg.vaddr + seg.memsz + PAGE - 1) & ~(PAGE - 1)
         try:
@@ -183,7 +427,14 @@ def _new_uc(program: Program, iterations: int | None):
                     uc.mem_map(page, PAGE)
                 except U.UcError:
                     pass
-        uc.mem_write(seg.vaddr, program.data[seg.offset:seg.offset + seg.filesz])
+    for image in program.images():
+        for seg in image.segments:
+            uc.mem_write(seg.vaddr, image.data[seg.offset:seg.offset + seg.filesz])
+    if program.relocs or program.libs:
+        tables = sum(_table_size(image) for image in program.images())
+        if tables:
+            uc.mem_map(RESOLVER_DATA, tables)
+        _relocate(uc, program)
     uc.mem_map(STACK_TOP - STACK_SIZE, STACK_SIZE)
     if iterations is not None:
         addr = program.symbols.get("ptx_iterations")
@@ -230,7 +481,7 @@ def run_program(program: Program, *, iterations: int | None = None, max_insns: i
     exited_pids: set[int] = set()
     slices: list[Slice] = []
     output = bytearray()
-    programs = [program]
+    programs = program.images()
     insns_left = max_insns
 
     cur_addrs = array("Q")
@@ -381,8 +632,7 @@ def run_program(program: Program, *, iterations: int | None = None, max_insns: i
             if newprog is None:
                 raise SynthError(f"program {info.program.name}: execve of {path!r}, which the "
                                  f"generator does not know (known: {sorted(extra_programs)})")
-            if newprog not in programs:
-                programs.append(newprog)
+            programs += [p for p in newprog.images() if p not in programs]
             nuc = _new_uc(newprog, iterations)
             attach(nuc)
             _initial_regs(nuc, newprog)

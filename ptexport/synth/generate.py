@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -691,8 +690,11 @@ def _copy_elfs(out_dir: Path, opts: SynthOptions, emu) -> dict[int, str]:
     for prog in emu.programs:
         dst = out_dir / prog.name
         if not dst.exists() or dst.read_bytes() != prog.data:
-            shutil.copyfile(prog.path, dst)
-            dst.chmod(0o755)
+            try:  # what was loaded (the emulator's lazy binder has no file of its own)
+                dst.write_bytes(prog.data)
+                dst.chmod(0o755)
+            except OSError as e:
+                raise SynthError(f"cannot write {dst}: {e.strerror}") from e
         elf_names[id(prog)] = str(elf_dir / prog.name)
     return elf_names
 

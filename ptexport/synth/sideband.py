@@ -135,13 +135,15 @@ def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int
     main = emu.threads[main_tid]
 
     def maps_for(prog, pid, tid, t, cpu):
-        for seg in prog.exec_segments():
-            start = seg.vaddr & ~0xFFF
-            end = (seg.vaddr + seg.memsz + 0xFFF) & ~0xFFF
-            recs.add(t, RecordType.MMAP2, PERF_RECORD_MISC_USER,
-                     mmap2_body(pid, tid, start, end - start, seg.offset - (seg.vaddr - start),
-                                elf_names[id(prog)], ino=1000 + emu.programs.index(prog)),
-                     pid=pid, tid=tid, cpu=cpu)
+        # the executable's code, then its shared libraries' (as ld.so maps them before the start)
+        for image in prog.images():
+            for seg in image.exec_segments():
+                start = seg.vaddr & ~0xFFF
+                end = (seg.vaddr + seg.memsz + 0xFFF) & ~0xFFF
+                recs.add(t, RecordType.MMAP2, PERF_RECORD_MISC_USER,
+                         mmap2_body(pid, tid, start, end - start, seg.offset - (seg.vaddr - start),
+                                    elf_names[id(image)], ino=1000 + emu.programs.index(image)),
+                         pid=pid, tid=tid, cpu=cpu)
 
     first_cpu = next(p.cpu for p in sorted(placed, key=lambda p: p.start) if p.sl.tid == main_tid)
     recs.add(t0, RecordType.COMM, PERF_RECORD_MISC_COMM_EXEC, comm_body(main.pid, main.tid,
