@@ -106,6 +106,14 @@ class StorageError(ExportError):
     exit_code = 74  # EX_IOERR (sysexits.h)
 
 
+class CorruptDatabaseError(ExportError):
+    """A database ptexport has just written fails its check (``PRAGMA integrity_check``, the header
+    against the file size): a bug in ptexport's writer, never the user's input.  Raised only when
+    the check is asked for (``$PTEXPORT_VERIFY_DB``, ``verify=True``); the file is not renamed into place."""
+
+    exit_code = 70  # EX_SOFTWARE (sysexits.h): an internal software error
+
+
 class TargetBusyError(ExportError):
     """Another export is writing the same target (its lock is held)."""
 

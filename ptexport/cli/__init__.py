@@ -39,6 +39,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "synth",
     "vm_time_correlation",
     "clean",
+    "check",
 )
 
 # The subcommand used when the first argument is not a subcommand word.

@@ -27,6 +27,7 @@ file has no reserved bytes, no auto-vacuum and schema format 4.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from pathlib import Path
@@ -34,16 +35,26 @@ from typing import Iterable
 
 import numpy as np
 
-try:
-    import numba
-except ImportError:  # pragma: no cover - optional
-    numba = None
+from ptexport.jit import numba
 
 PENDING_BYTE = 0x40000000
 
 
 def available() -> bool:
     return numba is not None
+
+
+def max_payload(ncols: int) -> int:
+    """The largest record of a row of ``ncols`` integer columns (column 0 the rowid, stored as NULL):
+    a one-byte header size and one-byte serial types (``ncols`` < 127), 8 bytes per other column."""
+    return 1 + ncols + 8 * (ncols - 1)
+
+
+def fits_in_leaf(ncols: int, page_size: int) -> bool:
+    """Every row of ``ncols`` integer columns fits whole in a table leaf: its payload is at most
+    U - 35 bytes (fileformat2 section 1.6; U = the page size, no reserved bytes), so the page writer
+    never needs an overflow page (it writes none)."""
+    return ncols < 126 and max_payload(ncols) <= page_size - 35
 
 
 if numba is not None:
@@ -325,6 +336,8 @@ class LeafSpool:
     def __init__(self, path: Path, ncols: int, page_size: int, defaults: list[int | None] | None = None) -> None:
         if ncols >= 126:
             raise ValueError("too many columns for the one-byte record header")
+        if not fits_in_leaf(ncols, page_size):
+            raise ValueError(f"a row of {ncols} columns may need an overflow page at page size {page_size}")
         defaults = defaults or [None] * ncols
         self.has_def = np.array([d is not None for d in defaults], dtype=np.bool_)
         self.defs = np.array([0 if d is None else d for d in defaults], dtype=np.int64)
@@ -661,6 +674,12 @@ def splice(db_path: str | os.PathLike[str], root_page: int, spool: LeafSpool) ->
         pf.close()
 
 
+#: copy_file_range's errors that mean "not here" (no such call, another file system, a seccomp
+#: filter, files it does not take): copied through user space instead.  Any other error (ENOSPC,
+#: EIO, EDQUOT...) is the storage failing: raised, never retried.
+_NO_COPY_RANGE = frozenset({errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM, errno.EBADF})
+
+
 def _copy_range(src, dst, src_off: int, dst_off: int, size: int) -> bool:
     """Copy ``size`` bytes between the files' descriptors with ``os.copy_file_range`` (no trip
     through user space); False, having copied nothing, where the system cannot."""
@@ -671,8 +690,8 @@ def _copy_range(src, dst, src_off: int, dst_off: int, size: int) -> bool:
     while done < size:
         try:
             n = copy(src.fileno(), dst.fileno(), size - done, src_off + done, dst_off + done)
-        except OSError:
-            if done:
+        except OSError as e:
+            if done or e.errno not in _NO_COPY_RANGE:
                 raise
             return False
         if n <= 0:

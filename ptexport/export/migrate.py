@@ -8,8 +8,9 @@ so a database written by perf's export-to-sqlite.py / export-to-postgresql.py,
 or by any older ptexport, reaches the current schema.
 
 Safety: a SQLite database is upgraded in a copy that replaces the original
-only when every migration succeeded; PostgreSQL upgrades run in one
-transaction.
+only when every migration succeeded (and, with ``verify`` or
+``$PTEXPORT_VERIFY_DB``, the copy passes :mod:`ptexport.export.verify`'s
+check); PostgreSQL upgrades run in one transaction.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from ptexport.errors import ExportError, InputError, UsageError
 from ptexport.export.schema import SCHEMA_VERSION, Schema, load_schema
+from ptexport.export.verify import require_sound, verify_requested
 from ptexport.export.writer import is_postgres_target, utc_now
 
 MIGRATIONS_TABLE = "ptexport_migrations"
@@ -160,8 +162,13 @@ def _check_sqlite(path: Path) -> None:
             raise InputError("not a SQLite database", source=str(path), offset=0)
 
 
-def upgrade(target: str, *, dry_run: bool = False, migrations: list[Migration] | None = None) -> list[str]:
-    """Bring ``target`` to the current schema; returns the names of the migrations applied (or pending)."""
+def upgrade(target: str, *, dry_run: bool = False, migrations: list[Migration] | None = None,
+            verify: bool | None = None) -> list[str]:
+    """Bring ``target`` to the current schema; returns the names of the migrations applied (or pending).
+
+    ``verify`` (None: as ``$PTEXPORT_VERIFY_DB`` says): the upgraded SQLite copy must pass
+    ``PRAGMA integrity_check`` before it replaces the original.
+    """
     migrations = load_migrations() if migrations is None else migrations
     if is_postgres_target(target):
         return _upgrade_postgres(target, dry_run, migrations)
@@ -189,6 +196,8 @@ def upgrade(target: str, *, dry_run: bool = False, migrations: list[Migration] |
             raise ExportError(f"{target}: upgrade failed: {e}") from e
         finally:
             conn.close()
+        if verify_requested(verify):
+            require_sound(tmp, target, "the upgraded database", source=path)
         os.replace(tmp, path)
         return names
     finally:

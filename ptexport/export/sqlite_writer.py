@@ -11,6 +11,9 @@ exports that died (SIGKILL) are removed when the lock is taken
 error anywhere (SQLite, spooled pages, index runs, the splice) is a
 :class:`~ptexport.errors.StorageError` naming the target and the cause; the
 temporaries go, a database being replaced (``--force``) is untouched.
+With ``verify`` (or ``$PTEXPORT_VERIFY_DB``, set by the test suite) the
+finished temporary must pass ``PRAGMA integrity_check`` and the header check
+of :mod:`ptexport.export.verify` before it is renamed into place.
 
 Three ways in, fastest first, each falling back to the next:
 
@@ -42,6 +45,7 @@ import numpy as np
 from ptexport.errors import DatabaseExistsError, ExportError, StorageError
 from ptexport.export import _btree, _fastsqlite
 from ptexport.export.leftovers import Leftover, TargetLock, os_error, remove_files, sqlite_leftovers
+from ptexport.export.verify import require_sound, verify_requested
 from ptexport.export.writer import Writer, distinct, is_text_type
 
 #: Rows per bound chunk (bounded memory: one int64 matrix of this many rows).
@@ -80,7 +84,8 @@ class SqliteWriter(Writer):
     dialect = "sqlite"
 
     def __init__(self, target: str | os.PathLike[str], *, force: bool = False, fast: bool = True,
-                 mode: str | None = None, cache_mib: int = 64, page_size: int | None = None) -> None:
+                 mode: str | None = None, cache_mib: int = 64, page_size: int | None = None,
+                 verify: bool | None = None) -> None:
         self.path = Path(target)
         self.target = str(self.path)
         if self.path.exists() and not force:
@@ -96,6 +101,8 @@ class SqliteWriter(Writer):
             raise ExportError(f"{self.path}: directory {parent} does not exist")
         self.tmp_path = parent / f".{self.path.name}.ptexport-tmp-{os.getpid()}"
         self.cache_mib = cache_mib
+        #: check the finished file before the rename (None: as $PTEXPORT_VERIFY_DB says)
+        self.verify = verify_requested(verify)
         self._inserters: dict[str, Any] = {}
         self._spools: dict[str, _btree.LeafSpool] = {}
         self._page_size = 0
@@ -133,7 +140,8 @@ class SqliteWriter(Writer):
             page_size = _btree.check_file(self.tmp_path) if mode == "btree" and _btree.available() else None
             if page_size:
                 for table, cols in self.schema.tables.items():
-                    if cols[0].name == "id" and not any(is_text_type(x.type) for x in cols):
+                    if (cols[0].name == "id" and not any(is_text_type(x.type) for x in cols)
+                            and _btree.fits_in_leaf(len(cols), page_size)):
                         self._spools[table] = _btree.LeafSpool(self._spool_path(table), len(cols), page_size,
                                                                [x.default for x in cols])
                 self._page_size = page_size
@@ -418,6 +426,8 @@ class SqliteWriter(Writer):
             self._close()
         except sqlite3.Error as e:
             raise sqlite_error(e, self.target, "finishing the database") from e
+        if self.verify:
+            require_sound(self.tmp_path, self.target)
         fd = os.open(self.tmp_path, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -494,8 +504,9 @@ class _IndexRuns:
         pairs = np.empty((len(k), 2), dtype=np.int64)
         pairs[:, 0] = k[order]
         pairs[:, 1] = r[order]
+        # f.write, not pairs.tofile(f): numpy's fwrite drops errno (a full disk would be "N requested and 0 written")
         with open(self.path, "ab") as f:
-            pairs.tofile(f)
+            f.write(pairs.data)
         self.runs.append((start, self._n))
         self._keys, self._ids, self._n = [], [], 0
 
