@@ -7,7 +7,7 @@ database only and imports no decoder module) and installs as the package
 else is the ``ptexport`` package.
 
 Building the package also compiles its numba kernels over the shipped sample
-recordings (``python -m ptexport.jit``, see ``ptexport/jit.py``), so that the
+recordings (``python -m ptexport.cli.precompile``, see ``ptexport/jit.py``), so that the
 cache files go into the wheel and the first run after ``pip install .`` does
 not spend its first tens of seconds compiling.  ``PTEXPORT_NO_PRECOMPILE=1``
 skips it; a failure there only costs that time back at the first run.
@@ -34,7 +34,7 @@ class build_py_precompiled(build_py):
         env = {**os.environ, "PYTHONPATH": lib + os.pathsep + os.environ.get("PYTHONPATH", "")}
         env.pop("NUMBA_CACHE_DIR", None)  # the cache must land beside the built modules
         print("compiling ptexport's decoder ahead (once, at install)", file=sys.stderr)
-        proc = subprocess.run([sys.executable, "-m", "ptexport.jit", str(samples)], env=env, cwd=lib)
+        proc = subprocess.run([sys.executable, "-m", "ptexport.cli.precompile", str(samples)], env=env, cwd=lib)
         if proc.returncode:
             print("warning: compiling ahead failed; the first run will compile instead", file=sys.stderr)
 

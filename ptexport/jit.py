@@ -5,7 +5,7 @@ cannot be imported; :data:`PROBLEM` says why) so that, before the first kernel
 is declared, ptexport's cache locator is in place:
 
 - ``pip install .`` compiles the kernels while it builds (``setup.py`` runs
-  :func:`warm` over the shipped sample recordings), and their numba cache
+  ``python -m ptexport.cli.precompile`` over the shipped sample recordings), and their numba cache
   files travel with the package in each module's ``__pycache__``.  numba keys
   them by the source's content hash, the Python and numba versions and the CPU,
   so the first run after installing on the machine that built the package
@@ -20,12 +20,10 @@ Nothing here changes what is computed: a cache miss compiles as before.
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -130,48 +128,3 @@ def cache_prepared() -> bool:
     except ImportError:  # pragma: no cover - numba moved it
         pass
     return any(any(d.glob(f"{kernel.stem}.*.nbi")) for d in dirs if d.is_dir())
-
-
-# ---------------------------------------------------------------- compiling ahead
-
-def warm_commands(samples: Path, scratch: Path) -> list[list[str]]:
-    """The commands that reach every compiled kernel with the argument types production passes."""
-    traces = sorted(str(p) for p in samples.glob("*/perf.data"))
-    cmds: list[list[str]] = []
-    for i, trace in enumerate(traces):
-        db = str(scratch / f"warm{i}.sqlite")
-        cmds += [
-            [trace, "--db", db, "--force", "-q"],
-            [trace, "--db", db, "--force", "-q", "--jobs", "2", "--callchains", "--itrace", "bepwxg"],
-            ["dump", "branches", trace],
-            ["dump", "branches", trace, "--csv", "--jobs", "2"],
-            ["dump", "branches", trace, "-F", "pid,tid,cpu,time,ip,addr,flags,ipc"],
-            ["dump", "branches", trace, "--itrace", "i100"],
-            ["dump", "branches", trace, "--itrace", "cr"],
-        ]
-    return cmds
-
-
-def warm(samples: Path) -> int:
-    """Run :func:`warm_commands` (what ``setup.py`` does at install); returns the number that failed."""
-    if numba is None:
-        print(f"ptexport: not compiling ahead: {PROBLEM}", file=sys.stderr)
-        return 0
-    from ptexport.cli import main
-
-    failed = 0
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="ptexport-warm-") as tmp:
-        for argv in warm_commands(samples, Path(tmp)):
-            try:
-                rc = main(argv, out=io.StringIO())
-            except Exception as e:  # noqa: BLE001 - a warm-up failure must not fail the install
-                print(f"ptexport: compiling ahead: {' '.join(argv)}: {e}", file=sys.stderr)
-                rc = 1
-            failed += rc != 0
-    print(f"ptexport: compiled the decoder ahead in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-    return failed
-
-
-if __name__ == "__main__":  # python -m ptexport.jit SAMPLE_DIR
-    sys.exit(1 if warm(Path(sys.argv[1] if len(sys.argv) > 1 else "sample_data")) else 0)

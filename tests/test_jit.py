@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ptexport import jit
+from ptexport.cli import precompile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,9 +35,9 @@ def test_every_warm_up_command_runs(tmp_path):
     samples = tmp_path / "samples"
     samples.mkdir()
     (samples / "loops").symlink_to(ROOT / "sample_data" / "loops")
-    cmds = jit.warm_commands(samples, tmp_path)
+    cmds = precompile.warm_commands(samples, tmp_path)
     assert len(cmds) >= 6 and any("--jobs" in c for c in cmds) and any(c[:2] == ["dump", "branches"] for c in cmds)
-    assert jit.warm(samples) == 0
+    assert precompile.warm(samples) == 0
 
 
 KERNEL = """

@@ -112,8 +112,8 @@ class ExportStats:
         cut = getattr(pd, "cut", None)
         if cut is not None:
             out.append(("file_cut", -1, int(cut.offset), "warning",
-                        f"the file ends at this offset, cut ({cut.records} records and {cut.aux_bytes} AUX bytes "
-                        "before it were read)"))
+                        f"the file ends at this offset, cut{' ' + cut.where if getattr(cut, 'where', '') else ''} "
+                        f"({cut.records} records and {cut.aux_bytes} AUX bytes before it were read)"))
         feats = len(getattr(pd, "unknown_features", None) or ())
         if feats:
             out.append(("skipped_features", -1, feats, "warning", "header features without a parser, skipped"))

@@ -336,6 +336,8 @@ def test_export_cut_file(rec, tmp_path):
         assert err.startswith(f"ptexport: {path} cut at offset {n}: exporting the ") and err.count("\n") == 1
         assert db.execute("select cpu, value, severity from stats where name = 'file_cut'").fetchall() == \
             [(-1, n, "warning")]
+        (text,), = db.execute("select description from stats where name = 'file_cut'").fetchall()
+        assert text.startswith("the file ends at this offset, cut ") and ("feature" in text) == (n >= d_end), text
         errs = db.execute("select kind, cpu, offset, message from decode_errors").fetchall()
         part = [r for r in aux if r[0] + AUXTRACE_HEADER <= n < r[1]]
         if part:
