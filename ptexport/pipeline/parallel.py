@@ -37,6 +37,29 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
+def _pool(jobs: int, session: Any | None = None) -> Any:
+    """A process pool whose workers are forked from this process.
+
+    With the compiled decoder, its kernels are loaded here first (one step of a
+    throwaway decoder), so every worker inherits their machine code instead of
+    loading it from numba's cache itself (~1-2 s of CPU a process, more than a
+    small segment's decoding)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    if session is not None:
+        from ptexport.flow import perffast
+
+        queues = session.queues()
+        if queues and perffast.supported(session):
+            key, bufs = queues[0]
+            qd = perffast.QueueDecoder(session, 0, key, bufs)
+            qd.setup()
+            qd.drive(single=True)
+            qd.position()
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"))
+
+
 def _decode_one(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any], count_only: bool = False) -> Any:
     from ptexport.flow import perffast
 
@@ -78,8 +101,6 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
         if count_only and perffast.supported(session):
             return [_count_queue(session, q, key, bufs) for q, (key, bufs) in enumerate(queues)]
         return [_decode_one(session, q, key, bufs, count_only) for q, (key, bufs) in enumerate(queues)]
-    from concurrent.futures import ProcessPoolExecutor
-
     from ptexport.flow.perffast import FastRows
 
     if perffast.supported(session) and not session.time_ranges:
@@ -94,7 +115,7 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
         if sum(len(starts) + 1 for _, starts in plans) < 2 or total < 2 * min_segment_bytes:
             return [qd.run() for qd, _ in plans]  # not worth worker processes
         out = []
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with _pool(jobs, session) as pool:
             futs = [_submit_segments(session, q, pool, starts, count_only) for q, (_, starts) in enumerate(plans)]
             for f, (qd, starts) in zip(futs, plans):
                 qd.setup()
@@ -104,7 +125,7 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
     if len(queues) < 2:
         return [_decode_one(session, q, key, bufs, count_only) for q, (key, bufs) in enumerate(queues)]
     out = []
-    with ProcessPoolExecutor(max_workers=min(jobs, len(queues))) as pool:
+    with _pool(min(jobs, len(queues)), session) as pool:
         futs = [pool.submit(_worker_job, str(path), session.cfg, q, count_only) for q in range(len(queues))]
         for fut in futs:
             cols, setup, ierr, its, nbr, names = fut.result()
@@ -660,10 +681,8 @@ STREAM_STATS = {"max_held_rows": 0, "max_source_rows": 0}
 class _SegmentPool:
     """A process pool shared by the segment streams of one session; shut down with the last one."""
 
-    def __init__(self, jobs: int, users: int) -> None:
-        from concurrent.futures import ProcessPoolExecutor
-
-        self.pool = ProcessPoolExecutor(max_workers=jobs)
+    def __init__(self, jobs: int, users: int, session: Any) -> None:
+        self.pool = _pool(jobs, session)
         self.users = users
 
     def release(self) -> None:
@@ -690,7 +709,7 @@ def _segment_streams(session: Any, jobs: int, chunk: int) -> list[Any] | None:
         plans.append((q, key, bufs, qd, _segment_starts(qd.tokens, n, STREAM_SEGMENT_BYTES)))
     if total < 2 * MIN_SEGMENT_BYTES or not any(starts for *_, starts in plans):
         return None  # not worth worker processes
-    pool = _SegmentPool(jobs, len(plans))
+    pool = _SegmentPool(jobs, len(plans), session)
     lookahead = jobs
     out = []
     for q, key, bufs, qd, starts in plans:
