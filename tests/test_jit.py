@@ -116,3 +116,21 @@ def test_a_first_compile_is_announced_on_a_terminal(monkeypatch, capsys, tmp_pat
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)  # logs and pipes: silent
     assert cli.main(["dump", "packets", "--raw", str(trace)], io.StringIO()) == 0
     assert "compiling" not in capsys.readouterr().err
+
+
+def test_the_installed_package_takes_the_compiled_path_with_its_cache_prepared(tmp_path):
+    """What `pip install .` put in site-packages (CI installs so): numba loads and the kernels were compiled
+    at install, so the first run loads them.  Skipped where ptexport is the checkout (editable installs)."""
+    import json
+    import subprocess
+
+    probe = ("import json, ptexport, ptexport.jit as j; from ptexport.flow import perffast; "
+             "print(json.dumps([ptexport.__file__, perffast.unavailable_reason(), j.cache_prepared()]))")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"})
+    assert proc.returncode == 0, proc.stderr
+    where, problem, prepared = json.loads(proc.stdout)
+    if Path(where).resolve().is_relative_to(ROOT):
+        pytest.skip("ptexport is this checkout (an editable install): nothing was compiled at install")
+    assert problem == ""
+    assert prepared, f"no compiled kernels beside {where}: setup.py's compile-ahead did not run or failed"

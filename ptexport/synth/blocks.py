@@ -12,6 +12,12 @@ from dataclasses import dataclass
 
 from ptexport.errors import SynthError
 
+# capstone's ids of the conditional branches: Jcc, and LOOP/LOOPE/LOOPNE/JCXZ/JECXZ/JRCXZ,
+# which the SDM counts among them (a TNT bit each; perf: INTEL_PT_OP_LOOP / INTEL_PT_OP_JCXZ,
+# branch type conditional).  capstone puts LOOP* in no "jump" group, so the ids decide.
+_COND_NAMES = ("JA", "JAE", "JB", "JBE", "JE", "JNE", "JG", "JGE", "JL", "JLE", "JO", "JNO",
+               "JP", "JNP", "JS", "JNS", "JCXZ", "JECXZ", "JRCXZ", "LOOP", "LOOPE", "LOOPNE")
+
 END_NONE, END_JCC, END_JMP, END_JMP_IND, END_CALL, END_CALL_IND, END_RET, END_SYSCALL = range(8)
 END_NAMES = ("none", "jcc", "jmp", "jmp*", "call", "call*", "ret", "syscall")
 
@@ -27,6 +33,18 @@ class BlockInfo:
     target: int | None       # direct target of a jcc/jmp/call
     zero_len_call: bool      # call to the next instruction (not pushed for return compression)
     waits: tuple[tuple[int, int], ...] = ()   # (insn index, ip) of TPAUSE/UMWAIT (power events)
+
+
+_COND_IDS: frozenset[int] | None = None
+
+
+def _cond_ids() -> frozenset[int]:
+    global _COND_IDS
+    if _COND_IDS is None:
+        from capstone import x86_const as X
+
+        _COND_IDS = frozenset(getattr(X, "X86_INS_" + name) for name in _COND_NAMES)
+    return _COND_IDS
 
 
 class BlockCache:
@@ -82,14 +100,16 @@ class BlockCache:
             if direct:
                 target = op0.imm
                 zero = target == last.address + last.size
+        elif last.id in _cond_ids():
+            end = END_JCC
+            target = op0.imm
+        elif last.id == X.X86_INS_JMP:
+            end = END_JMP if direct else END_JMP_IND
+            if direct:
+                target = op0.imm
         elif capstone.CS_GRP_JUMP in groups:
-            if last.id == X.X86_INS_JMP:
-                end = END_JMP if direct else END_JMP_IND
-                if direct:
-                    target = op0.imm
-            else:
-                end = END_JCC
-                target = op0.imm if direct else None
+            raise SynthError(f"program {self.program.name}: {last.mnemonic} {last.op_str} at "
+                             f"{last.address:#x} is not supported by the generator")
         elif capstone.CS_GRP_INT in groups or capstone.CS_GRP_IRET in groups:
             raise SynthError(f"program {self.program.name}: {last.mnemonic} at {last.address:#x} "
                              "is not supported by the generator")

@@ -368,6 +368,9 @@ class Slice:
     exec_program: "Program | None" = None  # execve: the program now running
     program: "Program | None" = None  # the program this slice ran (set by the generator)
     ptwrites: list = field(default_factory=list)  # (block index, ip, value) of each PTWRITE
+    # block index -> taken, for blocks ending in a conditional branch to the next instruction
+    # (Jcc/LOOP*/JrCXZ with displacement 0: the next block's address cannot tell)
+    taken: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -487,11 +490,33 @@ def run_program(program: Program, *, iterations: int | None = None, max_insns: i
     cur_addrs = array("Q")
     cur_sizes = array("I")
     cur_ptw: list = []
+    cur_taken: dict = {}
+    pending: list = []      # the block just entered ends in a branch to the next instruction
     sys_ip = [0]
 
-    def on_block(uc, address, size, _ud):
-        cur_addrs.append(address)
-        cur_sizes.append(size)
+    def settle(uc) -> None:
+        """The branch of the last block has run: record whether it was taken."""
+        cur_taken[len(cur_addrs) - 1] = _branch_taken(uc, pending.pop())
+
+    def attach(uc) -> None:
+        branch_next: dict = {}      # (address, size) -> what settle() needs, or 0
+
+        def on_block(uc, address, size, _ud):
+            if pending:
+                settle(uc)
+            cur_addrs.append(address)
+            cur_sizes.append(size)
+            key = (address, size)
+            cond = branch_next.get(key)
+            if cond is None:
+                cond = branch_next[key] = _branch_to_next(bytes(uc.mem_read(address, size)),
+                                                          address)
+            if cond:
+                pending.append(cond)
+
+        uc.hook_add(U.UC_HOOK_BLOCK, on_block)
+        uc.hook_add(U.UC_HOOK_INSN, on_syscall, None, 1, 0, UC_X86_INS_SYSCALL)
+        uc.hook_add(U.UC_HOOK_INSN_INVALID, on_invalid)
 
     def on_syscall(uc, _ud):
         sys_ip[0] = uc.reg_read(UC_X86_REG_RIP)
@@ -507,11 +532,6 @@ def run_program(program: Program, *, iterations: int | None = None, max_insns: i
         cur_ptw.append((len(cur_addrs) - 1, rip, uc.reg_read(reg)))
         uc.reg_write(UC_X86_REG_RIP, rip + length)
         return True
-
-    def attach(uc) -> None:
-        uc.hook_add(U.UC_HOOK_BLOCK, on_block)
-        uc.hook_add(U.UC_HOOK_INSN, on_syscall, None, 1, 0, UC_X86_INS_SYSCALL)
-        uc.hook_add(U.UC_HOOK_INSN_INVALID, on_invalid)
 
     pid = first_pid
     uc = _new_uc(program, iterations)
@@ -533,6 +553,8 @@ def run_program(program: Program, *, iterations: int | None = None, max_insns: i
         cur_addrs = array("Q")
         cur_sizes = array("I")
         cur_ptw = []
+        cur_taken = {}
+        pending.clear()
         sys_ip[0] = 0
         count = min(insns_left, preempt) if preempt else insns_left
         try:
@@ -541,11 +563,14 @@ def run_program(program: Program, *, iterations: int | None = None, max_insns: i
             rip = uc.reg_read(UC_X86_REG_RIP)
             raise SynthError(f"program {info.program.name}: the emulator cannot run it: {e} at "
                              f"{rip:#x} (thread {tid})") from e
+        if pending:     # stopped after the last block's branch to the next instruction, or in it
+            settle(uc)
         insns_left -= sum(cur_sizes) // 3 or 1    # a cheap under-estimate: ~3+ bytes/insn
         if not sys_ip[0] and preempt and insns_left > 0:
             # preempted: unicorn reports the last block whole; keep what ran of it
             rip = uc.reg_read(UC_X86_REG_RIP)
             if cur_addrs and cur_addrs[-1] <= rip < cur_addrs[-1] + cur_sizes[-1]:
+                cur_taken.pop(len(cur_addrs) - 1, None)     # its branch has not run
                 if rip == cur_addrs[-1]:
                     cur_addrs.pop()
                     cur_sizes.pop()
@@ -554,7 +579,7 @@ def run_program(program: Program, *, iterations: int | None = None, max_insns: i
             insns_left -= count
             if cur_addrs:
                 slices.append(Slice(info.pid, tid, cur_addrs, cur_sizes, SYS_PREEMPTED, rip, rip,
-                                    ptwrites=cur_ptw))
+                                    ptwrites=cur_ptw, taken=cur_taken))
             contexts[tid] = uc.context_save()
             runnable.append(tid)
             continue
@@ -569,7 +594,8 @@ def run_program(program: Program, *, iterations: int | None = None, max_insns: i
         nr = uc.reg_read(UC_X86_REG_RAX)
         a0, a1, a2 = (uc.reg_read(r) for r in (UC_X86_REG_RDI, UC_X86_REG_RSI, UC_X86_REG_RDX))
         resume = uc.reg_read(UC_X86_REG_RIP)
-        sl = Slice(info.pid, tid, cur_addrs, cur_sizes, nr, sys_ip[0], resume, ptwrites=cur_ptw)
+        sl = Slice(info.pid, tid, cur_addrs, cur_sizes, nr, sys_ip[0], resume, ptwrites=cur_ptw,
+                   taken=cur_taken)
         slices.append(sl)
         keep_running = True
         ret = 0
@@ -668,6 +694,67 @@ def run_program(program: Program, *, iterations: int | None = None, max_insns: i
     if waiting:
         raise SynthError(f"program {program.name}: threads {sorted(waiting)} wait forever")
     return Emulation(programs, threads, slices, bytes(output))
+
+
+_CS64 = None
+
+
+def _branch_to_next(code: bytes, address: int):
+    """For a block ending in a conditional branch whose target is the next instruction: how to
+    tell afterwards whether it was taken, ``(opcode, condition, 32-bit count)``; else 0.
+
+    ``opcode`` is 0x70 for a Jcc (``condition`` its tttn), else E0/E1/E2 (LOOPNE/LOOPE/LOOP) or
+    E3 (JrCXZ); the count is ECX with the address-size prefix, else RCX.
+    """
+    global _CS64
+    import capstone
+
+    if _CS64 is None:
+        _CS64 = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    last = None
+    for last in _CS64.disasm_lite(code, address):
+        pass
+    if last is None or last[0] + last[1] != address + len(code):
+        return 0
+    raw = code[last[0] - address:]
+    i = 0
+    addr32 = False
+    while i < len(raw) and raw[i] in _LEGACY_PREFIXES:
+        addr32 |= raw[i] == 0x67
+        i += 1
+    if i < len(raw) and 0x40 <= raw[i] <= 0x4F:
+        i += 1
+    op = raw[i:]
+    if len(op) == 2 and 0x70 <= op[0] <= 0x7F and op[1] == 0:
+        return (0x70, op[0] & 0xF, False)
+    if len(op) == 6 and op[0] == 0x0F and 0x80 <= op[1] <= 0x8F and op[2:] == b"\0\0\0\0":
+        return (0x70, op[1] & 0xF, False)
+    if len(op) == 2 and 0xE0 <= op[0] <= 0xE3 and op[1] == 0:
+        return (op[0], 0, addr32)
+    return 0
+
+
+_LEGACY_PREFIXES = frozenset((0xF0, 0xF2, 0xF3, 0x2E, 0x36, 0x3E, 0x26, 0x64, 0x65, 0x66, 0x67))
+
+
+def _branch_taken(uc, cond) -> bool:
+    """Whether the branch ``cond`` (from :func:`_branch_to_next`) that has just run was taken:
+    flags and RCX as it left them (LOOP* has decremented the count already)."""
+    from unicorn.x86_const import UC_X86_REG_EFLAGS, UC_X86_REG_RCX
+
+    op, cc, addr32 = cond
+    flags = uc.reg_read(UC_X86_REG_EFLAGS)
+    zf = bool(flags & 0x40)
+    if op == 0x70:
+        cf, pf, sf, of = (bool(flags & m) for m in (0x1, 0x4, 0x80, 0x800))
+        base = (of, cf, zf, cf or zf, sf, pf, sf != of, zf or sf != of)[cc >> 1]
+        return base != bool(cc & 1)
+    count = uc.reg_read(UC_X86_REG_RCX)
+    if addr32:
+        count &= 0xFFFF_FFFF
+    if op == 0xE3:
+        return count == 0
+    return count != 0 and (op == 0xE2 or zf == (op == 0xE1))
 
 
 _REGS64 = ("RAX", "RCX", "RDX", "RBX", "RSP", "RBP", "RSI", "RDI",

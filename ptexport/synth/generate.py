@@ -462,6 +462,8 @@ class CpuEncoder:
                 pass
             elif end == END_JCC:
                 taken = nxt != b.fallthrough
+                if b.target == b.fallthrough:       # to the next instruction: as it ran
+                    taken = sl.taken.get(i, False)
                 if mtc_on and t >= self.next_mtc:
                     self._mtcs_upto(t)
                 if cyc_on and w.tnt_pending == 0:
@@ -559,7 +561,8 @@ def count_branches(emu, program: Program, caches: dict) -> int:
         for i in range(len(addrs) - 1):
             b = cache.get(addrs[i], sl.sizes[i])
             if b.end == END_JCC:
-                n += addrs[i + 1] != b.fallthrough
+                n += (sl.taken.get(i, False) if b.target == b.fallthrough
+                      else addrs[i + 1] != b.fallthrough)
             elif b.end:
                 n += 1
     return n

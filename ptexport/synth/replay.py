@@ -121,6 +121,7 @@ def synthesize_replay(out_dir, opts, program, extra):
     sl = emu.slices
     if len(emu.threads) != 1 or len(sl) != 4 or not (
             sl[1].addrs == sl[2].addrs and sl[1].sizes == sl[2].sizes
+            and sl[1].taken == sl[2].taken
             and sl[1].end_ip == sl[2].end_ip and sl[1].sysno == sl[2].sysno):
         raise SynthError(f"program {program.name}: its rounds are not all alike (or it has "
                          "threads), so it cannot be replayed; use --replay off")
