@@ -49,6 +49,7 @@ class Step:
     mnemonic: str = ""
     size: int = 0
     ends_trace: bool = False   # a branch whose packet was TIP.PGD
+    taken_to_next: bool = False  # a conditional branch to its next instruction, taken
     pgd_ip: int | None = None  # that TIP.PGD's IP (None: suppressed)
 
 
@@ -79,6 +80,7 @@ class _FlowRecorder(Extension):
 
     def after_step(self, t: Truth, insn, nxt: int) -> None:
         t._flow_step.next_ip = nxt
+        t._flow_step.taken_to_next = t.taken_to_next
 
     def before_encode(self, t: Truth, insn, nxt: int, after: list) -> None:
         t._flow_encode_on = t.on
@@ -191,7 +193,7 @@ def _insn_flags(s: Step) -> int:
 
 
 def _taken(s: Step) -> bool:
-    return s.kind != K_JCC or s.next_ip != s.ip + s.size
+    return s.kind != K_JCC or s.next_ip != s.ip + s.size or s.taken_to_next
 
 
 def perf_samples(flow: list, itrace: str, pid: int = PERF_PID) -> list[str]:

@@ -121,6 +121,44 @@ def _is_far_call(insn) -> bool:
             or m.startswith("lcall") or (m == "call" and "far" in insn.op_str))
 
 
+# Jcc conditions over EFLAGS (CF 0, PF 2, ZF 6, SF 7, OF 11), by the mnemonic's condition suffix.
+_CC = {
+    "o": lambda f: f >> 11 & 1, "no": lambda f: not f >> 11 & 1, "b": lambda f: f & 1, "c": lambda f: f & 1,
+    "nae": lambda f: f & 1, "ae": lambda f: not f & 1, "nb": lambda f: not f & 1, "nc": lambda f: not f & 1,
+    "e": lambda f: f >> 6 & 1, "z": lambda f: f >> 6 & 1, "ne": lambda f: not f >> 6 & 1,
+    "nz": lambda f: not f >> 6 & 1, "be": lambda f: (f | f >> 6) & 1, "na": lambda f: (f | f >> 6) & 1,
+    "a": lambda f: not (f | f >> 6) & 1, "nbe": lambda f: not (f | f >> 6) & 1, "s": lambda f: f >> 7 & 1,
+    "ns": lambda f: not f >> 7 & 1, "p": lambda f: f >> 2 & 1, "pe": lambda f: f >> 2 & 1,
+    "np": lambda f: not f >> 2 & 1, "po": lambda f: not f >> 2 & 1,
+    "l": lambda f: (f >> 7 ^ f >> 11) & 1, "nge": lambda f: (f >> 7 ^ f >> 11) & 1,
+    "ge": lambda f: not (f >> 7 ^ f >> 11) & 1, "nl": lambda f: not (f >> 7 ^ f >> 11) & 1,
+    "le": lambda f: (f >> 6 | f >> 7 ^ f >> 11) & 1, "ng": lambda f: (f >> 6 | f >> 7 ^ f >> 11) & 1,
+    "g": lambda f: not (f >> 6 | f >> 7 ^ f >> 11) & 1, "nle": lambda f: not (f >> 6 | f >> 7 ^ f >> 11) & 1,
+}
+
+
+def branch_taken(uc, insn, mode: int) -> bool:
+    """Whether a conditional branch (Jcc, LOOP*, J*CXZ) about to run is taken, from the state before it
+    (needed when its target is the next instruction: the next IP cannot tell)."""
+    m = insn.mnemonic
+    flags = uc.reg_read(X.UC_X86_REG_EFLAGS)
+    addr32 = 0x67 in bytes(insn.bytes[:insn.size - 1])  # an address-size prefix: the other count register
+    width = {64: 32 if addr32 else 64, 32: 16 if addr32 else 32, 16: 32 if addr32 else 16}[mode]
+    count = uc.reg_read(X.UC_X86_REG_RCX) & ((1 << width) - 1)
+    if m in ("jrcxz", "jecxz", "jcxz"):
+        return count == 0
+    if m.startswith("loop"):
+        left = (count - 1) & ((1 << width) - 1)
+        zf = flags >> 6 & 1
+        return left != 0 and (m == "loop" or (zf == 1) == (m in ("loope", "loopz")))
+    return bool(_CC[m[1:]](flags))
+
+
+def _target(insn) -> int | None:
+    ops = insn.op_str
+    return int(ops, 16) if re.fullmatch(r"0x[0-9a-f]+", ops) else None
+
+
 def _kind(insn) -> int:
     m = insn.mnemonic
     if m in _FAR or m.startswith("ljmp") or m.startswith("lcall"):
@@ -159,6 +197,7 @@ class Truth:
         self.skip = 0              # instructions lost to an overflow still to run
         self.visits: dict[int, int] = {}
         self.executed = 0
+        self.taken_to_next = False  # the conditional branch being run targets its next instruction and is taken
         self.traced = 0
         self.events_at: dict[tuple[int, int], list[Event]] = {}
         self.events_after: dict[tuple[int, int], list[Event]] = {}
@@ -281,6 +320,8 @@ class Truth:
             if traced:
                 self.insn_line(ip)
             self.executed += 1
+            self.taken_to_next = (_kind(insn) == K_JCC and _target(insn) == insn.address + insn.size
+                                  and branch_taken(self.uc, insn, self.case.mode))
             nxt = self.step(insn)
             after = self.events_after.get((ip, n), [])
             for hook in RUN_HOOKS:
@@ -504,7 +545,7 @@ class Truth:
                 continue
             raise CaseError(f"{self.case.name}: unknown @after event {ev.name!r}")
         if kind == K_JCC:
-            pw.tnt(nxt != ret_addr)
+            pw.tnt(nxt != ret_addr or self.taken_to_next)
         elif kind in (K_CALL, K_CALL_IND):
             self.retstack.append(ret_addr)
             if kind == K_CALL_IND:
