@@ -194,6 +194,92 @@ class EventAttr:
                 f"sample_type={self.sample_type:#x}, ids={self.ids})")
 
 
+# perf's generic event names (tools/perf/util/evsel.c), in perf_event.h enum order. perf 6.1 names no
+# software event past dummy: bpf-output (10) and cgroup-switches (11) read "unknown-software".
+_HW_NAMES = ("cycles", "instructions", "cache-references", "cache-misses", "branches", "branch-misses",
+             "bus-cycles", "stalled-cycles-frontend", "stalled-cycles-backend", "ref-cycles")
+_SW_NAMES = ("cpu-clock", "task-clock", "page-faults", "context-switches", "cpu-migrations", "minor-faults",
+             "major-faults", "alignment-faults", "emulation-faults", "dummy")
+_CACHE_NAMES = ("L1-dcache", "L1-icache", "LLC", "dTLB", "iTLB", "branch", "node")
+_CACHE_OPS = (("load", "loads"), ("store", "stores"), ("prefetch", "prefetches"))  # (with a result, without)
+_CACHE_RESULTS = ("refs", "misses")
+# the ops each cache type supports (bit = op): L1-icache has no stores, iTLB and branch only loads
+_CACHE_VALID_OPS = (0b111, 0b101, 0b111, 0b111, 0b001, 0b001, 0b111)
+_BP_R, _BP_W, _BP_X = 1, 2, 4  # HW_BREAKPOINT_R / _W / _X in attr.bp_type
+
+PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, PERF_TYPE_TRACEPOINT = 0, 1, 2
+PERF_TYPE_HW_CACHE, PERF_TYPE_RAW, PERF_TYPE_BREAKPOINT = 3, 4, 5
+
+
+def _modifiers(attr: EventAttr) -> str:
+    """perf's ``:kuhpppHG`` suffix for an attr (evsel__add_modifiers, perf 6.1), "" when nothing shows.
+
+    The contexts k/u/h are listed (the ones not excluded) only when one of them is excluded; ``p`` is
+    repeated precise_ip times; H/G (the ones not excluded) appear when exclude_host is set or when
+    exclude_guest equals what perf would have chosen itself (set when k/u/h or p show, clear otherwise).
+    """
+    mods = []
+    guest_default = False
+    if attr.exclude_kernel or attr.exclude_user or attr.exclude_hv:
+        mods += [c for c, gone in (("k", attr.exclude_kernel), ("u", attr.exclude_user), ("h", attr.exclude_hv))
+                 if not gone]
+        guest_default = True
+    if attr.precise_ip:
+        mods.append("p" * attr.precise_ip)
+        guest_default = True
+    if attr.exclude_host or attr.exclude_guest == guest_default:
+        mods += [c for c, gone in (("H", attr.exclude_host), ("G", attr.exclude_guest)) if not gone]
+    return ":" + "".join(mods) if mods else ""
+
+
+def _hw_cache_name(config: int) -> str:
+    ctype, op, result = config & 0xFF, (config >> 8) & 0xFF, (config >> 16) & 0xFF
+    if ctype >= len(_CACHE_NAMES):
+        return "unknown-ext-hardware-cache-type"
+    if op >= len(_CACHE_OPS):
+        return "unknown-ext-hardware-cache-op"
+    if result >= len(_CACHE_RESULTS):
+        return "unknown-ext-hardware-cache-result"
+    if not _CACHE_VALID_OPS[ctype] >> op & 1:
+        return "invalid-cache"
+    if result:
+        return f"{_CACHE_NAMES[ctype]}-{_CACHE_OPS[op][0]}-{_CACHE_RESULTS[result]}"
+    return f"{_CACHE_NAMES[ctype]}-{_CACHE_OPS[op][1]}"
+
+
+def perf_event_name(attr: EventAttr) -> str:
+    """The name perf 6.1 gives an event that has none recorded (``evsel__name``).
+
+    Recordings name their events in the event_desc feature or EVENT_UPDATE records; without one (e.g.
+    pipe-mode files whose feature records precede their attrs) perf derives the name from the attr:
+    generic hardware / software / cache event names, ``raw 0x<config>``, ``mem:0x<addr>:<rwx>`` for
+    breakpoints, each with the modifiers suffix; ``unknown tracepoint`` (perf would take the name from the
+    tracing data's formats, which ptexport does not parse) and ``unknown attr type: N`` for PMU types.
+    A hardware config with an extended PMU type in its upper 32 bits (hybrid CPUs) reads
+    ``cpu/<name>/``: perf 6.1 puts that PMU name there on a host without hybrid PMUs, the one
+    ptexport assumes (on a hybrid host perf would print cpu_core / cpu_atom).
+    """
+    t, config = attr.type, attr.config
+    if t == PERF_TYPE_HARDWARE:
+        ev = config & 0xFFFFFFFF
+        base = _HW_NAMES[ev] if ev < len(_HW_NAMES) else "unknown-hardware"
+        if config >> 32:
+            base = f"cpu/{base}/"
+        return base + _modifiers(attr)
+    if t == PERF_TYPE_SOFTWARE:
+        return (_SW_NAMES[config] if config < len(_SW_NAMES) else "unknown-software") + _modifiers(attr)
+    if t == PERF_TYPE_HW_CACHE:
+        return _hw_cache_name(config) + _modifiers(attr)
+    if t == PERF_TYPE_RAW:
+        return f"raw {config:#x}" + _modifiers(attr)
+    if t == PERF_TYPE_BREAKPOINT:
+        rwx = "".join(c for bit, c in ((_BP_R, "r"), (_BP_W, "w"), (_BP_X, "x")) if attr.bp_type & bit)
+        return f"mem:{attr.bp_addr:#x}:{rwx}" + _modifiers(attr)
+    if t == PERF_TYPE_TRACEPOINT:
+        return "unknown tracepoint"
+    return f"unknown attr type: {t - (1 << 32) if t >= 1 << 31 else t}"
+
+
 def perf_config_terms(attr: EventAttr, pmu_name: str = "intel_pt") -> dict[str, int]:
     """Decode an intel_pt attr's config into perf's term names (only the terms that are set).
 

@@ -22,7 +22,7 @@ import numpy as _np
 import zstandard
 
 from ptexport.errors import PerfDataError, TruncatedError
-from ptexport.perfdata.attr import EventAttr
+from ptexport.perfdata.attr import EventAttr, perf_event_name
 from ptexport.perfdata.auxtrace import AuxtraceInfo, TimeConv
 from ptexport.perfdata.constants import (
     FEATURE_NAMES,
@@ -1318,7 +1318,8 @@ class PerfData:
         return [s.name for s in self._sources]
 
     def event_name(self, attr: EventAttr) -> str:
-        return attr.name or f"type {attr.type} config {attr.config:#x}"
+        """The recorded name (event_desc, EVENT_UPDATE), else the one perf derives from the attr."""
+        return attr.name or perf_event_name(attr)
 
     # ------------------------------------------------------------------------------------- lifetime
     def close(self) -> None:

@@ -259,7 +259,7 @@ class InjectedView:
     Everything not overridden here is the host's (``__getattr__``)."""
 
     def __init__(self, host: Any, spec: GuestDataSpec) -> None:
-        from ptexport.perfdata.attr import EventAttr
+        from ptexport.perfdata.attr import EventAttr, perf_event_name
 
         if getattr(host, "is_pipe", False):
             raise UsageError(f"--guest-data {spec.path}: the host recording {host.path} is a pipe-mode stream; "
@@ -313,8 +313,8 @@ class InjectedView:
             na.ids = [self._id_map[i][0] for i in a.ids]
             na.sample_type = a.sample_type | SampleType.IDENTIFIER
             na.flags = (a.flags | (1 << AttrFlag.EXCLUDE_HOST)) & ~(1 << AttrFlag.EXCLUDE_GUEST)
-            base = (a.name or "").split(":", 1)[0] or f"type {a.type} config {a.config:#x}"
-            na.name = f"{base}:G"
+            # perf inject's new evsel has no name: the injected file's event_desc gets the derived one
+            na.name = perf_event_name(na)
             na.index = len(host.attrs) + len(self._new_attrs)
             EventAttr._derive(na)
             self._new_attrs.append(na)
