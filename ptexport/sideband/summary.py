@@ -12,7 +12,7 @@ import dataclasses
 import enum
 from typing import Any
 
-from ptexport.perfdata.attr import perf_config_terms
+from ptexport.perfdata.attr import perf_config_terms, perf_event_name
 from ptexport.perfdata.constants import RECORD_NAMES, SampleType
 from ptexport.sideband.builder import SidebandBuilder, finish_from_perf_data
 from ptexport.sideband.model import END_OF_TIME, HOST_PID, KERNEL_MAPS, CpuTimeline, Sideband
@@ -111,7 +111,7 @@ def _events(pd: Any) -> list[dict[str, Any]]:
         if pmu is None and pt_type is not None and int(attr.type) == int(pt_type):
             pmu = "intel_pt"
         ev: dict[str, Any] = {
-            "name": attr.name,
+            "name": attr.name or perf_event_name(attr),  # perf's name for a nameless attr (pipe mode)
             "type": int(attr.type),
             "pmu": pmu,
             "config": int(attr.config),
