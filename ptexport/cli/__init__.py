@@ -136,10 +136,11 @@ class _SignalGuard:
 
     The first signal raises KeyboardInterrupt (SIGINT) or :class:`Terminated` in the main thread;
     a second one while the run unwinds is ignored, so the cleanup is not cut short; a third ends
-    the process at once.  A process forked from this one (a --jobs worker, the decoding process)
-    that gets the signal behaves as it would have without the guard (the default: it ends),
-    never unwinding into the parent's cleanup.  A signal disposition of SIG_IGN (nohup, a
-    background job) is left as it is.
+    the process at once.  Once an export has put its database in place the run has succeeded: a
+    signal then raises nothing (the writer's last cleanup goes on, the run ends with exit 0).  A
+    process forked from this one (a --jobs worker, the decoding process) that gets the signal
+    behaves as it would have without the guard (the default: it ends), never unwinding into the
+    parent's cleanup.  A signal disposition of SIG_IGN (nohup, a background job) is left as it is.
     """
 
     def __init__(self) -> None:
@@ -148,6 +149,7 @@ class _SignalGuard:
         self._owner = os.getpid()
         self._saved: dict[int, object] = {}
         self._closing = False
+        self._placed = _databases_placed()  # a database put in place after this: the run has succeeded
 
     def __enter__(self) -> "_SignalGuard":
         if threading.current_thread() is not threading.main_thread():
@@ -181,7 +183,7 @@ class _SignalGuard:
         self._count += 1
         if self.signum is None:
             self.signum = signum
-            if self._closing:  # the run is over: nothing left to stop
+            if self._closing or _databases_placed() > self._placed:  # the run is over or has succeeded: nothing to stop
                 return
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
@@ -189,6 +191,12 @@ class _SignalGuard:
         if self._count >= 3:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
+
+
+def _databases_placed() -> int:
+    """Exports of this process that have put their database in place (:mod:`ptexport.export.writer`)."""
+    mod = sys.modules.get("ptexport.export.writer")  # not imported: no export ran
+    return mod.databases_placed() if mod else 0
 
 
 def _signalled(signum: int) -> int:

@@ -4,11 +4,13 @@ Like perf's export-to-postgresql.py it creates the database the URL names
 (connecting to the ``postgres`` maintenance database to do so), loads with
 ``COPY ... FROM STDIN (FORMAT binary)`` into tables without keys, and adds
 primary keys and indexes afterwards.  Unlike perf it loads into
-``NAME__ptexport_tmp_PID`` and renames that to NAME only when complete; on an
-error, Ctrl-C, SIGTERM or a full disk on the server the temporary database is
-dropped.  The export holds session advisory locks keyed by NAME (a second
-export to NAME is refused at once) and by its temporary's name; temporary
-databases of exports that died (SIGKILL) are dropped when the locks are taken
+``NAME__ptexport_tmp_PID`` and renames that to NAME only when complete (with
+``--force``, trading names with the previous database in one transaction, then
+dropping that); on an error, Ctrl-C, SIGTERM, a full disk on the server or the
+server ending the export's session the temporary database is dropped.  The
+export holds session advisory locks keyed by NAME (a second export to NAME is
+refused at once) and by its temporary's name; temporary databases of exports
+that died (SIGKILL) are dropped when the locks are taken
 (:mod:`ptexport.export.leftovers`).
 
 Integer batches are encoded as binary COPY rows by numpy (one structured
@@ -26,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from ptexport.errors import DatabaseExistsError, ExportError, StorageError, TargetBusyError, UsageError
-from ptexport.export.leftovers import (CleanReport, Leftover, export_ended, export_started, pg_drop_leftovers,
-                                       pg_leftovers, pg_tmp_name, pg_try_lock)
-from ptexport.export.writer import Writer, is_text_type
+from ptexport.export.leftovers import (PG_NAME_KEEP, CleanReport, Leftover, export_ended, export_started,
+                                       pg_drop_leftovers, pg_leftovers, pg_tmp_name, pg_try_lock)
+from ptexport.export.writer import Writer, _mark_placed, is_text_type
 
 try:
     import psycopg
@@ -141,8 +143,10 @@ class PostgresWriter(Writer):
             self._exporting = False
             export_ended()
 
-    def _connect(self, dbname: str):
+    def _connect(self, dbname: str, **options: Any):
         params = dict(self.params, dbname=dbname)
+        for k, v in options.items():
+            params.setdefault(k, v)
         try:
             return psycopg.connect(make_conninfo(**params), autocommit=True)
         except psycopg.Error as e:
@@ -246,14 +250,33 @@ class PostgresWriter(Writer):
             self.conn.close()
             self.conn = None
             if self._database_exists(self.dbname):  # only with force (checked at open)
-                self.admin.execute(pgsql.SQL("DROP DATABASE {} WITH (FORCE)").format(pgsql.Identifier(self.dbname)))
-            self.admin.execute(pgsql.SQL("ALTER DATABASE {} RENAME TO {}").format(
-                pgsql.Identifier(self.tmp_name), pgsql.Identifier(self.dbname)))
+                self._swap_with_previous()
+            else:
+                _mark_placed()  # one statement: from here a signal stops nothing
+                self.admin.execute(self._rename(self.tmp_name, self.dbname))
         except psycopg.Error as e:
             raise _wrap(e, self.target, "finishing the database") from e
-        # renamed: nothing of ours is left to drop (on any exception before, abort() drops the temporary one)
-        self.admin.close()
-        self._export_over()
+        # in place: the temporary's name is now the previous database's, or no database's
+        self._drop_tmp_and_close_admin()
+
+    @staticmethod
+    def _rename(old: str, new: str) -> Any:
+        return pgsql.SQL("ALTER DATABASE {} RENAME TO {}").format(pgsql.Identifier(old), pgsql.Identifier(new))
+
+    def _swap_with_previous(self) -> None:
+        """The new database takes the target's name and the previous one the temporary's, in one
+        transaction: whatever ends the export (a signal, the server ending this session), the
+        target is the previous database or the new one, never neither; and the temporary's name
+        is always the database to drop (the new one before the commit, the previous one after)."""
+        # sessions on the previous database would keep it from being renamed: ended (as DROP ... WITH (FORCE) does)
+        self.admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = %s AND pid <> pg_backend_pid()", (self.dbname,))
+        swap = f"{self.dbname[:PG_NAME_KEEP]}__ptexport_swap_{os.getpid()}"
+        with self.admin.transaction():
+            self.admin.execute(self._rename(self.dbname, swap))
+            self.admin.execute(self._rename(self.tmp_name, self.dbname))
+            self.admin.execute(self._rename(swap, self.tmp_name))
+            _mark_placed()  # only the commit is left: from here a signal stops nothing
 
     def abort(self) -> None:
         for f in self._pending:
@@ -275,21 +298,19 @@ class PostgresWriter(Writer):
         self._drop_tmp_and_close_admin()
 
     def _drop_tmp_and_close_admin(self) -> None:
-        """Drop the temporary database (best effort, also after an interrupted statement) and close."""
-        if self.admin.closed:
-            self._export_over()
-            return
+        """Drop the temporary database (best effort, also after an interrupted statement or with
+        the maintenance session ended by the server: through a new one) and close."""
         for _ in range(2):  # a statement cut by Ctrl-C can leave the connection needing one more round
             try:
+                if self.admin.closed:
+                    self.admin = self._connect("postgres", connect_timeout=5)
                 self.admin.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                     pgsql.Identifier(self.tmp_name)))
                 break
-            except psycopg.Error:  # pragma: no cover - best effort
-                try:
-                    self.admin.close()
-                    self.admin = self._connect("postgres")
-                except Exception:  # noqa: BLE001 - no server to drop it on: nothing more to do
-                    break
+            except psycopg.Error:  # best effort: a new session for the next round
+                self.admin.close()
+            except ExportError:  # no server to drop it on: the next export or `ptexport clean` will
+                break
         self.admin.close()
         self._export_over()
 

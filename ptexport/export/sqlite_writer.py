@@ -46,7 +46,7 @@ from ptexport.errors import DatabaseExistsError, ExportError, StorageError
 from ptexport.export import _btree, _fastsqlite
 from ptexport.export.leftovers import Leftover, TargetLock, os_error, remove_files, sqlite_leftovers
 from ptexport.export.verify import require_sound, verify_requested
-from ptexport.export.writer import Writer, distinct, is_text_type
+from ptexport.export.writer import Writer, _mark_placed, distinct, is_text_type
 
 #: Rows per bound chunk (bounded memory: one int64 matrix of this many rows).
 CHUNK_ROWS = 1 << 18
@@ -433,6 +433,7 @@ class SqliteWriter(Writer):
             os.fsync(fd)
         finally:
             os.close(fd)
+        _mark_placed()  # the rename is atomic: from here a signal stops nothing
         os.replace(self.tmp_path, self.path)
 
     def abort(self) -> None:

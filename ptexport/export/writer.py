@@ -72,6 +72,24 @@ def _signed(v: Any) -> Any:
     return v
 
 
+#: Exports of this process that have put (or are, in one atomic step, putting) their database in
+#: place at its target: the CLI, seeing it grow during a run, lets a signal that comes after (while
+#: the SQLite writer releases its lock, the PostgreSQL one drops the database it replaced) end
+#: nothing, the run having succeeded.
+_placed = 0
+
+
+def databases_placed() -> int:
+    """How many exports of this process have put their database in place at the target."""
+    return _placed
+
+
+def _mark_placed() -> None:
+    """Called by a writer right before the atomic step (a rename, a commit) that puts its database in place."""
+    global _placed
+    _placed += 1
+
+
 def is_text_type(sql_type: str) -> bool:
     return sql_type.startswith("varchar") or sql_type == "text"
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from faultstest import PG_BASE, synth
+from faultstest import (PG_BASE, PTEXPORT_SMALL_RUNS, Calibration, injector_env, pg_url, read_report, synth,
+                        timed_run)
 
 
 @pytest.fixture(scope="session")
@@ -20,6 +22,56 @@ def big_trace(tmp_path_factory) -> Path:
 def small_trace(tmp_path_factory) -> Path:
     """A 200 K-branch trace (a 14 MB database)."""
     return synth(tmp_path_factory.mktemp("small"), "200k")
+
+
+@pytest.fixture(scope="session")
+def tiny_trace(tmp_path_factory) -> Path:
+    """A 50 K-branch trace (a 4 MB database): for PostgreSQL, whose fixed costs (CREATE and DROP
+    DATABASE, ANALYZE) dominate its exports anyway."""
+    return synth(tmp_path_factory.mktemp("tiny"), "50k")
+
+
+@pytest.fixture(scope="session")
+def injector(tmp_path_factory) -> Path:
+    """fault_inject.c built as an LD_PRELOAD library."""
+    out = tmp_path_factory.mktemp("inject") / "fault_inject.so"
+    src = Path(__file__).with_name("fault_inject.c")
+    try:
+        r = subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-pthread", "-o", str(out), str(src), "-ldl"],
+                           capture_output=True, text=True)
+    except FileNotFoundError:
+        pytest.skip("no gcc to build the fault injector")
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
+def sqlite_calibration(small_trace, injector, tmp_path_factory) -> Calibration:
+    from faultstest import sqlite_samples, tmp_files
+
+    d = tmp_path_factory.mktemp("calibration").resolve()
+    target, report = d / "t.db", d / "report"
+    r, seconds = timed_run([str(small_trace), "--db", str(target), "-q"], prog=PTEXPORT_SMALL_RUNS,
+                           env=injector_env(injector, f"{d}/.t.db.ptexport-tmp-", report=report))
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert tmp_files(d, "t.db") == []
+    counts = read_report(report)
+    assert counts["writes"] > 100 and counts["syncs"] >= 1 and counts["fired"] == 0, counts
+    return Calibration(seconds, sqlite_samples(target), target, counts["writes"], counts["syncs"])
+
+
+@pytest.fixture(scope="session")
+def pg_calibration(tiny_trace, pg_admin) -> Calibration:
+    from faultstest import pg_samples
+
+    name = "ptx_faults_calibration"
+    pg_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    r, seconds = timed_run([str(tiny_trace), "--db", pg_url(name), "-q"])
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    try:
+        return Calibration(seconds, pg_samples(name))
+    finally:
+        pg_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")

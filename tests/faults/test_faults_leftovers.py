@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from faultstest import dead_pid, finish, looks_complete, run, start, tmp_files, wait_for
+from faultstest import dead_pid, finish, looks_complete, run_here, start, tmp_files, wait_for
 
 
 def _kill_while_spooling(trace, target, jobs: int = 1) -> list[str]:
@@ -33,13 +33,13 @@ def _kill_while_spooling(trace, target, jobs: int = 1) -> list[str]:
     return left
 
 
-def test_next_export_removes_what_a_killed_one_left(big_trace, small_trace, tmp_path):
+def test_next_export_removes_what_a_killed_one_left(big_trace, small_trace, tmp_path, capsys):
     target = tmp_path / "t.db"
     left = _kill_while_spooling(big_trace, target)
     size = sum((tmp_path / n).stat().st_size for n in left)
     other = tmp_path / ".u.db.ptexport-tmp-1"  # another target's temporary (PID 1 is alive): not ours to touch
     other.write_bytes(b"x")
-    r = run([str(small_trace), "--db", str(target)])
+    r = run_here([str(small_trace), "--db", str(target)], capsys)
     assert r.returncode == 0, r.stderr
     files = len(left) - 1  # the lock file is taken over, not counted
     assert r.stderr.splitlines() == [
@@ -48,7 +48,7 @@ def test_next_export_removes_what_a_killed_one_left(big_trace, small_trace, tmp_
     assert looks_complete(target)
 
 
-def test_clean_lists_then_removes(big_trace, tmp_path):
+def test_clean_lists_then_removes(big_trace, tmp_path, capsys):
     target = tmp_path / "t.db"
     left = _kill_while_spooling(big_trace, target, jobs=2)
     stale = tmp_path / f".v.db.ptexport-tmp-{dead_pid()}"  # another target's, of a PID no process has
@@ -59,7 +59,7 @@ def test_clean_lists_then_removes(big_trace, tmp_path):
     live.write_bytes(b"")
     everything = sorted(x.name for x in tmp_path.iterdir())
 
-    r = run(["clean", str(tmp_path), "--dry-run"])
+    r = run_here(["clean", str(tmp_path), "--dry-run"], capsys)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     listed = sorted(line.split(": ", 1)[1].split(" (")[0].rsplit("/", 1)[1]
                     for line in r.stdout.splitlines() if line.startswith("would remove: "))
@@ -67,19 +67,19 @@ def test_clean_lists_then_removes(big_trace, tmp_path):
     assert r.stdout.splitlines()[-1].startswith(f"{tmp_path}: would remove {len(listed)} (")
     assert sorted(x.name for x in tmp_path.iterdir()) == everything, "--dry-run removes nothing"
 
-    r = run(["clean", str(target)])  # one target: only its leftovers (its lock is free: the workers are gone)
+    r = run_here(["clean", str(target)], capsys)  # one target: only its leftovers (its lock is free: workers gone)
     assert r.returncode == 0, r.stderr
     assert sorted(x.name for x in tmp_path.iterdir()) == sorted([stale.name, upgrade.name, live.name])
     assert sum(line.startswith("removed: ") for line in r.stdout.splitlines()) == len(left)
 
-    r = run(["clean", str(tmp_path)])
+    r = run_here(["clean", str(tmp_path)], capsys)
     assert r.returncode == 0, r.stderr
     assert sorted(x.name for x in tmp_path.iterdir()) == [live.name]
-    r = run(["clean", str(tmp_path)])
+    r = run_here(["clean", str(tmp_path)], capsys)
     assert r.stdout == f"{tmp_path}: nothing to clean\n"
 
 
-def test_two_exports_at_once_the_second_refuses(big_trace, small_trace, tmp_path):
+def test_two_exports_at_once_the_second_refuses(big_trace, small_trace, tmp_path, capsys):
     target = tmp_path / "t.db"
     first = start([str(big_trace), "--db", str(target)])
     assert wait_for(first, lambda: any(n.endswith(".samples.pages") for n in tmp_files(tmp_path, "t.db")))
@@ -87,7 +87,7 @@ def test_two_exports_at_once_the_second_refuses(big_trace, small_trace, tmp_path
     # before the second one starts; it goes on after the checks.
     os.kill(first.pid, signal.SIGSTOP)
     try:
-        _second_refused(first, small_trace, target, tmp_path)
+        _second_refused(first, small_trace, target, tmp_path, capsys)
     finally:
         os.kill(first.pid, signal.SIGCONT)
     r = finish(first)
@@ -99,15 +99,15 @@ def test_two_exports_at_once_the_second_refuses(big_trace, small_trace, tmp_path
     assert f"samples {n - 1}," in r.stdout and n > 1_500_000  # the summary leaves out the id-0 row
 
 
-def _second_refused(first, small_trace, target, tmp_path):
+def _second_refused(first, small_trace, target, tmp_path, capsys):
     for argv in ([str(small_trace), "--db", str(target)], [str(small_trace), "--db", str(target), "--force"]):
-        r = run(argv)
+        r = run_here(argv, capsys)
         assert r.returncode == 75, r.stderr
         assert r.stderr.splitlines() == [
             f"ptexport: error: {target}: another export (pid {first.pid}) is writing it "
             f"(lock {tmp_path}/.t.db.ptexport-lock); try again when it has finished"]
     # clean leaves a target that is being written alone
-    r = run(["clean", str(tmp_path)])
+    r = run_here(["clean", str(tmp_path)], capsys)
     assert r.stdout.splitlines()[0] == f"busy: {target} (an export is writing it: left alone)"
     assert {f".t.db.ptexport-tmp-{first.pid}", ".t.db.ptexport-lock"} <= set(tmp_files(tmp_path, "t.db"))
 

@@ -57,10 +57,11 @@ def _moment(p, directory, name, moment):
 
 @pytest.mark.parametrize("sig,moment,jobs,group", [
     (signal.SIGTERM, "loading", 1, False),
-    (signal.SIGTERM, "spooling", 1, False),
-    (signal.SIGTERM, "finishing", 1, False),
+    # slow: SIGINT and SIGTERM at random moments (test_faults_sweep_signals.py) cover these by default
+    pytest.param(signal.SIGTERM, "spooling", 1, False, marks=pytest.mark.slow),
+    pytest.param(signal.SIGTERM, "finishing", 1, False, marks=pytest.mark.slow),
     (signal.SIGTERM, "spooling", 2, True),  # as systemd or `kill -TERM -PGID` does: the workers get it too
-    (signal.SIGHUP, "spooling", 2, False),  # the parent alone: it stops its workers
+    pytest.param(signal.SIGHUP, "spooling", 2, False, marks=pytest.mark.slow),  # the parent alone: it stops its workers
     (signal.SIGHUP, "finishing", 1, True),  # the terminal went away: the whole process group
 ])
 def test_signal_ends_the_export_cleanly(big_trace, tmp_path, sig, moment, jobs, group):
