@@ -158,7 +158,7 @@ def test_info_cut_offset_classes(rec, mode):
     assert _sweep(rec[mode], mode == "pipe", wide=False) >= 40
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 @pytest.mark.parametrize("mode", ["file", "pipe"])
 def test_info_cut_wide_sweep(rec, mode):
     """Every 7th offset and around every record."""

@@ -148,7 +148,7 @@ def scratch(tmp_path):
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 def test_page_writer_file_past_2_gib(scratch, monkeypatch, capsys):
     db = scratch / "big.db"
     checks = []

@@ -96,14 +96,14 @@ def pg_databases(pg_admin, name: str) -> list[str]:
 
 
 # ------------------------------------------------------------ the seeded sweeps
-#: Seeds of every sweep: the first DEFAULT_SEEDS run by default, all of them with the slow ones.
+#: Seeds of every sweep: the first DEFAULT_SEEDS run by default, all of them with ``-m soak``.
 SEEDS = 10
 DEFAULT_SEEDS = 2
 
 
 def seeds(default: int = DEFAULT_SEEDS) -> list:
-    """``0..SEEDS-1`` as pytest params, those from ``default`` on marked slow."""
-    return [s if s < default else pytest.param(s, marks=pytest.mark.slow) for s in range(SEEDS)]
+    """``0..SEEDS-1`` as pytest params, those from ``default`` on marked soak (``pytest -m soak``)."""
+    return [s if s < default else pytest.param(s, marks=pytest.mark.soak) for s in range(SEEDS)]
 
 
 def catches(pid: int, sig: int) -> bool:

@@ -157,7 +157,7 @@ LAST = ["the check that the target exists", "ending the sessions on the previous
 
 
 @pytest.mark.parametrize("step", [pytest.param(k, id=LAST[k].replace(" ", "-"),
-                                               marks=() if k in (3, 5) else pytest.mark.slow)
+                                               marks=() if k in (3, 5) else pytest.mark.soak)
                                   for k in range(len(LAST))])
 def test_backend_terminated_before_a_last_statement(tiny_trace, statements, pg_admin, pg_name, monkeypatch, capsys,
                                                     step):

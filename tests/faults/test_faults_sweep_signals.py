@@ -13,7 +13,7 @@ database) succeeds, removes what a SIGKILL left (files beside the target, the lo
 
 Should the export end before the signal (a faster machine than the measure), the run must be
 complete and the seed is tried again at half the delay.  By default the first seed of each
-signal runs into SQLite and into PostgreSQL; all ten of each are marked slow.
+signal runs into SQLite and into PostgreSQL; all ten of each run with ``-m soak``.
 """
 
 from __future__ import annotations
