@@ -49,6 +49,7 @@ from ptexport.pipeline.perfsession import (
     SampleColumns,
 )
 from ptexport.pipeline.export_payloads import evt_row, iflag_row
+from ptexport.pipeline.export_vm import ThreadMemo
 from ptexport.samples.flags import PERF_BRANCH_MASK, IpFlag
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -352,7 +353,9 @@ class _Batch:
         sym_from = 0
         machines = ex.machines
         thread_id, comm_id, sid = self.thread_id, self.comm_id, self.sid
-        for a, b, p, t, e, m in zip(starts.tolist(), ends, pid_l, tid_l, err_l, mi_l):
+        memo = ThreadMemo(ex.m) if self.mi is not None else None  # VM: runs alternate between a few threads
+        run_th, run_comm, run_sid = ([0] * len(pid_l) for _ in range(3))
+        for k, (a, b, p, t, e, m) in enumerate(zip(starts.tolist(), ends, pid_l, tid_l, err_l, mi_l)):
             while ev_i < nev and cut_l[ev_i] == a:
                 rec = ev_recs[ev_i]
                 if rec.type == _SAMPLE and sym_from < a:
@@ -360,25 +363,24 @@ class _Batch:
                     sym_from = a
                 ex.event(rec)
                 ev_i += 1
+                if memo is not None:
+                    memo.clear()
             st = machines[m]
             if e:
                 th = st.pt.find(p, t)
                 ex.error_row(st, a, cols, th.db_id if th is not None else 0)
                 continue
-            th_id, c_id = st.threads(p, t)
-            if b - a == 1:
-                thread_id[a] = th_id
-                comm_id[a] = c_id
-                ex.n_samples += 1
-                sid[a] = ex.n_samples
-            else:
-                thread_id[a:b] = th_id
-                comm_id[a:b] = c_id
-                sid[a:b] = np.arange(ex.n_samples + 1, ex.n_samples + 1 + b - a)
-                ex.n_samples += b - a
+            th_id, c_id = st.threads(p, t) if memo is None else memo.threads(st, m, p, t)
+            run_th[k], run_comm[k], run_sid[k] = th_id, c_id, ex.n_samples + 1 - a
+            ex.n_samples += b - a
         while ev_i < nev:  # pragma: no cover - every cut is below n
             ex.event(ev_recs[ev_i])
             ev_i += 1
+        # each run's values over its rows (error rows keep 0s); sample ids count on from each run's first
+        lens = np.diff(np.append(starts, self.n))
+        thread_id[:] = np.repeat(run_th, lens)
+        comm_id[:] = np.repeat(run_comm, lens)
+        sid[:] = np.where(self.err, 0, np.repeat(run_sid, lens) + np.arange(self.n))
         self.resolve_range(sym_from, self.n)
 
     def resolve_range(self, lo: int, hi: int) -> None:

@@ -441,6 +441,41 @@ def host_kernel_image(session: Any, kallsyms: str | None) -> Callable[[], Kernel
     return load
 
 
+class ThreadMemo:
+    """``MachineState.threads(pid, tid)`` for the runs of one batch of a VM trace, asked once per (machine,
+    pid, tid) while nothing its answer depends on has changed.
+
+    A VM trace's samples alternate between host and guest threads every few dozen samples (every VM exit
+    and entry), so the batch export asks the same few threads tens of thousands of times.  A second call
+    with the same (pid, tid) changes nothing and gives the same answer as long as no thread was created
+    (``len(pt.all)``), no thread, comm or comm_thread row was made (the model's next ids) and no sideband
+    record was applied (:meth:`clear`, at every record).  A thread whose pid is still unknown (-1) is never
+    remembered: any ``find`` with a pid would set it.
+    """
+
+    __slots__ = ("m", "memo")
+
+    def __init__(self, model: Any) -> None:
+        self.m = model
+        self.memo: dict[tuple[int, int, int], tuple[tuple, int, int]] = {}
+
+    def clear(self) -> None:
+        self.memo.clear()
+
+    def threads(self, st: MachineState, mi: int, pid: int, tid: int) -> tuple[int, int]:
+        m = self.m
+        gen = (len(st.pt.all), m.threads.next_id, m.comms.next_id, m.comm_threads.next_id)
+        hit = self.memo.get((mi, pid, tid))
+        if hit is not None and hit[0] == gen:
+            return hit[1], hit[2]
+        th_id, c_id = st.threads(pid, tid)
+        th = st.pt.by_tid.get(tid)
+        if th is not None and th.pid != -1:
+            self.memo[(mi, pid, tid)] = ((len(st.pt.all), m.threads.next_id, m.comms.next_id,
+                                          m.comm_threads.next_id), th_id, c_id)
+        return th_id, c_id
+
+
 class VmExport:
     """The VM side of one export: guest machine states, VCPU attribution, vcpus and vm_exits rows."""
 
@@ -456,6 +491,9 @@ class VmExport:
         self.by_pid: dict[int, int] = {}  # machine pid -> index in ex.machines
         self.exits = VmExits(self._reason)
         self._code: Any = None
+        self._kcode: dict[tuple[int, int], bytes] = {}  # (machine pid, guest kernel ip) -> code (kcore is fixed)
+        self._ucode: dict[tuple[int, int, int], tuple[Any, bytes]] = {}  # (machine pid, id(map), ip) -> (map, code)
+        self._reasons: dict[bytes, str] = {}  # guest code at an exit -> exit_reason_of_insn
         self.stats: list[tuple[str, int, str, str]] = []  # (name, value, severity, description)
         self._kvm_exit_offset: int | None = None
         self._check_guests()
@@ -559,7 +597,10 @@ class VmExport:
 
     def _reason(self, machine_pid: int, vcpu: int, guest_thread: int, ip: int, time: int) -> tuple[str, str]:
         code = self._read_guest(machine_pid, guest_thread, ip, time)
-        return exit_reason_of_insn(code, ip), "instruction"
+        reason = self._reasons.get(code)  # the mnemonic does not depend on the address: one per code
+        if reason is None:
+            reason = self._reasons[code] = exit_reason_of_insn(code, ip)
+        return reason, "instruction"
 
     def _read_guest(self, machine_pid: int, guest_thread: int, ip: int, time: int) -> bytes:
         if not ip or machine_pid < 0:
@@ -569,32 +610,42 @@ class VmExport:
         if self._code is None:
             self._code = GuestSpaces(self.s.pd, self.sb, self.guestkallsyms and os.path.dirname(self.guestkallsyms))
         if ip >> 63:
-            k = self._code.kcore(machine_pid)
-            hit = k.at(ip) if k is not None else None
-            if hit is None:
-                return b""
-            start, _end, pgoff, obj = hit
-            return obj.read(ip - start + pgoff, 16)
+            code = self._kcode.get((machine_pid, ip))
+            if code is None:
+                k = self._code.kcore(machine_pid)
+                hit = k.at(ip) if k is not None else None
+                if hit is None:
+                    code = b""
+                else:
+                    start, _end, pgoff, obj = hit
+                    code = obj.read(ip - start + pgoff, 16)
+                self._kcode[(machine_pid, ip)] = code
+            return code
         idx = self.by_pid.get(machine_pid)
         if idx is None:
             return b""
         st = self.ex.machines[idx]
         pid = st.guest_pid_of.get(guest_thread)
-        if pid is None:
+        if pid is None:  # (asked at the end of the export: the thread table is complete)
             for th in st.pt.all:
                 if th.db_id:
                     st.guest_pid_of[th.db_id] = th.pid
-            pid = st.guest_pid_of.get(guest_thread, -1)
+            pid = st.guest_pid_of.setdefault(guest_thread, -1)
         e = st.sb.map_at(pid, ip, time, kernel=False) if pid >= 0 else None
         if e is None:
             return b""
+        hit = self._ucode.get((machine_pid, id(e), ip))  # the same map at the same ip: the same bytes
+        if hit is not None and hit[0] is e:
+            return hit[1]
         name = e.filename
         if st is not None and self.guestmount and machine_pid > 0:
             rooted = os.path.join(self.guestmount, str(machine_pid), name.lstrip("/"))
             if os.path.isfile(rooted):
                 name = rooted
         obj = self.s.objects.get(name, self.s.build_id_of(e.filename, e.build_id))
-        return obj.read(ip - e.start + e.pgoff, 16)
+        code = obj.read(ip - e.start + e.pgoff, 16)
+        self._ucode[(machine_pid, id(e), ip)] = (e, code)
+        return code
 
     def sample_record(self, rec: Any, event_name: str, thread_id: int) -> None:
         """A SAMPLE record of the recording: a kvm:kvm_exit tracepoint gives its exit's reason."""
@@ -611,8 +662,17 @@ class VmExport:
     def finish(self, w: Any) -> None:
         """Write vm_exits, vcpus and the guest-data warnings (stats) at the end of the export."""
         rows = self.exits.finish()
-        if rows:
-            w.write_rows("vm_exits", rows)
+        if rows:  # as columns: no Python conversion per value (guest_ip stored in two's complement)
+            names = w.columns("vm_exits")
+            cols: dict[str, Any] = {}
+            for j, (name, values) in enumerate(zip(names, zip(*rows))):
+                if j >= 10:
+                    cols[name] = list(values)  # reason, reason_source
+                elif name == "guest_ip":
+                    cols[name] = np.array([v & 0xFFFFFFFFFFFFFFFF for v in values], dtype=np.uint64)
+                else:
+                    cols[name] = np.array(values, dtype=np.int64)
+            w.write_columns("vm_exits", cols)
         rows = self.vcpu_rows()
         if rows:
             w.write_rows("vcpus", rows)

@@ -155,14 +155,25 @@ class VcpuAttribution:
             rows = np.nonzero(np.asarray(cols.nr) != 0)[0]
             pid = np.array(cols.pid, copy=True)
             tid = np.array(cols.tid, copy=True)
-            htid = np.asarray(cols.tid)
-            tsc = np.asarray(cols.tsc)
-            for i in rows.tolist():
-                hit = self.vcpu_of(int(htid[i]))
-                if hit is None:
-                    continue
-                mp[i], vc[i] = hit
-                pid[i], tid[i] = self.guest_thread(int(htid[i]), int(tsc[i]))
+            if len(rows):
+                htid = np.asarray(cols.tid)[rows]
+                tsc = np.asarray(cols.tsc)[rows].astype(np.uint64, copy=False)
+                # one look-up per host thread (a batch has a few VCPU threads), then its rows at once
+                for h in np.unique(htid).tolist():
+                    hit = self.vcpu_of(int(h))
+                    if hit is None:
+                        continue
+                    sel = rows[htid == h]
+                    mp[sel], vc[sel] = hit
+                    tl = self._timeline(*hit)
+                    if tl is None:
+                        pid[sel], tid[sel] = -1, -1
+                        continue
+                    i = np.searchsorted(tl[0], tsc[htid == h], side="right") - 1
+                    known = i >= 0
+                    j = np.where(known, i, 0)
+                    pid[sel] = np.where(known, np.asarray(tl[1])[j], -1)
+                    tid[sel] = np.where(known, np.asarray(tl[2])[j], -1)
             cols.pid, cols.tid = pid, tid
         cols.machine_pid, cols.vcpu = mp, vc
         return cols

@@ -162,6 +162,25 @@ class _Lookahead:
 _KINDS = _kind_table()
 
 
+# Packets _Queue.run acts on; every other kind (CYC, MODE, CBR, PTW, power events...) is passed over.
+_ACTED = np.array(sorted(int(p) for p in (Pkt.BAD, Pkt.TIP_PGD, Pkt.TNT, Pkt.TIP, Pkt.TIP_PGE, Pkt.OVF, Pkt.FUP,
+                                          Pkt.TRACESTOP, Pkt.PSB, Pkt.PIP, Pkt.MTC, Pkt.TSC, Pkt.TMA, Pkt.PSBEND,
+                                          Pkt.VMCS)), dtype=np.int64)
+_BRANCHY = np.array(sorted(int(p) for p in (Pkt.TNT, Pkt.TIP, Pkt.TIP_PGE)), dtype=np.int64)
+
+
+def _walked(kinds: list) -> list[int]:
+    """Indices of the packets :meth:`_Queue.run` must visit: those it acts on, less every TNT/TIP/TIP.PGE
+    that follows another of them with nothing acted on between (all three only set PacketEn, so a run of
+    them is its first).  The lookaheads still see every packet."""
+    ka = np.asarray(kinds, dtype=np.int64)
+    idx = np.flatnonzero(np.isin(ka, _ACTED))
+    b = np.isin(ka[idx], _BRANCHY)
+    keep = np.ones(len(idx), dtype=bool)
+    keep[1:] = ~(b[1:] & b[:-1])
+    return idx[keep].tolist()
+
+
 class VmTimeCorrelator:
     """Runs perf's VM time correlation over queues; collects messages and TSC patches."""
 
@@ -453,6 +472,10 @@ class _Queue:
         return payload
 
     def run(self) -> list[TscPatch]:
+        # the kinds as plain ints: an enum member look-up per packet and comparison costs more than the rest
+        (_BAD, _FUP, _MTC, _OVF, _PIP, _PSB, _PSBEND, _TIP, _TIP_PGD, _TIP_PGE, _TMA, _TNT, _TRACESTOP, _TSC,
+         _VMCS) = (int(p) for p in (Pkt.BAD, Pkt.FUP, Pkt.MTC, Pkt.OVF, Pkt.PIP, Pkt.PSB, Pkt.PSBEND, Pkt.TIP,
+                                    Pkt.TIP_PGD, Pkt.TIP_PGE, Pkt.TMA, Pkt.TNT, Pkt.TRACESTOP, Pkt.TSC, Pkt.VMCS))
         data = _Lookahead()
         for bi, buf in enumerate(self.buffers):
             self.buf_timestamp = buf.ref_timestamp
@@ -464,50 +487,51 @@ class _Queue:
             kinds, counts, payloads, positions = packet_lists(buf.data)
             k = (kinds, counts, payloads)
             skip_to_psb = False
-            for i, t in enumerate(kinds):
-                if skip_to_psb and t != Pkt.PSB:
+            for i in _walked(kinds):
+                t = kinds[i]
+                if skip_to_psb and t != _PSB:
                     continue
                 skip_to_psb = False
-                if t == Pkt.BAD:
+                if t == _BAD:
                     # perf stops at a bad packet and its decoder resynchronizes at a PSB
                     skip_to_psb = True
-                elif t == Pkt.TIP_PGD:
+                elif t == _TIP_PGD:
                     self.pge = False
                     self.continuous = False
-                elif t in (Pkt.TNT, Pkt.TIP, Pkt.TIP_PGE):
+                elif t in (_TNT, _TIP, _TIP_PGE):
                     self.pge = True
-                elif t == Pkt.OVF:
+                elif t == _OVF:
                     self.in_psb = False
                     self.pge = self._ovf_fup_lookahead(k, i)
                     if not self.pge:
                         self.continuous = False
-                elif t == Pkt.FUP:
+                elif t == _FUP:
                     if self.in_psb:
                         self.pge = True
-                elif t == Pkt.TRACESTOP:
+                elif t == _TRACESTOP:
                     self.pge = False
                     self.continuous = False
                     self.have_tma = False
-                elif t == Pkt.PSB:
+                elif t == _PSB:
                     data = self._psb_lookahead(k, i)
                     if data.tsc and not data.psbend:
                         self._log("ERROR: PSB without PSBEND")
                     self.in_psb = data.psbend
-                elif t == Pkt.PIP:
+                elif t == _PIP:
                     self.pip_payload = payloads[i]
-                elif t == Pkt.MTC:
+                elif t == _MTC:
                     self._calc_mtc(payloads[i])
-                elif t == Pkt.TSC:
+                elif t == _TSC:
                     payload = self._tsc(k, i, data, bi, positions[i], payloads[i])
                     self._calc_tsc(payload)
                     self.same_buf = True
                     self.continuous = self.pge
-                elif t == Pkt.TMA:
+                elif t == _TMA:
                     self._calc_tma(payloads[i], counts[i])
-                elif t == Pkt.PSBEND:
+                elif t == _PSBEND:
                     self.in_psb = False
                     data.psbend = False
-                elif t == Pkt.VMCS:
+                elif t == _VMCS:
                     if payloads[i] != NO_VMCS:
                         self.vmcs = payloads[i]
                         if self.timestamp:
