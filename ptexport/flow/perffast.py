@@ -1,11 +1,12 @@
 """Fast perf-mode decoding: the numba twin of ``PerfSession.decode_queue`` for branch samples.
 
 :func:`decode_queue_fast` returns what ``PerfSession.decode_queue`` returns
-(rows with perf's branch and error samples, setup failures, and the per-step
-items the session's merge needs) for ``--itrace`` selections made of
-branches (``b``, ``c``, ``r``), transactions (``x``), ptwrite (``w``), power
-events (``p``: PSB, CBR, MWAIT, PWRE, EXSTOP, PWRX) and errors (``e``, with
-``-o``/``-l``) - everything but instruction samples (``i``) and skips (``s``); the
+(rows with perf's samples, setup failures, and the per-step items the
+session's merge needs) for ``--itrace`` selections made of branches (``b``,
+``c``, ``r``), instructions (``i`` with a period in instructions ``iN``/``iNi``
+or in time ``iNt``/``iNus``/``iNns``), transactions (``x``), ptwrite (``w``),
+power events (``p``: PSB, CBR, MWAIT, PWRE, EXSTOP, PWRX) and errors (``e``,
+with ``-o``/``-l``) - everything but skips (``s``), ``q`` and Event Trace; the
 decoder itself is :mod:`ptexport.flow.perffast_kernel`, a port of
 :mod:`ptexport.flow.perfmode` (which stays the readable reference; the
 differential tests in ``tests/flow/test_perffast.py`` hold them equal).
@@ -21,10 +22,13 @@ context*, what the reference's ``_MapLookup.guest`` reads: the guest machine
 of the host process, the guest process current on the host thread's VCPU
 (guest sideband) and the generation of that guest's maps.  A miss (a block
 not in the table yet), a walk the table cannot answer (code that cannot be
-read, a block crossing a mapping's end, walks bounded by an instruction
-count) or a PSB found inside a packet returns to Python, which asks the
+read, a block crossing a mapping's end) or a PSB found inside a packet
+returns to Python, which asks the
 reference walker (:class:`~ptexport.pipeline.codewalk.PerfCodeWalker`) or
 re-tokenizes, and the kernel re-runs that decode step from a snapshot.
+A walk bounded by an instruction count (the next instruction sample is due
+inside the block) stops at the boundary the block's row keeps for that
+instruction; the walk after it starts a block of its own (the rest).
 
 Without numba (the optional ``fast`` extra) :func:`available` is False and
 callers use the reference.
@@ -39,7 +43,7 @@ import numpy as np
 
 from ptexport.flow import perffast_kernel as K
 from ptexport.flow.perffast_tok import numba, tokenize_fast
-from ptexport.flow.perfmode import BR_NO_BRANCH, PERIOD_NONE
+from ptexport.flow.perfmode import BR_NO_BRANCH, PERIOD_INSTRUCTIONS, PERIOD_NONE, PERIOD_TICKS
 
 _MASK64 = (1 << 64) - 1
 _I64_MAX = (1 << 63) - 1
@@ -66,7 +70,7 @@ def supported(session: Any) -> bool:
     it = session.cfg.itrace
     if numba is None:
         return False
-    if it.instructions or it.initial_skip or it.quick or session.timeless:
+    if it.initial_skip or it.quick or session.timeless:
         # sN: held-back CBR events are decided in perf order; q: hop/leap modes; timeless: the
         # queue's thread and maps are those of the end (perf decodes timeless queues late)
         return False
@@ -74,7 +78,20 @@ def supported(session: Any) -> bool:
         # Event Trace (CFE/EVD samples, RFLAGS.IF in every sample's flags): reference only
         # (perffast must mirror: nothing, it is not used for these sessions)
         return False
+    if it.instructions:
+        # iN/iNi: a period in instructions; iNt/iNus/iNns: in TSC ticks (perf's period type)
+        return session.params.period_type in (PERIOD_INSTRUCTIONS, PERIOD_TICKS)
     return session.params.period_type == PERIOD_NONE
+
+
+def segmentable(session: Any) -> bool:
+    """True when a queue may be decoded in PSB segments joined by state (pipeline/parallel.py).
+
+    Not with instruction samples: their period counter carries across PSBs
+    (perf resets it only at a sample), so a segment decoded from its PSB
+    samples other instructions than the serial decoder and never joins.
+    """
+    return supported(session) and not session.cfg.itrace.instructions
 
 
 def _i64(v: int) -> int:
@@ -115,18 +132,41 @@ class _Blocks:
         self.n = 0
         self.nb = 0
         self.index: dict[tuple[str, int], int] = {}  # (object name, file offset) -> block row
+        # (object name, file offset) of an instruction inside a block -> (block row, its index there)
+        self.inner: dict[tuple[str, int], tuple[int, int]] = {}
 
     def add(self, cnt: int, nbytes: int, insn: Any, bounds: list[int]) -> int:
+        return self.add_row((cnt, nbytes, insn.op, insn.branch, insn.length, insn.rel), bounds)
+
+    def add_row(self, head: tuple[int, int, int, int, int, int], bounds: list[int]) -> int:
         if self.n >= len(self.bk):
             self.bk = np.concatenate([self.bk, np.zeros_like(self.bk)])
         while self.nb + len(bounds) > len(self.bnd):
             self.bnd = np.concatenate([self.bnd, np.zeros_like(self.bnd)])
         i = self.n
-        self.bk[i] = (cnt, nbytes, insn.op, insn.branch, insn.length, insn.rel, self.nb, len(bounds))
+        self.bk[i] = head + (self.nb, len(bounds))
         self.bnd[self.nb:self.nb + len(bounds)] = bounds
         self.nb += len(bounds)
         self.n += 1
         return i
+
+    def rest(self, name: str, offset: int, room: int) -> int | None:
+        """The row of the block starting at instruction ``offset`` of an object inside a known block
+        (the rest of it, where a walk goes on after an instruction sample), None if there is none or it
+        would reach ``room`` bytes (the mapping's end).  Taken from the known block's boundaries:
+        decoding each rest anew would cost a block's instructions squared."""
+        got = self.inner.get((name, offset))
+        if got is None:
+            return None
+        prow, j = got
+        cnt, nbytes, op, br, length, rel, b0, n = self.bk[prow].tolist()
+        bnd = self.bnd[b0:b0 + n].tolist()
+        d = bnd[j - 1]
+        if nbytes - d >= room:
+            return None
+        row = self.add_row((cnt - j, nbytes - d, op, br, length, rel), [b - d for b in bnd[j:]])
+        self.index[(name, offset)] = row
+        return row
 
 
 class _Tokens:
@@ -405,6 +445,8 @@ class QueueDecoder:
         offset = ip - start + pgoff
         row = self.blocks.index.get((obj.name, offset))
         if row is None:
+            row = self.blocks.rest(obj.name, offset, end - ip)
+        if row is None:
             err, cnt, new_ip, insn = w.walk(ip, 0, 0, nr)
             if err or insn.branch == BR_NO_BRANCH:
                 return False
@@ -424,6 +466,9 @@ class QueueDecoder:
                 return False
             row = self.blocks.add(cnt, new_ip - ip, insn, bounds)
             self.blocks.index[(obj.name, offset)] = row
+            inner = self.blocks.inner
+            for j, b in enumerate(bounds, 1):
+                inner.setdefault((obj.name, offset + b), (row, j))
         t = self.gtable if nr else self.table
         if 2 * (t.n + 1) > len(t.hk):
             big = _Table(2 * len(t.hk))
@@ -440,8 +485,8 @@ class QueueDecoder:
         to_ip = int(S[K.NEED_TO]) & _MASK64
         mx = int(S[K.NEED_MAX])
         nr = bool(S[K.NEED_NR])
-        if not mx and self._block(ip, nr):
-            return
+        if self._block(ip, nr):
+            return  # (walks bounded by a count too: the kernel stops inside a block by its boundaries)
         err, cnt, new_ip, insn = self.walker.walk(ip, to_ip, mx, nr)
         S[K.INJ_VALID] = 1
         S[K.INJ_IP] = _i64(ip)
@@ -481,6 +526,11 @@ class QueueDecoder:
         F[K.F_MNTR] = float(p.max_non_turbo_ratio)
         S[K.P_PERIOD_TYPE] = p.period_type
         S[K.P_PERIOD] = p.period
+        if p.period_type == PERIOD_TICKS and p.period:
+            ticks = 1 << (p.period.bit_length() - 1)
+            S[K.P_PERIOD_TICKS] = ticks
+            S[K.P_PERIOD_MASK] = ~(ticks - 1)
+        S[K.P_INSNS] = int(it.instructions)
         S[K.P_FUP_NLIP] = int(p.fup_with_nlip)
         S[K.P_CYC_THRESH] = p.cyc_threshold
         S[K.P_KERNEL_START] = _i64(s.kernel_start)
@@ -731,11 +781,10 @@ class QueueDecoder:
             tid = np.full(n, self.qtid, np.int64)
         time = np.zeros(n, np.int64) if s.timeless else s.tc.tsc_to_perf_time_array(tsc).astype(np.int64)
         obj = o[K.O_OBJ]
-        zeros = np.zeros(n, np.int64)
         cols = {
             "kind": o[K.O_KIND], "tsc": tsc, "time": time, "cpu": np.full(n, self.cpu, np.int64), "pid": pid,
             "tid": tid, "ip": o[K.O_IP].view(np.uint64), "addr": o[K.O_ADDR].view(np.uint64),
-            "flags": o[K.O_FLAGS], "insn_cnt": o[K.O_INSN], "cyc_cnt": o[K.O_CYC], "period": zeros,
+            "flags": o[K.O_FLAGS], "insn_cnt": o[K.O_INSN], "cyc_cnt": o[K.O_CYC], "period": o[K.O_PERIOD],
             "code": o[K.O_CODE], "payload": o[K.O_PAYLOAD].view(np.uint64), "queue": np.full(n, self.qnum, np.int64),
             "offset": o[K.O_OFFSET], "nr": o[K.O_NR], "insn_len": o[K.O_INSN_LEN], "trace_nr": o[K.O_TRACE_NR],
             "obj": np.where(obj >= 0, obj_map[obj], -1), "step": o[K.O_STEP],

@@ -1,7 +1,7 @@
 """The perf-mode decoder (:mod:`ptexport.flow.perfmode`) as numba code over arrays.
 
-This is a line-for-line port of ``PerfDecoder`` plus the branch/error part of
-the session's sample loop (``PerfSession.decode_queue``), written so that it
+This is a line-for-line port of ``PerfDecoder`` plus the session's sample
+loop (``PerfSession.decode_queue``; not its Event Trace samples), written so that it
 can stop and resume at any decode step:
 
 * all decoder state lives in one int64 array ``S`` (plus ``F`` for the three
@@ -17,7 +17,8 @@ can stop and resume at any decode step:
   context, see :mod:`ptexport.flow.perffast`; guest (non-root) code from a
   second table, the guest's address space in that context): for a block start the
   instruction count, byte count up to the final branch, the branch's class,
-  and the byte offsets of its instruction boundaries (for walks to an IP);
+  and the byte offsets of its instruction boundaries (for walks to an IP and
+  walks stopped after a count of instructions: instruction samples);
 * samples are written as rows of ``O`` (see ``O_*``).
 
 64-bit unsigned values are kept in int64 (same bits); only IP equality and
@@ -50,12 +51,14 @@ ST_TYPE ST_FLAGS ST_ERR ST_FROM_IP ST_TO_IP ST_TIMESTAMP ST_EST_TS ST_TOT_INSN S
 ST_INSN_LEN ST_FROM_NR ST_TO_NR ST_TRACE_NR ST_PSB_OFFSET ST_POS ST_CBR ST_CBR_PAYLOAD ST_PTW_PAYLOAD
 ST_MWAIT_PAYLOAD ST_PWRE_PAYLOAD ST_PWRX_PAYLOAD
 INS_OP INS_BR INS_LEN INS_REL
-PHASE PTQ_TS CTX_TSC LAST_BR_INSN LAST_BR_CYC BASE_TRACE_NR SESS_CBR_SEEN LASTFAIL INJ_VALID INJ_IP INJ_TO INJ_MAX INJ_NR
+PHASE PTQ_TS CTX_TSC LAST_BR_INSN LAST_BR_CYC LAST_IN_INSN LAST_IN_CYC LAST_INSN_CNT BASE_TRACE_NR SESS_CBR_SEEN
+LASTFAIL INJ_VALID INJ_IP INJ_TO INJ_MAX INJ_NR
 INJ_ERR INJ_CNT INJ_NEWIP INJ_OP INJ_BR INJ_LEN INJ_REL INJ_FAIL
 NSTATE
 P_RETCOMP P_BRANCH_ENABLE P_MTC_SHIFT P_CTC_N P_CTC_D P_CTC_MULT P_MNTR P_PERIOD_TYPE P_PERIOD P_FUP_NLIP
 P_PERIOD_MASK P_PERIOD_TICKS P_CTC_REM_MASK P_KERNEL_START P_FILTER P_BRANCHES P_ERRORS P_ERR_MINUS_O
-P_ERR_MINUS_L P_EST_TSC P_TIMELESS P_PER_CPU P_PWR P_TX P_PTW P_COUNT_ONLY P_RAW_INSN P_SINGLE P_STOP_BUF P_STOP_BYTE
+P_ERR_MINUS_L P_EST_TSC P_TIMELESS P_PER_CPU P_PWR P_TX P_PTW P_INSNS P_COUNT_ONLY P_RAW_INSN P_SINGLE P_STOP_BUF
+P_STOP_BYTE
 P_CYC_THRESH
 HAVE_THREAD CTX_LO CTX_HI NEED_IP NEED_TO NEED_MAX NEED_NR RETOK_BUF RETOK_POS NOUT NITEM STEP_NR NBRANCH MORE_BUF
 TF_ON SEL_START SEL_TS FF_TS TF_PENDING HAVE_SAMPLE
@@ -72,8 +75,9 @@ BI_PSTART, BI_PEND, BI_REF, BI_CONSEC, BI_TRACE_NR, BI_OFFSET, BI_DLEN, BI_DSTAR
 BK_CNT, BK_BYTES, BK_OP, BK_BR, BK_LEN, BK_REL, BK_BND0, BK_BNDN, BK_SIZE = range(9)
 # Output columns.
 O_KIND, O_TSC, O_WHO_TSC, O_IP, O_ADDR, O_FLAGS, O_INSN, O_CYC, O_CODE, O_OFFSET, O_NR, O_INSN_LEN, O_TRACE_NR, \
-    O_OBJ, O_STEP, O_PAYLOAD, O_SIZE = range(17)
-# perfsession's sample kinds for power events.
+    O_OBJ, O_STEP, O_PAYLOAD, O_PERIOD, O_SIZE = range(18)
+# perfsession's sample kinds for instructions and power events.
+EV_INSTRUCTION = 2
 EV_TRANSACTION, EV_PTWRITE, EV_CBR, EV_MWAIT, EV_PWRE, EV_EXSTOP, EV_PWRX, EV_PSB = 3, 4, 5, 6, 7, 8, 9, 10
 # Row kinds besides perfsession's EV_BRANCH (0) and EV_ERROR (1).
 K_BUDGET = -1  # an unreported failure that counts toward perf's per-object budget
@@ -519,10 +523,8 @@ def _walk(S, HK, HV, GK, GV, BK, BND, ip, to_ip, max_insn, nr):
     if not nr and not S[HAVE_THREAD] and _ult(ip, S[P_KERNEL_START]):
         S[LASTFAIL] = -1
         return _EINVAL, 0, ip, OP_OTHER, BR_NO_BRANCH, 0, 0
-    b = -1
-    if not max_insn:
-        # guest (non-root) code has its own table: the guest's address space of the context
-        b = tab_find(GK, GV, ip) if nr else tab_find(HK, HV, ip)
+    # guest (non-root) code has its own table: the guest's address space of the context
+    b = tab_find(GK, GV, ip) if nr else tab_find(HK, HV, ip)
     if b < 0:
         S[NEED_IP] = ip
         S[NEED_TO] = to_ip
@@ -531,10 +533,15 @@ def _walk(S, HK, HV, GK, GV, BK, BND, ip, to_ip, max_insn, nr):
         return W_NEED, 0, 0, 0, 0, 0, 0
     S[LASTFAIL] = -1
     nbytes = BK[b, BK_BYTES]
+    b0 = BK[b, BK_BND0]
+    # The walker's order per instruction: a branch ends the walk, then the count (max_insn: a stop
+    # at that instruction, returned as it is), then to_ip (reached after the instruction before it).
+    # Instruction k (1-based) of a block starts at 0 (k = 1) or BND[b0 + k - 2]; all but the last are
+    # no branches (class OTHER, no displacement).
+    reach = 0  # instructions walked when to_ip is reached inside the block (0: it is not)
     if to_ip:
         d = to_ip - ip
         if d > 0 and d <= nbytes:
-            b0 = BK[b, BK_BND0]
             n = BK[b, BK_BNDN]
             lo = 0
             hi = n
@@ -545,7 +552,13 @@ def _walk(S, HK, HV, GK, GV, BK, BND, ip, to_ip, max_insn, nr):
                 else:
                     hi = mid
             if lo < n and BND[b0 + lo] == d:
-                return 0, lo + 1, to_ip, OP_OTHER, BR_NO_BRANCH, 0, 0
+                reach = lo + 1
+    if max_insn and max_insn < BK[b, BK_CNT] and (not reach or max_insn <= reach):
+        k = max_insn if max_insn > 0 else 1
+        at = BND[b0 + k - 2] if k >= 2 else 0
+        return 0, k, ip + at, OP_OTHER, BR_NO_BRANCH, BND[b0 + k - 1] - at, 0
+    if reach:
+        return 0, reach, to_ip, OP_OTHER, BR_NO_BRANCH, 0, 0
     return 0, BK[b, BK_CNT], ip + nbytes, BK[b, BK_OP], BK[b, BK_BR], BK[b, BK_LEN], BK[b, BK_REL]
 
 
@@ -1655,6 +1668,7 @@ def _row(S, O, kind, ip, addr, flags, ins, cyc, code, offset, nr, insn_len, obj)
     O[O_OBJ, n] = obj
     O[O_STEP, n] = S[STEP_NR]
     O[O_PAYLOAD, n] = 0
+    O[O_PERIOD, n] = 0
     S[NOUT] = n + 1
 
 
@@ -1684,7 +1698,7 @@ def _item(S, IT, is_err):
 
 
 def _synth(S, O):
-    """The branch part of intel_pt_sample() for the state just decoded, at PTQ_TS."""
+    """intel_pt_sample() for the state just decoded, at PTQ_TS (all but Event Trace samples)."""
     if S[PTQ_TS] > S[CTX_TSC]:  # perf's thread/maps: the sideband up to the queue's highest timestamp
         S[CTX_TSC] = S[PTQ_TS]
     S[BASE_TRACE_NR] = S[ST_TRACE_NR]
@@ -1705,6 +1719,21 @@ def _synth(S, O):
             _prow(S, O, EV_EXSTOP, pflags, 1 if S[ST_FLAGS] & F_FUP_IP else 0, 0)
         if typ & T_PWR_EXIT:
             _prow(S, O, EV_PWRX, pflags, S[ST_PWRX_PAYLOAD], 0)
+    if S[P_INSNS] and S[ST_TYPE] & T_INSTRUCTION:
+        # perf's intel_pt_synth_instruction_sample: the period is the instructions since the last one
+        cyc = S[ST_TOT_CYC] - S[LAST_IN_CYC] if S[ST_FLAGS] & F_SAMPLE_IPC else 0
+        ins = 0
+        if cyc:
+            ins = S[ST_TOT_INSN] - S[LAST_IN_INSN]
+            S[LAST_IN_INSN] = S[ST_TOT_INSN]
+            S[LAST_IN_CYC] = S[ST_TOT_CYC]
+        period = S[ST_TOT_INSN] - S[LAST_INSN_CNT]
+        S[LAST_INSN_CNT] = S[ST_TOT_INSN]
+        if S[P_COUNT_ONLY]:
+            S[NBRANCH] += 1
+        else:
+            _row(S, O, EV_INSTRUCTION, S[ST_FROM_IP], S[ST_TO_IP], flags, ins, cyc, 0, 0, _sample_nr(S), 0, -1)
+            O[O_PERIOD, S[NOUT] - 1] = period
     if S[P_TX] and S[ST_TYPE] & T_TRANSACTION:
         if S[P_COUNT_ONLY]:
             S[NBRANCH] += 1

@@ -103,7 +103,7 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
         return [_decode_one(session, q, key, bufs, count_only) for q, (key, bufs) in enumerate(queues)]
     from ptexport.flow.perffast import FastRows
 
-    if perffast.supported(session) and not session.time_ranges:
+    if perffast.segmentable(session) and not session.time_ranges:
         # PSB segments of every queue big enough, all in one pool; small queues whole (--time: a
         # queue's time filter state runs from its start, so whole queues go to workers).
         plans = []
@@ -696,7 +696,7 @@ def _segment_streams(session: Any, jobs: int, chunk: int) -> list[Any] | None:
     (or has --time ranges: a queue's time filter state runs from its start, segments cannot)."""
     from ptexport.flow import perffast
 
-    if session.time_ranges:
+    if session.time_ranges or not perffast.segmentable(session):
         return None
 
     plans = []
@@ -856,6 +856,7 @@ class _Source:
         self.ts = np.zeros(0, np.int64)
         self.base = 0  # item index of err[0]
         self.rows: list[dict[str, np.ndarray]] = []  # undelivered row chunks, queue order
+        self.off = 0  # rows[0]'s rows before this one are delivered
         self.done = False
         self.setup_failures: list[int] = []
 
@@ -903,20 +904,56 @@ class _Source:
             self.ts = self.ts[k:].copy()
             self.base = upto
 
-    def take_rows(self, hi: int | None) -> list[dict[str, np.ndarray]]:
-        """Undelivered rows of steps before ``hi`` (all when None)."""
+    def take_pieces(self, hi: int | None) -> list[tuple[dict[str, np.ndarray], int, int]]:
+        """Undelivered rows of steps before ``hi`` (all when None) as (chunk, lo, hi) pieces, not copied."""
         out = []
         while self.rows:
             c = self.rows[0]
-            n = len(c["kind"]) if hi is None else int(np.searchsorted(c["step"], hi, side="left"))
-            if n >= len(c["kind"]):
-                out.append(self.rows.pop(0))
+            m = len(c["kind"])
+            n = m if hi is None else int(np.searchsorted(c["step"], hi, side="left"))
+            if n >= m:
+                if m > self.off:
+                    out.append((c, self.off, m))
+                self.rows.pop(0)
+                self.off = 0
                 continue
-            if n:
-                out.append({k: v[:n] for k, v in c.items()})
-                self.rows[0] = {k: v[n:] for k, v in c.items()}
+            if n > self.off:
+                out.append((c, self.off, n))
+                self.off = n
             break
         return out
+
+    def take_rows(self, hi: int | None) -> list[dict[str, np.ndarray]]:
+        """Undelivered rows of steps before ``hi`` (all when None)."""
+        return [c if not lo and b == len(c["kind"]) else {k: v[lo:b] for k, v in c.items()}
+                for c, lo, b in self.take_pieces(hi)]
+
+
+def _gather(pieces: list[tuple[dict[str, np.ndarray], int, int]], n: int) -> dict[str, np.ndarray]:
+    """The ``n`` rows of ``pieces`` in order: one fancy index per column and source chunk (a VM trace's
+    queues take turns every few dozen rows: a batch is a thousand pieces of a few chunks)."""
+    chunks: list[dict[str, np.ndarray]] = []
+    which: dict[int, int] = {}
+    ci = np.empty(len(pieces), np.int64)
+    lo = np.empty(len(pieces), np.int64)
+    ln = np.empty(len(pieces), np.int64)
+    for j, (c, a, b) in enumerate(pieces):
+        k = which.get(id(c))
+        if k is None:
+            k = which[id(c)] = len(chunks)
+            chunks.append(c)
+        ci[j], lo[j], ln[j] = k, a, b - a
+    src = np.repeat(lo - (np.cumsum(ln) - ln), ln) + np.arange(n)
+    if len(chunks) == 1:
+        return {k: v[src] for k, v in chunks[0].items()}
+    owner = np.repeat(ci, ln)
+    out = {k: np.empty(n, v.dtype) for k, v in chunks[0].items()}
+    for j, c in enumerate(chunks):
+        w = np.flatnonzero(owner == j)
+        s = src[w]
+        for k, v in c.items():
+            out[k][w] = v[s]
+    return out
 
 
 class StreamMerge:
@@ -929,48 +966,50 @@ class StreamMerge:
         self.lost = lost
         self.n_lost = len(lost["kind"])
         self.batch_rows = max(1, batch_rows)
-        self.pending: list[dict[str, np.ndarray]] = []
+        self.pending: list[tuple[dict[str, np.ndarray], int, int]] = []  # (chunk, lo, hi) pieces
         self.npending = 0
         self.heap = PerfQueueHeap()
         self.nxt = [0] * len(sources)
 
-    def _emit(self, chunks: list[dict[str, np.ndarray]]) -> None:
-        for c in chunks:
-            n = len(c["kind"])
-            if n:
-                self.pending.append(c)
-                self.npending += n
+    def _emit(self, pieces: list) -> None:
+        """Queue rows for the batches: (chunk, lo, hi) pieces or whole column dicts."""
+        for p in pieces:
+            if isinstance(p, dict):
+                p = (p, 0, len(p["kind"]))
+            if p[2] > p[1]:
+                self.pending.append(p)
+                self.npending += p[2] - p[1]
 
     def _flush(self, final: bool = False):
-        """Batches of at most ``batch_rows`` rows.  A pending chunk of at least half a batch is a
+        """Batches of at most ``batch_rows`` rows.  A pending piece of at least half a batch is a
         batch of its own (no copy; the decoder's chunks are that big, so most batches are); smaller
-        ones are copied together, as far as a batch needs them."""
+        ones are gathered together, as far as a batch needs them."""
         while self.npending >= self.batch_rows or (final and self.npending):
             n = min(self.batch_rows, self.npending)
-            first = self.pending[0]
-            m = len(first["kind"])
+            c, lo, hi = self.pending[0]
+            m = hi - lo
             if 2 * m >= self.batch_rows or m >= n:
                 if m <= n:
                     self.pending.pop(0)
                 else:
-                    self.pending[0] = {k: v[n:] for k, v in first.items()}
-                    first = {k: v[:n] for k, v in first.items()}
+                    self.pending[0] = (c, lo + n, hi)
                     m = n
                 self.npending -= m
-                yield first
+                yield {k: v[lo:lo + m] for k, v in c.items()}
                 continue
             used, m = 0, 0
             while m < n:
-                m += len(self.pending[used]["kind"])
+                m += self.pending[used][2] - self.pending[used][1]
                 used += 1
-            if used == 1:
-                cols = self.pending[0]
-            else:
-                cols = {k: np.concatenate([c[k] for c in self.pending[:used]]) for k in self.pending[0]}
-            rest = {k: v[n:] for k, v in cols.items()}
-            self.pending = ([rest] if m > n else []) + self.pending[used:]
+            pieces = self.pending[:used]
+            rest = []
+            if m > n:  # the last piece is split
+                c, lo, hi = pieces[-1]
+                pieces[-1] = (c, lo, hi - (m - n))
+                rest = [(c, hi - (m - n), hi)]
+            self.pending = rest + self.pending[used:]
             self.npending -= n
-            yield {k: v[:n] for k, v in cols.items()}
+            yield _gather(pieces, n)
 
     def _run(self, q: int, limit: int):
         """Emit queue ``q`` from its pending item until an item at or past ``limit``; its ordinal or None."""
@@ -980,7 +1019,7 @@ class StreamMerge:
         while True:
             if not s.ensure(i):
                 self.nxt[q] = s.end
-                self._emit(s.take_rows(s.end))
+                self._emit(s.take_pieces(s.end))
                 s.drop_items(s.end)
                 yield from self._flush()
                 return None
@@ -990,7 +1029,7 @@ class StreamMerge:
             if len(hit):
                 i += int(hit[0])
                 self.nxt[q] = i
-                self._emit(s.take_rows(i))
+                self._emit(s.take_pieces(i))
                 s.drop_items(i)
                 yield from self._flush()
                 return int(s.ts[i - s.base])
@@ -998,7 +1037,7 @@ class StreamMerge:
             win = min(win * 4, 1 << 16)
             if self.npending + 0 < self.batch_rows and i < s.end:
                 continue
-            self._emit(s.take_rows(i))  # these items are emitted whatever comes next
+            self._emit(s.take_pieces(i))  # these items are emitted whatever comes next
             s.drop_items(i)
             yield from self._flush()
 
@@ -1036,9 +1075,9 @@ class StreamMerge:
         # Rows no emitted item claims go last, in queue order (as in _perf_order).
         for s in self.src:
             while True:
-                self._emit(s.take_rows(None))
+                self._emit(s.take_pieces(None))
                 yield from self._flush()
                 if not s.more():
                     break
-            self._emit(s.take_rows(None))
+            self._emit(s.take_pieces(None))
         yield from self._flush(final=True)

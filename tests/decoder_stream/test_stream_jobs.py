@@ -33,7 +33,8 @@ VARIANTS = {
     "threads-event-trace": ("--program", "threads", "--cpus", "2", "--preempt", "400", "--event-trace",
                             "--psb-period", "1024"),
 }
-# (variant, itrace): compiled decoder (be, cr, bep), reference (i10, Ibe), timeless (beZ), skips (s5bep)
+# (variant, itrace): compiled decoder (be, cr, bep, i10: whole queues, no PSB segments), reference (Ibe),
+# timeless (beZ), skips (s5bep)
 CASES = [("calls-mtc", "be"), ("calls-mtc", "i10"), ("threads-2cpus-cyc", "cr"), ("threads-2cpus-cyc", "s5bep"),
          ("threads-per-thread", "be"), ("threads-per-thread", "beZ"), ("forkexec-corrupt", "be"),
          ("calls-ovf-truncated", "bep"), ("calls-ovf-truncated", "beZ"), ("threads-event-trace", "Ibe")]

@@ -50,13 +50,13 @@ VARIANTS = [
 def traces(tmp_path_factory):
     made = {}
 
-    def make(variant):
-        if variant not in made:
+    def make(variant, branches=8000):
+        if (variant, branches) not in made:
             d = tmp_path_factory.mktemp("synth")
-            assert main(["synth", "--out", str(d), "--branches", "8000", "--program", *variant],
+            assert main(["synth", "--out", str(d), "--branches", str(branches), "--program", *variant],
                         out=io.StringIO()) == 0
-            made[variant] = d / "perf.data" if (d / "perf.data").exists() else d  # --kcore: a directory
-        return made[variant]
+            made[(variant, branches)] = d / "perf.data" if (d / "perf.data").exists() else d  # --kcore: a dir
+        return made[(variant, branches)]
 
     return make
 
@@ -114,14 +114,69 @@ def test_fast_equals_reference_power_events(traces, itrace):
     assert n >= (7000 if "b" in itrace else 0)
 
 
+# Instruction samples: periods in instructions (iNi, iN), in TSC ticks (iNt) and in time (iNus/iNns:
+# ticks too), alone and with branches/errors/power events (their order in a state), on small traces
+# (the reference decodes i1i at ~3 K samples/s).
+FAULTY_SMALL = ("threads", "--ovf", "3", "--corrupt", "3", "--truncate", "2")
+
+
+@pytest.mark.parametrize("itrace", ["i1i", "i7i", "i2", "i", "i30ns", "i10t", "bei5i", "ce-oi3i", "bepi3i"])
+def test_fast_equals_reference_instructions(traces, itrace):
+    n = assert_same_queues(traces(FAULTY_SMALL, 2000), itrace)
+    assert n > (2000 if itrace in ("i1i", "i2", "ce-oi3i", "bepi3i", "bei5i") else 0)
+
+
+@pytest.mark.parametrize("variant, itrace", [
+    (("calls", "--timing", "cyc", "--cbr", "30"), "i10t"),  # tick periods on CYC-refined timestamps
+    (("calls", "--timing", "cyc", "--cbr", "30"), "bei4i"),
+    (("calls", "--mtc-period", "9", "--psb-period", "1024"), "i20ns"),
+    (("calls", "--ptwrite", "fup", "--power"), "bpwxei3i"),
+    (("calls", "--kcore"), "i3i"),
+    (("calls", "--no-retcomp", "--ip-compression", "mixed", "--tnt", "long"), "i1i"),
+], ids=lambda v: v if isinstance(v, str) else "-".join(x.strip("-") for x in v))
+def test_fast_equals_reference_instructions_variants(traces, variant, itrace):
+    assert assert_same_queues(traces(variant, 1500), itrace) > 0
+
+
+def test_block_rests_equal_decoded_blocks(traces, monkeypatch):
+    """The blocks where walks go on after an instruction sample (rests of known blocks, taken from their
+    boundaries) are the blocks decoding the code there gives."""
+    path = traces(FAULTY_SMALL, 2000)
+
+    def blocks():
+        with open_perf_data(str(path)) as pd:
+            s = open_session(pd, DecodeConfig(itrace=parse_itrace("i3i")))
+            out = {}
+            for q, (key, bufs) in enumerate(s.queues()):
+                qd = perffast.QueueDecoder(s, q, key, bufs)
+                qd.run()
+                b = qd.blocks
+                for k, row in b.index.items():
+                    cnt, nbytes, op, br, ln, rel, b0, n = b.bk[row].tolist()
+                    out[k] = (cnt, nbytes, op, br, ln, rel, b.bnd[b0:b0 + n].tolist())
+            return out
+
+    derived = blocks()
+    monkeypatch.setattr(perffast._Blocks, "rest", lambda self, name, offset, room: None)
+    decoded = blocks()
+    assert derived == decoded
+    assert sum(v[0] > 1 for v in derived.values()) > 10
+
+
+@pytest.mark.parametrize("itrace", ["i100", "bei3i"])
+def test_fast_equals_reference_instructions_on_quipper(itrace):
+    assert assert_same_queues(QUIPPER, itrace) > 0
+
+
 def test_fast_equals_reference_on_quipper():
     assert assert_same_queues(QUIPPER) > 0
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(8))
 def test_fast_equals_reference_on_damaged_aux(traces, seed):
     rng = random.Random(seed)
     path = traces(("calls",)) if seed % 2 else QUIPPER
+    itrace = "bei7i" if seed >= 6 else "be"  # instruction periods through errors and resyncs
 
     def mutate(data: bytes) -> bytes:
         b = bytearray(data)
@@ -137,7 +192,7 @@ def test_fast_equals_reference_on_damaged_aux(traces, seed):
             b = b[:rng.randrange(len(b) + 1)]
         return bytes(b)
 
-    assert_same_queues(path, mutate=mutate)
+    assert_same_queues(path, itrace, mutate=mutate)
 
 
 def test_tokenizer_equals_reference(traces):
@@ -182,7 +237,7 @@ def test_session_fast_order_and_pool_equal_reference(traces, monkeypatch):
     assert pooled == ref
 
 
-@pytest.mark.parametrize("itrace", ["b", "be", "ce"])
+@pytest.mark.parametrize("itrace", ["b", "be", "ce", "bei9i"])
 def test_dump_count_equals_dump_lines(traces, itrace):
     path = traces(MULTI)
     lines, counted, pooled = io.StringIO(), io.StringIO(), io.StringIO()
@@ -244,12 +299,34 @@ def test_segments_decoded_in_parallel_equal_serial(traces, variant):
         assert parallel.STATS["redone"] == before["redone"]
 
 
+def test_instruction_queues_whole_in_worker_pool(traces, monkeypatch):
+    """Instruction samples: no PSB segments (the period count carries across PSBs), compiled whole
+    queues in workers == serial == the reference."""
+    from ptexport.pipeline import parallel
+
+    path = traces(MULTI + ("--psb-period", "512"), 3000)
+    with open_perf_data(str(path)) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("bei7i")))
+        assert perffast.supported(s) and not perffast.segmentable(s)
+        serial = parallel.decode_queues(s, 1)
+        par = parallel.decode_queues(s, 4, min_segment_bytes=600)
+        _queues_equal(serial, par)
+        assert parallel.count_samples(s, 4, min_segment_bytes=600) == parallel.count_samples(s, 1)
+    fast = _session_cols(path, "bei7i", jobs=2)
+    assert fast["kind"].count(2) > 1000  # instruction samples (EV_INSTRUCTION)
+    from ptexport.flow import perffast_order
+
+    monkeypatch.setattr(perffast, "numba", None)
+    monkeypatch.setattr(perffast_order, "numba", None)
+    assert _session_cols(path, "bei7i") == fast
+
+
 def test_reference_queues_in_worker_pool(traces):
-    """Options the compiled decoder does not cover (instructions): whole queues in workers == serial."""
+    """Options the compiled decoder does not cover (sN: initial skip): whole queues in workers == serial."""
     from ptexport.pipeline import parallel
 
     with open_perf_data(str(traces(MULTI))) as pd:
-        s = open_session(pd, DecodeConfig(itrace=parse_itrace("bei10000i")))
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("bei10000is3")))
         assert not perffast.supported(s)
         serial = parallel.decode_queues(s, 1)
         pooled = parallel.decode_queues(s, 2)
