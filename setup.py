@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 class build_py_precompiled(build_py):
     def run(self):
         super().run()
+        self._programs()
         samples = HERE / "sample_data"
         if getattr(self, "editable_mode", False) or os.environ.get("PTEXPORT_NO_PRECOMPILE") or not samples.is_dir():
             return
@@ -37,6 +38,18 @@ class build_py_precompiled(build_py):
         proc = subprocess.run([sys.executable, "-m", "ptexport.cli.precompile", str(samples)], env=env, cwd=lib)
         if proc.returncode:
             print("warning: compiling ahead failed; the first run will compile instead", file=sys.stderr)
+
+
+    def _programs(self):
+        """The sample programs (built here from sample_data/src, see its Makefile) for `synth --program NAME`."""
+        src = HERE / "sample_data" / "src"
+        if not src.is_dir():
+            return
+        dest = Path(self.build_lib) / "ptexport" / "synth" / "programs"
+        dest.mkdir(parents=True, exist_ok=True)
+        for prog in sorted(src.iterdir()):
+            if prog.is_file() and os.access(prog, os.X_OK) and prog.read_bytes()[:4] == b"\x7fELF":
+                self.copy_file(str(prog), str(dest / prog.name))
 
 
 core = find_packages(include=["ptexport", "ptexport.*"])

@@ -125,12 +125,15 @@ def test_the_installed_package_takes_the_compiled_path_with_its_cache_prepared(t
     import subprocess
 
     probe = ("import json, ptexport, ptexport.jit as j; from ptexport.flow import perffast; "
-             "print(json.dumps([ptexport.__file__, perffast.unavailable_reason(), j.cache_prepared()]))")
+             "from ptexport.synth.generate import find_program; "
+             "print(json.dumps([ptexport.__file__, perffast.unavailable_reason(), j.cache_prepared(), "
+             "str(find_program('calls'))]))")
     proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"})
     assert proc.returncode == 0, proc.stderr
-    where, problem, prepared = json.loads(proc.stdout)
+    where, problem, prepared, calls = json.loads(proc.stdout)
     if Path(where).resolve().is_relative_to(ROOT):
         pytest.skip("ptexport is this checkout (an editable install): nothing was compiled at install")
     assert problem == ""
     assert prepared, f"no compiled kernels beside {where}: setup.py's compile-ahead did not run or failed"
+    assert Path(calls).resolve().is_relative_to(Path(where).resolve().parent)  # synth's programs travel with it

@@ -52,7 +52,10 @@ OVF_LOST_BLOCKS = 60                 # blocks whose packets an overflow loses
 
 REPLAY_ABOVE = 2_000_000             # --branches above this replay one encoded round
 
+# The sample programs by name: the checkout's sample_data/src, else the copies an install carries
+# (setup.py puts the built programs in ptexport/synth/programs).
 SAMPLE_DIR = Path(__file__).resolve().parent.parent.parent / "sample_data" / "src"
+PROGRAM_DIRS = (SAMPLE_DIR, Path(__file__).resolve().parent / "programs")
 
 
 def tsc_to_ns(tsc):
@@ -133,11 +136,11 @@ def find_program(name: str) -> Path:
     p = Path(name)
     if p.exists():
         return p
-    cand = SAMPLE_DIR / name
-    if cand.exists():
-        return cand
-    known = sorted(q.name for q in SAMPLE_DIR.iterdir() if q.is_file() and os.access(q, os.X_OK)) \
-        if SAMPLE_DIR.is_dir() else []
+    for d in PROGRAM_DIRS:
+        if (d / name).exists():
+            return d / name
+    known = sorted({q.name for d in PROGRAM_DIRS if d.is_dir() for q in d.iterdir()
+                    if q.is_file() and os.access(q, os.X_OK)})
     raise UsageError(f"no program {name!r}: give a path to a static x86-64 ELF or one of "
                      f"{', '.join(known) or '(none found)'}")
 

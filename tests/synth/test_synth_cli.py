@@ -92,3 +92,18 @@ def test_dynamic_program_is_refused(tmp_path, capsys):
     exe = _build(tmp_path, "dyn", "int main(void){ return 0; }\n", static=False)
     rc, _, err = run(["synth", "--out", str(tmp_path / "o"), "--program", str(exe)], capsys)
     assert rc == 1 and "static" in err
+
+
+def test_named_programs_are_found_where_an_install_carries_them(tmp_path, monkeypatch):
+    """Outside a checkout (no sample_data/), `--program calls` finds the copy setup.py put in the package."""
+    from ptexport.errors import UsageError
+    from ptexport.synth import generate
+
+    carried = tmp_path / "programs"
+    carried.mkdir()
+    (carried / "calls").write_bytes(b"\x7fELF")
+    (carried / "calls").chmod(0o755)
+    monkeypatch.setattr(generate, "PROGRAM_DIRS", (tmp_path / "no-checkout", carried))
+    assert generate.find_program("calls") == carried / "calls"
+    with pytest.raises(UsageError, match="one of calls"):
+        generate.find_program("nosuch")
