@@ -167,6 +167,44 @@ def test_bench_vm(tmp_path):
     assert positive(ref["ratio"]) and positive(ref["reference_s"]) and positive(ref["compiled_s"])
 
 
+@needs_perf
+def test_bench_matrix(tmp_path):
+    """The matrix at --tiny (no fresh venv): every part ran on one input each, counts equal perf's."""
+    rep = refused_then_forced("bench/bench_matrix.py", ["--tiny"], tmp_path)
+    assert rep["tiny"] is True and rep["venv"] == {"skipped": True}
+    assert rep["problems"] == []
+    dec = rep["decode"]
+    n = dec["branches"]
+    assert n == dec["perf_branches"] >= 20_000  # --tiny asks 20 k; the generator's program rounds up
+    assert dec["count --jobs 1"]["branches"] == dec["count --jobs 2"]["branches"] == n
+    for name in ("count --jobs 1", "count --jobs 2", "text --jobs 1", "text --jobs 2"):
+        run = dec[name]
+        assert positive(run["wall_s"]) and positive(run["cpu_s"]) and positive(run["peak_rss_bytes"])
+        assert run["ratio_to_perf"] == pytest.approx(dec["perf script --itrace=b"]["wall_s"] / run["wall_s"])
+    assert dec["count_scaling"] == pytest.approx(dec["count --jobs 1"]["wall_s"] / dec["count --jobs 2"]["wall_s"])
+    exp = rep["export"]
+    assert exp["perf"]["samples"] == exp["jobs 1"]["samples"] == exp["jobs 2"]["samples"] >= n
+    for run in exp.values():
+        assert positive(run["wall_s"]) and positive(run["cpu_s"]) and positive(run["peak_rss_kib"])
+    vm = rep["vm"]
+    assert vm["vm"]["samples"] >= vm["vm_branches"] > 1000 and vm["host"]["samples"] >= vm["vm_branches"]
+    assert positive(vm["ratio_per_sample"]) and positive(vm["ratio_cpu_per_sample"])
+    raw = rep["raw"]
+    gen = raw["generated"]
+    assert gen["insns"] > 1000 and gen["error_lines"] == 0 and positive(gen["insns_per_s"]) and positive(gen["ratio"])
+    if "skipped" not in raw["simplept"]:
+        assert raw["simplept"]["bytes"] == 128 << 10 and positive(raw["simplept"]["ratio"])
+    # the table: every part, each target judged on its figure, and the figures are the runs'
+    rows = rep["rows"]
+    assert {r["part"] for r in rows} == {"decode", "export", "vm", "raw"}
+    judged = [r for r in rows if r["target"]]
+    assert len(judged) >= 10 and all(isinstance(r["met"], bool) and is_number(r["ratio"]) for r in judged)
+    assert rep["targets_missed"] == [r["what"] for r in judged if not r["met"]]
+    scaling = next(r for r in rows if r["what"] == "count: --jobs 2 vs --jobs 1")
+    assert scaling["ratio"] == dec["count_scaling"] and scaling["target"] == ">= 1.7x"
+    assert scaling["met"] is (dec["count_scaling"] >= 1.7)
+
+
 # ---------------------------------------------------------------- bench/ tools without perf
 
 
@@ -297,6 +335,6 @@ def test_every_tool_has_force_and_help(tool, tmp_path):
     assert "--force" in r.stdout
     if tool.startswith("bench/"):
         assert "--tiny" in r.stdout and "--json" in r.stdout
-        covered = {"bench_decode", "bench_export", "bench_rawdump", "bench_records", "bench_viewer", "bench_vm",
-                   "bench_writer"}
+        covered = {"bench_decode", "bench_export", "bench_matrix", "bench_rawdump", "bench_records", "bench_viewer",
+                   "bench_vm", "bench_writer"}
         assert Path(tool).stem in covered, f"{tool} has no tiny-size test in this file"
