@@ -50,6 +50,12 @@ _ERR = re.compile(r"instruction trace error type 1 time (\S+) cpu (-?\d+) pid (-
 _BR = re.compile(r"(-?\d+)/(-?\d+)\s+\[(-?\d+)\]\s+(\S+):\s+(.*?)\s+([0-9a-f]+) =>\s+([0-9a-f]+)$")
 
 
+def _error(line: str) -> list | None:
+    """An instruction trace error line as a tuple (the same from perf and from us)."""
+    m = _ERR.fullmatch(line)
+    return ["error", m[1], int(m[2]), int(m[3]), int(m[4]), int(m[5], 16), int(m[6]), m[7]] if m else None
+
+
 def _tuples(text: str) -> list[list]:
     """``dump branches`` lines (perf's -F pid,tid,cpu,time,ip,addr,flags --ns layout) as perf_branch_tuples.py
     writes them; any other line is kept whole so that it shows up as a difference."""
@@ -58,9 +64,9 @@ def _tuples(text: str) -> list[list]:
         line = line.strip()
         if not line:
             continue
-        m = _ERR.fullmatch(line)
-        if m:
-            out.append(["error", m[1], int(m[2]), int(m[3]), int(m[4]), int(m[5], 16), int(m[6]), m[7]])
+        err = _error(line)
+        if err:
+            out.append(err)
             continue
         m = _BR.fullmatch(line)
         out.append(["branch", m[4], int(m[3]), int(m[1]), int(m[2]), " ".join(m[5].split()), int(m[6], 16),
@@ -88,9 +94,9 @@ def _perf_lines(itrace: str) -> list:
         line = line.strip()
         if not line:
             continue
-        m = _ERR.fullmatch(line)
-        if m:
-            out.append(["error", m[1], int(m[2]), int(m[3]), int(m[4]), int(m[5], 16), int(m[6]), m[7]])
+        err = _error(line)
+        if err:
+            out.append(err)
             continue
         m = _HW.fullmatch(line)
         assert m, line
