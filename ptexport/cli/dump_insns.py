@@ -8,6 +8,12 @@ Raw dumps, like ptxed::
 segments with ADDR as its base (ptxed ``--elf``), any other file as raw bytes
 at ADDR (ptxed ``--raw``); ``FILE:OFFSET:ADDR`` maps the file from OFFSET.
 The ptxed options the libipt tests use are accepted under ptxed's names.
+
+Raw mode walks the plain TNT/TIP stretches of a trace in a compiled kernel
+(:mod:`ptexport.flow.rawfast`) once the trace is big enough for that to pay
+(:mod:`ptexport.flow.rawfast_switch`); the output is the reference decoder's
+line for line.  ``--reference`` (or ``PTEXPORT_RAW_REFERENCE=1``) decodes with
+the reference alone, ``PTEXPORT_RAW_COMPILED=1`` compiled from the start.
 """
 
 from __future__ import annotations
@@ -60,6 +66,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--block:end-on-call", dest="end_on_call", action="store_true")
     parser.add_argument("--block:end-on-jump", dest="end_on_jump", action="store_true")
     parser.add_argument("--offset", dest="print_offset", action="store_true")
+    parser.add_argument("--reference", action="store_true",
+                        help="raw mode: decode with the reference (pure Python) walker only; "
+                             "also PTEXPORT_RAW_REFERENCE=1")
     for n in range(4):
         parser.add_argument(f"--filter:addr{n}_cfg", dest=f"addr{n}_cfg", type=_int, default=0)
         parser.add_argument(f"--filter:addr{n}_a", dest=f"addr{n}_a", type=_int, default=0)
@@ -281,8 +290,16 @@ def _perf_streams(args, opts_factory):
             yield label, dec, session
 
 
+def use_reference(args) -> bool:
+    """Raw mode on the reference walker only (``--reference`` or PTEXPORT_RAW_REFERENCE=1)?"""
+    import os
+
+    return bool(getattr(args, "reference", False)) or os.environ.get("PTEXPORT_RAW_REFERENCE", "") not in ("", "0")
+
+
 def run(args, out) -> int:
     from ptexport.flow.ptxed import ptxed_lines
+    from ptexport.flow.rawfast_switch import compiled_walker
 
     if not args.raw:
         if not args.perf_data:
@@ -294,7 +311,9 @@ def run(args, out) -> int:
     write = out.write
     session = _session(args)
     sideband = session.on_event if session is not None else None
-    for line in ptxed_lines(dec, opts, sideband):
+    fast = None if use_reference(args) else compiled_walker(dec, opts, dec.query.evdec.buf,
+                                                                   sideband=session is not None)
+    for line in ptxed_lines(dec, opts, sideband, fast=fast):
         write(line + "\n")
     return 0
 

@@ -45,6 +45,13 @@ def warm(samples: Path) -> int:
 
     failed = 0
     t0 = time.monotonic()
+    try:
+        from ptexport.flow import rawfast
+
+        rawfast.warm()      # dump insns --raw's walker (no raw sample is shipped)
+    except Exception as e:  # noqa: BLE001 - a warm-up failure must not fail the install
+        print(f"ptexport: compiling ahead: the raw walker: {e}", file=sys.stderr)
+        failed += 1
     with tempfile.TemporaryDirectory(prefix="ptexport-warm-") as tmp:
         for argv in warm_commands(samples, Path(tmp)):
             try:

@@ -196,10 +196,11 @@ SIDEBAND = 3 # (SIDEBAND, line)
 ERROR = 4    # (ERROR, offset, ip, code, kind) with kind "error", "sync error", "resync error"
 EOT = 5      # (EOT,): "[end of trace]" (tracing was enabled when the trace ended)
 SYNC = 6     # (SYNC, offset): decoding (re)started at the PSB at offset
+FAST = 7     # (FAST, count, ips or None, speculative, blocks, ip): the compiled walker (rawfast)
 
 
 def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None,
-         fast_branches: bool = True, exact_offsets: bool = False):
+         fast_branches: bool = True, exact_offsets: bool = False, fast=None):
     """Decode the whole trace; yield the flow as small tuples (see RUN ... SYNC).
 
     Recovery after an error is libipt's: restart at the next PSB, or with
@@ -210,7 +211,10 @@ def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None,
     lets RUN items include branches whose trace is at hand (off when each
     branch must be seen, as for the block view); ``exact_offsets`` turns the
     fast paths off so every instruction comes as an INSN item with the trace
-    offset libipt would report for it.
+    offset libipt would report for it.  ``fast`` (a
+    :class:`~ptexport.flow.rawfast.RawFast`) walks plain stretches of the
+    trace compiled; its items are ``(FAST, count, ips or None, speculative,
+    blocks, ip)``.
     """
     sync = None
     need_sync = True
@@ -251,6 +255,21 @@ def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None,
                         yield (EOT,)
                     raise FlowError(st.EOS)
                 ip = dec.ip
+                if fast is not None and not exact_offsets:
+                    got = fast.step(dec)
+                    if got is not None:
+                        item, st_fast, again = got
+                        if item is not None:
+                            decoded = True
+                            yield item
+                        if st_fast is not None:
+                            status = st_fast
+                        if again or (st_fast is not None
+                                     and status & (EVENT_PENDING | EOS_FLAG)):
+                            if item is not None:
+                                ip = item[5]    # as the reference's last step left it
+                            continue
+                        ip = dec.ip
                 if exact_offsets:
                     run, st_many = (), None
                 elif fast_branches:
@@ -300,15 +319,27 @@ def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None,
             need_sync = True
 
 
-def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions, sideband=None) -> Iterator[str]:
-    """Decode the whole trace; yield ptxed's output lines."""
+def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions, sideband=None, fast=None) -> Iterator[str]:
+    """Decode the whole trace; yield ptxed's output lines.
+
+    With ``fast`` (see :func:`ptexport.flow.rawfast_switch.compiled_walker`)
+    the instruction lines of a compiled stretch come as one string of several
+    lines (no final newline).
+    """
     ninsn = 0
     blocks = _Blocks(opts) if opts.block_decoder else None
     quiet = opts.quiet
     off = opts.print_offset
+    if fast is not None:
+        fast.blocks = blocks        # counted by the kernel as _Blocks would
     for item in walk(dec, resync_on_error=opts.resync_on_error, sideband=sideband,
-                     fast_branches=blocks is None, exact_offsets=off):
+                     fast_branches=blocks is None, exact_offsets=off, fast=fast):
         kind = item[0]
+        if kind == FAST:
+            ninsn += item[1]
+            if not quiet:
+                yield fast.format_ips(item[2], item[3])[:-1]
+            continue
         if kind == RUN:
             run = item[1]
             ninsn += len(run)
