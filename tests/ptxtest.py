@@ -63,6 +63,26 @@ def damage_aux(data: bytes, spans, rng) -> bytes:
     return bytes(b)
 
 
+def mutate_trace(trace: bytes, rng, max_edits: int) -> bytes:
+    """1..max_edits random edits of a PT stream: a byte changed (1/2), 1-8 bytes deleted or inserted, or a
+    prefix of the trace spliced in (a PSB+ in the middle); never empty."""
+    buf = bytearray(trace)
+    for _ in range(rng.randint(1, max_edits)):
+        kind = rng.random()
+        pos = rng.randrange(len(buf))
+        if kind < 0.5:
+            buf[pos] = rng.randrange(256)
+        elif kind < 0.7:
+            del buf[pos:pos + rng.randint(1, 8)]
+        elif kind < 0.9:
+            buf[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        else:
+            buf[pos:pos] = trace[: rng.randint(16, len(trace))]
+        if not buf:
+            buf = bytearray(trace)
+    return bytes(buf)
+
+
 def kernel_traced(data: bytes) -> bytes:
     """Clear exclude_kernel in every perf_event_attr of a file-mode perf.data (the attrs section)."""
     import struct

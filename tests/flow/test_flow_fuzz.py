@@ -19,7 +19,7 @@ from ptexport.flow.insn import InsnDecoder
 from ptexport.flow.ptxed import PtxedOptions, ptxed_lines
 from ptexport.flow.query import DecoderConfig
 from ptexport.images.image import Image
-from ptxtest import corpus_build, corpus_segments
+from ptxtest import corpus_build, corpus_segments, mutate_trace
 
 ERROR_RE = re.compile(r"^\[([0-9a-f]+), ([0-9a-f]+): (?:sync |resync )?error: (.+)\]$")
 MAX_LINES = 200_000
@@ -114,20 +114,7 @@ def test_fuzz_mutated_traces(corpus, seed):
         for i in range(40):
             name = rng.choice(names)
             trace, segs, _ = corpus(name)
-            buf = bytearray(trace)
-            for _ in range(rng.randint(1, 8)):
-                kind = rng.random()
-                pos = rng.randrange(len(buf))
-                if kind < 0.5:
-                    buf[pos] = rng.randrange(256)
-                elif kind < 0.7:
-                    del buf[pos:pos + rng.randint(1, 8)]
-                elif kind < 0.9:
-                    buf[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
-                else:
-                    buf[pos:pos] = trace[: rng.randint(16, len(trace))]   # spliced PSB+
-                if not buf:
-                    buf = bytearray(trace)
+            buf = mutate_trace(trace, rng, 8)
             for resync in (False, True):
                 lines = _decode(bytes(buf), segs, resync_on_error=resync,
                                 event_ip=True, stat=True)

@@ -303,7 +303,7 @@ def _decode_mem(trace: bytes, segs, opts: ptxed.PtxedOptions, compiled: bool) ->
 def test_fuzz_mutated_traces_equal(seed, tmp_path_factory):
     import random
 
-    from ptxtest import corpus_build, corpus_segments
+    from ptxtest import corpus_build, corpus_segments, mutate_trace
 
     rng = random.Random(500 + seed)
     built = {}
@@ -313,20 +313,7 @@ def test_fuzz_mutated_traces_equal(seed, tmp_path_factory):
     for i in range(30):
         name = rng.choice(FUZZ_CASES)
         trace, segs = built[name]
-        buf = bytearray(trace)
-        for _ in range(rng.randint(1, 6)):
-            kind = rng.random()
-            pos = rng.randrange(len(buf))
-            if kind < 0.5:
-                buf[pos] = rng.randrange(256)
-            elif kind < 0.7:
-                del buf[pos:pos + rng.randint(1, 8)]
-            elif kind < 0.9:
-                buf[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
-            else:
-                buf[pos:pos] = trace[: rng.randint(16, len(trace))]
-            if not buf:
-                buf = bytearray(trace)
+        buf = mutate_trace(trace, rng, 6)
         for opts in (ptxed.PtxedOptions(stat=True, event_ip=True),
                      ptxed.PtxedOptions(stat=True, resync_on_error=True, block_decoder=True)):
             ref = _decode_mem(bytes(buf), segs, opts, False)
