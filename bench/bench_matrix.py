@@ -222,7 +222,7 @@ def part_venv(m: Matrix, work: Path, first_trace: Path, branches: int) -> dict:
     print(f"fresh venv: {files} files checked out, {' '.join(README_INSTALL)} in {wall:.1f} s wall "
           f"({ru.ru_utime + ru.ru_stime:.1f} s CPU), {installed} numba cache files installed with the package")
     probe = subprocess.run([str(venv / "bin" / "python"), "-c",
-                            "import ptexport; from ptexport.flow import perffast; "
+                            "import ptexport; from ptexport.raw import perffast; "
                             "print(perffast.available(), ptexport.__file__)"],
                            cwd=work, env=env, capture_output=True, text=True)
     compiled, _, where = probe.stdout.strip().partition(" ")

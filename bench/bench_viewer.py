@@ -5,7 +5,7 @@
 
 Generates an SQLite database holding N branch samples and ~N/10 calls (8
 threads, 3-level call trees over 1110 call paths, context switches on 4 CPUs)
-through ptexport's own writer (ptexport.export.open_writer: ptexport/schema.sql
+through ptexport's own writer (ptexport.writers.open_writer: ptexport/schema.sql
 with its indexes, the id-0 rows, has_calls, branch_types, schema_version), so
 the database is what an export writes and cannot fall out of step with the
 schema; then times what a user waits for:
@@ -42,8 +42,8 @@ import numpy as np
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from _common import add_options, one_line_errors, parse, workdir, write_json  # noqa: E402
-from ptexport.export.schema import load_schema  # noqa: E402
-from ptexport.export.writer import open_writer  # noqa: E402
+from ptexport.writers.schema import load_schema  # noqa: E402
+from ptexport.writers.base import open_writer  # noqa: E402
 
 THREADS = 8
 CPUS = 4

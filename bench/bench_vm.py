@@ -34,7 +34,7 @@ from _common import add_options, need_perf, one_line_errors, parse, parse_count,
 FIELDS = "machine_pid,vcpu,pid,tid,cpu,time,flags,ip,addr"
 _INPROCESS = """
 import io, sys, time
-from ptexport.flow import perffast
+from ptexport.decoder.compiled import decoder as perffast
 if sys.argv[2] == "reference":
     perffast.numba = None  # perffast.supported() is False: the reference decoder
 from ptexport.cli import main

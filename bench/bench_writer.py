@@ -31,7 +31,7 @@ import numpy as np
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from _common import add_options, one_line_errors, parse, ratio, write_json  # noqa: E402
-from ptexport.export.writer import open_writer  # noqa: E402
+from ptexport.writers.base import open_writer  # noqa: E402
 
 PERF_SAMPLES_PER_S = 84_000
 PERF_BYTES_PER_SAMPLE = 69e6 / 1e6
@@ -90,7 +90,7 @@ def perf_layout_size(db: str, out: str) -> int:
     """Bytes of the same samples/calls rows in perf's exact layout (21-column samples, perf's 2 indexes)."""
     import sqlite3
 
-    from ptexport.export.schema import load_schema
+    from ptexport.writers.schema import load_schema
 
     sch = load_schema("sqlite")
     c = sqlite3.connect(db, isolation_level=None)
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dir is not None and not os.path.isdir(args.dir):
         ap.error(f"--dir {args.dir}: no such directory")
     modes = [m for m in args.modes.split(",") if m]
-    from ptexport.export.sqlite_writer import MODES
+    from ptexport.writers.sqlite import MODES
 
     if not modes or set(modes) - set(MODES):
         ap.error(f"--modes: one or more of {','.join(MODES)}")

@@ -116,7 +116,7 @@ def cache_prepared() -> bool:
         return False
     from numba.core import caching, config
 
-    kernel = _PACKAGE / "flow" / "perffast_kernel.py"
+    kernel = _PACKAGE / "decoder" / "compiled" / "kernel.py"
     sub = caching.UserWideCacheLocator.get_suitable_cache_subpath(str(kernel))
     dirs = [kernel.parent / "__pycache__"]
     if config.CACHE_DIR:

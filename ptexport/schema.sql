@@ -17,7 +17,7 @@
 --   * threads.process_id is the id of the process's main thread;
 --   * comm_id of samples/calls is the main thread's exec comm.
 --
--- Loader syntax (ptexport/export/schema.py): statements end with ";" at the
+-- Loader syntax (ptexport/writers/schema.py): statements end with ";" at the
 -- end of a line.  Lines between "-- @sqlite" and "-- @end" are used only for
 -- SQLite, between "-- @postgresql" and "-- @end" only for PostgreSQL.
 -- to_hex(x) is PostgreSQL's; for SQLite it becomes printf('%x', x).

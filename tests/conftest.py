@@ -21,7 +21,7 @@ from ptxtest import (  # noqa: F401 - re-exported for tests that import them fro
 # Every SQLite database a test writes through ptexport (its writer, `ptexport upgrade`), in this
 # process or in a child process (which inherits the environment), must pass PRAGMA integrity_check
 # and the header check before it is renamed into place; else the export fails with
-# CorruptDatabaseError (ptexport.export.verify).  PTEXPORT_VERIFY_DB=0 in the caller's environment
+# CorruptDatabaseError (ptexport.writers.verify).  PTEXPORT_VERIFY_DB=0 in the caller's environment
 # switches it off (e.g. to time the suite without it).
 os.environ.setdefault("PTEXPORT_VERIFY_DB", "1")
 

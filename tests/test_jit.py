@@ -124,7 +124,7 @@ def test_the_installed_package_takes_the_compiled_path_with_its_cache_prepared(t
     import json
     import subprocess
 
-    probe = ("import json, ptexport, ptexport.jit as j; from ptexport.flow import perffast; "
+    probe = ("import json, ptexport, ptexport.jit as j; from ptexport.decoder.compiled import decoder as perffast; "
              "from ptexport.synth.generate import find_program; "
              "print(json.dumps([ptexport.__file__, perffast.unavailable_reason(), j.cache_prepared(), "
              "str(find_program('calls'))]))")

@@ -4,7 +4,7 @@
 export order) and yields perf's ``calls`` and ``call_paths`` rows with perf's
 ids; :class:`CallPathTable` is the call path tree it numbers.  It is the
 reference; :func:`make_call_tree` gives the numba-compiled
-:class:`~ptexport.calltree.fast.FastCallTree` (same interface, same rows,
+:class:`~ptexport.calltree.threadstack_compiled.FastCallTree` (same interface, same rows,
 several times faster) when numba is installed.
 """
 
@@ -22,7 +22,7 @@ from ptexport.calltree.threadstack import (
 
 def make_call_tree(**kwargs):
     """The fastest call tree available: numba's when installed, else the reference one."""
-    from ptexport.calltree.fast import HAVE_NUMBA, FastCallTree
+    from ptexport.calltree.threadstack_compiled import HAVE_NUMBA, FastCallTree
 
     if HAVE_NUMBA:
         kwargs.pop("call_paths", None)

@@ -194,8 +194,8 @@ class _SignalGuard:
 
 
 def _databases_placed() -> int:
-    """Exports of this process that have put their database in place (:mod:`ptexport.export.writer`)."""
-    mod = sys.modules.get("ptexport.export.writer")  # not imported: no export ran
+    """Exports of this process that have put their database in place (:mod:`ptexport.writers.base`)."""
+    mod = sys.modules.get("ptexport.writers.base")  # not imported: no export ran
     return mod.databases_placed() if mod else 0
 
 
@@ -217,7 +217,7 @@ def _warn_reference_path(args) -> None:
     global _warned
     if _warned or getattr(args, "subcommand", None) in _NO_DECODE:
         return
-    from ptexport.flow.perffast import unavailable_reason
+    from ptexport.decoder.compiled.decoder import unavailable_reason
 
     reason = unavailable_reason()
     if reason:

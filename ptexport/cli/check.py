@@ -14,7 +14,7 @@ def run(args, out) -> int:
     import os
 
     from ptexport.errors import UsageError
-    from ptexport.export.verify import check_database
+    from ptexport.writers.verify import check_database
 
     for db in args.dbs:
         if not os.path.isfile(db):

@@ -105,7 +105,7 @@ def add_filter_arguments(parser, export: bool = False) -> None:
 
 def filter_config(args) -> dict:
     """DecodeConfig/ExportConfig keywords for :func:`add_filter_arguments`' options."""
-    from ptexport.pipeline.filters import parse_id_list
+    from ptexport.decoder.filters import parse_id_list
 
     return {"time": args.time or None,
             "pids": parse_id_list(args.pid, "pid") if args.pid else None,
@@ -134,7 +134,7 @@ def _time(ns: int) -> str:
 
 def run(args, out) -> int:
     from ptexport.perfdata import open_perf_data
-    from ptexport.pipeline.perfsession import DecodeConfig, open_session
+    from ptexport.session.perfsession import DecodeConfig, open_session
     from ptexport.samples.itrace import parse_itrace
 
     itrace = parse_itrace(args.itrace)
@@ -142,7 +142,7 @@ def run(args, out) -> int:
 
     guest_kcore = args.guest_kcore or (os.path.dirname(os.path.abspath(args.guestkallsyms))
                                        if args.guestkallsyms else None)
-    from ptexport.pipeline.guestdata import parse_guest_data_list
+    from ptexport.session.guestdata import parse_guest_data_list
 
     cfg = DecodeConfig(itrace=itrace, symfs=args.symfs, buildid_dir=args.buildid_dir,
                        cpus=parse_cpu_list(args.cpu), guest_kcore=guest_kcore,
@@ -157,7 +157,7 @@ def run(args, out) -> int:
         session = open_session(pd, cfg)  # with --guest-data: the guests merged in (also in workers)
         warn_cut(args.trace, pd, "decoding")
         if args.count:
-            from ptexport.pipeline.parallel import _count_streamed, count_samples
+            from ptexport.session.parallel import _count_streamed, count_samples
 
             if session.filters_samples:  # --time/--pid/--tid: count what the streamed samples keep
                 n_samples, n_err = _count_streamed(session, 1 if args.jobs is None else args.jobs)
@@ -170,7 +170,7 @@ def run(args, out) -> int:
         jobs = 1 if args.jobs is None else args.jobs
         if args.csv:
             w = csv.writer(out, lineterminator="\n")
-            from ptexport.pipeline.guest import VcpuAttribution
+            from ptexport.decoder.guest import VcpuAttribution
 
             vm = VcpuAttribution(session).enabled  # guest sideband: machine_pid,vcpu columns too
             w.writerow(["time", "cpu", "pid", "tid", "ip", "addr", "flags", "event", "error"]
@@ -194,7 +194,7 @@ def _lists(cols) -> tuple[list, ...]:
 
 
 def _write_csv(w, cols, vm: bool = False) -> None:
-    from ptexport.pipeline.perfsession import EV_ERROR, EVENT_NAMES
+    from ptexport.samples.columns import EV_ERROR, EVENT_NAMES
 
     kinds, times, cpus, pids, tids, ips, addrs, flags, codes = _lists(cols)
     extra = list(zip(cols.machine_pid.tolist(), cols.vcpu.tolist())) if vm else None
@@ -217,8 +217,8 @@ def _error_line(ip: int, time: int, mp: int, vcpu: int, cpu: int, pid: int, tid:
 
 def _write_text(out, cols) -> None:
     """perf script's lines of a batch, written by the compiled writer (errors formatted here)."""
-    from ptexport.pipeline.perfsession import EV_BRANCH, EV_ERROR
-    from ptexport.samples import textfast
+    from ptexport.samples.columns import EV_BRANCH, EV_ERROR
+    from ptexport.samples import text_compiled as textfast
     from ptexport.samples.flags import format_flags_field
 
     if textfast.numba is None:
@@ -243,7 +243,7 @@ def _write_text(out, cols) -> None:
 
 def _write_text_reference(out, cols) -> None:
     """The same lines by f-strings (without numba; the compiled writer's oracle)."""
-    from ptexport.pipeline.perfsession import EV_BRANCH, EV_ERROR
+    from ptexport.samples.columns import EV_BRANCH, EV_ERROR
     from ptexport.samples.flags import format_flags_field
 
     kinds, times, cpus, pids, tids, ips, addrs, flags, codes = _lists(cols)
@@ -277,7 +277,7 @@ def _ipc(insn: int, cyc: int) -> str:
 
 def _write_fields(out, cols, fields: frozenset[str]) -> None:
     """Branch samples as ``perf script -F FIELDS --ns`` prints them (errors as by default)."""
-    from ptexport.pipeline.perfsession import EV_ERROR
+    from ptexport.samples.columns import EV_ERROR
     from ptexport.samples.flags import format_flags_field
 
     F = fields.__contains__

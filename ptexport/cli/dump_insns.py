@@ -10,8 +10,8 @@ at ADDR (ptxed ``--raw``); ``FILE:OFFSET:ADDR`` maps the file from OFFSET.
 The ptxed options the libipt tests use are accepted under ptxed's names.
 
 Raw mode walks the plain TNT/TIP stretches of a trace in a compiled kernel
-(:mod:`ptexport.flow.rawfast`) once the trace is big enough for that to pay
-(:mod:`ptexport.flow.rawfast_switch`); the output is the reference decoder's
+(:mod:`ptexport.raw.insn_compiled`) once the trace is big enough for that to pay
+(:mod:`ptexport.raw.backend`); the output is the reference decoder's
 line for line.  ``--reference`` (or ``PTEXPORT_RAW_REFERENCE=1``) decodes with
 the reference alone, ``PTEXPORT_RAW_COMPILED=1`` compiled from the start.
 """
@@ -114,8 +114,8 @@ def _parse_image(spec: str):
 
 def build(args):
     """(InsnDecoder, PtxedOptions, warnings) for ``args`` (raw mode)."""
-    from ptexport.flow.insn import InsnDecoder
-    from ptexport.flow.query import DecoderConfig
+    from ptexport.raw.insn import InsnDecoder
+    from ptexport.raw.query import DecoderConfig
     from ptexport.images.image import Image
     from ptexport.pt.errata import NO_ERRATA, UnknownCpuError, errata_for_cpu, parse_cpu
 
@@ -161,7 +161,7 @@ def _session(args):
     import os
 
     from ptexport.cli.dump_packets import _pevent_config
-    from ptexport.flow.pevent_session import PeventSession
+    from ptexport.raw.pevent_session import PeventSession
     from ptexport.pt.pevent import SidebandPrinter, load_pevent
 
     files = [(p, True) for p in args.pevent_primary] + [(p, False) for p in args.pevent_secondary]
@@ -204,8 +204,8 @@ def _perf_streams(args, opts_factory):
     """Yield (label, InsnDecoder, PeventSession) per AUX queue of a perf.data file."""
     import os
 
-    from ptexport.flow.insn import InsnDecoder
-    from ptexport.flow.pevent_session import PeventSession
+    from ptexport.raw.insn import InsnDecoder
+    from ptexport.raw.pevent_session import PeventSession
     from ptexport.images.image import Image
     from ptexport.images.lookup import ObjectFinder
     from ptexport.images.section import SectionCache
@@ -298,8 +298,8 @@ def use_reference(args) -> bool:
 
 
 def run(args, out) -> int:
-    from ptexport.flow.ptxed import ptxed_lines
-    from ptexport.flow.rawfast_switch import compiled_walker
+    from ptexport.raw.ptxed import ptxed_lines
+    from ptexport.raw.backend import compiled_walker
 
     if not args.raw:
         if not args.perf_data:
@@ -320,8 +320,8 @@ def run(args, out) -> int:
 
 def _run_perf(args, out) -> int:
     """The libipt-style flow of each AUX queue of a perf.data file, one after the other."""
-    from ptexport.flow.ptxed import ptxed_lines
-    from ptexport.flow.query import DecoderConfig
+    from ptexport.raw.ptxed import ptxed_lines
+    from ptexport.raw.query import DecoderConfig
     from ptexport.pt.errata import NO_ERRATA, UnknownCpuError, errata_for_cpu, parse_cpu
 
     errata_memo: dict = {}
@@ -360,7 +360,7 @@ def _run_perf(args, out) -> int:
 
 def _options(args):
     """ptxed's output options from ``args``."""
-    from ptexport.flow.ptxed import PtxedOptions
+    from ptexport.raw.ptxed import PtxedOptions
 
     return PtxedOptions(
         quiet=args.quiet, stat=args.stat, stat_insn=args.stat_insn,

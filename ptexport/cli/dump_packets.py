@@ -72,7 +72,7 @@ def add_arguments(parser) -> None:
 
 
 def _options(args, errata):
-    from ptexport.pt.ptdump import PtdumpOptions
+    from ptexport.raw.ptdump import PtdumpOptions
     from ptexport.pt.time import TimingConfig
 
     if args.time and args.tcal:
@@ -221,7 +221,7 @@ def _load_raw(arg: str) -> bytes:
 
 
 def run(args, out) -> int:
-    from ptexport.pt.ptdump import ptdump_lines
+    from ptexport.raw.ptdump import ptdump_lines
 
     errata, warning = _errata(args, out)
     opts = _options(args, errata)
@@ -275,7 +275,7 @@ def _run_perf_data(args, opts, warning, out) -> int:
     import dataclasses
 
     from ptexport.perfdata import AuxtraceRecord, open_perf_data
-    from ptexport.pt.ptdump import ptdump_lines
+    from ptexport.raw.ptdump import ptdump_lines
 
     if args.pevent_primary or args.pevent_secondary:
         raise UsageError("--pevent sideband files go with --raw; perf.data carries its own")
@@ -309,7 +309,7 @@ def _run_perf_data(args, opts, warning, out) -> int:
 
 def _dump_per_cpu(pd, opts, out) -> None:
     from ptexport.perfdata import AuxtraceRecord
-    from ptexport.pt.ptdump import ptdump_lines
+    from ptexport.raw.ptdump import ptdump_lines
 
     streams: dict[int, list] = {}
     for rec in pd.records():

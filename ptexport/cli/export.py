@@ -47,15 +47,15 @@ def add_arguments(parser) -> None:
 def run(args, out) -> int:
     from ptexport.cli.dump_branches import filter_config, parse_cpu_list
     from ptexport.errors import UsageError
-    from ptexport.pipeline.export import ExportConfig, export_trace
-    from ptexport.pipeline.guestdata import parse_guest_data_list
+    from ptexport.dbexport.exporter import ExportConfig, export_trace
+    from ptexport.session.guestdata import parse_guest_data_list
     from ptexport.samples.itrace import DEFAULT_CALLCHAIN_SZ, export_default, parse_itrace
 
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: expected 1 or more")
     itrace = parse_itrace(args.itrace) if args.itrace else export_default()
     if args.callchains:
-        from ptexport.pipeline.export_callchains import check_config
+        from ptexport.dbexport.callchains import check_config
 
         problem = check_config(args.calls, False)
         if problem:
@@ -115,7 +115,7 @@ def _mib(n: int) -> str:
 
 def _warn_space(trace: str, target: str) -> None:
     """A warning when the target's file system has less room than the export is estimated to need."""
-    from ptexport.export.space import estimate
+    from ptexport.writers.space import estimate
 
     est = estimate(trace, target)
     if est is not None and est.short:

@@ -46,8 +46,7 @@ def warm(samples: Path) -> int:
     failed = 0
     t0 = time.monotonic()
     try:
-        from ptexport.flow import rawfast
-
+        from ptexport.raw import insn_compiled as rawfast
         rawfast.warm()      # dump insns --raw's walker (no raw sample is shipped)
     except Exception as e:  # noqa: BLE001 - a warm-up failure must not fail the install
         print(f"ptexport: compiling ahead: the raw walker: {e}", file=sys.stderr)

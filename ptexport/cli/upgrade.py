@@ -12,7 +12,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args, out) -> int:
-    from ptexport.export.migrate import upgrade
+    from ptexport.writers.migrate import upgrade
 
     names = upgrade(args.db, dry_run=args.dry_run)
     if not names:

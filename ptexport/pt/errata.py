@@ -1,7 +1,7 @@
 """CPU model -> Intel PT errata flags (libipt's pt_cpu_errata).
 
 Only SKD007 and SKZ84 change how packets are read (packets.py); the others
-change how the query/flow decoders interpret them (ptexport.flow):
+change how the query/flow decoders interpret them (ptexport.raw):
 
 - BDM70: a PSB+ may contain an FUP/MODE that does not belong to it.
 - BDM64: a TSX abort may leave the trace with a bad TIP/TNT.

@@ -1,6 +1,6 @@
 """Intel PT packet decoder: bytes -> packets (libipt's packet layer).
 
-Stable API (used by the query decoder in ``ptexport.flow``; keep it stable):
+Stable API (used by the query decoder in ``ptexport.raw``; keep it stable):
 
 ``PacketKind``
     IntEnum of every packet of the current Intel SDM (PAD, TNT_8, TNT_64, TIP,

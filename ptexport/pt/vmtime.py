@@ -95,8 +95,7 @@ def packet_lists(data) -> tuple[list, list, list, list]:
     The compiled columnar decoder is used when numba is installed (a decode error there
     resynchronizes at the next PSB, as perf's decoder does after a bad packet); otherwise
     the perf-style tokenizer."""
-    from ptexport.pt import fastdecode
-
+    from ptexport.pt import packets_compiled as fastdecode
     if fastdecode.numba is None:
         pk = tokenize(data)
         return pk.kind.tolist(), pk.count.tolist(), pk.payload.tolist(), pk.pos.tolist()

@@ -12,7 +12,7 @@ Two renderings of the same 32-bit value live here:
 * :data:`PERF_BRANCH_TYPES` - the ``branch_types`` rows perf 6.1's db-export
   writes (``export-to-sqlite.py``), checked against perf.  Names for the
   values perf has no row for (VM exit 4131...) are made by the exporter,
-  :mod:`ptexport.export.branch_types`.
+  :mod:`ptexport.writers.branch_types`.
 """
 
 from __future__ import annotations

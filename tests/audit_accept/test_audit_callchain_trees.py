@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from ptexport.calltree import CallTree
-from ptexport.calltree.fast import HAVE_NUMBA
-from ptexport.pipeline.export_callchains import chain_addresses
+from ptexport.calltree.threadstack_compiled import HAVE_NUMBA
+from ptexport.dbexport.callchains import chain_addresses
 from ptexport.samples.flags import IpFlag
 
 CALL = int(IpFlag.BRANCH | IpFlag.CALL)
@@ -25,7 +25,7 @@ def _batch(rows):
 
 @pytest.mark.skipif(not HAVE_NUMBA, reason="the compiled call tree needs numba")
 def test_stacks_and_chain_paths_agree():
-    from ptexport.calltree.fast import FastCallTree
+    from ptexport.calltree.threadstack_compiled import FastCallTree
 
     rng = np.random.default_rng(5)
     trees = [CallTree(root_call_path_id=1, first_call_path_id=1), FastCallTree(root_call_path_id=1, first_call_path_id=1)]

@@ -155,8 +155,7 @@ def big_trace(tmp_path_factory):
 
 def test_jobs_gives_the_same_database(big_trace, tmp_path, monkeypatch):
     """--jobs 3: queues decoded by worker processes (16 KB PSB segments), every table equal to --jobs 1's."""
-    from ptexport.pipeline import parallel
-
+    from ptexport.session import parallel
     used = []
     real = parallel._segment_streams
 

@@ -193,7 +193,7 @@ def test_stats_rows_of_lost_records_and_aux_flags():
     record types and features as skipped (the generator makes none of these: a session stand-in)."""
     from types import SimpleNamespace as NS
 
-    from ptexport.pipeline.export_stats import ExportStats
+    from ptexport.dbexport.stats import ExportStats
     from ptexport.sideband.model import AuxEvent, LostEvent
 
     sb = NS(lost=[LostEvent(10, 0, "LOST", 3), LostEvent(20, 0, "LOST", 2), LostEvent(30, 1, "LOST_SAMPLES", 7)],

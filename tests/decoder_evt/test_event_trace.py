@@ -83,7 +83,8 @@ def test_evt_samples_match_ground_truth(traces, variant):
     the interrupt's FUP at the TIP.PGD, often fails ("Trace doesn't match instruction") and
     resyncs at the next TIP.PGE, skipping the CFE.IRET before it."""
     from ptexport.perfdata import open_perf_data
-    from ptexport.pipeline.perfsession import EV_EVT as K_EVT, DecodeConfig, open_session
+    from ptexport.session.perfsession import DecodeConfig, open_session
+    from ptexport.samples.columns import EV_EVT as K_EVT
     from ptexport.samples.itrace import parse_itrace
 
     d = traces[variant]

@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 from ptexport.cli import main
-from ptexport.flow import perffast
+from ptexport.decoder.compiled import decoder as perffast
 from ptexport.perfdata import open_perf_data
-from ptexport.pipeline import parallel
-from ptexport.pipeline.perfsession import _OUT_COLUMNS, DecodeConfig, concat_columns, open_session
+from ptexport.session import parallel
+from ptexport.session.perfsession import DecodeConfig, open_session
+from ptexport.samples.columns import OUT_COLUMNS as _OUT_COLUMNS, concat_columns
 from ptexport.samples.itrace import parse_itrace
 
 VARIANTS = {

@@ -30,7 +30,7 @@ from ptxtest import perf_branch_lines as _perf, our_branch_lines as _ours, first
 from ptexport.cli import main
 from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import RecordType as RT
-from ptexport.pipeline.perfsession import PerfSession
+from ptexport.session.perfsession import PerfSession
 
 pytestmark = needs_perf
 
@@ -83,8 +83,8 @@ def test_times_after_errors_equal_perf(tmp_path, monkeypatch, name):
         shows = [(seed, path, theirs) for seed, path, theirs in damaged if _ours(path) != theirs]
     assert shows, f"{name}: no seed where perf's est_tsc changes a time"
     # The reference decoder on those seeds.
-    from ptexport.flow import perffast, perffast_order
-
+    from ptexport.decoder.compiled import decoder as perffast
+    from ptexport.session import queues_compiled as perffast_order
     monkeypatch.setattr(perffast, "numba", None)
     monkeypatch.setattr(perffast_order, "numba", None)
     for seed, path, theirs in shows:
@@ -130,8 +130,8 @@ def test_vm_kernel_and_user_times_after_errors_equal_perf(tmp_path, monkeypatch,
             m.setattr(PerfSession, "_est_tsc", property(lambda s: False))
             assert _dump_vm(inj) != theirs, f"seed {seed}: est_tsc changes no time"
         if seed == 0:
-            from ptexport.flow import perffast, perffast_order
-
+            from ptexport.decoder.compiled import decoder as perffast
+            from ptexport.session import queues_compiled as perffast_order
             with monkeypatch.context() as m:
                 m.setattr(perffast, "numba", None)
                 m.setattr(perffast_order, "numba", None)
@@ -152,8 +152,8 @@ def _both_decoders_equal_perf(path, monkeypatch) -> list[str]:
     theirs = _perf(path)
     mine = _ours(path)
     assert mine == theirs, "compiled decoder: " + _diff(mine, theirs)
-    from ptexport.flow import perffast, perffast_order
-
+    from ptexport.decoder.compiled import decoder as perffast
+    from ptexport.session import queues_compiled as perffast_order
     with monkeypatch.context() as m:
         m.setattr(perffast, "numba", None)
         m.setattr(perffast_order, "numba", None)

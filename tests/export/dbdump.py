@@ -6,7 +6,7 @@ import sqlite3
 from decimal import Decimal
 from typing import Any
 
-from ptexport.export.schema import load_schema
+from ptexport.writers.schema import load_schema
 
 VOLATILE = {"schema_version": "created", "ptexport_migrations": "applied"}
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from dbdump import sqlite_dump
 
-from ptexport.export import _btree
-from ptexport.export.writer import open_writer
+from ptexport.writers import _btree
+from ptexport.writers.base import open_writer
 
 pytestmark = pytest.mark.skipif(not _btree.available(), reason="numba is not installed")
 
@@ -147,8 +147,7 @@ def test_index_record_matches_the_kernel():
 def test_index_entries_beyond_memory_go_to_sorted_runs_and_merge(tmp_path, monkeypatch, page_size):
     """More index entries than INDEX_RUN_ROWS: sorted runs in a file, merged block by block into the
     index pages (duplicate keys across runs, e.g. parent_call_path_id 0, ordered by rowid)."""
-    from ptexport.export import sqlite_writer
-
+    from ptexport.writers import sqlite as sqlite_writer
     monkeypatch.setattr(sqlite_writer, "INDEX_RUN_ROWS", 700)
     batches = [np.arange(1, 2000), np.arange(2000, 2001), np.arange(2001, 6000), np.arange(6000, 6500)]
     w = _write(tmp_path / "b.db", "btree", batches, page_size=page_size)
@@ -185,8 +184,7 @@ def test_calls_returning_after_their_callees_stay_on_the_page_path(tmp_path):
 
 
 def test_too_many_late_rows_fall_back_to_sql(tmp_path, monkeypatch):
-    from ptexport.export import sqlite_writer
-
+    from ptexport.writers import sqlite as sqlite_writer
     monkeypatch.setattr(sqlite_writer, "LATE_MAX_ROWS", 50)
     batches = [np.arange(1000, 2000), np.arange(1, 400), np.arange(400, 1000), np.arange(2000, 2100)]
     _write(tmp_path / "b.db", "btree", batches)

@@ -26,8 +26,10 @@ import time
 import numpy as np
 import pytest
 
-from ptexport.export import _btree, sqlite_writer
-from ptexport.export.writer import open_writer
+from ptexport.writers import _btree
+
+from ptexport.writers import sqlite as sqlite_writer
+from ptexport.writers.base import open_writer
 
 pytestmark = pytest.mark.skipif(not _btree.available(), reason="numba is not installed")
 

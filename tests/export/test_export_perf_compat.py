@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from ptexport.cli import main
-from ptexport.export.branch_types import PERF_BRANCH_TYPES
-from ptexport.export.migrate import load_migrations
-from ptexport.export.schema import load_schema
+from ptexport.writers.branch_types import PERF_BRANCH_TYPES
+from ptexport.writers.migrate import load_migrations
+from ptexport.writers.schema import load_schema
 
 COOKBOOK = Path(__file__).resolve().parents[2] / "docs" / "cookbook.md"
 

@@ -13,7 +13,7 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg")
 
-from ptexport.export.postgres_writer import PostgresWriter  # noqa: E402
+from ptexport.writers.postgres import PostgresWriter  # noqa: E402
 
 BASE = "postgresql://postgres@127.0.0.1:5432"
 pytestmark = pytest.mark.postgres

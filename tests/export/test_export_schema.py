@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from ptexport.export.branch_types import PERF_BRANCH_TYPES, branch_type_name, branch_type_rows
-from ptexport.export.schema import load_schema
+from ptexport.writers.branch_types import PERF_BRANCH_TYPES, branch_type_name, branch_type_rows
+from ptexport.writers.schema import load_schema
 
 PERF_SAMPLE_COLUMNS = ["id", "evsel_id", "machine_id", "thread_id", "comm_id", "dso_id", "symbol_id",
                        "sym_offset", "ip", "time", "cpu", "to_dso_id", "to_symbol_id", "to_sym_offset", "to_ip",

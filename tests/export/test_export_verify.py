@@ -25,12 +25,12 @@ import pytest
 
 from ptexport.cli import main
 from ptexport.errors import CorruptDatabaseError, InputError
-from ptexport.export import _btree
-from ptexport.export.fixture import build_fixture_db
-from ptexport.export.migrate import Migration, upgrade
-from ptexport.export.schema import load_schema
-from ptexport.export.verify import VERIFY_ENV, check_database, header_problems, verify_requested
-from ptexport.export.writer import open_writer
+from ptexport.writers import _btree
+from ptexport.writers.fixture import build_fixture_db
+from ptexport.writers.migrate import Migration, upgrade
+from ptexport.writers.schema import load_schema
+from ptexport.writers.verify import VERIFY_ENV, check_database, header_problems, verify_requested
+from ptexport.writers.base import open_writer
 
 needs_numba = pytest.mark.skipif(not _btree.available(), reason="numba is not installed")
 
@@ -116,7 +116,7 @@ def small_trace(tmp_path_factory):
 CHILD = """
 import sys
 from ptexport.cli import main
-from ptexport.export import _btree
+from ptexport.writers import _btree
 orig = _btree._build_table_interiors
 _btree._build_table_interiors = lambda pgnos, keys, starts, ps, out: orig(pgnos, keys - 1, starts, ps, out)
 sys.exit(main(sys.argv[1:]))

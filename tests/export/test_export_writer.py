@@ -9,10 +9,10 @@ import pytest
 from dbdump import dump, sqlite_dump
 
 from ptexport.errors import DatabaseExistsError, ExportError
-from ptexport.export.fixture import build_fixture_db
-from ptexport.export.model import ExportModel
-from ptexport.export.sqlite_writer import SqliteWriter
-from ptexport.export.writer import open_writer
+from ptexport.writers.fixture import build_fixture_db
+from ptexport.writers.model import ExportModel
+from ptexport.writers.sqlite import SqliteWriter
+from ptexport.writers.base import open_writer
 
 
 def test_fixture_database_has_perfs_unknown_rows_and_our_extensions(fixture_sqlite):
@@ -143,7 +143,7 @@ def test_postgres_has_the_same_rows_as_sqlite(fixture_sqlite, pg_url):
     assert sorted(pg) == sorted(lite)
     for t in lite:
         assert pg[t] == lite[t], t
-    from ptexport.export.schema import load_schema
+    from ptexport.writers.schema import load_schema
 
     # every table with an id column (all but schema_version, ptexport_migrations)
     assert keys == len(load_schema("postgresql").primary_key_sql()) == len(lite) - 2

@@ -9,9 +9,9 @@ import pytest
 
 from ptexport.cli import main
 from ptexport.errors import DecodeError
-from ptexport.pipeline import decode_proc
-from ptexport.pipeline.export import ExportConfig, export_trace
-from ptexport.pipeline.perfsession import PerfSession
+from ptexport.session import decode_proc
+from ptexport.dbexport.exporter import ExportConfig, export_trace
+from ptexport.session.perfsession import PerfSession
 from ptexport.samples.itrace import export_default
 
 from test_export_fast_vs_ref import dump
@@ -39,7 +39,7 @@ def test_child_decoding_gives_the_in_process_database(trace, tmp_path):
 
 def test_batches_cross_the_pipe_intact(trace):
     from ptexport.perfdata import open_perf_data
-    from ptexport.pipeline.perfsession import DecodeConfig, open_session
+    from ptexport.session.perfsession import DecodeConfig, open_session
 
     with open_perf_data(trace) as pd:
         session = open_session(pd, DecodeConfig(itrace=export_default()))
@@ -73,7 +73,7 @@ def test_error_in_child_is_raised_in_parent_and_no_database_is_left(trace, tmp_p
 
 def test_closing_early_ends_the_child(trace):
     from ptexport.perfdata import open_perf_data
-    from ptexport.pipeline.perfsession import DecodeConfig, open_session
+    from ptexport.session.perfsession import DecodeConfig, open_session
 
     with open_perf_data(trace) as pd:
         session = open_session(pd, DecodeConfig(itrace=export_default()))

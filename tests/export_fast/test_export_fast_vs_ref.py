@@ -20,7 +20,7 @@ import pytest
 
 from ptxtest import QUIPPER
 from ptexport.cli import main
-from ptexport.pipeline.export import ExportConfig, export_trace
+from ptexport.dbexport.exporter import ExportConfig, export_trace
 from ptexport.samples.itrace import export_default, parse_itrace
 
 _BRANCHES = "3000"

@@ -16,10 +16,10 @@ import pytest
 
 from ptxtest import needs_perf, perf_python_env
 from ptexport.cli import main
-from ptexport.flow import perffast
+from ptexport.decoder.compiled import decoder as perffast
 from ptexport.perfdata import open_perf_data
-from ptexport.pipeline import parallel
-from ptexport.pipeline.perfsession import DecodeConfig, open_session
+from ptexport.session import parallel
+from ptexport.session.perfsession import DecodeConfig, open_session
 from ptexport.samples.itrace import parse_itrace
 
 _FIELDS = ["-F", "pid,tid,cpu,time,ip,addr,flags", "--ns"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ptexport.errors import UsageError
-from ptexport.pipeline.filters import TimeRange, TscRanges, parse_id_list, parse_time_ranges, time_mask
+from ptexport.decoder.filters import TimeRange, TscRanges, parse_id_list, parse_time_ranges, time_mask
 from ptexport.sideband.timeconv import TimeConversion
 
 

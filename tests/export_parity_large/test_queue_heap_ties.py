@@ -17,8 +17,8 @@ import numpy as np
 
 from ptxtest import needs_perf
 from ptexport.cli import main
-from ptexport.flow.perffast_order import _pop, _push
-from ptexport.pipeline.auxheap import PerfQueueHeap
+from ptexport.session.queues_compiled import _pop, _push
+from ptexport.session.queues import PerfQueueHeap
 
 
 def _model_pop(a: list[list[int]]) -> None:

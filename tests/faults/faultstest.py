@@ -19,7 +19,7 @@ from ptexport.cli import main
 PTEXPORT = [sys.executable, "-c", "from ptexport.cli import entry; entry()"]
 #: ptexport whose index runs spill to their file every 16 K entries (as an export of millions of
 #: calls does every 256 K): the sweeps' 200 K-branch trace then writes every kind of file.
-PTEXPORT_SMALL_RUNS = [sys.executable, "-c", "import ptexport.export.sqlite_writer as w; w.INDEX_RUN_ROWS = 1 << 14; "
+PTEXPORT_SMALL_RUNS = [sys.executable, "-c", "import ptexport.writers.sqlite as w; w.INDEX_RUN_ROWS = 1 << 14; "
                        "from ptexport.cli import entry; entry()"]
 PG_BASE = os.environ.get("PTEXPORT_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 
@@ -181,7 +181,7 @@ def pg_wait_released(pg_admin, name: str, timeout: float = 15.0) -> None:
     """Wait until no session holds the export lock of target ``name``: the server has seen the
     client of an export that ended (or was killed) go away (it notices a closed socket when its
     backend next reads from it; a backend busy in a statement finishes that first)."""
-    from ptexport.export.leftovers import advisory_key
+    from ptexport.writers.leftovers import advisory_key
 
     key = advisory_key("target", name)
     deadline = time.monotonic() + timeout

@@ -24,8 +24,8 @@ import pytest
 from faultstest import run
 from ptexport.cli import main
 from ptexport.errors import StorageError
-from ptexport.export import _btree, sqlite_writer
-
+from ptexport.writers import _btree
+from ptexport.writers import sqlite as sqlite_writer
 CAUSE = {errno.ENOSPC: "no space left on device (ENOSPC)", errno.EDQUOT: "disk quota exceeded (EDQUOT)",
          errno.EIO: "input/output error (EIO)"}
 
@@ -195,7 +195,7 @@ def test_a_real_full_file_system(small_trace, small_tmpfs, size, when):
 
 def test_space_estimate_against_a_real_export(small_trace, tmp_path):
     """The estimate of a database is within a factor 2 of the database the export writes."""
-    from ptexport.export.space import estimate
+    from ptexport.writers.space import estimate
 
     target = tmp_path / "t.db"
     est = estimate(str(small_trace), str(target))

@@ -115,7 +115,7 @@ def _second_refused(first, small_trace, target, tmp_path, capsys):
 def test_the_lock_is_taken_over_from_a_dead_holder_and_released(tmp_path):
     """Library level: a stale lock file (its holder gone) is taken; a held one refuses; release removes it."""
     from ptexport.errors import TargetBusyError
-    from ptexport.export.leftovers import TargetLock
+    from ptexport.writers.leftovers import TargetLock
 
     target = tmp_path / "t.db"
     (tmp_path / ".t.db.ptexport-lock").write_text(f"{dead_pid()}\n")

@@ -31,7 +31,7 @@ def _other_session():
 
 
 def test_next_export_drops_a_dead_exports_temporary_database(pg_admin, pg_name, small_trace, capsys):
-    from ptexport.export.leftovers import advisory_key, pg_tmp_name
+    from ptexport.writers.leftovers import advisory_key, pg_tmp_name
 
     stale = pg_tmp_name(pg_name, dead_pid())
     _create(pg_admin, stale, "half_written")
@@ -53,7 +53,7 @@ def test_next_export_drops_a_dead_exports_temporary_database(pg_admin, pg_name, 
 
 
 def test_clean_lists_then_drops(pg_admin, pg_name):
-    from ptexport.export.leftovers import pg_tmp_name
+    from ptexport.writers.leftovers import pg_tmp_name
 
     stale = pg_tmp_name(pg_name, dead_pid())
     _create(pg_admin, stale)
@@ -75,7 +75,7 @@ def test_clean_lists_then_drops(pg_admin, pg_name):
 
 def test_second_export_to_the_same_database_refuses(pg_admin, pg_name, small_trace, capsys):
     """An export holds the target's advisory lock for its whole run: here another session holds it."""
-    from ptexport.export.leftovers import advisory_key, pg_tmp_name
+    from ptexport.writers.leftovers import advisory_key, pg_tmp_name
 
     stale = pg_tmp_name(pg_name, dead_pid())
     _create(pg_admin, stale)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ptexport.flow.insn import InsnDecoder
-from ptexport.flow.ptxed import PtxedOptions, ptxed_lines
-from ptexport.flow.query import DecoderConfig
+from ptexport.raw.insn import InsnDecoder
+from ptexport.raw.ptxed import PtxedOptions, ptxed_lines
+from ptexport.raw.query import DecoderConfig
 from ptexport.images.image import Image
 from ptxtest import corpus_build, corpus_segments, mutate_trace
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ptexport.errors import ImageError
-from ptexport.flow import insn_class as ic
-from ptexport.flow.events import EVB_FUP, EVB_TIP, Event, EventQueue
-from ptexport.flow.retstack import CAPACITY, RetStack, RetStackEmpty
+from ptexport.raw import insn_class as ic
+from ptexport.raw.events import EVB_FUP, EVB_TIP, Event, EventQueue
+from ptexport.raw.retstack import CAPACITY, RetStack, RetStackEmpty
 from ptexport.images.image import Image
 from ptexport.images.section import SectionCache
 from ptxtest import corpus_build, corpus_image
@@ -174,10 +174,10 @@ def test_flow_batches_equal_ptxed_lines(tmp_path):
     """The columnar form carries the same instructions, events and errors as the text."""
     import numpy as np
 
-    from ptexport.flow.columns import flow_batches
-    from ptexport.flow.insn import InsnDecoder
-    from ptexport.flow.ptxed import PtxedOptions, format_event, ptxed_lines
-    from ptexport.flow.query import DecoderConfig
+    from ptexport.raw.columns import flow_batches
+    from ptexport.raw.insn import InsnDecoder
+    from ptexport.raw.ptxed import PtxedOptions, format_event, ptxed_lines
+    from ptexport.raw.query import DecoderConfig
 
     # Corpus cases: a TNT loop, errors (no-map) with resync, a transaction (speculative rows).
     for name in ("loop-tnt-short", "nomap-tip-resync", "tsx-abort"):
@@ -206,7 +206,7 @@ def test_flow_batches_equal_ptxed_lines(tmp_path):
                         got.append(format_event(ev, opts))
                 else:
                     _, off, ip, code, kind = b.errors[idx - 1000]
-                    from ptexport.flow.status import ERRSTR
+                    from ptexport.raw.status import ERRSTR
                     got.append(f"[{off:x}, {ip:x}: {kind}: {ERRSTR[code]}]")
             while row < len(b):
                 got.append(("? " if b.speculative[row] else "") + f"{int(b.ip[row]):016x}")
@@ -219,9 +219,9 @@ def test_flow_batches_equal_ptxed_lines(tmp_path):
 
 def test_pip_selects_the_address_space(tmp_path):
     """PIP (and VMCS) events let the caller switch images: host vs guest code."""
-    from ptexport.flow.insn import InsnDecoder
-    from ptexport.flow.ptxed import PtxedOptions, ptxed_lines
-    from ptexport.flow.query import DecoderConfig
+    from ptexport.raw.insn import InsnDecoder
+    from ptexport.raw.ptxed import PtxedOptions, ptxed_lines
+    from ptexport.raw.query import DecoderConfig
 
     built = corpus_build("pip-far-syscall", tmp_path)   # mov cr3 (PIP), then a far transfer
     host = corpus_image(built, "host")
@@ -245,9 +245,9 @@ def test_pip_selects_the_address_space(tmp_path):
 
 def test_guest_code_keeps_its_image_across_host_switches(tmp_path):
     """After a PIP with NR=1 the guest image stays live even if the host image changes."""
-    from ptexport.flow.insn import InsnDecoder
-    from ptexport.flow.ptxed import PtxedOptions, ptxed_lines
-    from ptexport.flow.query import DecoderConfig
+    from ptexport.raw.insn import InsnDecoder
+    from ptexport.raw.ptxed import PtxedOptions, ptxed_lines
+    from ptexport.raw.query import DecoderConfig
 
     built = corpus_build("pip-far-syscall", tmp_path)
     trace = bytearray(built.pt_path.read_bytes())

@@ -16,10 +16,11 @@ import pytest
 
 from ptxtest import QUIPPER
 from ptexport.cli import main
-from ptexport.flow import perffast
-from ptexport.flow.perffast_tok import tokenize_fast
+from ptexport.decoder.compiled import decoder as perffast
+from ptexport.pt.perfpkt_compiled import tokenize_fast
 from ptexport.perfdata import open_perf_data
-from ptexport.pipeline.perfsession import _COLUMNS, DecodeConfig, open_session
+from ptexport.session.perfsession import DecodeConfig, open_session
+from ptexport.samples.columns import COLUMNS as _COLUMNS
 from ptexport.pt.perfpkt import tokenize
 from ptexport.samples.itrace import parse_itrace
 
@@ -227,8 +228,7 @@ def test_session_fast_order_and_pool_equal_reference(traces, monkeypatch):
     path = traces(MULTI)
     fast = _session_cols(path)
     pooled = _session_cols(path, jobs=2)
-    from ptexport.flow import perffast_order
-
+    from ptexport.session import queues_compiled as perffast_order
     monkeypatch.setattr(perffast, "numba", None)
     monkeypatch.setattr(perffast_order, "numba", None)
     ref = _session_cols(path)
@@ -276,8 +276,7 @@ def _queues_equal(a_parts, b_parts):
     x.strip("-") for x in v))
 def test_segments_decoded_in_parallel_equal_serial(traces, variant):
     """Queues cut at PSBs (small segments: many joins), decoded by 4 workers, stitched == serial."""
-    from ptexport.pipeline import parallel
-
+    from ptexport.session import parallel
     path = QUIPPER if variant is None else traces(variant)
     before = dict(parallel.STATS)
     with open_perf_data(str(path)) as pd:
@@ -302,8 +301,7 @@ def test_segments_decoded_in_parallel_equal_serial(traces, variant):
 def test_instruction_queues_whole_in_worker_pool(traces, monkeypatch):
     """Instruction samples: no PSB segments (the period count carries across PSBs), compiled whole
     queues in workers == serial == the reference."""
-    from ptexport.pipeline import parallel
-
+    from ptexport.session import parallel
     path = traces(MULTI + ("--psb-period", "512"), 3000)
     with open_perf_data(str(path)) as pd:
         s = open_session(pd, DecodeConfig(itrace=parse_itrace("bei7i")))
@@ -314,8 +312,7 @@ def test_instruction_queues_whole_in_worker_pool(traces, monkeypatch):
         assert parallel.count_samples(s, 4, min_segment_bytes=600) == parallel.count_samples(s, 1)
     fast = _session_cols(path, "bei7i", jobs=2)
     assert fast["kind"].count(2) > 1000  # instruction samples (EV_INSTRUCTION)
-    from ptexport.flow import perffast_order
-
+    from ptexport.session import queues_compiled as perffast_order
     monkeypatch.setattr(perffast, "numba", None)
     monkeypatch.setattr(perffast_order, "numba", None)
     assert _session_cols(path, "bei7i") == fast
@@ -323,8 +320,7 @@ def test_instruction_queues_whole_in_worker_pool(traces, monkeypatch):
 
 def test_reference_queues_in_worker_pool(traces):
     """Options the compiled decoder does not cover (sN: initial skip): whole queues in workers == serial."""
-    from ptexport.pipeline import parallel
-
+    from ptexport.session import parallel
     with open_perf_data(str(traces(MULTI))) as pd:
         s = open_session(pd, DecodeConfig(itrace=parse_itrace("bei10000is3")))
         assert not perffast.supported(s)

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from ptexport.flow import perffast
-from ptexport.flow import perffast_kernel as K
-
+from ptexport.decoder.compiled import decoder as perffast
+from ptexport.decoder.compiled import kernel as K
 pytestmark = pytest.mark.skipif(not perffast.available(), reason="numba not installed")
 
 

@@ -22,10 +22,10 @@ import pytest
 
 from ptxtest import perf_branch_lines as _perf, our_branch_lines as _ours, first_difference as _diff, kernel_traced as _kernel_traced, damage_aux as _damage, needs_perf
 from ptexport.cli import main
-from ptexport.flow.perfmode import BR_CONDITIONAL, BR_NO_BRANCH, OP_JCC, OP_OTHER
+from ptexport.decoder.reference.decoder import BR_CONDITIONAL, BR_NO_BRANCH, OP_JCC, OP_OTHER
 from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import RecordType as RT
-from ptexport.pipeline.codewalk import InsnDecoder
+from ptexport.decoder.codewalk import InsnDecoder
 
 
 @pytest.mark.parametrize("hexbytes,bits,length", [
@@ -88,8 +88,8 @@ def test_damaged_trace_equals_perf(tmp_path, monkeypatch, name, seed, rounds):
     assert any("instruction trace error" in line for line in theirs)
     mine = _ours(path)
     assert mine == theirs, "compiled decoder: " + _diff(mine, theirs)
-    from ptexport.flow import perffast, perffast_order
-
+    from ptexport.decoder.compiled import decoder as perffast
+    from ptexport.session import queues_compiled as perffast_order
     with monkeypatch.context() as m:
         m.setattr(perffast, "numba", None)
         m.setattr(perffast_order, "numba", None)

@@ -30,10 +30,10 @@ from flow.test_perffast import assert_same_queues
 from pipeline.test_export_parity import EXPORTER, needs_exporter
 from ptxtest import needs_perf, perf_python_env
 from ptexport.cli import main
-from ptexport.flow import perffast
+from ptexport.decoder.compiled import decoder as perffast
 from ptexport.perfdata import open_perf_data
-from ptexport.pipeline import perfsession
-from ptexport.pipeline.perfsession import DecodeConfig, open_session
+from ptexport.session import perfsession
+from ptexport.session.perfsession import DecodeConfig, open_session
 from ptexport.samples.itrace import parse_itrace
 
 # id -> ptexport synth options; every one has CYC timing

@@ -167,7 +167,7 @@ def test_guest_attr_names_equal_perf_inject(tmp_path):
     from guestdatatest import make
 
     from ptexport.perfdata.reader import open_perf_data
-    from ptexport.pipeline.guestdata import apply_guest_data, parse_guest_data
+    from ptexport.session.guestdata import apply_guest_data, parse_guest_data
 
     t = make(tmp_path, "mixed", branches=500)
     guest = t.gen / "guest.data" / "data"

@@ -20,8 +20,9 @@ import pytest
 
 from ptexport.cli import main
 from ptexport.perfdata import open_perf_data
-from ptexport.pipeline import parallel
-from ptexport.pipeline.perfsession import _OUT_COLUMNS, DecodeConfig, concat_columns, open_session
+from ptexport.session import parallel
+from ptexport.session.perfsession import DecodeConfig, open_session
+from ptexport.samples.columns import OUT_COLUMNS as _OUT_COLUMNS, concat_columns
 from ptexport.samples.itrace import parse_itrace
 
 VARIANTS = {
@@ -116,8 +117,7 @@ def peak_rss_kb(args: list[str]) -> int:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
 def test_peak_rss_does_not_grow_with_trace(tmp_path):
-    from ptexport.flow import perffast
-
+    from ptexport.decoder.compiled import decoder as perffast
     if not perffast.available():
         pytest.skip("bounded memory needs the compiled decoder (numba)")
     rss = {}

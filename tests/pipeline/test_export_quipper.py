@@ -19,7 +19,7 @@ import pytest
 from ptxtest import QUIPPER, needs_perf, perf_python_env
 from ptexport.cli import main
 from ptexport.images.kallsyms import kmod_name, parse_kallsyms
-from ptexport.pipeline.perfthreads import PerfThreads
+from ptexport.dbexport.threads import PerfThreads
 
 EXPORTER = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
 TABLES = ["machines", "threads", "comms", "comm_threads", "dsos", "symbols", "selected_events", "samples",

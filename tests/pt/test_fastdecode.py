@@ -9,7 +9,7 @@ import pytest
 
 from ptxtest import LIBIPT
 from ptexport.pt.errata import Errata
-from ptexport.pt.fastdecode import decode_columns_fast
+from ptexport.pt.packets_compiled import decode_columns_fast
 from ptexport.pt.packets import decode_columns
 
 
@@ -46,7 +46,7 @@ def test_mutated_buffers_identical():
 
 
 def test_perf_timestamps_columns_equal_perftime(quipper):
-    from ptexport.pt.fastdecode import perf_timestamps
+    from ptexport.pt.packets_compiled import perf_timestamps
     from ptexport.pt.packets import PacketKind as K
     from ptexport.pt.time import PerfTime
 

@@ -14,7 +14,7 @@ from ptxtest import LIBIPT
 from ptexport.errors import PacketError, PtExportError
 from ptexport.pt.errata import Errata
 from ptexport.pt.packets import PacketDecoder, decode_columns, iter_packets
-from ptexport.pt.ptdump import PtdumpOptions, ptdump_lines
+from ptexport.raw.ptdump import PtdumpOptions, ptdump_lines
 from ptexport.pt.time import TimingConfig
 
 SEED = 20261122

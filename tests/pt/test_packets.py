@@ -16,7 +16,7 @@ from ptexport.pt.packets import (
     iter_packets,
     sync_forward,
 )
-from ptexport.pt.ptdump import packet_fields
+from ptexport.raw.ptdump import packet_fields
 from ptexport.pt.time import TimeCal, TimeTracker, TimingConfig
 
 PSB = bytes.fromhex("0282") * 8

@@ -1,4 +1,4 @@
-"""The compiled raw walker (ptexport.flow.rawfast) against the reference decoder (issue #13).
+"""The compiled raw walker (ptexport.raw.insn_compiled) against the reference decoder (issue #13).
 
 ``dump insns --raw`` walks plain stretches of the trace in a compiled kernel and hands everything
 else to the reference InsnDecoder; its output must be the reference's line for line.  Checked on
@@ -23,8 +23,9 @@ import pytest
 from ptxtest import TESTDATA
 from ptexport.cli import dump_insns as D
 from ptexport.cli import main
-from ptexport.flow import ptxed, rawfast
-from ptexport.flow.rawfast_switch import compiled_walker
+from ptexport.raw import ptxed
+from ptexport.raw import insn_compiled as rawfast
+from ptexport.raw.backend import compiled_walker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "corpus"))
 import corpuslib as C  # noqa: E402
@@ -222,8 +223,7 @@ def _spy(monkeypatch):
 
 
 def test_cli_uses_compiled_walker_by_default(small_synth, monkeypatch):
-    from ptexport.flow import rawfast_switch
-
+    from ptexport.raw import backend as rawfast_switch
     raw, elf = small_synth
     argv = ["dump", "insns", "--raw", str(raw), "--image", f"{elf}:0", "--quiet", "--stat"]
     monkeypatch.delenv("PTEXPORT_RAW_REFERENCE", raising=False)
@@ -287,8 +287,8 @@ FUZZ_CASES = ["loop-tnt-short", "call-ret-compressed", "call-ret-uncompressed", 
 
 
 def _decode_mem(trace: bytes, segs, opts: ptxed.PtxedOptions, compiled: bool) -> list[str]:
-    from ptexport.flow.insn import InsnDecoder
-    from ptexport.flow.query import DecoderConfig
+    from ptexport.raw.insn import InsnDecoder
+    from ptexport.raw.query import DecoderConfig
     from ptexport.images.image import Image
 
     image = Image()

@@ -82,7 +82,7 @@ def test_perf_branch_types_rows():
 
 
 def test_exporter_uses_the_same_perf_rows():
-    from ptexport.export.branch_types import PERF_BRANCH_TYPES as EXPORT_ROWS
+    from ptexport.writers.branch_types import PERF_BRANCH_TYPES as EXPORT_ROWS
 
     assert dict(EXPORT_ROWS) == dict(PERF_BRANCH_TYPES)
 

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 from ptexport.cli import dump_branches as D
-from ptexport.pipeline.perfsession import EV_BRANCH, EV_ERROR, SampleColumns
-from ptexport.samples import textfast
-
+from ptexport.samples.columns import EV_BRANCH, EV_ERROR, SampleColumns
+from ptexport.samples import text_compiled as textfast
 pytestmark = pytest.mark.skipif(textfast.numba is None, reason="the compiled writer needs numba")
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ptexport.pipeline.codewalk import KcoreCode, PerfCodeWalker
+from ptexport.decoder.codewalk import KcoreCode, PerfCodeWalker
 from ptexport.synth.vm import VmOptions, synthesize_vm
 from ptexport.synth.vm_verify import parse, perf_pipeline
 
@@ -27,14 +27,13 @@ from ptxtest import needs_perf
 
 @pytest.fixture
 def reference(monkeypatch):
-    from ptexport.flow import perffast
-
+    from ptexport.decoder.compiled import decoder as perffast
     monkeypatch.setattr(perffast, "numba", None)
 
 
 def _decode(path: Path, guest_kcore: str | None = None):
     from ptexport.perfdata import open_perf_data
-    from ptexport.pipeline.perfsession import DecodeConfig, open_session
+    from ptexport.session.perfsession import DecodeConfig, open_session
     from ptexport.samples.itrace import parse_itrace
 
     with open_perf_data(str(path)) as pd:

@@ -180,8 +180,7 @@ def test_variants_equal_perf(variant, tmp_path):
 
 def test_compiled_and_python_packet_paths_agree(two_offsets, monkeypatch):
     from ptexport.cli.vm_time_correlation import correlate
-    from ptexport.pt import fastdecode
-
+    from ptexport.pt import packets_compiled as fastdecode
     out, _ = two_offsets
     fast = correlate(str(out / "host.data"))[:2]
     monkeypatch.setattr(fastdecode, "numba", None)

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from ptexport.pipeline.export_vm import (OTHER_REASON, UNKNOWN_REASON, VMENTRY, VMEXIT, VmExits,
+from ptexport.dbexport.vm import (OTHER_REASON, UNKNOWN_REASON, VMENTRY, VMEXIT, VmExits,
                                         exit_reason_of_insn, kvm_exit_field_offset, kvm_exit_reason)
 
 EXIT = 1 | 2 | 32 | VMEXIT  # perf's 4131

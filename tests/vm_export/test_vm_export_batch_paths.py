@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ptexport.export.model import ExportModel
-from ptexport.pipeline.export_machine import MachineState
-from ptexport.pipeline.export_vm import GuestThreads, ThreadMemo
-from ptexport.pipeline.perfthreads import PerfThreads
+from ptexport.writers.model import ExportModel
+from ptexport.dbexport.machine import MachineState
+from ptexport.dbexport.vm import GuestThreads, ThreadMemo
+from ptexport.dbexport.threads import PerfThreads
 
 
 def _state(model: ExportModel, pt: PerfThreads) -> MachineState:
@@ -87,8 +87,9 @@ def test_guest_attribution_columns_equal_per_row(tmp_path):
     from vmexporttest import make_vm_trace
 
     from ptexport.perfdata import open_perf_data
-    from ptexport.pipeline.guest import VcpuAttribution
-    from ptexport.pipeline.perfsession import DecodeConfig, concat_columns, open_session
+    from ptexport.decoder.guest import VcpuAttribution
+    from ptexport.session.perfsession import DecodeConfig, open_session
+    from ptexport.samples.columns import concat_columns
     from ptexport.samples.itrace import export_default
 
     vm = make_vm_trace(tmp_path, guest="mixed", seed=11, branches=3000, patch=False)

@@ -30,8 +30,8 @@ pytestmark = needs_perf
 @pytest.fixture
 def compiled(monkeypatch):
     """The reference decoder refused; returns counters of the compiled decoder's guest work."""
-    from ptexport.flow import perffast
-    from ptexport.pipeline.perfsession import PerfSession
+    from ptexport.decoder.compiled import decoder as perffast
+    from ptexport.session.perfsession import PerfSession
 
     if not perffast.available():
         pytest.skip("numba (the 'fast' extra) is not installed")
@@ -210,8 +210,8 @@ def test_segments_in_workers_equal_serial(tmp_path, compiled):
     import numpy as np
 
     from ptexport.perfdata import open_perf_data
-    from ptexport.pipeline import parallel
-    from ptexport.pipeline.perfsession import DecodeConfig, open_session
+    from ptexport.session import parallel
+    from ptexport.session.perfsession import DecodeConfig, open_session
     from ptexport.samples.itrace import parse_itrace
 
     meta, out = _vm(tmp_path, "mixed", 40000, 37)

@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from ptexport.perfdata import open_perf_data
-from ptexport.pipeline.guestdata import apply_guest_data, parse_guest_data
+from ptexport.session.guestdata import apply_guest_data, parse_guest_data
 
 from guestdatatest import VARIANTS, dump, make
 from ptxtest import needs_perf
@@ -139,8 +139,7 @@ def test_jobs_workers_read_guest_data(tmp_path, monkeypatch):
     """--jobs 2 with PSB segments small enough for worker processes: they reopen the host recording by
     its path and merge the guest data again (DecodeConfig.guest_data); else guest user code would be
     unreadable there ("Failed to get instruction")."""
-    from ptexport.pipeline import parallel
-
+    from ptexport.session import parallel
     t = make(tmp_path, "user", branches=8000)
     want = dump(t.inj)
     monkeypatch.setattr(parallel, "MIN_SEGMENT_BYTES", 1 << 12)

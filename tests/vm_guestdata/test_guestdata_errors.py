@@ -14,7 +14,7 @@ import pytest
 
 from ptexport.errors import UsageError
 from ptexport.perfdata.constants import AttrFlag, AttrType, RecordType, SoftwareEvent
-from ptexport.pipeline.guestdata import GuestDataSpec, parse_guest_data, parse_guest_data_list
+from ptexport.session.guestdata import GuestDataSpec, parse_guest_data, parse_guest_data_list
 from ptexport.synth.perfwrite import Attr, PerfDataWriter, attr_flags, record, time_conv_record
 from ptexport.synth.vm import ST
 

@@ -91,8 +91,7 @@ def test_bad_guest_data_leaves_no_database(tmp_path, capsys):
 @needs_perf
 def test_export_jobs_workers(tmp_path, monkeypatch):
     """export --jobs 2 (worker processes decode PSB segments) with --guest-data: the same tables."""
-    from ptexport.pipeline import parallel
-
+    from ptexport.session import parallel
     t = make(tmp_path, "mixed", branches=8000)
     monkeypatch.setattr(parallel, "MIN_SEGMENT_BYTES", 1 << 12)
     monkeypatch.setattr(parallel, "STREAM_SEGMENT_BYTES", 1 << 12)

@@ -1,0 +1,617 @@
+"""``ptexport TRACE --db DB``: decode a recording and write the database.
+
+The rows are perf's (``export-to-sqlite.py ... branches calls``) plus our
+extensions, produced in the order perf's db-export produces them, because
+ids follow from that order:
+
+* synthesized samples, the recording's own SAMPLE records (e.g. ``cycles``)
+  and the sideband records are taken in perf's delivery order (a record
+  before synthesized samples of the same TSC, as perf's queues run up to
+  each event);
+* threads are perf's thread table as it stands at each export
+  (:mod:`ptexport.dbexport.threads`): a sample's thread is created if
+  need be (``:TID`` comm), a switch only finds threads and is dropped when
+  neither side is a known, comm-set, non-idle thread;
+* a thread, its main thread, comms and comm_threads, a DSO, a symbol and a
+  selected event get their id when first referenced (perf's
+  ``db_export__threads``: main thread first, its exec comm with a
+  comm_threads row, then the thread, then the thread's current comm);
+* ``samples.comm_id`` and ``calls.comm_id`` are the main thread's exec comm;
+  symbols live in perf's map space (``ip - map.start + map.pgoff`` for files,
+  the address for ``[kernel.kallsyms]``, ``ip - map.start`` for modules); an
+  address in a map but in no symbol gets perf's zero-size "unknown" symbol;
+  kernel symbols come from kallsyms as perf finds it
+  (:mod:`ptexport.images.kallsyms`);
+* branch samples feed the call tree (perf's thread-stack) in export order;
+  at the end every stack is flushed in perf's thread-table order.
+
+The decoder stage knows nothing of SQL and the writer nothing of packets:
+this module is where the two meet (DESIGN.md section 2).
+"""
+
+from __future__ import annotations
+
+import os
+import time as _time
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+
+from ptexport.calltree import make_call_tree, perf_flush_order
+from ptexport.errors import PtExportError
+from ptexport.writers.leftovers import refuse_if_busy
+from ptexport.writers.model import ExportModel
+from ptexport.writers.base import open_writer
+from ptexport.images.kallsyms import find_kallsyms, load_kallsyms
+from ptexport.perfdata import open_perf_data
+from ptexport.perfdata.constants import RecordType
+from ptexport.session.decode_proc import maybe_process
+from ptexport.dbexport.samples_compiled import AddressCache, run_fast
+from ptexport.dbexport.machine import MachineState
+from ptexport.dbexport.vm import KernelMachineState, VmExport, host_kernel_image, perf_event_modifier
+from ptexport.dbexport.samples import SAMPLE_KEYS, run_reference
+from ptexport.dbexport.callchains import apply_callchains
+from ptexport.dbexport.decode_errors import ErrorSegments
+from ptexport.dbexport.progress import AuxPosition, ProgressBatches, ProgressFn
+from ptexport.dbexport.stats import ExportStats, error_kind
+from ptexport.dbexport.threads import PerfThread, PerfThreads
+from ptexport.session.perfsession import DecodeConfig, open_session
+from ptexport.samples.columns import (
+    EV_BRANCH,
+    EV_CBR,
+    EV_EVT,
+    EV_EXSTOP,
+    EV_IFLAG,
+    EV_INSTRUCTION,
+    EV_MWAIT,
+    EV_PSB,
+    EV_PTWRITE,
+    EV_PWRE,
+    EV_PWRX,
+    EV_TRANSACTION,
+    SampleColumns,
+)
+from ptexport.samples.itrace import ItraceOptions
+
+_SWITCH_OUT = 0x2000
+_SWITCH_OUT_PREEMPT = 0x4000
+_COMM_EXEC = 0x2000
+
+# Sample kinds -> perf's synthesized event names; True: carries the PT event's modifier.
+_EVENT_NAMES = {
+    EV_BRANCH: ("branches", True),
+    EV_INSTRUCTION: ("instructions", True),
+    EV_TRANSACTION: ("transactions", True),
+    EV_PTWRITE: ("ptwrite", False),
+    EV_CBR: ("cbr", False),
+    EV_MWAIT: ("mwait", False),
+    EV_PWRE: ("pwre", False),
+    EV_EXSTOP: ("exstop", False),
+    EV_PWRX: ("pwrx", False),
+    EV_PSB: ("psb", False),
+    EV_EVT: ("evt", False),
+    EV_IFLAG: ("iflag", False),
+}
+
+
+@dataclass
+class ExportConfig:
+    itrace: ItraceOptions
+    calls: bool = True
+    force: bool = False
+    symfs: str | None = None
+    kallsyms: str | None = None
+    buildid_dir: str | None = None
+    cpus: frozenset[int] | None = None
+    pids: frozenset[int] | None = None
+    tids: frozenset[int] | None = None
+    time: str | None = None  # perf script --time ranges, as perf writes them (pipeline/filters.py)
+    reference: bool = False  # the per-sample loop (export_ref), the oracle of the batch loop
+    decode_process: bool = False  # decode in a forked child process (pipeline/decode_proc.py), see there
+    guestkallsyms: str | None = None  # perf's default guest's kallsyms (guest code without guest sideband)
+    guest_kcore: str | None = None  # the default guest's kcore_dir (default: --guestkallsyms' folder)
+    guestmount: str | None = None  # guests' root directories: GUESTMOUNT/PID
+    guest_data: tuple = ()  # --guest-data specs (pipeline/guestdata.py): guests merged as perf inject does
+    jobs: int = 1  # decode workers (session.iter_batches): the same rows as 1
+    callchains: bool = False  # samples.call_path_id from perf's --itrace=g call chains (export_callchains.py)
+    salvage: bool = True  # a cut recording: export what is before the cut (perfdata reader's FileCut), else an error
+
+
+@dataclass
+class ExportSummary:
+    target: str
+    rows: dict[str, int] = field(default_factory=dict)
+    errors: int = 0
+    lost: int = 0  # data-loss events: lost records and samples, truncated or colliding AUX, overflows, lost data
+    losses: dict[str, int] = field(default_factory=dict)  # the stats rows of severity data_loss, by name
+    seconds: float = 0.0
+    decode_seconds: float = 0.0
+    leftovers: list[Any] = field(default_factory=list)  # temporaries of dead exports removed (export/leftovers.py)
+    cut: Any = None  # where a cut recording ended (perfdata.reader.FileCut), None if it was whole
+
+
+def _modifier(attr: Any) -> str:
+    """perf's event-name modifier (``:u``, ``:k``, ``:HG``...): evsel__add_modifiers."""
+    return perf_event_modifier(attr)
+
+
+class _EventFeed:
+    """The sideband records db-export reacts to, in perf's delivery order, with their TSCs, read as needed.
+
+    ``take_upto(tsc)`` hands out the records due at or before ``tsc`` (a record
+    whose TSC is later holds back the ones after it, as perf's queue does);
+    only a few thousand records are held at a time.
+    """
+
+    _CHUNK = 4096
+
+    def __init__(self, records: Iterable[Any], tc: Any, timeless: bool) -> None:
+        self._it = iter(records)
+        self._tc = None if timeless else tc
+        self._tsc: list[int] = []
+        self._recs: list[Any] = []
+        self._pos = 0
+
+    def _fill(self) -> bool:
+        chunk = list(islice(self._it, self._CHUNK))
+        if not chunk:
+            return False
+        if self._tc is None:
+            tscs = [0] * len(chunk)
+        else:
+            times = np.array([r.time or 0 for r in chunk], dtype=np.uint64)
+            tscs = [int(t) if r.time else 0 for t, r in zip(self._tc.perf_time_to_tsc_array(times).tolist(), chunk)]
+        self._tsc, self._recs, self._pos = tscs, chunk, 0
+        return True
+
+    def take_upto(self, limit: int) -> tuple[list[int], list[Any]]:
+        tscs: list[int] = []
+        recs: list[Any] = []
+        while True:
+            if self._pos >= len(self._recs) and not self._fill():
+                break
+            t = self._tsc[self._pos]
+            if t > limit:
+                break
+            tscs.append(t)
+            recs.append(self._recs[self._pos])
+            self._pos += 1
+        return tscs, recs
+
+    def rest(self) -> Iterator[Any]:
+        while self._pos < len(self._recs) or self._fill():
+            rec = self._recs[self._pos]
+            self._pos += 1
+            yield rec
+
+
+class _Exporter:
+    """The db-export state of one run: ids and rows, in perf's order.
+
+    Per-machine state (thread table, maps, DSO and symbol ids) is in
+    :class:`~ptexport.dbexport.machine.MachineState`, one per machine in
+    ``self.machines`` (index 0: the host); :meth:`machine_index` says which
+    machine each sample belongs to.  The samples themselves go through
+    :func:`~ptexport.dbexport.samples_compiled.run_fast` (whole batches) or, with
+    ``ExportConfig(reference=True)``, :func:`~ptexport.dbexport.samples.run_reference`
+    (one sample at a time, the oracle of the first).
+    """
+
+    def __init__(self, session: Any, writer: Any, config: ExportConfig) -> None:
+        self.s = session
+        self.sb = session.sb
+        self.w = writer
+        self.cfg = config
+        self.m = ExportModel()
+        info = session.info
+        pt_attr = next((a for a in session.pd.attrs if a.type == info.pmu_type), None)
+        self.modifier = _modifier(pt_attr) if pt_attr is not None else ""
+        # perf_session__set_comm_exec: from the attrs, but not for a pipe (then only once a COMM exec arrives)
+        pt = PerfThreads(comm_exec=not getattr(session.pd, "is_pipe", False)
+                         and any(getattr(a, "comm_exec", False) for a in session.pd.attrs))
+        self._elf_tabs: dict[str, Any] = {}
+        kimage = host_kernel_image(session, config.kallsyms)  # a --kcore recording: perf loads kcore
+        if kimage is not None:
+            host: MachineState = KernelMachineState(
+                self.m, session, pid=-1, root_dir="", sb=session.sb.host, pt=pt,
+                kernel_start=session.kernel_start, load_kallsyms=self._load_kallsyms, elf_tabs=self._elf_tabs,
+                kernel_image=kimage)
+        else:
+            host = MachineState(self.m, session, pid=-1, root_dir="", sb=session.sb.host, pt=pt,
+                                kernel_start=session.kernel_start, load_kallsyms=self._load_kallsyms,
+                                elf_tabs=self._elf_tabs)
+        self.machines: list[MachineState] = [host]
+        self.host = host.machine_id  # the host's machines row id
+        self.pt = host.pt  # the host's thread table
+        if config.kallsyms:
+            host.kallsyms  # an explicit --kallsyms is read (and its errors raised) at once; else when needed
+        self._evsel: dict[Any, int] = {}
+        self.calltree = make_call_tree(kernel_start=session.kernel_start) if config.calls else None
+        if self.calltree is not None:
+            self.m.call_paths.pending.clear()  # the call tree numbers call paths, root included
+        self.callchains = config.callchains and self.calltree is not None
+        self.n_samples = 0
+        self.n_switches = 0
+        self.n_errors = 0
+        self.n_evd = 0  # evd rows written (their ids)
+        self.stats = ExportStats()  # the stats table's counters (pipeline/export_stats.py)
+        self.segments = ErrorSegments(session)  # decode_errors.segment (pipeline/export_errors.py)
+        self.switch_rows: list[tuple] = []  # pending, written with each batch
+        self.error_rows: list[tuple] = []
+        self._samples: dict[str, list[int]] = {k: [] for k in SAMPLE_KEYS}  # the recording's SAMPLE records
+        self.addr_cache = AddressCache()
+        self.feed: _EventFeed | None = None
+        # guest machines, VCPUs and VM exits (pipeline/export_vm.py); inactive without KVM VCPU threads
+        self.vm = VmExport(self, config.guestkallsyms, config.guestmount)
+
+    # ------------------------------------------------------------------ machines
+
+    def machine_index(self, cols: SampleColumns) -> np.ndarray | None:
+        """Index into ``self.machines`` of each sample, or None when all are the host's.
+
+        Guest machines plug in here: give each guest a :class:`MachineState` (its
+        own PerfThreads, sideband Machine, kernel_start) and map the samples'
+        ``machine_pid`` column (0: host) to its index.  Everything downstream keys
+        its lookups by this index.  Guests: :meth:`VmExport.machine_index` (which also fills
+        ``cols.machine_pid``/``cols.vcpu``, perf's VM split).
+        """
+        if not self.vm.active:
+            return None
+        return self.vm.machine_index(cols)
+
+    def machine_ids(self, mi: np.ndarray | None, n: int) -> np.ndarray:
+        """machines row ids for machine indexes ``mi`` (None: ``n`` host samples)."""
+        if mi is None:
+            return np.full(n, self.host, np.int64)
+        ids = np.array([st.machine_id for st in self.machines], np.int64)
+        return ids[mi]
+
+    # ------------------------------------------------------------ host shortcuts
+
+    def threads(self, pid: int, tid: int, time: int = 0) -> tuple[int, int]:
+        """A host sample's thread: (thread id, main thread's exec comm id)."""
+        return self.machines[0].threads(pid, tid)
+
+    def export_threads(self, th: PerfThread) -> int:
+        return self.machines[0].export_threads(th)
+
+    def _switch_side(self, pid: int, tid: int) -> tuple[int, int, bool]:
+        return self.machines[0].switch_side(pid, tid)
+
+    def resolve(self, pid: int, ip: int, time: int, kernel: bool | None = None) -> tuple[int, int, int, int]:
+        return self.machines[0].resolve(pid, ip, time, kernel)
+
+    def _load_kallsyms(self) -> Any:
+        cfg = self.cfg
+        path = find_kallsyms(cfg.kallsyms, getattr(self.s.pd, "kcore_dir", None), cfg.symfs,
+                             self.s.build_id_of("[kernel.kallsyms]", None), cfg.buildid_dir)
+        if path is None:
+            return None
+        try:
+            return load_kallsyms(str(path))
+        except PtExportError:
+            if cfg.kallsyms:
+                raise
+            return None
+
+    def evsel(self, kind: int) -> int:
+        eid = self._evsel.get(kind)
+        if eid is None:
+            name, with_mod = _EVENT_NAMES[kind]
+            eid = self.m.evsel(name + (self.modifier if with_mod else ""))
+            self._evsel[kind] = eid
+        return eid
+
+    # -------------------------------------------------------------------- rows
+
+    def switch(self, rec: Any, st: MachineState | None = None, vcpu: int = -1) -> None:
+        """perf's db_export__switch (after Intel PT has seen the switch) on the host or guest ``st``."""
+        if self.cfg.cpus is not None and rec.cpu is not None and rec.cpu not in self.cfg.cpus:
+            return
+        st = st if st is not None else self.machines[0]
+        time = rec.time or 0
+        out = bool(rec.misc & _SWITCH_OUT)
+        a_id, a_comm, a_idle = st.switch_side(rec.pid, rec.tid)
+        b_id, b_comm, b_idle = 0, 0, False
+        if rec.type == RecordType.SWITCH_CPU_WIDE:
+            b_id, b_comm, b_idle = st.switch_side(rec.next_prev_pid, rec.next_prev_tid)
+        if (not a_id or a_idle) and (not b_id or b_idle):
+            return
+        if out:
+            t_out, c_out, t_in, c_in = a_id, a_comm, b_id, b_comm
+        else:
+            t_out, c_out, t_in, c_in = b_id, b_comm, a_id, a_comm
+        flags = (1 if out else 0) | (2 if out and rec.misc & _SWITCH_OUT_PREEMPT else 0)
+        cpu = rec.cpu if rec.cpu is not None else -1
+        self.n_switches += 1
+        self.switch_rows.append((self.n_switches, st.machine_id, time, cpu, t_out, c_out, t_in, c_in, flags, vcpu))
+
+    def event(self, rec: Any) -> None:
+        """One sideband record, as perf's session delivers it (Intel PT first, then the tool)."""
+        t = rec.type
+        if self.vm.guest_ids and t != RecordType.SAMPLE:
+            hit = self.vm.record_machine(rec)
+            if hit is not None:
+                self.guest_event(rec, self.machines[hit[0]], hit[1])
+                return
+        if t == RecordType.SAMPLE:
+            self.sample_record(rec)
+        elif t == RecordType.COMM:
+            self.pt.on_comm(rec.pid, rec.tid, rec.comm, rec.time or 0, bool(rec.misc & _COMM_EXEC))
+        elif t == RecordType.FORK:
+            self.pt.on_fork(rec.pid, rec.tid, rec.ppid, rec.ptid, rec.time or 0)
+        elif t in (RecordType.MMAP, RecordType.MMAP2):
+            if (rec.misc & 7) not in (1, 4):  # user maps belong to a thread perf creates
+                self.pt.findnew(rec.pid, rec.tid)
+        elif t == RecordType.SWITCH_CPU_WIDE:
+            if rec.misc & _SWITCH_OUT:  # Intel PT makes the next task current (machine__set_current_tid)
+                self.pt.findnew(rec.next_prev_pid, rec.next_prev_tid)
+            self.switch(rec)
+        elif t == RecordType.SWITCH:
+            if not rec.misc & _SWITCH_OUT:
+                self.pt.findnew(rec.pid, rec.tid)
+            self.switch(rec)
+
+    def guest_event(self, rec: Any, st: MachineState, vcpu: int) -> None:
+        """A guest's sideband record (merged by perf inject --guest-data) on its machine's thread table."""
+        t = rec.type
+        if t == RecordType.COMM:
+            st.pt.on_comm(rec.pid, rec.tid, rec.comm, rec.time or 0, bool(rec.misc & _COMM_EXEC))
+        elif t == RecordType.FORK:
+            st.pt.on_fork(rec.pid, rec.tid, rec.ppid, rec.ptid, rec.time or 0)
+        elif t in (RecordType.MMAP, RecordType.MMAP2):
+            if (rec.misc & 7) not in (1, 4):
+                st.pt.findnew(rec.pid, rec.tid)
+        elif t in (RecordType.SWITCH_CPU_WIDE, RecordType.SWITCH):
+            if not rec.misc & _SWITCH_OUT:  # intel_pt_guest_context_switch: the VCPU's current thread
+                st.pt.findnew(rec.pid, rec.tid)
+            self.switch(rec, st, vcpu)
+
+    def sample_record(self, rec: Any) -> None:
+        """A SAMPLE record of the recording (perf exports those beside the synthesized ones)."""
+        from ptexport.decoder.filters import thread_kept, time_kept
+
+        if not (thread_kept(-1 if rec.pid is None else rec.pid, -1 if rec.tid is None else rec.tid, self.cfg.pids,
+                            self.cfg.tids) and time_kept(rec.time or 0, self.s.time_ranges)):
+            return  # perf script's --pid/--tid/--time drop it before the exporter sees it
+        cpu = rec.cpu if rec.cpu is not None else -1
+        if self.cfg.cpus is not None and rec.cpu is not None and rec.cpu not in self.cfg.cpus:
+            return
+        attr = rec.attr if getattr(rec, "attr", None) is not None else self.s.pd.attr_for_id(rec.id)
+        evsel_id = self._evsel.get(("attr", id(attr)))
+        if evsel_id is None:
+            evsel_id = self.m.evsel(self.s.pd.event_name(attr))
+            self._evsel[("attr", id(attr))] = evsel_id
+            self._evsel[("name", evsel_id)] = self.s.pd.event_name(attr)
+        pid = rec.pid if rec.pid is not None else -1
+        tid = rec.tid if rec.tid is not None else -1
+        time = rec.time or 0
+        thread_id, comm_id = self.threads(pid, tid, time)
+        if self.vm.active:  # a kvm:kvm_exit tracepoint names its VM exit's reason
+            self.vm.sample_record(rec, self._evsel.get(("name", evsel_id), ""), thread_id)
+        ip = rec.ip or 0
+        cpumode = rec.misc & 7
+        dso, sym, sym_off, _ = self.resolve(pid, ip, time, kernel=cpumode in (1, 4))
+        self.n_samples += 1
+        row = {"id": self.n_samples, "evsel_id": evsel_id, "machine_id": self.host, "thread_id": thread_id,
+               "comm_id": comm_id, "dso_id": dso, "symbol_id": sym, "sym_offset": sym_off, "ip": ip,
+               "time": time, "cpu": cpu}
+        for key in self._samples:
+            self._samples[key].append(row.get(key, 0))
+
+    def error_row(self, st: MachineState, i: int, cols: SampleColumns, thread_id: int) -> None:
+        """A decode error (row ``i`` of ``cols``) as a decode_errors row."""
+        self.n_errors += 1
+        code = int(cols.code[i])
+        self.stats.error(code, int(cols.cpu[i]))
+        offset = int(cols.offset[i])
+        self.error_rows.append((self.n_errors, self.segments.segment(int(cols.queue[i]), offset), offset,
+                                error_kind(code), cols.error_message(code), int(cols.time[i]), int(cols.cpu[i]),
+                                int(cols.ip[i]), thread_id, st.machine_id, code))
+
+    def cbr_row(self, sid: int, payload: int) -> tuple:
+        """A ``cbr`` row as perf's exporter makes it."""
+        cbr = payload & 0xFF
+        ratio = self.s.params.max_non_turbo_ratio
+        freq_khz = cbr * self._cbr2khz()
+        if self.w.dialect == "sqlite":
+            # export-to-sqlite.py binds str() of Python 3 true divisions: SQLite's integer affinity
+            # keeps 2900.5 REAL and makes 3000.0 INTEGER; bind the same text.
+            mhz: str | int = str((freq_khz + 500) / 1000)
+            percent: str | int = str(((cbr * 1000 / ratio) + 5) / 10) if ratio else 0
+        else:  # export-to-postgresql.py packs int() of the same values
+            mhz = int((freq_khz + 500) / 1000)
+            percent = int(((cbr * 1000 / ratio) + 5) / 10) if ratio else 0
+        return (sid, cbr, mhz, percent)
+
+    def _cbr2khz(self) -> int:
+        tc = self.s.tc
+        if not tc or not tc.time_mult:
+            return 0
+        tsc_freq = ((1_000_000_000 << tc.time_shift) // tc.time_mult) if tc.time_mult else 0
+        ratio = self.s.params.max_non_turbo_ratio
+        return tsc_freq // ratio // 1000 if ratio else 0
+
+    # ------------------------------------------------------------------ output
+
+    def _event_feed(self) -> _EventFeed:
+        pd = self.s.pd
+        if isinstance(pd, _RecordTee):  # a pipe, read once: perf's order is by time, stable
+            recs: Iterable[Any] = sorted(pd.kept, key=lambda r: r.time or 0)
+        else:
+            recs = pd.ordered_records(_SIDEBAND)
+        return _EventFeed(recs, self.s.tc, self.s.timeless or self.s.tc is None)
+
+    def take_record_samples(self) -> dict[str, np.ndarray] | None:
+        """The pending rows of the recording's own SAMPLE records, as columns (None if none)."""
+        rows = self._samples
+        if not rows["id"]:
+            return None
+        out = {k: np.asarray(v, dtype=np.uint64 if k in ("ip", "to_ip") else np.int64) for k, v in rows.items()}
+        for v in rows.values():
+            v.clear()
+        return out
+
+    def write_batch(self, samples: dict[str, np.ndarray] | None, tree: dict[str, np.ndarray] | None,
+                    payload_rows: dict[str, list[tuple]], chains: dict[str, np.ndarray] | None = None) -> None:
+        """Write one batch: new small-table rows, samples (with pending SAMPLE records, by id), call-tree
+        input, and the pending context switches, decode errors and payload rows.  ``chains``: the samples
+        that get a call path (--callchains), the call tree then runs up to each of them first."""
+        if chains is not None and len(chains["sid"]) and samples is not None:
+            apply_callchains(self, samples, tree, chains)
+            if tree is not None and len(tree["ref"]):
+                tree = None
+                self.m.flush(self.w)
+                self._write_calls()
+        rec = self.take_record_samples()
+        if rec is not None:
+            if samples is None or not len(samples["id"]):
+                samples = rec
+            else:
+                order = np.argsort(np.concatenate([samples["id"], rec["id"]]), kind="stable")
+                samples = {k: np.concatenate([samples[k], rec[k].astype(samples[k].dtype, copy=False)])[order]
+                           for k in samples}
+        self.m.flush(self.w)
+        if samples is not None and len(samples["id"]):
+            if self.vm.active and "machine_pid" in samples:
+                self.vm.samples(samples)
+            self.w.write_samples(samples)
+        if self.calltree is not None and tree is not None and len(tree["ref"]):
+            self.calltree.process_batch(tree)
+            self._write_calls()
+        if self.switch_rows:
+            self.w.write_rows("context_switches", self.switch_rows)
+            self.switch_rows = []
+        if self.error_rows:
+            self.w.write_rows("decode_errors", self.error_rows)
+            self.error_rows = []
+        for table, rows in payload_rows.items():
+            if rows:
+                self.w.write_rows(table, rows)
+
+    def run(self, batches: SampleColumns | Iterable[SampleColumns],
+            progress: Callable[[int, int], None] | None = None) -> None:
+        """Export samples in perf's order: one :class:`SampleColumns` or its batches (bounded memory)."""
+        if isinstance(batches, SampleColumns):
+            total = len(batches)
+            batches = [batches]
+        else:
+            total = 0  # not known while streaming
+        self.feed = self._event_feed()
+        if self.cfg.reference:
+            run_reference(self, batches, progress, total)
+        else:
+            run_fast(self, batches, progress, total)
+        self.write_batch(None, None, {})
+        if self.calltree is not None:
+            exported = [(th, st.pid) for st in self.machines for th in st.pt.all if th.db_id]
+            self.calltree.flush_all(perf_flush_order([th.db_id for th, _ in exported], [th.tid for th, _ in exported],
+                                                     [pid for _, pid in exported]))
+            self._write_calls()
+        self.m.flush(self.w)
+        if self.vm.active:
+            self.vm.finish(self.w)
+        self.stats_rows = self.stats.rows(self.s)
+        first = len(self.vm.stats) + 1 if self.vm.active else 1  # after the VM guest-data warnings
+        self.w.write_rows("stats", [(first + i, *row) for i, row in enumerate(self.stats_rows)])
+
+    def _write_calls(self) -> None:
+        paths = self.calltree.take_call_paths()
+        if len(paths.get("id", ())):
+            self.w.write_call_paths(paths)
+        calls = self.calltree.take_calls()
+        if len(calls["id"]):
+            self.w.write_calls(calls)
+
+
+_SIDEBAND = (RecordType.SAMPLE, RecordType.COMM, RecordType.FORK, RecordType.MMAP, RecordType.MMAP2,
+             RecordType.SWITCH, RecordType.SWITCH_CPU_WIDE)
+
+
+class _RecordTee:
+    """A pipe-mode reader that keeps the sideband records db-export needs as the session reads them once."""
+
+    def __init__(self, pd: Any) -> None:
+        self._pd = pd
+        self.kept: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pd, name)
+
+    def records(self):
+        for rec in self._pd.records():
+            if rec.type in _SIDEBAND:
+                self.kept.append(rec)
+            yield rec
+
+
+class _Timed:
+    """An iterator of sample batches that adds up the time spent producing them (decoding)."""
+
+    def __init__(self, it: Iterable[SampleColumns], seconds: float = 0.0) -> None:
+        self._it = iter(it)
+        self.seconds = seconds
+
+    def __iter__(self) -> Iterator[SampleColumns]:
+        return self
+
+    def __next__(self) -> SampleColumns:
+        t = _time.perf_counter()
+        try:
+            return next(self._it)
+        finally:
+            self.seconds += _time.perf_counter() - t
+
+
+def export_trace(path: str, target: str, config: ExportConfig,
+                 progress: ProgressFn | None = None) -> ExportSummary:
+    """Decode ``path`` and write the database at ``target`` (SQLite path or postgresql:// URL).
+
+    ``progress(samples written, bytes of trace decoded, bytes in the trace or 0)`` is called as batches
+    go (pipeline/export_progress.py)."""
+    t0 = _time.perf_counter()
+    summary = ExportSummary(target)
+    refuse_if_busy(target)  # at once, not after the trace is opened
+    with open_perf_data(path, salvage=config.salvage) as pd:
+        guest_kcore = config.guest_kcore or (os.path.dirname(os.path.abspath(config.guestkallsyms))
+                                             if config.guestkallsyms else None)
+        if config.guest_data:  # the host recording as perf inject --guest-data would write it
+            from ptexport.session.guestdata import apply_guest_data
+
+            pd = apply_guest_data(pd, config.guest_data)
+        session = open_session(_RecordTee(pd) if getattr(pd, "is_pipe", False) else pd,
+                               DecodeConfig(itrace=config.itrace, symfs=config.symfs, buildid_dir=config.buildid_dir,
+                                            cpus=config.cpus, guest_kcore=guest_kcore, time=config.time,
+                                            pids=config.pids, tids=config.tids, guest_data=config.guest_data,
+                                            insn_fetch_marks=False))  # a script: no instruction fetches
+        # decoded as the export goes (optionally by a forked child process on another core)
+        # (with --jobs N > 1 worker processes decode ahead instead)
+        proc = maybe_process(session, config.decode_process) if config.jobs == 1 else None
+        batches = proc if proc is not None else _Timed(session.iter_batches(config.jobs),
+                                                      _time.perf_counter() - t0)
+        try:
+            with open_writer(target, force=config.force) as w:
+                summary.leftovers = list(getattr(w, "removed_leftovers", ()))
+                ex = _Exporter(session, w, config)
+                feed: Iterable[SampleColumns] = batches
+                if progress is not None:
+                    feed = ProgressBatches(batches, lambda: ex.n_samples,
+                                           AuxPosition(session.sb.aux_events, session.timeless), progress)
+                ex.run(feed)
+                if progress is not None:
+                    feed.finish()
+                summary.decode_seconds = batches.seconds
+                summary.rows = {t: w.row_counts[t] for t in w.schema.tables if w.row_counts.get(t)}
+                summary.errors = ex.n_errors
+                for name, _cpu, value, sev, _desc in ex.stats_rows:
+                    if sev == "data_loss":
+                        summary.losses[name] = summary.losses.get(name, 0) + value
+                summary.lost = sum(summary.losses.values())
+                summary.cut = getattr(pd, "cut", None)
+        finally:
+            if proc is not None:
+                proc.close()
+    summary.seconds = _time.perf_counter() - t0
+    return summary

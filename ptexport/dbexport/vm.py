@@ -1,0 +1,771 @@
+"""Virtual machines in the export: guest machines as perf's db-export writes them, and what perf loses.
+
+perf 6.1 (``perf script -s export-to-sqlite.py`` on a ``perf inject --guest-data``
+recording, or on a host recording with ``--guestkallsyms``) exports guest code
+into guest machines:
+
+* a guest's records (ID_INDEX entries with a machine_pid) build that guest's own
+  thread table (perf's rules per machine, :mod:`ptexport.dbexport.threads`);
+  a guest machine starts with the thread ``[guest/PID]`` (pid -1, tid PID) and,
+  once guest code is decoded, the idle task 0/0 ``swapper`` (intel_pt_get_guest);
+  Intel PT makes a guest thread current at a guest switch-in only;
+* a guest sample (decoded in non-root code) belongs to the guest machine and to
+  the guest thread current on its VCPU; without guest sideband perf puts it in
+  the machine of the hypervisor's pid, else in the default guest (pid 0, made by
+  ``--guestkallsyms``), under a thread with the host thread's pid/tid;
+* the guest kernel is the DSO ``[guest.kernel.kallsyms.PID]`` (default guest:
+  ``[guest.kernel.kallsyms]``) with the symbols of the guest's kallsyms: the
+  ``kcore_dir__PID`` perf inject copied next to the data, else ``--guestkallsyms``;
+  with a kcore beside the kallsyms perf loads kcore instead of the kernel map:
+  the DSO's long name is the kcore file, its maps are kcore's PT_LOAD segments
+  and symbols live in their file-offset space (``dso__split_kallsyms_for_kcore``);
+  the host kernel of a ``--kcore`` recording is loaded the same way;
+* guest user code comes from the guest's MMAP records (file paths as in the guest,
+  read under ``--guestmount``/PID when given).
+
+What perf loses and this module adds: ``samples.vcpu``/``machine_pid``,
+``context_switches.vcpu``, one ``vcpus`` row per VCPU (host thread, VMCS, TSC
+offset and multiplier with their source) and ``vm_exits``: every VM exit with the
+next VM entry of the same VCPU thread and the exit reason, from a recorded
+``kvm:kvm_exit`` tracepoint when there is one, else from the guest instruction at
+the exit's FUP (:func:`exit_reason_of_insn`).
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ptexport.errors import PtExportError
+from ptexport.images.kallsyms import load_kallsyms
+from ptexport.images.symbols import Symbol, SymbolTable
+from ptexport.dbexport.machine import _KERNEL_DSOS, MachineState
+from ptexport.dbexport.threads import PerfThreads
+from ptexport.samples.flags import IpFlag
+
+HOST_PID = -1
+DEFAULT_GUEST_PID = 0
+VMENTRY = int(IpFlag.VMENTRY)
+VMEXIT = int(IpFlag.VMEXIT)
+
+#: Trace bytes per CPU read to find each VCPU's VMCS and TSC offset.
+MEASURE_BYTES = 4 << 20
+#: Reason given to an exit whose guest instruction does not itself exit (an asynchronous exit:
+#: an external interrupt, a preemption timer, an EPT violation...).
+OTHER_REASON = "external interrupt or other"
+#: Reason of an exit whose guest code cannot be read.
+UNKNOWN_REASON = "unknown"
+
+#: VMX basic exit reasons (Intel SDM vol. 3, appendix C), named as KVM's kvm_exit tracepoint prints them.
+VMX_EXIT_REASONS = {
+    0: "EXCEPTION_NMI", 1: "EXTERNAL_INTERRUPT", 2: "TRIPLE_FAULT", 3: "INIT_SIGNAL", 4: "SIPI_SIGNAL",
+    7: "INTERRUPT_WINDOW", 8: "NMI_WINDOW", 9: "TASK_SWITCH", 10: "CPUID", 12: "HLT", 13: "INVD",
+    14: "INVLPG", 15: "RDPMC", 16: "RDTSC", 18: "VMCALL", 19: "VMCLEAR", 20: "VMLAUNCH", 21: "VMPTRLD",
+    22: "VMPTRST", 23: "VMREAD", 24: "VMRESUME", 25: "VMWRITE", 26: "VMOFF", 27: "VMON", 28: "CR_ACCESS",
+    29: "DR_ACCESS", 30: "IO_INSTRUCTION", 31: "MSR_READ", 32: "MSR_WRITE", 33: "INVALID_STATE",
+    34: "MSR_LOAD_FAIL", 36: "MWAIT_INSTRUCTION", 37: "MONITOR_TRAP_FLAG", 39: "MONITOR_INSTRUCTION",
+    40: "PAUSE_INSTRUCTION", 41: "MCE_DURING_VMENTRY", 43: "TPR_BELOW_THRESHOLD", 44: "APIC_ACCESS",
+    45: "EOI_INDUCED", 46: "GDTR_IDTR", 47: "LDTR_TR", 48: "EPT_VIOLATION", 49: "EPT_MISCONFIG",
+    50: "INVEPT", 51: "RDTSCP", 52: "PREEMPTION_TIMER", 53: "INVVPID", 54: "WBINVD", 55: "XSETBV",
+    56: "APIC_WRITE", 57: "RDRAND", 58: "INVPCID", 59: "VMFUNC", 60: "ENCLS", 61: "RDSEED",
+    62: "PML_FULL", 63: "XSAVES", 64: "XRSTORS", 67: "UMWAIT", 68: "TPAUSE", 74: "BUS_LOCK", 75: "NOTIFY",
+}
+
+# Instructions that cause a VM exit by themselves (unconditionally or under KVM's usual controls),
+# by capstone mnemonic.
+_INSN_REASONS = {
+    "cpuid": "CPUID", "hlt": "HLT", "vmcall": "VMCALL", "vmmcall": "VMCALL",
+    "in": "IO_INSTRUCTION", "out": "IO_INSTRUCTION", "insb": "IO_INSTRUCTION", "insw": "IO_INSTRUCTION",
+    "insd": "IO_INSTRUCTION", "outsb": "IO_INSTRUCTION", "outsw": "IO_INSTRUCTION", "outsd": "IO_INSTRUCTION",
+    "rdmsr": "MSR_READ", "wrmsr": "MSR_WRITE", "invd": "INVD", "invlpg": "INVLPG", "rdpmc": "RDPMC",
+    "rdtsc": "RDTSC", "rdtscp": "RDTSCP", "wbinvd": "WBINVD", "xsetbv": "XSETBV",
+    "mwait": "MWAIT_INSTRUCTION", "monitor": "MONITOR_INSTRUCTION", "pause": "PAUSE_INSTRUCTION",
+    "rdrand": "RDRAND", "rdseed": "RDSEED", "invpcid": "INVPCID", "xsaves": "XSAVES", "xrstors": "XRSTORS",
+    "lgdt": "GDTR_IDTR", "sgdt": "GDTR_IDTR", "lidt": "GDTR_IDTR", "sidt": "GDTR_IDTR",
+    "lldt": "LDTR_TR", "sldt": "LDTR_TR", "ltr": "LDTR_TR", "str": "LDTR_TR",
+    "vmclear": "VMCLEAR", "vmlaunch": "VMLAUNCH", "vmptrld": "VMPTRLD", "vmptrst": "VMPTRST",
+    "vmread": "VMREAD", "vmresume": "VMRESUME", "vmwrite": "VMWRITE", "vmxoff": "VMOFF", "vmxon": "VMON",
+    "invept": "INVEPT", "invvpid": "INVVPID", "vmfunc": "VMFUNC", "encls": "ENCLS",
+    "umwait": "UMWAIT", "tpause": "TPAUSE", "getsec": "GETSEC",
+}
+
+_CAPSTONE: Any = None
+
+
+def exit_reason_of_insn(code: bytes, ip: int = 0) -> str:
+    """The VM exit an instruction makes by itself (``code`` starts at the exit's guest ip).
+
+    VMX reports an instruction-caused exit at the instruction (it does not retire), so the
+    FUP of the exit points at it; any other instruction there means the exit was not caused
+    by it: :data:`OTHER_REASON`.  Unreadable code: :data:`UNKNOWN_REASON`.
+    """
+    global _CAPSTONE
+    if not code:
+        return UNKNOWN_REASON
+    if _CAPSTONE is None:
+        import capstone
+
+        md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+        _CAPSTONE = md
+    for insn in _CAPSTONE.disasm(code[:16], ip, 1):
+        name = insn.mnemonic
+        if name == "mov":
+            ops = [o.strip() for o in insn.op_str.split(",")]
+            if any(o.startswith("cr") for o in ops):
+                return "CR_ACCESS"
+            if any(o.startswith("dr") for o in ops):
+                return "DR_ACCESS"
+        for prefix in ("rep ", "repe ", "repne "):
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+        return _INSN_REASONS.get(name, OTHER_REASON)
+    return UNKNOWN_REASON
+
+
+def perf_event_modifier(attr: Any) -> str:
+    """perf's event-name modifier of an attr (evsel__add_modifiers): ``:k``/``:u``/``:h`` for the
+    excluded contexts, and ``H``/``G`` (host, guest) when host or guest counting is not the default
+    (an intel_pt event recorded for guests too, as ``perf kvm --guest --host record`` or a host
+    recording of VMs makes it, is ``branches:HG``)."""
+    mods = ""
+    guest_default = False
+    if attr.exclude_kernel or attr.exclude_user or attr.exclude_hv:
+        mods += "" if attr.exclude_kernel else "k"
+        mods += "" if attr.exclude_user else "u"
+        mods += "" if attr.exclude_hv else "h"
+        guest_default = True
+    if attr.precise_ip:
+        mods += "p" * min(int(attr.precise_ip), 3)
+        guest_default = True
+    if attr.exclude_host or bool(attr.exclude_guest) == guest_default:
+        mods += "" if attr.exclude_host else "H"
+        mods += "" if attr.exclude_guest else "G"
+    return f":{mods}" if mods else ""
+
+
+# ---------------------------------------------------------------------------------- kernels
+
+@dataclass
+class KernelImage:
+    """A kernel DSO as perf loads it from kallsyms (and kcore beside it)."""
+
+    short_name: str
+    long_name: str
+    table: SymbolTable
+    segments: list[tuple[int, int, int]] = field(default_factory=list)  # kcore maps: (start, end, pgoff)
+    span: tuple[int, int] | None = None  # without kcore: the kernel map as fixed up by its symbols
+
+    def map_ip(self, ip: int) -> int | None:
+        """perf's map_ip of ``ip`` in the kernel's maps; None when no map holds it."""
+        if self.segments:
+            i = bisect_right([s[0] for s in self.segments], ip) - 1
+            if i >= 0 and ip < self.segments[i][1]:
+                start, _end, pgoff = self.segments[i]
+                return ip - start + pgoff
+            return None
+        if self.span is not None and not self.span[0] <= ip < self.span[1]:
+            return None
+        return ip
+
+    def address(self, off: int) -> int:
+        """The address of map-space offset ``off`` (inverse of :meth:`map_ip`)."""
+        for start, end, pgoff in self.segments:
+            if pgoff <= off < pgoff + (end - start):
+                return off - pgoff + start
+        return off
+
+
+def kcore_segments(path: str) -> list[tuple[int, int, int]]:
+    """(vaddr, vaddr + memsz, file offset) of a kcore copy's PT_LOAD segments ([] if unreadable)."""
+    try:
+        from elftools.common.exceptions import ELFError
+        from elftools.elf.elffile import ELFFile
+
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            segs = [(int(p["p_vaddr"]), int(p["p_vaddr"]) + int(p["p_memsz"]), int(p["p_offset"]))
+                    for p in elf.iter_segments() if p["p_type"] == "PT_LOAD" and p["p_memsz"]]
+    except (OSError, ELFError, ValueError, KeyError):
+        return []
+    return sorted(segs)
+
+
+def load_kernel_image(kallsyms: str, short_name: str, *, ref_name: str | None = None,
+                      ref_addr: int | None = None, kcore: bool = True) -> KernelImage:
+    """The kernel DSO of a kallsyms file; with ``kcore`` and a kcore file beside it, perf's kcore form."""
+    ks = load_kallsyms(kallsyms)
+    kpath = os.path.join(os.path.dirname(kallsyms), "kcore")
+    segs = kcore_segments(kpath) if kcore and os.path.isfile(kpath) else []
+    if segs:
+        starts = [s[0] for s in segs]
+        syms: list[Symbol] = []
+        every = sorted([*ks.kernel, *(s for mod in ks.modules.values() for s in mod)], key=lambda s: s.start)
+        for s in every:
+            i = bisect_right(starts, s.start) - 1
+            if i < 0 or s.start >= segs[i][1]:
+                continue  # perf drops symbols outside kcore's maps
+            start, end, pgoff = segs[i]
+            delta = start - pgoff
+            syms.append(Symbol(s.start - delta, min(s.end, end) - delta, s.name, s.binding))
+        return KernelImage(short_name, kpath, SymbolTable(syms), segs)
+    table = ks.kernel_table(ref_name, ref_addr)
+    span = (table.symbols[0].start, table.symbols[-1].end) if len(table) else None
+    return KernelImage(short_name, short_name, table, [], span)
+
+
+def kernel_dso_name(machine_pid: int) -> str:
+    """perf's kernel DSO name of a machine."""
+    if machine_pid == HOST_PID:
+        return "[kernel.kallsyms]"
+    if machine_pid == DEFAULT_GUEST_PID:
+        return "[guest.kernel.kallsyms]"
+    return f"[guest.kernel.kallsyms.{machine_pid}]"
+
+
+def guest_kallsyms_path(trace_path: str, kcore_dir: str | None, machine_pid: int,
+                        guestkallsyms: str | None, guestmount: str | None,
+                        guest_kcore_dirs: dict[int, str] | None = None) -> str | None:
+    """The kallsyms perf 6.1 loads for a guest machine: ``kcore_dir__PID`` beside the data (perf inject
+    copied it there; with ``--guest-data FILE,PID`` FILE's kcore_dir, ``guest_kcore_dirs``), the default
+    guest's ``--guestkallsyms``, else ``GUESTMOUNT/PID/proc/kallsyms``."""
+    if guest_kcore_dirs and machine_pid in guest_kcore_dirs:
+        cand = os.path.join(guest_kcore_dirs[machine_pid], "kallsyms")
+        if os.path.isfile(cand):
+            return cand
+    if machine_pid != DEFAULT_GUEST_PID:
+        base = os.path.dirname(str(kcore_dir)) if kcore_dir else (
+            trace_path if os.path.isdir(trace_path) else os.path.dirname(trace_path))
+        cand = os.path.join(base, f"kcore_dir__{machine_pid}", "kallsyms")
+        if os.path.isfile(cand):
+            return cand
+        if guestmount:
+            cand = os.path.join(guestmount, str(machine_pid), "proc", "kallsyms")
+            return cand if os.path.isfile(cand) else None
+        return None
+    return guestkallsyms
+
+
+# ---------------------------------------------------------------------------------- VM exits
+
+class VmExits:
+    """VM exits paired with the next VM entry of their host VCPU thread, in export order.
+
+    perf splits a VM exit into two branch samples: the guest side (guest ip => 0, in the
+    guest machine) and the host side (0 => the host's exit handler, on the host VCPU
+    thread), and a VM entry into the host side (host ip => 0) and the guest side
+    (0 => guest ip).  An exit is the host-side exit sample; its guest ip, machine and
+    VCPU are those of the guest-side sample just before it on the same CPU.
+    """
+
+    def __init__(self, reason_of: Callable[[int, int, int, int, int], tuple[str, str]]) -> None:
+        self.reason_of = reason_of  # (machine pid, VCPU, guest thread id, guest ip, time) -> (reason, source)
+        self.rows: list[list] = []
+        self._guest: dict[int, tuple[int, int, int, int, int]] = {}  # cpu -> last guest-side exit
+        self._open: dict[int, list] = {}  # host thread id -> its exit waiting for the next entry
+        self._tracepoints: list[tuple[int, int, str]] = []  # (host thread id, time, reason) of kvm:kvm_exit
+
+    def sample(self, sid: int, flags: int, ip: int, addr: int, time: int, cpu: int, thread_id: int,
+               machine_id: int, machine_pid: int, vcpu: int) -> None:
+        if flags & VMEXIT:
+            if addr == 0:  # guest side: guest ip => 0
+                self._guest[cpu] = (machine_id, machine_pid, vcpu, thread_id, ip)
+                return
+            mid, mp, vc, gth, gip = self._guest.pop(cpu, (0, -1, -1, 0, 0))
+            row = [len(self.rows) + 1, mid, vc, thread_id, cpu, sid, time, gip, 0, 0, None, None, mp, gth]
+            self.rows.append(row)
+            self._open[thread_id] = row
+        elif flags & VMENTRY and ip != 0:  # host side: host ip => 0
+            row = self._open.pop(thread_id, None)
+            if row is not None:
+                row[8], row[9] = sid, time
+
+    def kvm_exit(self, thread_id: int, time: int, reason: str) -> None:
+        """A recorded kvm:kvm_exit tracepoint of host thread ``thread_id`` at ``time``: the reason of that
+        thread's last VM exit at or before ``time`` (applied by :meth:`finish`)."""
+        self._tracepoints.append((thread_id, time, reason))
+
+    def finish(self) -> list[tuple]:
+        if self._tracepoints:
+            by_thread: dict[int, list[list]] = {}
+            for r in self.rows:
+                by_thread.setdefault(r[3], []).append(r)
+            for thread_id, time, reason in self._tracepoints:
+                rows = by_thread.get(thread_id)
+                if not rows:
+                    continue
+                i = bisect_right([r[6] for r in rows], time) - 1
+                if i >= 0 and rows[i][11] != "kvm_exit":
+                    rows[i][10], rows[i][11] = reason, "kvm_exit"
+        out = []
+        for r in self.rows:
+            if r[10] is None:
+                r[10], r[11] = self.reason_of(r[12], r[2], r[13], r[7], r[6])
+            out.append(tuple(r[:12]))
+        return out
+
+
+def kvm_exit_reason(raw: bytes | None, offset: int = 8) -> str | None:
+    """The exit reason of a kvm:kvm_exit tracepoint's raw data (``exit_reason`` u32 after the 8-byte
+    common fields in every kernel since 2.6.32), None when too short."""
+    if raw is None or len(raw) < offset + 4:
+        return None
+    value = int.from_bytes(raw[offset:offset + 4], "little")
+    basic = value & 0xFFFF
+    name = VMX_EXIT_REASONS.get(basic, f"EXIT_REASON_{basic}")
+    return name + (" (failed VM entry)" if value & (1 << 31) else "")
+
+
+def _tracing_data(pd: Any) -> bytes | None:
+    """The recording's tracing data (tracepoint formats), if the reader kept it."""
+    for name in ("tracing_data", "tracing_data_bytes"):
+        v = getattr(pd, name, None)
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            return bytes(v)
+    return None
+
+
+def kvm_exit_field_offset(tracing_data: bytes | None) -> int:
+    """``exit_reason``'s offset in kvm:kvm_exit records from the recording's tracing data (8 if absent)."""
+    if not tracing_data:
+        return 8
+    i = tracing_data.find(b"name: kvm_exit\n")
+    if i < 0:
+        return 8
+    end = tracing_data.find(b"print fmt:", i)
+    block = tracing_data[i:end if end > 0 else None]
+    j = block.find(b" exit_reason;")
+    if j < 0:
+        return 8
+    k = block.find(b"offset:", j)
+    try:
+        return int(block[k + 7:block.find(b";", k)].strip())
+    except ValueError:
+        return 8
+
+
+
+# ---------------------------------------------------------------------------------- machines
+
+class GuestThreads(PerfThreads):
+    """A guest machine's thread table: a new thread of a process creates its main thread too
+    (perf's thread__init_maps shares the leader's maps), which guests without sideband need:
+    their threads are only ever created by samples."""
+
+    def findnew(self, pid: int, tid: int):
+        th = self.find(pid, tid)
+        if th is None:
+            th = super().findnew(pid, tid)
+            if pid >= 0 and pid != tid:
+                super().findnew(pid, pid)
+        return th
+
+
+class KernelMachineState(MachineState):
+    """A machine whose kernel DSO perf loads from kallsyms (+ kcore): a guest, or the host of a
+    ``perf record --kcore`` recording.  User space and kernel modules resolve as on the host."""
+
+    def __init__(self, *args: Any, kernel_image: Callable[[], KernelImage | None], **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._kimage_fn = kernel_image
+        self._kimage: KernelImage | None = None
+        self._kimage_loaded = False
+        self._kdso = 0
+        self._ksyms: dict[int, int] = {}  # map-space symbol start -> symbol id
+        self.guest_pid_of: dict[int, int] = {}
+
+    @property
+    def kernel_image(self) -> KernelImage | None:
+        if not self._kimage_loaded:
+            self._kimage_loaded = True
+            self._kimage = self._kimage_fn()
+        return self._kimage
+
+    def resolve(self, pid: int, ip: int, time: int, kernel: bool | None = None) -> tuple[int, int, int, int]:
+        if not ip:
+            return (0, 0, 0, 0)
+        if kernel is None:
+            kernel = ip >= self.kernel_start
+        if not kernel:
+            return super().resolve(pid, ip, time, False)
+        e = self.sb.map_at(pid, ip, time, kernel=True)
+        if e is None:
+            return (0, 0, 0, 0)
+        if not e.filename.startswith(_KERNEL_DSOS):
+            return super().resolve(pid, ip, time, True)  # a module map
+        ki = self.kernel_image
+        if ki is None:
+            name = kernel_dso_name(self.pid)
+            ki = self._kimage = KernelImage(name, name, SymbolTable([]))
+        off = ki.map_ip(ip)
+        if off is None:
+            return (0, 0, 0, 0)  # outside kcore's maps (or the kernel map as its symbols fixed it up)
+        if not self._kdso:
+            self._kdso = self.m.dso(self.machine_id, ki.long_name, ki.short_name, "")
+        dso = self._kdso
+        sym = ki.table.find(off)
+        if sym is None:
+            unknown = self._unknown.setdefault(dso, {})
+            sid = unknown.get(off)
+            if sid is None:
+                sid = unknown[off] = self.m.symbols.get(("unknown", dso, off), (dso, off, off, 0, "unknown"))
+                self.sym_starts[sid] = off  # for the batch export's model of perf's last-lookup cache
+                self.new_unknowns += 1
+            return dso, sid, 0, ip
+        sid = self._ksyms.get(sym.start)
+        if sid is None:
+            sid = self._ksyms[sym.start] = self.m.symbol(dso, sym.start, sym.end, sym.name, sym.binding)
+            self.sym_starts[sid] = sym.start
+        return dso, sid, off - sym.start, ki.address(sym.start)
+
+
+def host_kernel_image(session: Any, kallsyms: str | None) -> Callable[[], KernelImage | None] | None:
+    """The host kernel of a ``--kcore`` recording as perf loads it (None: not a kcore recording, or
+    ``--kallsyms`` given, which perf then loads as kallsyms only... with kcore beside it, as kcore)."""
+    kd = getattr(session.pd, "kcore_dir", None)
+    if kallsyms or kd is None:
+        return None
+    path = os.path.join(str(kd), "kallsyms")
+    if not os.path.isfile(path) or not os.path.isfile(os.path.join(str(kd), "kcore")):
+        return None
+
+    def load() -> KernelImage | None:
+        try:
+            return load_kernel_image(path, "[kernel.kallsyms]")
+        except PtExportError:
+            return None
+
+    return load
+
+
+class ThreadMemo:
+    """``MachineState.threads(pid, tid)`` for the runs of one batch of a VM trace, asked once per (machine,
+    pid, tid) while nothing its answer depends on has changed.
+
+    A VM trace's samples alternate between host and guest threads every few dozen samples (every VM exit
+    and entry), so the batch export asks the same few threads tens of thousands of times.  A second call
+    with the same (pid, tid) changes nothing and gives the same answer as long as no thread was created
+    (``len(pt.all)``), no thread, comm or comm_thread row was made (the model's next ids) and no sideband
+    record was applied (:meth:`clear`, at every record).  A thread whose pid is still unknown (-1) is never
+    remembered: any ``find`` with a pid would set it.
+    """
+
+    __slots__ = ("m", "memo")
+
+    def __init__(self, model: Any) -> None:
+        self.m = model
+        self.memo: dict[tuple[int, int, int], tuple[tuple, int, int]] = {}
+
+    def clear(self) -> None:
+        self.memo.clear()
+
+    def threads(self, st: MachineState, mi: int, pid: int, tid: int) -> tuple[int, int]:
+        m = self.m
+        gen = (len(st.pt.all), m.threads.next_id, m.comms.next_id, m.comm_threads.next_id)
+        hit = self.memo.get((mi, pid, tid))
+        if hit is not None and hit[0] == gen:
+            return hit[1], hit[2]
+        th_id, c_id = st.threads(pid, tid)
+        th = st.pt.by_tid.get(tid)
+        if th is not None and th.pid != -1:
+            self.memo[(mi, pid, tid)] = ((len(st.pt.all), m.threads.next_id, m.comms.next_id,
+                                          m.comm_threads.next_id), th_id, c_id)
+        return th_id, c_id
+
+
+class VmExport:
+    """The VM side of one export: guest machine states, VCPU attribution, vcpus and vm_exits rows."""
+
+    def __init__(self, ex: Any, guestkallsyms: str | None = None, guestmount: str | None = None) -> None:
+        self.ex = ex
+        self.s = ex.s
+        self.sb = ex.s.sb
+        self.guestkallsyms = guestkallsyms
+        self.guestmount = guestmount
+        self.hypervisors = self.sb.hypervisors()
+        self.guest_ids = {i: mp for i, (mp, _v) in (self.sb.id_index or {}).items() if mp}
+        self.guest_vcpu = {i: v for i, (mp, v) in (self.sb.id_index or {}).items() if mp}
+        self.by_pid: dict[int, int] = {}  # machine pid -> index in ex.machines
+        self.exits = VmExits(self._reason)
+        self._code: Any = None
+        self._kcode: dict[tuple[int, int], bytes] = {}  # (machine pid, guest kernel ip) -> code (kcore is fixed)
+        self._ucode: dict[tuple[int, int, int], tuple[Any, bytes]] = {}  # (machine pid, id(map), ip) -> (map, code)
+        self._reasons: dict[bytes, str] = {}  # guest code at an exit -> exit_reason_of_insn
+        self.stats: list[tuple[str, int, str, str]] = []  # (name, value, severity, description)
+        self._kvm_exit_offset: int | None = None
+        self._check_guests()
+
+    @property
+    def active(self) -> bool:
+        return bool(self.hypervisors or self.guest_ids)
+
+    # ------------------------------------------------------------ machines
+
+    def state(self, machine_pid: int) -> int:
+        """Index in ``ex.machines`` of guest ``machine_pid`` (created when first needed)."""
+        idx = self.by_pid.get(machine_pid)
+        if idx is not None:
+            return idx
+        ex = self.ex
+        sbm = self.sb.machine(machine_pid)
+        if sbm is None:
+            from ptexport.sideband.model import Machine
+
+            sbm = Machine(machine_pid)
+        root = os.path.join(self.guestmount, str(machine_pid)) if self.guestmount and machine_pid > 0 else ""
+        pt = GuestThreads(comm_exec=ex.pt.comm_exec)
+        if machine_pid != DEFAULT_GUEST_PID:
+            pt.findnew(-1, machine_pid).set_comm(f"[guest/{machine_pid}]", 0, False)  # machine__init
+        kallsyms = guest_kallsyms_path(str(self.s.pd.path), getattr(self.s.pd, "kcore_dir", None), machine_pid,
+                                       self.guestkallsyms, self.guestmount,
+                                       getattr(self.s.pd, "guest_kcore_dirs", None))
+        name = kernel_dso_name(machine_pid)
+
+        def load() -> KernelImage | None:
+            if kallsyms is None:
+                return None
+            try:
+                return load_kernel_image(kallsyms, name)
+            except PtExportError:
+                return None
+
+        st = KernelMachineState(ex.m, self.s, pid=machine_pid, root_dir=root, sb=sbm, pt=pt,
+                                kernel_start=1 << 63, load_kallsyms=lambda: None, elf_tabs=ex._elf_tabs,
+                                kernel_image=load)
+        ex.machines.append(st)
+        idx = self.by_pid[machine_pid] = len(ex.machines) - 1
+        return idx
+
+    def record_machine(self, rec: Any) -> tuple[int, int] | None:
+        """(index in ex.machines, VCPU) of a guest sideband record, None for the host's."""
+        rid = getattr(rec, "id", None)
+        mp = self.guest_ids.get(rid) if rid is not None else None
+        if not mp:
+            return None
+        return self.state(mp), self.guest_vcpu.get(rid, -1)
+
+    def machine_index(self, cols: Any) -> np.ndarray | None:
+        """Fill ``cols.machine_pid`` (-1 host) / ``cols.vcpu`` (perf's VM split) and give each sample
+        its machine's index; None when every sample is the host's."""
+        cols = self.s.vcpu_columns(cols)
+        n = len(cols)
+        mp = np.asarray(cols.machine_pid, np.int64)
+        vc = np.asarray(cols.vcpu, np.int64)
+        nr = np.asarray(cols.nr) != 0
+        guest = nr & (mp > 0)
+        orphan = nr & ~guest  # guest code without guest sideband: perf's machine of the host pid, else pid 0
+        mi = np.zeros(n, np.int64)
+        out_mp = np.full(n, -1, np.int64)
+        out_vc = np.where(guest, vc, -1)
+        if guest.any():
+            for p in np.unique(mp[guest]).tolist():
+                w = guest & (mp == p)
+                mi[w] = self.state(int(p))
+                out_mp[w] = p
+        if orphan.any():
+            w = np.flatnonzero(orphan)
+            pairs = np.stack([np.asarray(cols.pid)[w], np.asarray(cols.tid)[w]], axis=1).astype(np.int64)
+            uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+            inv = np.asarray(inv).reshape(-1)
+            for k, (p, t) in enumerate(uniq.tolist()):
+                gp = p if p > 0 and self.sb.machine(p) is not None else DEFAULT_GUEST_PID
+                hit = self.sb.vcpu_of_host_thread(t) if t >= 0 else None
+                rows = w[inv == k]
+                mi[rows] = self.state(gp)
+                out_mp[rows] = gp
+                out_vc[rows] = hit[1] if hit is not None and hit[0] == p else -1
+        cols.machine_pid = out_mp
+        cols.vcpu = out_vc
+        return mi if (guest.any() or orphan.any() or len(self.ex.machines) > 1) else None
+
+    # ------------------------------------------------------------ VM exits
+
+    def samples(self, cols: dict[str, Any]) -> None:
+        """Note the VM entries/exits of a batch of sample rows (ids assigned)."""
+        flags = np.asarray(cols["flags"], np.int64)
+        w = np.flatnonzero(flags & (VMENTRY | VMEXIT))
+        if not len(w):
+            return
+        get = {k: np.asarray(cols[k])[w].tolist() for k in ("id", "ip", "to_ip", "time", "cpu", "thread_id",
+                                                           "machine_id", "machine_pid", "vcpu")}
+        for j, f in enumerate(flags[w].tolist()):
+            self.exits.sample(get["id"][j], f, get["ip"][j], get["to_ip"][j], get["time"][j], get["cpu"][j],
+                              get["thread_id"][j], get["machine_id"][j], get["machine_pid"][j], get["vcpu"][j])
+
+    def _reason(self, machine_pid: int, vcpu: int, guest_thread: int, ip: int, time: int) -> tuple[str, str]:
+        code = self._read_guest(machine_pid, guest_thread, ip, time)
+        reason = self._reasons.get(code)  # the mnemonic does not depend on the address: one per code
+        if reason is None:
+            reason = self._reasons[code] = exit_reason_of_insn(code, ip)
+        return reason, "instruction"
+
+    def _read_guest(self, machine_pid: int, guest_thread: int, ip: int, time: int) -> bytes:
+        if not ip or machine_pid < 0:
+            return b""
+        from ptexport.decoder.guest import GuestSpaces
+
+        if self._code is None:
+            self._code = GuestSpaces(self.s.pd, self.sb, self.guestkallsyms and os.path.dirname(self.guestkallsyms))
+        if ip >> 63:
+            code = self._kcode.get((machine_pid, ip))
+            if code is None:
+                k = self._code.kcore(machine_pid)
+                hit = k.at(ip) if k is not None else None
+                if hit is None:
+                    code = b""
+                else:
+                    start, _end, pgoff, obj = hit
+                    code = obj.read(ip - start + pgoff, 16)
+                self._kcode[(machine_pid, ip)] = code
+            return code
+        idx = self.by_pid.get(machine_pid)
+        if idx is None:
+            return b""
+        st = self.ex.machines[idx]
+        pid = st.guest_pid_of.get(guest_thread)
+        if pid is None:  # (asked at the end of the export: the thread table is complete)
+            for th in st.pt.all:
+                if th.db_id:
+                    st.guest_pid_of[th.db_id] = th.pid
+            pid = st.guest_pid_of.setdefault(guest_thread, -1)
+        e = st.sb.map_at(pid, ip, time, kernel=False) if pid >= 0 else None
+        if e is None:
+            return b""
+        hit = self._ucode.get((machine_pid, id(e), ip))  # the same map at the same ip: the same bytes
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        name = e.filename
+        if st is not None and self.guestmount and machine_pid > 0:
+            rooted = os.path.join(self.guestmount, str(machine_pid), name.lstrip("/"))
+            if os.path.isfile(rooted):
+                name = rooted
+        obj = self.s.objects.get(name, self.s.build_id_of(e.filename, e.build_id))
+        code = obj.read(ip - e.start + e.pgoff, 16)
+        self._ucode[(machine_pid, id(e), ip)] = (e, code)
+        return code
+
+    def sample_record(self, rec: Any, event_name: str, thread_id: int) -> None:
+        """A SAMPLE record of the recording: a kvm:kvm_exit tracepoint gives its exit's reason."""
+        if event_name != "kvm:kvm_exit":
+            return
+        if self._kvm_exit_offset is None:
+            self._kvm_exit_offset = kvm_exit_field_offset(_tracing_data(self.s.pd))
+        reason = kvm_exit_reason(getattr(rec, "raw", None), self._kvm_exit_offset)
+        if reason is not None:
+            self.exits.kvm_exit(thread_id, rec.time or 0, reason)
+
+    # ------------------------------------------------------------ output
+
+    def finish(self, w: Any) -> None:
+        """Write vm_exits, vcpus and the guest-data warnings (stats) at the end of the export."""
+        rows = self.exits.finish()
+        if rows:  # as columns: no Python conversion per value (guest_ip stored in two's complement)
+            names = w.columns("vm_exits")
+            cols: dict[str, Any] = {}
+            for j, (name, values) in enumerate(zip(names, zip(*rows))):
+                if j >= 10:
+                    cols[name] = list(values)  # reason, reason_source
+                elif name == "guest_ip":
+                    cols[name] = np.array([v & 0xFFFFFFFFFFFFFFFF for v in values], dtype=np.uint64)
+                else:
+                    cols[name] = np.array(values, dtype=np.int64)
+            w.write_columns("vm_exits", cols)
+        rows = self.vcpu_rows()
+        if rows:
+            w.write_rows("vcpus", rows)
+        if self.stats:
+            w.write_rows("stats", [(i + 1, name, -1, value, sev, desc)
+                                   for i, (name, value, sev, desc) in enumerate(self.stats)])
+
+    # ------------------------------------------------------------ vcpus, checks
+
+    def vcpu_rows(self) -> list[tuple]:
+        """One vcpus row per VCPU thread of each hypervisor process, with the VMCS its trace shows and
+        the TSC offset measured from guest TSC packets (perf inject --vm-time-correlation's method)."""
+        ex = self.ex
+        rows = []
+        host = ex.machines[0]
+        measured = self._measure_vmcs()
+        for mpid, vcpus in sorted(self.hypervisors.items()):
+            idx = self.by_pid.get(mpid)
+            if idx is None and self.sb.machine(mpid) is None:
+                idx = self.by_pid.get(DEFAULT_GUEST_PID)
+            mid = ex.machines[idx].machine_id if idx is not None else 0
+            for v, tid in sorted(vcpus.items()):
+                th = host.pt.find(mpid, tid)
+                vmcs, offset, source = measured.get(tid, (0, 0, "none"))
+                rows.append((len(rows) + 1, mid, v, th.db_id if th is not None else 0, vmcs, offset, 0, source))
+        return rows
+
+    def _measure_vmcs(self, limit: int = MEASURE_BYTES) -> dict[int, tuple[int, int, str]]:
+        """host tid -> (VMCS, TSC offset, source) from the first ``limit`` bytes of each CPU's trace: the
+        thread current on the CPU at a VMCS packet runs that VMCS; a guest TSC packet in a PSB+ (PIP
+        NR=1) measured against the MTC/TMA clock gives its offset ('measured'; 0 and 'none' when no guest
+        TSC was seen or the guest TSC packets equal the host's, as after perf inject --vm-time-correlation)."""
+        from ptexport.pt.vmtime import VmBuffer, VmTimeConfig, VmTimeCorrelator
+
+        pd, tc = self.s.pd, self.s.tc
+        info = getattr(pd, "auxtrace_info", None)
+        if tc is None or info is None or not hasattr(pd, "aux_data"):
+            return {}
+        pt_attrs = [a for a in pd.attrs if a.type == info.pmu_type]
+        config = pt_attrs[0].config if pt_attrs else 0
+        bits = info.mtc_freq_bits or 0
+        mtc_period = (config & bits) >> ((bits & -bits).bit_length() - 1) if bits else 0
+        corr = VmTimeCorrelator(VmTimeConfig(mtc_period=mtc_period, tsc_ctc_ratio_n=info.tsc_ctc_ratio_n or 0,
+                                             tsc_ctc_ratio_d=info.tsc_ctc_ratio_d or 0))
+        try:
+            for key in sorted(k for k in self.s.streams if k[0] == "cpu"):
+                bufs, size = [], 0
+                for i, rec in enumerate(self.s.streams[key]):
+                    data = bytes(pd.aux_data(rec))
+                    bufs.append(VmBuffer(data, rec.reference, i > 0))
+                    size += len(data)
+                    if size >= limit:
+                        break
+                corr.run_queue(bufs, key)
+        except PtExportError:
+            return {}  # unreadable trace data: decode errors say where; no measurement
+        out: dict[int, tuple[int, int, str]] = {}
+        for queue, tsc, vmcs in corr.vmcs_seen:
+            tl = self.sb.host.cpus.get(queue[1])
+            hit = tl.at(tc.tsc_to_perf_time(tsc)) if tl is not None else None
+            if hit is None or hit[1] in out:
+                continue
+            vi = corr.vmcs_table.get(vmcs)
+            if vi is not None and vi.tsc_offset:
+                out[hit[1]] = (vmcs, vi.tsc_offset, "measured")
+            else:
+                out[hit[1]] = (vmcs, 0, "none")
+        return out
+
+    def _check_guests(self) -> None:
+        """Guest sideband that cannot belong to this recording: counted in ``stats`` as warnings."""
+        for mp in sorted(set(self.guest_ids.values())):
+            if mp not in self.hypervisors:
+                self.stats.append(("vm_guest_without_vcpu_threads", mp, "warning",
+                                   f"guest sideband for machine pid {mp}, but the host has no process {mp} with "
+                                   "'CPU n/KVM' threads: its samples stay unattributed (wrong --guest-data pid?)"))
+                continue
+            g = self.sb.machine(mp)
+            bad = total = 0
+            runs = {}
+            for tl in self.sb.host.cpus.values():
+                for start, end, _p, tid in tl.intervals():
+                    runs.setdefault(tid, []).append((start, end if end is not None else 1 << 63))
+            for v, tl in (g.cpus.items() if g is not None else ()):
+                tid = self.hypervisors[mp].get(v)
+                spans = sorted(runs.get(tid, []))
+                starts = [a for a, _b in spans]
+                for t in tl.times.tolist():
+                    total += 1
+                    i = bisect_right(starts, t) - 1
+                    if i < 0 or t > spans[i][1]:
+                        bad += 1
+            if bad:
+                self.stats.append(("vm_guest_switches_outside_vcpu", bad, "warning",
+                                   f"{bad} of {total} guest context switches of machine {mp} fall where its VCPU "
+                                   "thread is not running on the host (wrong TSC offset in --guest-data?)"))

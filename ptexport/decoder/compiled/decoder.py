@@ -1,0 +1,802 @@
+"""Fast perf-mode decoding: the numba twin of ``PerfSession.decode_queue`` for branch samples.
+
+:func:`decode_queue_fast` returns what ``PerfSession.decode_queue`` returns
+(rows with perf's samples, setup failures, and the per-step items the
+session's merge needs) for ``--itrace`` selections made of branches (``b``,
+``c``, ``r``), instructions (``i`` with a period in instructions ``iN``/``iNi``
+or in time ``iNt``/``iNus``/``iNns``), transactions (``x``), ptwrite (``w``),
+power events (``p``: PSB, CBR, MWAIT, PWRE, EXSTOP, PWRX) and errors (``e``,
+with ``-o``/``-l``) - everything but skips (``s``), ``q`` and Event Trace; the
+decoder itself is :mod:`ptexport.decoder.compiled.kernel`, a port of
+:mod:`ptexport.decoder.reference.decoder` (which stays the readable reference; the
+differential tests in ``tests/flow/test_perffast.py`` hold them equal).
+
+How code is read.  The kernel answers perf's ``walk_insn`` from a table of
+basic blocks keyed by IP.  IP -> code depends on the address space the
+walker sees (the process current on the CPU at the last sample, the maps at
+that time), so there is one table per *context* (pid, whether a thread is
+known, which map generation of that pid and the kernel is live); the kernel
+stops when the sample time leaves the TSC range of its context, and Python
+switches tables.  Guest (non-root) code has a second table per *guest
+context*, what the reference's ``_MapLookup.guest`` reads: the guest machine
+of the host process, the guest process current on the host thread's VCPU
+(guest sideband) and the generation of that guest's maps.  A miss (a block
+not in the table yet), a walk the table cannot answer (code that cannot be
+read, a block crossing a mapping's end) or a PSB found inside a packet
+returns to Python, which asks the
+reference walker (:class:`~ptexport.decoder.codewalk.PerfCodeWalker`) or
+re-tokenizes, and the kernel re-runs that decode step from a snapshot.
+A walk bounded by an instruction count (the next instruction sample is due
+inside the block) stops at the boundary the block's row keeps for that
+instruction; the walk after it starts a block of its own (the rest).
+
+Without numba (the optional ``fast`` extra) :func:`available` is False and
+callers use the reference.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Any
+
+import numpy as np
+
+from ptexport.decoder.compiled import kernel as K
+from ptexport.pt.perfpkt_compiled import numba, tokenize_fast
+from ptexport.decoder.reference.decoder import BR_NO_BRANCH, PERIOD_INSTRUCTIONS, PERIOD_NONE, PERIOD_TICKS
+
+_MASK64 = (1 << 64) - 1
+_I64_MAX = (1 << 63) - 1
+_STACK = 1 << 16
+_OUT_CAP = 1 << 18
+# Bytes of trace tokenized at a time: the tokens take ~14 bytes per trace byte (more while the
+# window slides), so this bounds the decoder's memory (4 MB gave ~60 MB peaks; 1 MB ~15 MB).
+_WINDOW = 1 << 20
+
+
+def available() -> bool:
+    return numba is not None
+
+
+def unavailable_reason() -> str:
+    """Why the compiled decoder cannot run here ("" when it can)."""
+    from ptexport.pt.perfpkt_compiled import NUMBA_PROBLEM
+
+    return NUMBA_PROBLEM if numba is None else ""
+
+
+def supported(session: Any) -> bool:
+    """True when the fast path reproduces ``decode_queue`` for this session's options."""
+    it = session.cfg.itrace
+    if numba is None:
+        return False
+    if it.initial_skip or it.quick or session.timeless:
+        # sN: held-back CBR events are decided in perf order; q: hop/leap modes; timeless: the
+        # queue's thread and maps are those of the end (perf decodes timeless queues late)
+        return False
+    if it.intr_events or getattr(session, "event_trace", False):
+        # Event Trace (CFE/EVD samples, RFLAGS.IF in every sample's flags): reference only
+        # (perffast must mirror: nothing, it is not used for these sessions)
+        return False
+    if it.instructions:
+        # iN/iNi: a period in instructions; iNt/iNus/iNns: in TSC ticks (perf's period type)
+        return session.params.period_type in (PERIOD_INSTRUCTIONS, PERIOD_TICKS)
+    return session.params.period_type == PERIOD_NONE
+
+
+def segmentable(session: Any) -> bool:
+    """True when a queue may be decoded in PSB segments joined by state (pipeline/parallel.py).
+
+    Not with instruction samples: their period counter carries across PSBs
+    (perf resets it only at a sample), so a segment decoded from its PSB
+    samples other instructions than the serial decoder and never joins.
+    """
+    return supported(session) and not session.cfg.itrace.instructions
+
+
+def _i64(v: int) -> int:
+    v &= _MASK64
+    return v - (1 << 64) if v >> 63 else v
+
+
+class FastRows:
+    """``_Rows`` of the session, as arrays (``cols`` maps column name -> numpy array)."""
+
+    def __init__(self, cols: dict[str, np.ndarray], setup_failures: list[int],
+                 items_err: np.ndarray, items_ts: np.ndarray, branch_count: int = 0) -> None:
+        self.cols = cols
+        self.branch_count = branch_count  # count-only decoding: branch rows counted, not kept
+        self.setup_failures = setup_failures
+        self.items_err = items_err
+        self.items_ts = items_ts
+
+    def __len__(self) -> int:
+        return len(self.cols["kind"])
+
+
+class _Table:
+    """One context's block table (open addressing; see perffast_kernel.tab_find)."""
+
+    def __init__(self, size: int = 1 << 12) -> None:
+        self.hk = np.zeros(size, np.int64)
+        self.hv = np.full(size, -1, np.int64)
+        self.n = 0
+
+
+class _Blocks:
+    """Blocks shared by all tables of a queue decoder: rows of BK and boundary offsets BND."""
+
+    def __init__(self) -> None:
+        self.bk = np.zeros((1024, K.BK_SIZE), np.int64)
+        self.bnd = np.zeros(1 << 14, np.int64)
+        self.n = 0
+        self.nb = 0
+        self.index: dict[tuple[str, int], int] = {}  # (object name, file offset) -> block row
+        # (object name, file offset) of an instruction inside a block -> (block row, its index there)
+        self.inner: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def add(self, cnt: int, nbytes: int, insn: Any, bounds: list[int]) -> int:
+        return self.add_row((cnt, nbytes, insn.op, insn.branch, insn.length, insn.rel), bounds)
+
+    def add_row(self, head: tuple[int, int, int, int, int, int], bounds: list[int]) -> int:
+        if self.n >= len(self.bk):
+            self.bk = np.concatenate([self.bk, np.zeros_like(self.bk)])
+        while self.nb + len(bounds) > len(self.bnd):
+            self.bnd = np.concatenate([self.bnd, np.zeros_like(self.bnd)])
+        i = self.n
+        self.bk[i] = head + (self.nb, len(bounds))
+        self.bnd[self.nb:self.nb + len(bounds)] = bounds
+        self.nb += len(bounds)
+        self.n += 1
+        return i
+
+    def rest(self, name: str, offset: int, room: int) -> int | None:
+        """The row of the block starting at instruction ``offset`` of an object inside a known block
+        (the rest of it, where a walk goes on after an instruction sample), None if there is none or it
+        would reach ``room`` bytes (the mapping's end).  Taken from the known block's boundaries:
+        decoding each rest anew would cost a block's instructions squared."""
+        got = self.inner.get((name, offset))
+        if got is None:
+            return None
+        prow, j = got
+        cnt, nbytes, op, br, length, rel, b0, n = self.bk[prow].tolist()
+        bnd = self.bnd[b0:b0 + n].tolist()
+        d = bnd[j - 1]
+        if nbytes - d >= room:
+            return None
+        row = self.add_row((cnt - j, nbytes - d, op, br, length, rel), [b - d for b in bnd[j:]])
+        self.index[(name, offset)] = row
+        return row
+
+
+class _Tokens:
+    """A window of a queue's buffers as the kernel's arrays (PK packets, BI buffers, BD bytes).
+
+    Every buffer has its BI row (reference timestamp, consecutive, trace
+    number, offset, length); only the buffers in the window are tokenized
+    (PSTART/PEND -1 outside it), so memory stays bounded however big the
+    queue: the kernel asks for more (R_MORE) when it moves past the window.
+    """
+
+    def __init__(self, buffers: list[Any], window: int | None = None) -> None:
+        self.meta = buffers
+        self.window = _WINDOW if window is None else window
+        nb = len(buffers)
+        self.cols: dict[int, Any] = {}
+        bi = np.zeros((nb, K.BI_SIZE), np.int64)
+        for i, b in enumerate(buffers):
+            bi[i, K.BI_REF] = b.ref_timestamp
+            bi[i, K.BI_CONSEC] = int(b.consecutive)
+            bi[i, K.BI_TRACE_NR] = b.trace_nr
+            bi[i, K.BI_OFFSET] = b.offset
+            bi[i, K.BI_DLEN] = len(b.data)
+        bi[:, K.BI_PSTART] = -1
+        bi[:, K.BI_PEND] = -1
+        self.bi = bi
+        self.lo = self.hi = 0
+        self.load(0)
+
+    def load(self, first: int, need: int = -1) -> None:
+        """Window = buffers from ``first`` on, at least ``window`` bytes and up to ``need``."""
+        nb = len(self.meta)
+        lo = max(0, min(first, nb))
+        hi = lo
+        size = 0
+        bi = self.bi
+        while hi < nb and (size < self.window or hi <= need or hi == lo):
+            size += int(bi[hi, K.BI_DLEN])
+            hi += 1
+        for i in list(self.cols):
+            if not lo <= i < hi:
+                del self.cols[i]
+        for i in range(lo, hi):
+            if i not in self.cols:
+                self.cols[i] = tokenize_fast(self.meta[i].data)
+        self.lo, self.hi = lo, hi
+        self.build()
+
+    def build(self) -> None:
+        bi = self.bi
+        bi[:, K.BI_PSTART] = -1
+        bi[:, K.BI_PEND] = -1
+        n = sum(len(self.cols[i]) for i in range(self.lo, self.hi))
+        pk = np.empty((4, n), np.int64)
+        at = 0
+        dat = 0
+        datas = []
+        for i in range(self.lo, self.hi):
+            c = self.cols[i]
+            m = len(c)
+            pk[0, at:at + m] = c.kind
+            pk[1, at:at + m] = c.count
+            pk[2, at:at + m] = c.payload.view(np.int64)
+            pk[3, at:at + m] = c.pos
+            bi[i, K.BI_PSTART] = at
+            bi[i, K.BI_PEND] = at + m
+            bi[i, K.BI_DSTART] = dat
+            datas.append(self.meta[i].data)
+            at += m
+            dat += int(bi[i, K.BI_DLEN])
+        self.pk = pk
+        self.bd = np.frombuffer(b"".join(datas), dtype=np.uint8) if dat else np.zeros(1, np.uint8)
+
+    def index_at(self, b: int, byte: int) -> int:
+        """Index of the packet of buffer ``b`` (loaded) that starts at or before ``byte``."""
+        c = self.cols[b]
+        j = int(np.searchsorted(c.pos, byte, side="right")) - 1
+        return int(self.bi[b, K.BI_PSTART]) + max(j, 0)
+
+    def retokenize(self, b: int, at: int) -> None:
+        """perfmode's ``_index_at``: the packets of buffer ``b`` from byte ``at`` re-tokenized."""
+        c = self.cols[b]
+        j = int(np.searchsorted(c.pos, at, side="left"))
+        tail = tokenize_fast(self.meta[b].data[at:])
+        from ptexport.pt.perfpkt import PacketColumns
+
+        self.cols[b] = PacketColumns(
+            kind=np.concatenate([c.kind[:j], tail.kind]), count=np.concatenate([c.count[:j], tail.count]),
+            payload=np.concatenate([c.payload[:j], tail.payload]), pos=np.concatenate([c.pos[:j], tail.pos + at]),
+            size=np.concatenate([c.size[:j], tail.size]))
+        self.build()
+
+
+class QueueDecoder:
+    """The fast decoder for one AUX queue of a :class:`PerfSession`."""
+
+    def __init__(self, session: Any, qnum: int, key: tuple[str, int], bufs: list[Any],
+                 count_only: bool = False, window: int | None = None) -> None:
+        from ptexport.decoder.codewalk import PerfCodeWalker
+
+        self.count_only = count_only
+        self.s = session
+        self.qnum = qnum
+        self.key = key
+        self.per_cpu = key[0] == "cpu"
+        self.cpu = key[1] if self.per_cpu else -1
+        self.qtid = -1 if self.per_cpu else key[1]
+        self.lookup = session._lookup()
+        self.walker = PerfCodeWalker(self.lookup, session.kernel_start)
+        self.tokens = _Tokens(session._buffers(bufs), window)  # window: bytes tokenized at a time
+        self.cur = session._cpu_current(self.cpu) if self.per_cpu else None
+        self.blocks = _Blocks()
+        self.tables: dict[tuple, _Table] = {}
+        self.gtables: dict[tuple, _Table] = {}  # guest code, per guest context
+        self.gtable = self.table = _Table(16)
+        self._guest_machines = bool(session.sb.guests())
+        self._guest_map_changes: dict[tuple[int, int], np.ndarray] = {}
+        self.fail_names: list[str] = []
+        self.fail_ids: dict[str, int] = {}
+        self._map_changes: dict[int, np.ndarray] = {}
+        self._kernel_changes: np.ndarray | None = None
+
+    # ------------------------------------------------------------ contexts
+
+    def _who(self, tsc: int) -> tuple[int, int, int, int]:
+        """(pid, tid, lo, hi): who is current at ``tsc`` and the TSC range where that holds."""
+        if not self.per_cpu:
+            t = self.s.sb.thread(self.qtid)
+            return (t.pid if t is not None else -1), self.qtid, -(1 << 63), _I64_MAX
+        c = self.cur
+        i = int(np.searchsorted(c.tsc, np.uint64(tsc), side="right")) - 1
+        lo = int(c.tsc[i]) if i >= 0 else -(1 << 63)
+        hi = int(c.tsc[i + 1]) if i + 1 < len(c.tsc) else _I64_MAX
+        if i < 0:
+            return -1, -1, lo, hi
+        return int(c.pid[i]), int(c.tid[i]), lo, min(hi, _I64_MAX)
+
+    def _tsc_at_or_after(self, t: int) -> int:
+        """The smallest TSC whose perf time is >= ``t`` (0 for times before TSC 0, as the
+        sideband of old perf versions has: records at time 0; at most the int64 state's maximum)."""
+        tc = self.s.tc
+        c = tc.perf_time_to_tsc(t)
+        if c > _I64_MAX:
+            # perf's u64 arithmetic wrapped: ``t`` lies before TSC 0 (old perf versions write
+            # sideband at time 0; time_zero may itself be a wrapped negative value)
+            return 0
+        for _ in range(64):
+            if c > 0 and tc.tsc_to_perf_time(c - 1) >= t:
+                c -= 1
+            else:
+                break
+        for _ in range(64):
+            if tc.tsc_to_perf_time(c) < t:
+                c += 1
+            else:
+                break
+        return c
+
+    @staticmethod
+    def _machine_changes(machine: Any, pid: int) -> np.ndarray:
+        """Perf times at which the maps seen by ``pid`` of ``machine`` (its own and the kernel's) change."""
+        times = set()
+        for e in machine.kernel_maps.entries:
+            times.add(e.valid_from)
+            times.add(e.valid_to)
+        if pid >= 0:
+            for e in machine.maps(pid).entries:
+                times.add(e.valid_from)
+                times.add(e.valid_to)
+        return np.array(sorted(t for t in times if 0 <= t < (1 << 63)), dtype=np.int64)
+
+    def _changes(self, pid: int) -> np.ndarray:
+        """Perf times at which the host maps seen by ``pid`` change."""
+        got = self._map_changes.get(pid)
+        if got is None:
+            got = self._map_changes[pid] = self._machine_changes(self.s.sb.host, pid)
+        return got
+
+    def _guest_context(self, pid: int, tid: int, time: int, lo: int, hi: int) -> tuple[tuple, int, int]:
+        """(key, lo, hi): the guest address space ``_MapLookup.guest`` reads for host thread ``tid``
+        of process ``pid`` at perf time ``time``, and the TSC range inside [lo, hi) where it holds."""
+        s = self.s
+        mpid = s._guest_spaces.machine_pid(pid)
+        if not self._guest_machines:
+            return ("g", mpid), lo, hi  # no guest sideband: the guest's kcore only, static
+        gpid = -1
+        vc = s._vcpus
+        hit = vc.vcpu_of(tid) if vc.enabled and tid >= 0 else None
+        if hit is not None:
+            m = s.sb.machine(hit[0])
+            tl = m.cpus.get(hit[1]) if m is not None else None
+            if tl is not None and len(tl):
+                i = tl.index_at(time)  # the point guest_pid_at_time reads
+                if i >= 0:
+                    gpid = int(tl._pids[i])
+                    if not s.timeless:
+                        lo = max(lo, self._tsc_at_or_after(int(tl._times[i])))
+                if i + 1 < len(tl) and not s.timeless:
+                    hi = min(hi, self._tsc_at_or_after(int(tl._times[i + 1])))
+        gen = -1
+        m = s.sb.machine(mpid)
+        if m is not None and not s.timeless:
+            ch = self._guest_map_changes.get((mpid, gpid))
+            if ch is None:
+                ch = self._guest_map_changes[(mpid, gpid)] = self._machine_changes(m, gpid)
+            gen = int(np.searchsorted(ch, time, side="right"))
+            if gen > 0:
+                lo = max(lo, self._tsc_at_or_after(int(ch[gen - 1])))
+            if gen < len(ch):
+                hi = min(hi, self._tsc_at_or_after(int(ch[gen])))
+        return ("g", mpid, gpid, gen), lo, hi
+
+    def _context(self, tsc: int, S: np.ndarray) -> None:
+        """Point the walker and the kernel at the context of a sample at ``tsc``."""
+        pid, tid, lo, hi = self._who(tsc)
+        have_thread = tid >= 0 or not self.per_cpu
+        if self.s.timeless:
+            time = 0
+            gen = -1
+        else:
+            time = self.s._perf_time(tsc)
+            ch = self._changes(pid)
+            g = int(np.searchsorted(ch, time, side="right"))
+            gen = g
+            if g > 0:
+                lo = max(lo, self._tsc_at_or_after(int(ch[g - 1])))
+            if g < len(ch):
+                hi = min(hi, self._tsc_at_or_after(int(ch[g])))
+        gkey, lo, hi = self._guest_context(pid, tid, time, lo, hi)
+        self.lookup.pid = pid
+        self.lookup.tid = tid
+        self.lookup.time = time
+        self.walker.have_thread = have_thread
+        S[K.HAVE_THREAD] = int(have_thread)
+        # The kernel's state is int64: a range end beyond it means "no end".
+        S[K.CTX_LO] = min(max(lo, -_I64_MAX - 1), _I64_MAX)
+        S[K.CTX_HI] = min(max(hi, -_I64_MAX - 1), _I64_MAX)
+        self._select((pid, have_thread, gen), gkey)
+
+    def _select(self, ctx: tuple, gctx: tuple) -> None:
+        t = self.tables.get(ctx)
+        if t is None:
+            t = self.tables[ctx] = _Table()
+        self.table = t
+        g = self.gtables.get(gctx)
+        if g is None:
+            g = self.gtables[gctx] = _Table(1 << 8)
+        self.gtable = g
+
+    # -------------------------------------------------------------- code
+
+    def _fail_id(self) -> int:
+        name = self.walker.fail_obj
+        if name is None:
+            return -1
+        i = self.fail_ids.get(name)
+        if i is None:
+            i = self.fail_ids[name] = len(self.fail_names)
+            self.fail_names.append(name)
+        return i
+
+    def _block(self, ip: int, nr: bool = False) -> bool:
+        """Put the block at ``ip`` in the current table (guest code: the guest table) if it can be
+        cached; False if not."""
+        w = self.walker
+        if nr:
+            hit = self.lookup.guest(ip, bool(ip >> 63))  # the walker's rule (intel_pt_nr_cpumode)
+        else:
+            kernel = ip >= w.kernel_start
+            if not w.have_thread and not kernel:
+                return False
+            hit = self.lookup(ip, kernel)
+        if hit is None:
+            return False
+        start, end, pgoff, obj = hit
+        offset = ip - start + pgoff
+        row = self.blocks.index.get((obj.name, offset))
+        if row is None:
+            row = self.blocks.rest(obj.name, offset, end - ip)
+        if row is None:
+            err, cnt, new_ip, insn = w.walk(ip, 0, 0, nr)
+            if err or insn.branch == BR_NO_BRANCH:
+                return False
+            # Instruction boundaries, decoded the walker's way; all inside this mapping.
+            bounds = []
+            cur, off = ip, offset
+            for _ in range(cnt - 1):
+                got = w.dec.decode(obj.read(off, 16), cur, obj.bits)
+                if got is None:
+                    return False
+                cur += got.length
+                off += got.length
+                if cur >= end:
+                    return False
+                bounds.append(cur - ip)
+            if cur != new_ip:
+                return False
+            row = self.blocks.add(cnt, new_ip - ip, insn, bounds)
+            self.blocks.index[(obj.name, offset)] = row
+            inner = self.blocks.inner
+            for j, b in enumerate(bounds, 1):
+                inner.setdefault((obj.name, offset + b), (row, j))
+        t = self.gtable if nr else self.table
+        if 2 * (t.n + 1) > len(t.hk):
+            big = _Table(2 * len(t.hk))
+            for k, v in zip(t.hk[t.hv >= 0].tolist(), t.hv[t.hv >= 0].tolist()):
+                K.tab_insert(big.hk, big.hv, k, v)
+            big.n = t.n
+            t.hk, t.hv = big.hk, big.hv
+        K.tab_insert(t.hk, t.hv, _i64(ip), row)
+        t.n += 1
+        return True
+
+    def _need(self, S: np.ndarray) -> None:
+        ip = int(S[K.NEED_IP]) & _MASK64
+        to_ip = int(S[K.NEED_TO]) & _MASK64
+        mx = int(S[K.NEED_MAX])
+        nr = bool(S[K.NEED_NR])
+        if self._block(ip, nr):
+            return  # (walks bounded by a count too: the kernel stops inside a block by its boundaries)
+        err, cnt, new_ip, insn = self.walker.walk(ip, to_ip, mx, nr)
+        S[K.INJ_VALID] = 1
+        S[K.INJ_IP] = _i64(ip)
+        S[K.INJ_TO] = _i64(to_ip)
+        S[K.INJ_MAX] = mx
+        S[K.INJ_NR] = int(nr)
+        S[K.INJ_ERR] = err
+        S[K.INJ_CNT] = cnt
+        S[K.INJ_NEWIP] = _i64(new_ip)
+        S[K.INJ_OP] = insn.op
+        S[K.INJ_BR] = insn.branch
+        S[K.INJ_LEN] = insn.length
+        S[K.INJ_REL] = _i64(insn.rel)
+        S[K.INJ_FAIL] = self._fail_id()
+
+    # -------------------------------------------------------------- run
+
+    def _init_state(self) -> tuple[np.ndarray, np.ndarray]:
+        s = self.s
+        p = s.params
+        it = s.cfg.itrace
+        S = np.zeros(K.S_SIZE, np.int64)
+        F = np.zeros(K.F_SIZE, np.float64)
+        S[K.BUF] = -1
+        S[K.KIND] = 1  # Pkt.PAD
+        S[K.LAST_PKT] = 1
+        S[K.LASTFAIL] = -1
+        S[K.P_RETCOMP] = int(p.return_compression)
+        S[K.P_BRANCH_ENABLE] = int(p.branch_enable)
+        S[K.P_MTC_SHIFT] = p.mtc_period
+        S[K.P_CTC_REM_MASK] = (1 << p.mtc_period) - 1
+        n, d = p.tsc_ctc_ratio_n, (p.tsc_ctc_ratio_d if p.tsc_ctc_ratio_n else 0)
+        S[K.P_CTC_N] = n
+        S[K.P_CTC_D] = d
+        S[K.P_CTC_MULT] = n // d if d and not n % d else 0
+        S[K.P_MNTR] = p.max_non_turbo_ratio
+        F[K.F_MNTR] = float(p.max_non_turbo_ratio)
+        S[K.P_PERIOD_TYPE] = p.period_type
+        S[K.P_PERIOD] = p.period
+        if p.period_type == PERIOD_TICKS and p.period:
+            ticks = 1 << (p.period.bit_length() - 1)
+            S[K.P_PERIOD_TICKS] = ticks
+            S[K.P_PERIOD_MASK] = ~(ticks - 1)
+        S[K.P_INSNS] = int(it.instructions)
+        S[K.P_FUP_NLIP] = int(p.fup_with_nlip)
+        S[K.P_CYC_THRESH] = p.cyc_threshold
+        S[K.P_KERNEL_START] = _i64(s.kernel_start)
+        S[K.P_FILTER] = s._branches_filter
+        S[K.P_BRANCHES] = int(it.branches)
+        S[K.P_ERRORS] = int(it.errors)
+        S[K.P_ERR_MINUS_O] = int("o" in it.error_minus)
+        S[K.P_ERR_MINUS_L] = int("l" in it.error_minus)
+        S[K.P_EST_TSC] = int(s._est_tsc)
+        S[K.P_TIMELESS] = int(s.timeless)
+        S[K.P_PER_CPU] = int(self.per_cpu)
+        S[K.P_PWR] = int(it.pwr_events)
+        S[K.P_TX] = int(it.transactions)
+        S[K.P_PTW] = int(it.ptwrites)
+        S[K.SESS_CBR_SEEN] = -1  # perf starts from UINT_MAX
+        S[K.P_COUNT_ONLY] = int(self.count_only)
+        S[K.P_STOP_BUF] = -1
+        return S, F
+
+    def setup(self, at: tuple[int, int] | None = None) -> None:
+        """Fresh decoder state; ``at`` = (buffer, byte): start there (at a PSB) as at a new trace."""
+        if self.tokens.lo != 0:
+            self.tokens.load(0)
+        S, F = self._init_state()
+        self.S, self.F = S, F
+        self.snap = np.zeros(K.NSTATE, np.int64)
+        self.fsnap = np.zeros(K.F_SIZE, np.float64)
+        self.stk = np.zeros(_STACK, np.int64)
+        cap = 1 << 12 if self.count_only else _OUT_CAP
+        self.out = np.zeros((K.O_SIZE, cap), np.int64)
+        self.items = np.zeros((2, cap), np.int64)
+        self.chunks: list[np.ndarray] = []
+        self.ichunks: list[np.ndarray] = []
+        self.rows_before = 0  # rows and items handed out by take()
+        self.items_before = 0
+        # perf's setup: no thread for a CPU queue; a per-thread queue has its thread.
+        if self.per_cpu:
+            pid, have_thread = -1, False
+        else:
+            pid, have_thread = self._who(0)[0], True
+        self.lookup.pid = pid
+        self.lookup.tid = -1
+        self.lookup.time = 0
+        self.walker.have_thread = have_thread
+        S[K.HAVE_THREAD] = int(have_thread)
+        gkey = self._guest_context(pid, -1, 0, 0, 0)[0]
+        self._select(("setup", pid, have_thread), ("setup",) + gkey)
+        # --time: perf's decoder-side time filter (not for PSB segments: sessions with ranges are not cut)
+        self.tf = self.s._queue_time_filter() if at is None else None
+        if self.tf is not None:
+            S[K.TF_ON] = 1
+            self._tf_sync()
+            if self.tf.sel_start and self.tf.sel_timestamp:
+                self._fast_forward(self.tf.sel_timestamp)  # perf's setup: to the last PSB before the start
+        if at is not None:
+            b, byte = at
+            tok = self.tokens
+            tok.load(b)
+            bi = tok.bi
+            S[K.BUF] = b
+            S[K.IDX] = tok.index_at(b, byte)
+            S[K.REF_TIMESTAMP] = bi[b, K.BI_REF]
+            S[K.BUF_TIMESTAMP] = bi[b, K.BI_REF]
+            S[K.ST_TRACE_NR] = bi[b, K.BI_TRACE_NR]
+            # A guess of what the serial decoder has here (it records the offset when it walks
+            # over this PSB; a sync does not): joins are checked state by state anyway.
+            S[K.ST_PSB_OFFSET] = bi[b, K.BI_OFFSET] + byte
+
+    # ------------------------------------------------------------ --time
+
+    def _tf_sync(self) -> None:
+        S, tf = self.S, self.tf
+        S[K.SEL_START] = int(tf.sel_start)
+        S[K.SEL_TS] = tf.sel_timestamp
+
+    def time_filter(self) -> None:
+        """R_TF: perf's intel_pt_time_filter for the state just decoded (start or end passed, or a fast
+        forward due); the kernel then samples it or not (HAVE_SAMPLE) or ends the queue (PH_DONE)."""
+        S = self.S
+        verdict, ff = self.tf.filter(int(S[K.PTQ_TS]), int(S[K.FF_TS]))
+        S[K.FF_TS] = ff
+        self._tf_sync()
+        if verdict == "stop":
+            S[K.PHASE] = K.PH_DONE
+        else:
+            S[K.HAVE_SAMPLE] = int(verdict == "keep")
+            if verdict == "ff":
+                self._fast_forward(ff)
+
+    def _fast_forward(self, timestamp: int) -> None:
+        """perf's intel_pt_fast_forward (see pipeline/filters.fast_forward, the reference decoder's):
+        to the last buffer whose first PSB is before ``timestamp``, then to the last PSB before it in
+        the buffer the decoder is in; repositioning forgets the IP, the timestamp and TMA."""
+        from ptexport.decoder.filters import psb_positions
+
+        S, tok = self.S, self.tokens
+        bufs = tok.meta
+        cur = int(S[K.BUF])
+        target = -1
+        for i in range(max(cur, -1) + 1, len(bufs)):
+            if not len(bufs[i].data):
+                continue
+            first = next(iter(psb_positions(bufs[i], 0)), None)
+            if first is None or first[1] is None:
+                continue
+            if first[1] >= timestamp:
+                break
+            target = i
+        if target >= 0:
+            ref = bufs[target].ref_timestamp
+            j = cur
+            while True:  # perf: next buffer (repositioned) until the buffer timestamp matches
+                j += 1
+                while j < len(bufs) and not len(bufs[j].data):
+                    j += 1
+                if j >= len(bufs):
+                    return
+                if bufs[j].ref_timestamp == ref:
+                    break
+            if tok.bi[j, K.BI_PSTART] < 0:
+                tok.load(j, j)
+            bi = tok.bi
+            S[K.BUF] = j
+            S[K.IDX] = bi[j, K.BI_PSTART]
+            S[K.BUF_TIMESTAMP] = bi[j, K.BI_REF]
+            S[K.REF_TIMESTAMP] = bi[j, K.BI_REF]
+            S[K.ST_TRACE_NR] = bi[j, K.BI_TRACE_NR]
+            self._reposition()
+        b, byte = K.cursor(S, tok.pk, tok.bi)
+        if not 0 <= b < len(bufs):
+            return
+        for pos, tsc in psb_positions(bufs[b], byte):
+            if tsc is None or tsc >= timestamp:
+                break
+            S[K.IDX] = tok.index_at(b, pos)
+            self._reposition()
+
+    def _reposition(self) -> None:
+        S = self.S
+        S[K.STEP] = 0
+        S[K.IP] = 0
+        S[K.PKT_STATE] = K.NO_PSB
+        S[K.TIMESTAMP] = 0
+        S[K.HAVE_TMA] = 0
+
+    def drive(self, single: bool = False, stop: tuple[int, int] | None = None) -> int:
+        """Run the kernel until the queue ends (R_DONE), ``stop`` (R_STOP) or one step (R_STEP)."""
+        S = self.S
+        S[K.P_SINGLE] = int(single)
+        S[K.P_STOP_BUF], S[K.P_STOP_BYTE] = stop if stop is not None else (-1, 0)
+        tok = self.tokens
+        while True:
+            r = self.kernel_run()
+            if r == K.R_DONE or r == K.R_STOP or r == K.R_STEP:
+                return r
+            if r == K.R_NEED:
+                self._need(S)
+            elif r == K.R_CTX:
+                self._context(int(S[K.CTX_TSC]), S)
+            elif r == K.R_OUTFULL:
+                self.chunks.append(self.out[:, :S[K.NOUT]].copy())
+                self.ichunks.append(self.items[:, :S[K.NITEM]].copy())
+                S[K.NOUT] = 0
+                S[K.NITEM] = 0
+            elif r == K.R_RETOK:
+                tok.retokenize(int(S[K.RETOK_BUF]), int(S[K.RETOK_POS]))
+            elif r == K.R_MORE:
+                self.slide(int(S[K.MORE_BUF]))
+            elif r == K.R_TF:
+                self.time_filter()
+            if S[K.STACK_DEPTH] > _STACK:
+                raise OverflowError("return stack deeper than the fast decoder's")
+
+    def kernel_run(self) -> int:
+        """One call of the compiled decoder over the current window and tables (an R_* code)."""
+        tok = self.tokens
+        return K.run(self.S, self.F, self.snap, self.fsnap, tok.pk, tok.bi, tok.bd, self.stk, self.table.hk,
+                     self.table.hv, self.gtable.hk, self.gtable.hv, self.blocks.bk, self.blocks.bnd, self.out,
+                     self.items)
+
+    def slide(self, need: int, first: int | None = None) -> None:
+        """Move the token window to start at the current buffer (or ``first``) and reach ``need``."""
+        S = self.S
+        tok = self.tokens
+        cur = int(S[K.BUF])
+        first = (cur if cur >= 0 else 0) if first is None else first
+        old = int(tok.bi[cur, K.BI_PSTART]) if 0 <= cur < len(tok.bi) else -1
+        tok.load(first, need)
+        if old >= 0 and tok.bi[cur, K.BI_PSTART] >= 0:
+            S[K.IDX] += int(tok.bi[cur, K.BI_PSTART]) - old
+
+    def counts(self) -> tuple[int, int]:
+        """(rows, items) produced so far, including those already taken."""
+        return (self.rows_before + sum(c.shape[1] for c in self.chunks) + int(self.S[K.NOUT]),
+                self.items_before + sum(c.shape[1] for c in self.ichunks) + int(self.S[K.NITEM]))
+
+    def take(self) -> tuple[np.ndarray, np.ndarray]:
+        """Raw rows and items produced since the last take."""
+        S = self.S
+        chunks = self.chunks + [self.out[:, :S[K.NOUT]].copy()]
+        ichunks = self.ichunks + [self.items[:, :S[K.NITEM]].copy()]
+        o = np.concatenate(chunks, axis=1) if len(chunks) > 1 else chunks[0]
+        it = np.concatenate(ichunks, axis=1) if len(ichunks) > 1 else ichunks[0]
+        self.chunks, self.ichunks = [], []
+        S[K.NOUT] = 0
+        S[K.NITEM] = 0
+        self.rows_before += o.shape[1]
+        self.items_before += it.shape[1]
+        return o, it
+
+    def position(self) -> tuple[int, int]:
+        b, byte = K.cursor(self.S, self.tokens.pk, self.tokens.bi)
+        return int(b), int(byte)
+
+    def lastfail_name(self) -> str | None:
+        i = int(self.S[K.LASTFAIL])
+        return self.fail_names[i] if i >= 0 else None
+
+    def run(self) -> FastRows:
+        self.setup()
+        self.drive()
+        rows = self._rows(*self.take())
+        rows.branch_count = int(self.S[K.NBRANCH])
+        return rows
+
+    def _rows(self, o: np.ndarray, it: np.ndarray) -> FastRows:
+        s = self.s
+        kind = o[K.O_KIND]
+        setup = kind == K.K_SETUP_FAIL
+        obj_map = np.array([s._obj_id(n) for n in self.fail_names] + [-1], dtype=np.int64)
+        setup_failures = [int(obj_map[i]) for i in o[K.O_OBJ][setup].tolist()]
+        if setup_failures:  # (take() gave a copy: without setup rows its rows serve as they are)
+            o = o[:, ~setup]
+        n = o.shape[1]
+        tsc = o[K.O_TSC].astype(np.uint64)
+        who = o[K.O_WHO_TSC].astype(np.uint64)
+        if self.per_cpu:
+            c = self.cur
+            idx = np.searchsorted(c.tsc, who, side="right") - 1
+            ok = idx >= 0
+            pid = np.full(n, -1, np.int64)
+            tid = np.full(n, -1, np.int64)
+            pid[ok] = c.pid[idx[ok]]
+            tid[ok] = c.tid[idx[ok]]
+        else:
+            t = s.sb.thread(self.qtid)
+            pid = np.full(n, t.pid if t is not None else -1, np.int64)
+            tid = np.full(n, self.qtid, np.int64)
+        time = np.zeros(n, np.int64) if s.timeless else s.tc.tsc_to_perf_time_array(tsc).astype(np.int64)
+        obj = o[K.O_OBJ]
+        cols = {
+            "kind": o[K.O_KIND], "tsc": tsc, "time": time, "cpu": np.full(n, self.cpu, np.int64), "pid": pid,
+            "tid": tid, "ip": o[K.O_IP].view(np.uint64), "addr": o[K.O_ADDR].view(np.uint64),
+            "flags": o[K.O_FLAGS], "insn_cnt": o[K.O_INSN], "cyc_cnt": o[K.O_CYC], "period": o[K.O_PERIOD],
+            "code": o[K.O_CODE], "payload": o[K.O_PAYLOAD].view(np.uint64), "queue": np.full(n, self.qnum, np.int64),
+            "offset": o[K.O_OFFSET], "nr": o[K.O_NR], "insn_len": o[K.O_INSN_LEN], "trace_nr": o[K.O_TRACE_NR],
+            "obj": np.where(obj >= 0, obj_map[obj], -1), "step": o[K.O_STEP],
+        }
+        return FastRows(cols, setup_failures, it[0].astype(bool), it[1].copy())
+
+
+def decode_queue_fast(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any],
+                      count_only: bool = False) -> FastRows:
+    """``session.decode_queue(qnum, key, bufs)``, compiled (see :func:`supported`).
+
+    ``count_only``: branch samples are counted in ``branch_count`` instead of
+    kept (errors are still rows; no per-step items).
+    """
+    return QueueDecoder(session, qnum, key, bufs, count_only).run()

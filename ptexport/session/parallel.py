@@ -1,0 +1,1069 @@
+"""Queue decoding for :meth:`PerfSession.decode`: compiled when possible, in worker processes on request.
+
+:func:`decode_queues` returns one rows object per queue (the session's
+``_Rows`` or :class:`ptexport.decoder.compiled.decoder.FastRows`), in queue order;
+:func:`count_samples` is ``dump branches --count``: it decodes everything
+and keeps only errors (what perf's failure budget needs) and counts.
+
+With ``jobs`` > 1 (and at least 2 MB of trace) work goes to a process
+pool; each worker opens the perf.data itself (a job is a small picklable
+tuple: path, options, queue number, start/stop positions).  With the
+compiled decoder every queue is cut at PSBs into ``jobs`` segments decoded
+at the same time and joined exactly (see "PSB segments" below); with the
+reference decoder whole queues go to workers.  Output always equals serial
+decoding.
+
+:meth:`PerfSession.iter_batches` streams instead (see "streaming" below):
+:func:`_queue_chunks` gives per queue an iterator of bounded chunks, decoded
+here or by workers a few segments (compiled decoder) or chunks (reference
+decoder, a process per queue) ahead of the merge, so memory does not grow
+with the trace with any number of jobs.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ptexport.session.queues import PerfQueueHeap
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def _pool(jobs: int, session: Any | None = None) -> Any:
+    """A process pool whose workers are forked from this process.
+
+    With the compiled decoder, its kernels are loaded here first (one step of a
+    throwaway decoder), so every worker inherits their machine code instead of
+    loading it from numba's cache itself (~1-2 s of CPU a process, more than a
+    small segment's decoding)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    if session is not None:
+        from ptexport.decoder.compiled import decoder as perffast
+        queues = session.queues()
+        if queues and perffast.supported(session):
+            key, bufs = queues[0]
+            qd = perffast.QueueDecoder(session, 0, key, bufs)
+            qd.setup()
+            qd.drive(single=True)
+            qd.position()
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"))
+
+
+def _decode_one(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any], count_only: bool = False) -> Any:
+    from ptexport.decoder.compiled import decoder as perffast
+    if perffast.supported(session):
+        return perffast.decode_queue_fast(session, qnum, key, bufs, count_only=count_only)
+    return session.decode_queue(qnum, key, bufs)
+
+
+_WORKER: dict[tuple, Any] = {}
+
+
+def _worker_job(path: str, config: Any, qnum: int, count_only: bool) -> Any:
+    """In a worker: decode queue ``qnum`` whole (the reference decoder or the compiled one)."""
+    session = _worker_session(path, config)
+    qkey, bufs = session.queues()[qnum]
+    rows = _decode_one(session, qnum, qkey, bufs, count_only)
+    if not isinstance(rows.items_err, np.ndarray):
+        rows.items_err = np.asarray(rows.items_err, dtype=bool)
+        rows.items_ts = np.asarray(rows.items_ts, dtype=np.int64)
+    return rows.cols, rows.setup_failures, rows.items_err, rows.items_ts, getattr(rows, "branch_count", 0), \
+        _obj_names(session)
+
+
+def _obj_names(session: Any) -> list[str]:
+    names = [""] * len(session._obj_ids)
+    for name, i in session._obj_ids.items():
+        names[i] = name
+    return names
+
+
+def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_bytes: int | None = None) -> list[Any]:
+    min_segment_bytes = MIN_SEGMENT_BYTES if min_segment_bytes is None else min_segment_bytes
+    queues = session.queues()
+    jobs = default_jobs() if jobs is None else max(1, jobs)
+    path = getattr(session.pd, "path", None)
+    from ptexport.decoder.compiled import decoder as perffast
+    if jobs == 1 or not path or not os.path.exists(str(path)):
+        if count_only and perffast.supported(session):
+            return [_count_queue(session, q, key, bufs) for q, (key, bufs) in enumerate(queues)]
+        return [_decode_one(session, q, key, bufs, count_only) for q, (key, bufs) in enumerate(queues)]
+    from ptexport.decoder.compiled.decoder import FastRows
+
+    if perffast.segmentable(session) and not session.time_ranges:
+        # PSB segments of every queue big enough, all in one pool; small queues whole (--time: a
+        # queue's time filter state runs from its start, so whole queues go to workers).
+        plans = []
+        total = 0
+        for q, (key, bufs) in enumerate(queues):
+            qd = perffast.QueueDecoder(session, q, key, bufs, count_only)
+            total += int(qd.tokens.bi[:, perffast.K.BI_DLEN].sum()) if len(qd.tokens.bi) else 0
+            plans.append((qd, _segment_starts(qd.tokens, jobs, min_segment_bytes)))
+        if sum(len(starts) + 1 for _, starts in plans) < 2 or total < 2 * min_segment_bytes:
+            return [qd.run() for qd, _ in plans]  # not worth worker processes
+        out = []
+        with _pool(jobs, session) as pool:
+            futs = [_submit_segments(session, q, pool, starts, count_only) for q, (_, starts) in enumerate(plans)]
+            for f, (qd, starts) in zip(futs, plans):
+                qd.setup()
+                qd.S[perffast.K.P_RAW_INSN] = 1
+                out.append(_stitch_segments(f, starts, qd, count_only))
+        return out
+    if len(queues) < 2:
+        return [_decode_one(session, q, key, bufs, count_only) for q, (key, bufs) in enumerate(queues)]
+    out = []
+    with _pool(min(jobs, len(queues)), session) as pool:
+        futs = [pool.submit(_worker_job, str(path), session.cfg, q, count_only) for q in range(len(queues))]
+        for fut in futs:
+            cols, setup, ierr, its, nbr, names = fut.result()
+            # Object ids are per process: map them to this session's.
+            remap = np.array([session._obj_id(n) for n in names] + [-1], dtype=np.int64)
+            cols["obj"] = np.where(np.asarray(cols["obj"]) >= 0, remap[np.asarray(cols["obj"], dtype=np.int64)], -1)
+            out.append(FastRows(cols, [int(remap[i]) for i in setup], ierr, its, nbr))
+    return out
+
+
+# ------------------------------------------------------------ PSB segments
+#
+# A queue is cut at PSBs into segments decoded at the same time.  Segment k
+# is decoded from its PSB as if the trace started there (speculatively) and
+# records its full decoder state at every step of a first window.  Then,
+# in order, the true state the previous segment ended in is run forward
+# step by step until it equals one of those recorded states (same packet,
+# same decoder, timing, stack and session state; instruction counts may
+# differ by a constant and are corrected): from there on the speculative
+# rows are the serial decoder's.  If no recorded state matches, the parent
+# decodes the segment itself, so the output always equals serial decoding.
+
+MIN_SEGMENT_BYTES = 1 << 20
+STATS = {"matched": 0, "redone": 0}  # segment joins that agreed / segments decoded again serially
+_RECORD_ALL = 32  # states recorded at every step after a segment's PSB; then sparse:
+_SPARSE_FIRST, _SPARSE_LAST = 1 << 8, 1 << 22  # byte distances from the PSB, doubling
+
+
+def _sparse_targets(at: tuple[int, int], after: tuple[int, int]) -> list[tuple[int, int]]:
+    """Where a segment records its state after the first steps: (buffer, byte) at doubling distances
+    from its PSB, past ``after``.  A join runs the true state to each in one kernel call, so once the
+    speculative and true decodings agree it finds that out within twice the distance it took."""
+    out = []
+    d = _SPARSE_FIRST
+    while d <= _SPARSE_LAST:
+        t = (at[0], at[1] + d)
+        if t > after:
+            out.append(t)
+        d *= 2
+    return out
+
+
+def _cmp_mask() -> np.ndarray:
+    from ptexport.decoder.compiled import kernel as K
+    mask = np.zeros(K.S_SIZE, bool)
+    mask[:K.NSTATE] = True
+    for name in ("IDX", "STUCK_IP", "STUCK_IP_PRD", "STUCK_IP_CNT", "RET_ADDR", "TNT_COUNT", "TNT_PAYLOAD",
+                 "FUP_TX_FLAGS", "FUP_PTW_PAYLOAD", "FUP_MWAIT_PAYLOAD", "FUP_PWRE_PAYLOAD", "LAST_MASKED_TS",
+                 "PERIOD_INSN_CNT", "TOT_INSN_CNT", "ST_TOT_INSN", "LAST_BR_INSN",
+                 "TOT_CYC_CNT", "SAMPLE_TOT_CYC_CNT", "ST_TOT_CYC", "LAST_BR_CYC", "BASE_CYC_CNT",
+                 "CYC_CNT_TIMESTAMP", "CYCLE_CNT",
+                 "ST_PTW_PAYLOAD", "ST_POS", "INS_OP", "INS_BR", "INS_LEN", "INS_REL", "LASTFAIL", "MTC_INSN", "INJ_IP", "INJ_TO",
+                 "INJ_MAX", "INJ_NR", "INJ_ERR", "INJ_CNT", "INJ_NEWIP", "INJ_OP", "INJ_BR", "INJ_LEN", "INJ_REL",
+                 "INJ_FAIL"):
+        mask[getattr(K, name)] = False
+    return mask
+
+
+def _same_state(a: tuple, b: tuple, mask: np.ndarray) -> bool:
+    """Decoder states a and b (S, F, stack, failed object) lead to the same output from here on."""
+    from ptexport.decoder.compiled import kernel as K
+    Sa, Fa, stka, faila = a
+    Sb, Fb, stkb, failb = b
+    if faila != failb or not np.array_equal(Sa[mask], Sb[mask]) or not np.array_equal(Fa, Fb):
+        return False
+    if not np.array_equal(stka, stkb):
+        return False
+    # Cycle counts: equal, or (once both count CYC packets, integer sums only) equal up to one offset.
+    # (BASE_CYC_CNT and CYC_CNT_TIMESTAMP only matter before the first CYC packet.)
+    both_cyc = bool(Sa[K.HAVE_CYC] and Sb[K.HAVE_CYC])
+    cyc = [K.TOT_CYC_CNT, K.SAMPLE_TOT_CYC_CNT, K.ST_TOT_CYC, K.LAST_BR_CYC]
+    if not both_cyc:
+        cyc += [K.BASE_CYC_CNT, K.CYC_CNT_TIMESTAMP]
+    d = Sa[cyc] - Sb[cyc]
+    if d.any() and not (both_cyc and (d == d[0]).all()):
+        return False
+    # CYCLE_CNT counts cycles since the CYC reference time; without one it is never read.
+    if (Sa[K.CYC_REF_TIMESTAMP] or Sb[K.CYC_REF_TIMESTAMP]) and Sa[K.CYCLE_CNT] != Sb[K.CYCLE_CNT]:
+        return False
+    if Sa[K.NO_PROGRESS] >= 2 and not np.array_equal(Sa[K.STUCK_IP:K.STUCK_IP_CNT + 1], Sb[K.STUCK_IP:K.STUCK_IP_CNT + 1]):
+        return False
+    if Sa[K.PKT_STATE] in (K.TNT_ST, K.TNT_CONT) and (Sa[K.TNT_COUNT] != Sb[K.TNT_COUNT]
+                                                        or Sa[K.TNT_PAYLOAD] != Sb[K.TNT_PAYLOAD]):
+        return False
+    if (Sa[K.SET_FUP_TX:K.SET_FUP_BEP + 1].any()
+            and not np.array_equal(Sa[K.FUP_TX_FLAGS:K.FUP_PWRE_PAYLOAD + 1], Sb[K.FUP_TX_FLAGS:K.FUP_PWRE_PAYLOAD + 1])):
+        return False
+    return True
+
+
+def _snapshot(qd: Any) -> tuple:
+    from ptexport.decoder.compiled import kernel as K
+    S = qd.S
+    depth = min(int(S[K.STACK_DEPTH]), len(qd.stk))
+    return S.copy(), qd.F.copy(), qd.stk[:depth].copy(), qd.lastfail_name()
+
+
+def _segment_starts(tokens: Any, n: int, min_bytes: int) -> list[tuple[int, int]]:
+    """Up to n-1 PSBs cutting the queue into about equal byte ranges: (buffer, byte in buffer)."""
+    from ptexport.decoder.compiled import kernel as K
+    from ptexport.pt.perfpkt import PSB_BYTES
+
+    bi = tokens.bi
+    total = int(bi[:, K.BI_DLEN].sum()) if len(bi) else 0
+    n = min(n, total // max(min_bytes, 1))
+    if n < 2:
+        return []
+    starts = np.cumsum(np.concatenate([[0], bi[:, K.BI_DLEN]]))[:-1]
+    out: list[tuple[int, int]] = []
+    for j in range(1, n):
+        target = total * j // n
+        b = int(np.searchsorted(starts, target, side="right")) - 1
+        byte = target - int(starts[b])
+        found = None
+        while b < len(bi) and found is None:
+            data = tokens.meta[b].data
+            while byte < len(data):
+                chunk = bytes(data[byte:byte + (1 << 16) + 15])
+                at = chunk.find(PSB_BYTES)
+                if at >= 0:
+                    found = (b, byte + at)
+                    break
+                byte += 1 << 16
+            b, byte = b + 1, 0
+        if found is not None and found != (0, 0) and (not out or found > out[-1]):
+            out.append(found)
+    return out
+
+
+def _segment_job(path: str, config: Any, qnum: int, at: tuple[int, int] | None,
+                 stop: tuple[int, int] | None, count_only: bool, window: int | None = None) -> dict:
+    """In a worker: decode one segment (speculatively from its PSB unless it is the first).
+
+    The decoder state is recorded at the first steps of the segment and then at
+    every 32nd step of its first window (the joins compare states there).
+    """
+    from ptexport.decoder.compiled import kernel as K
+    from ptexport.decoder.compiled.decoder import QueueDecoder
+
+    session = _worker_session(path, config)
+    qkey, bufs = session.queues()[qnum]
+    qd = QueueDecoder(session, qnum, qkey, bufs, count_only, window=window)
+    qd.setup(at)
+    qd.S[K.P_RAW_INSN] = 1
+    records: list[tuple] = []
+    r = None
+
+    def record(target: tuple[int, int] | None) -> None:
+        records.append((qd.position(), int(qd.S[K.STEP]), _snapshot(qd), qd.counts(), int(qd.S[K.NBRANCH]),
+                        target))
+
+    if at is not None:
+        n_steps = 0
+        while n_steps < _RECORD_ALL:  # the first steps one by one: states mostly agree within a few packets
+            pos = qd.position()
+            if stop is not None and pos >= stop:
+                break
+            if qd.S[K.PHASE] == K.PH_RUN:
+                record(None)
+                n_steps += 1
+            r = qd.drive(single=True, stop=stop)
+            if r != K.R_STEP:
+                break
+        if r == K.R_STEP:  # then at byte distances doubling from the PSB, each reached in one kernel call
+            for target in _sparse_targets(at, qd.position()):
+                if stop is not None and target >= stop:
+                    break
+                if qd.position() >= target:  # past it already (the PSB's buffer ended before it)
+                    continue
+                r = qd.drive(stop=target)
+                if r != K.R_STOP:
+                    break
+                if qd.S[K.PHASE] == K.PH_RUN:
+                    record(target)
+    if r is None or r in (K.R_STEP, K.R_STOP):
+        r = qd.drive(stop=stop)
+    o, it = qd.take()
+    return dict(o=o, it=it, records=records, final=_snapshot(qd), final_pos=qd.position(),
+                fail_names=list(qd.fail_names),
+                done=r == K.R_DONE, nbranch=int(qd.S[K.NBRANCH]))
+
+
+def _worker_session(path: str, config: Any) -> Any:
+    from ptexport.perfdata import open_perf_data
+    from ptexport.session.perfsession import open_session
+
+    key = (path, repr(config))  # one open file and sideband model per worker process
+    got = _WORKER.get(key)
+    if got is None:
+        pd = open_perf_data(path, salvage=True)  # a cut file: the parent has read it so (or stopped)
+        got = _WORKER[key] = (pd, open_session(pd, config))
+    return got[1]
+
+
+def _load_state(qd: Any, snap: tuple, pos: tuple[int, int]) -> None:
+    """Make the parent's decoder continue from ``snap`` (taken in another process at cursor ``pos``)."""
+    from ptexport.decoder.compiled import kernel as K
+    S, F, stk, fail = snap
+    nbranch = int(qd.S[K.NBRANCH])
+    qd.S[:] = S
+    qd.S[K.NBRANCH] = nbranch
+    qd.S[K.NOUT] = 0
+    qd.S[K.NITEM] = 0
+    qd.S[K.CTX_LO] = 0
+    qd.S[K.CTX_HI] = 0
+    qd.S[K.INJ_VALID] = 0
+    qd.F[:] = F
+    qd.stk[:len(stk)] = stk
+    qd.S[K.LASTFAIL] = _fail_id(qd, fail)
+    # The worker's packet index -> ours (they differ only if a PSB inside a packet re-tokenized).
+    b, byte = pos
+    tok = qd.tokens
+    if 0 <= b < len(tok.bi):
+        tok.load(b)
+        for _ in range(2):
+            hi = int(tok.bi[b, K.BI_PEND])
+            j = tok.index_at(b, byte)
+            if byte >= int(tok.bi[b, K.BI_DLEN]):
+                j = hi
+                break
+            if tok.pk[3, j] == byte:
+                break
+            tok.retokenize(b, byte)
+        qd.S[K.IDX] = j
+
+
+def _fail_id(qd: Any, name: str | None) -> int:
+    if name is None:
+        return -1
+    i = qd.fail_ids.get(name)
+    if i is None:
+        i = qd.fail_ids[name] = len(qd.fail_names)
+        qd.fail_names.append(name)
+    return i
+
+
+def _remap_fails(qd: Any, o: np.ndarray, names: list[str]) -> None:
+    from ptexport.decoder.compiled import kernel as K
+    if not names:
+        return
+    remap = np.array([_fail_id(qd, n) for n in names] + [-1], dtype=np.int64)
+    obj = o[K.O_OBJ]
+    o[K.O_OBJ] = np.where(obj >= 0, remap[obj], -1)
+
+
+def _submit_segments(session: Any, qnum: int, pool: Any, starts: list[tuple[int, int]],
+                     count_only: bool) -> list[Any]:
+    path = str(session.pd.path)
+    futs = []
+    for k in range(len(starts) + 1):
+        at = None if k == 0 else starts[k - 1]
+        stop = starts[k] if k < len(starts) else None
+        futs.append(pool.submit(_segment_job, path, session.cfg, qnum, at, stop, count_only))
+    return futs
+
+
+def _stitch_segments(futs: list[Any], starts: list[tuple[int, int]], qd: Any, count_only: bool) -> Any:
+    """Rows of one queue from its segments, equal to serial decoding (see above)."""
+    os_, its = [], []
+    nbranch = 0
+    for o, it, nb in _joined_segments((f.result() for f in futs), starts, qd):
+        os_.append(o)
+        its.append(it)
+        nbranch += nb
+    o = np.concatenate(os_, axis=1)
+    it = np.concatenate(its, axis=1)
+    if not count_only:
+        _insn_diffs(o, 0)
+    rows = qd._rows(o, it)
+    rows.branch_count = nbranch
+    return rows
+
+
+def _insn_diffs(o: np.ndarray, prev: int) -> int:
+    """Raw instruction totals -> perf's per-sample differences (``prev``: the queue's last total so far)."""
+    from ptexport.decoder.compiled import kernel as K
+    sel = np.flatnonzero(o[K.O_CYC] != 0)
+    if not len(sel):
+        return prev
+    vals = o[K.O_INSN][sel]
+    last = int(vals[-1])
+    o[K.O_INSN][sel] = np.diff(vals, prepend=prev)
+    return last
+
+
+def _joined_segments(results: Any, starts: list[tuple[int, int]], qd: Any):
+    """(rows, items, branches) of each segment in order, joined exactly (``results``: the workers'
+    :func:`_segment_job` dicts in segment order; ``qd`` set up at the queue's start)."""
+    from ptexport.decoder.compiled import kernel as K
+    cuts = list(starts)
+    mask = _cmp_mask()
+    res = next(results)
+    _remap_fails(qd, res["o"], res["fail_names"])
+    yield res["o"], res["it"], res["nbranch"]
+    done = res["done"]
+    pending = (res["final"], res["final_pos"])  # the true state at the next cut, from a worker
+    for k in range(1, len(cuts) + 1):
+        if done:
+            break
+        res = next(results)
+        os_, its = [], []
+        nbranch = 0
+        if pending is not None:
+            _load_state(qd, *pending)
+            pending = None
+        base_nb = int(qd.S[K.NBRANCH])
+        stop = cuts[k] if k < len(cuts) else None
+        recs: dict[tuple, list] = {}
+        dense = [rec for rec in res["records"] if rec[5] is None]
+        for rec in dense:
+            recs.setdefault((rec[0], rec[1]), []).append(rec)
+        dense_end = dense[-1][0] if dense else (-1, 0)
+
+        def agreed():
+            cands = recs.get((qd.position(), int(qd.S[K.STEP])))
+            if cands:
+                mine = _snapshot(qd)
+                for rec in cands:
+                    if _same_state(mine, rec[2], mask):
+                        return rec
+            return None
+
+        matched = None
+        while True:  # step by step through the positions the segment recorded at every step
+            matched = agreed()
+            pos = qd.position()
+            if matched is not None or pos > dense_end or (stop is not None and pos >= stop):
+                break
+            r = qd.drive(single=True, stop=stop)
+            if r == K.R_DONE:
+                done = True
+                break
+            if r == K.R_STOP:
+                break
+        if matched is None and not done:  # then to each sparse record in one kernel call
+            for rec in res["records"]:
+                target = rec[5]
+                if target is None or qd.position() >= target:
+                    continue
+                r = qd.drive(stop=target)
+                if r == K.R_DONE:
+                    done = True
+                    break
+                if r != K.R_STOP:
+                    break
+                if (qd.position(), int(qd.S[K.STEP])) == (rec[0], rec[1]) and _same_state(_snapshot(qd), rec[2],
+                                                                                         mask):
+                    matched = rec
+                    break
+        STATS["matched" if matched is not None else "redone"] += 1
+        if matched is not None:
+            o, it = qd.take()
+            os_.append(o)
+            its.append(it)
+            nbranch += int(qd.S[K.NBRANCH]) - base_nb
+            qd.S[K.NBRANCH] = base_nb
+            (Sb, _, _, _), (rows_at, items_at) = matched[2], matched[3]
+            d_insn = int(qd.S[K.TOT_INSN_CNT]) - int(Sb[K.TOT_INSN_CNT])
+            d_step = int(qd.S[K.STEP_NR]) - int(Sb[K.STEP_NR])
+            o = res["o"][:, rows_at:].copy()
+            it = res["it"][:, items_at:]
+            _remap_fails(qd, o, res["fail_names"])
+            o[K.O_STEP] += d_step
+            raw = o[K.O_CYC] != 0
+            o[K.O_INSN][raw] += d_insn
+            os_.append(o)
+            its.append(it)
+            nbranch += res["nbranch"] - matched[4]
+            S, F, stk, fail = res["final"]
+            S = S.copy()
+            for name in ("TOT_INSN_CNT", "ST_TOT_INSN", "LAST_BR_INSN", "PERIOD_INSN_CNT"):
+                S[getattr(K, name)] += d_insn
+            d_cyc = int(qd.S[K.TOT_CYC_CNT]) - int(Sb[K.TOT_CYC_CNT])
+            for name in ("TOT_CYC_CNT", "SAMPLE_TOT_CYC_CNT", "ST_TOT_CYC", "LAST_BR_CYC", "BASE_CYC_CNT"):
+                S[getattr(K, name)] += d_cyc
+            S[K.STEP_NR] += d_step
+            pending = ((S, F, stk, fail), res["final_pos"])
+            done = res["done"]
+        else:
+            # No agreement in the window: decode this segment here.
+            if not done:
+                r = qd.drive(stop=stop)
+                done = r == K.R_DONE
+            o, it = qd.take()
+            os_.append(o)
+            its.append(it)
+            nbranch += int(qd.S[K.NBRANCH]) - base_nb
+            qd.S[K.NBRANCH] = base_nb
+        yield (np.concatenate(os_, axis=1) if len(os_) > 1 else os_[0],
+               np.concatenate(its, axis=1) if len(its) > 1 else its[0], nbranch)
+
+
+def decode_queues(session: Any, jobs: int | None = 1, min_segment_bytes: int | None = None) -> list[Any]:
+    """Every queue of ``session`` decoded, in queue order."""
+    return _decode_all(session, jobs, False, min_segment_bytes)
+
+
+def _count_streamed(session: Any, jobs: int | None) -> tuple[int, int]:
+    from ptexport.samples.columns import EV_ERROR
+
+    n = n_err = 0
+    for cols in session.iter_batches(jobs):
+        n += len(cols)
+        n_err += int((cols.kind == EV_ERROR).sum())
+    return n - n_err, n_err
+
+
+def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | None = None) -> tuple[int, int]:
+    """(samples, errors) that ``session.decode(jobs)`` would return, without keeping the samples."""
+    from ptexport.decoder.compiled import decoder as perffast
+    from ptexport.decoder.compiled.kernel import K_BUDGET
+    from ptexport.samples.columns import EV_ERROR
+
+    if not perffast.supported(session):
+        return _count_streamed(session, jobs)
+    parts = _decode_all(session, jobs, True, min_segment_bytes)
+    kinds = [np.asarray(p.cols["kind"]) for p in parts]
+    if any((k == K_BUDGET).any() for k in kinds) or session.data_error_marks() or session.cfg.itrace.initial_skip:
+        # Silent failures share perf's per-object budget with reported ones: order matters.
+        return _count_streamed(session, 1)
+    # perf reports an object's first two failures (setup failures included): order-free here.
+    budget: dict[int, int] = {}
+    for p in parts:
+        for obj in p.setup_failures:
+            budget[obj] = budget.get(obj, 0) + 1
+    n_err = len(session.lost_data_rows()) + len(session.cut_error_rows(0, 0))
+    for p, k in zip(parts, kinds):
+        objs = np.asarray(p.cols["obj"])[k == EV_ERROR]
+        n_err += int((objs < 0).sum())
+        for obj in objs[objs >= 0].tolist():
+            n = budget.get(obj, 0) + 1
+            budget[obj] = n
+            if n <= 2:
+                n_err += 1
+    return sum(p.branch_count for p in parts), n_err
+
+
+# ------------------------------------------------------------ streaming
+#
+# ``PerfSession.iter_batches``: the same rows as decoding everything and
+# ordering it with ``PerfSession._perf_order``, but each queue is decoded
+# on demand (the compiled decoder a chunk of rows at a time) and perf's
+# queue heap is simulated as the items arrive, so rows leave as soon as
+# their place is known.  Memory holds each queue's undelivered chunk, the
+# output batch and the sideband, not the trace's samples.
+
+STREAM_CHUNK = 1 << 16  # rows (and items) per compiled-decoder chunk (= iter_batches' default batch)
+
+
+def _drive_chunk(qd: Any) -> int:
+    """``QueueDecoder.drive`` that hands back control when its output arrays are full."""
+    from ptexport.decoder.compiled import kernel as K
+    S = qd.S
+    S[K.P_SINGLE] = 0
+    S[K.P_STOP_BUF], S[K.P_STOP_BYTE] = -1, 0
+    tok = qd.tokens
+    while True:
+        r = qd.kernel_run()
+        if r == K.R_DONE or r == K.R_OUTFULL:
+            return r
+        if r == K.R_NEED:
+            qd._need(S)
+        elif r == K.R_CTX:
+            qd._context(int(S[K.CTX_TSC]), S)
+        elif r == K.R_RETOK:
+            tok.retokenize(int(S[K.RETOK_BUF]), int(S[K.RETOK_POS]))
+        elif r == K.R_MORE:
+            qd.slide(int(S[K.MORE_BUF]))
+        elif r == K.R_TF:
+            qd.time_filter()
+        if S[K.STACK_DEPTH] > 1 << 16:
+            raise OverflowError("return stack deeper than the fast decoder's")
+
+
+def _fast_chunks(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any], chunk: int):
+    from ptexport.decoder.compiled import kernel as K
+    from ptexport.decoder.compiled.decoder import QueueDecoder
+
+    qd = QueueDecoder(session, qnum, key, bufs)
+    qd.setup()
+    qd.out = np.zeros((K.O_SIZE, max(chunk, 64)), np.int64)
+    qd.items = np.zeros((2, max(chunk, 64)), np.int64)
+    while True:
+        r = _drive_chunk(qd)
+        yield qd._rows(*qd.take())
+        if r == K.R_DONE:
+            return
+
+
+def _count_queue(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any]) -> Any:
+    """Count-only decoding of one queue in bounded memory: per-step items are dropped as they come."""
+    from ptexport.decoder.compiled import kernel as K
+    from ptexport.decoder.compiled.decoder import QueueDecoder
+
+    qd = QueueDecoder(session, qnum, key, bufs, count_only=True)
+    qd.setup()
+    kept = []
+    while True:
+        r = _drive_chunk(qd)
+        o, _ = qd.take()
+        if o.shape[1]:
+            kept.append(o)
+        if r == K.R_DONE:
+            break
+    o = np.concatenate(kept, axis=1) if kept else np.zeros((K.O_SIZE, 0), np.int64)
+    rows = qd._rows(o, np.zeros((2, 0), np.int64))
+    rows.branch_count = int(qd.S[K.NBRANCH])
+    return rows
+
+
+def _queue_chunks(session: Any, jobs: int | None, chunk: int) -> list[Any]:
+    """Per queue, an iterator of rows objects (``_Rows``/``FastRows``) in decoding order, each of
+    about ``chunk`` rows: decoded here (``jobs`` == 1) or by worker processes ahead of use."""
+    from ptexport.decoder.compiled import decoder as perffast
+    queues = session.queues()
+    jobs = default_jobs() if jobs is None else max(1, jobs)
+    path = getattr(session.pd, "path", None)
+    fast = perffast.supported(session)
+    if jobs > 1 and path and os.path.exists(str(path)) and queues:
+        if fast:
+            streams = _segment_streams(session, jobs, chunk)
+            if streams is not None:
+                return streams
+        else:
+            return _reference_streams(session, jobs, chunk)
+    if fast:
+        return [_fast_chunks(session, q, key, bufs, chunk) for q, (key, bufs) in enumerate(queues)]
+    return [session.iter_queue(q, key, bufs, chunk) for q, (key, bufs) in enumerate(queues)]
+
+
+# Worker processes for streaming.  The compiled decoder's queues are cut at PSBs
+# into segments of about STREAM_SEGMENT_BYTES, decoded by a process pool at most
+# a few segments ahead of the merge (each segment's rows are what the parent holds
+# per queue); the reference decoder runs whole queues in processes of their own
+# that hand back chunks through a bounded queue.  Either way what the parent holds
+# does not grow with the trace, and rows equal serial decoding.
+
+STREAM_SEGMENT_BYTES = 1 << 16  # trace bytes per streamed segment (~64 K rows of a branchy trace)
+STREAM_QUEUE_CHUNKS = 2  # chunks a reference worker may hand back ahead of the merge
+# At most: rows of finished segments waiting in the parent; undelivered rows of one queue (tests)
+STREAM_STATS = {"max_held_rows": 0, "max_source_rows": 0}
+
+
+class _SegmentPool:
+    """A process pool shared by the segment streams of one session; shut down with the last one."""
+
+    def __init__(self, jobs: int, users: int, session: Any) -> None:
+        self.pool = _pool(jobs, session)
+        self.users = users
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users <= 0:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _segment_streams(session: Any, jobs: int, chunk: int) -> list[Any] | None:
+    """Streams of segment rows for every queue, or None when the trace is too small for workers
+    (or has --time ranges: a queue's time filter state runs from its start, segments cannot)."""
+    from ptexport.decoder.compiled import decoder as perffast
+    if session.time_ranges or not perffast.segmentable(session):
+        return None
+
+    plans = []
+    total = 0
+    for q, (key, bufs) in enumerate(session.queues()):
+        qd = perffast.QueueDecoder(session, q, key, bufs)
+        size = int(qd.tokens.bi[:, perffast.K.BI_DLEN].sum()) if len(qd.tokens.bi) else 0
+        total += size
+        n = max(jobs, size // STREAM_SEGMENT_BYTES)
+        plans.append((q, key, bufs, qd, _segment_starts(qd.tokens, n, STREAM_SEGMENT_BYTES)))
+    if total < 2 * MIN_SEGMENT_BYTES or not any(starts for *_, starts in plans):
+        return None  # not worth worker processes
+    pool = _SegmentPool(jobs, len(plans), session)
+    lookahead = jobs
+    out = []
+    for q, key, bufs, qd, starts in plans:
+        if starts:
+            out.append(_segment_stream(session, q, qd, starts, pool, lookahead))
+        else:
+            pool.users -= 1
+            out.append(_fast_chunks(session, q, key, bufs, chunk))
+    return out
+
+
+def _segment_stream(session: Any, qnum: int, qd: Any, starts: list[tuple[int, int]], pool: _SegmentPool,
+                    lookahead: int):
+    """One queue's rows, a segment at a time, with at most ``lookahead`` segments submitted ahead."""
+    from collections import deque
+
+    from ptexport.decoder.compiled import kernel as K
+    path = str(session.pd.path)
+    window = max(2 * STREAM_SEGMENT_BYTES, 1 << 16)
+    nseg = len(starts) + 1
+    futs: deque = deque()
+    submitted = 0
+
+    def results():
+        nonlocal submitted
+        for _ in range(nseg):
+            while submitted < nseg and len(futs) < lookahead:
+                k = submitted
+                at = None if k == 0 else starts[k - 1]
+                stop = starts[k] if k < len(starts) else None
+                futs.append(pool.pool.submit(_segment_job, path, session.cfg, qnum, at, stop, False, window))
+                submitted += 1
+            res = futs.popleft().result()
+            held = int(res["o"].shape[1]) + sum(int(f.result()["o"].shape[1]) for f in futs if f.done())
+            STREAM_STATS["max_held_rows"] = max(STREAM_STATS["max_held_rows"], held)
+            yield res
+
+    try:
+        qd.setup()
+        qd.S[K.P_RAW_INSN] = 1
+        prev = 0
+        for o, it, nbranch in _joined_segments(results(), starts, qd):
+            prev = _insn_diffs(o, prev)
+            rows = qd._rows(o, it)
+            rows.branch_count = nbranch
+            yield rows
+    finally:
+        for f in futs:
+            f.cancel()
+        pool.release()
+
+
+def _reference_streams(session: Any, jobs: int, chunk: int) -> list[Any]:
+    """The reference decoder: the ``jobs`` biggest queues in worker processes of their own (each
+    hands back chunks through a queue of STREAM_QUEUE_CHUNKS), the others here."""
+    queues = session.queues()
+    sizes = [sum(int(getattr(b, "size", 0) or 0) for b in bufs) for _, bufs in queues]
+    chosen = set(sorted(range(len(queues)), key=lambda q: (-sizes[q], q))[:jobs])
+    return [_reference_stream(session, q, chunk) if q in chosen else session.iter_queue(q, key, bufs, chunk)
+            for q, (key, bufs) in enumerate(queues)]
+
+
+def _reference_worker(path: str, config: Any, qnum: int, chunk: int, out: Any) -> None:
+    """In a worker process: decode queue ``qnum`` with the reference decoder, a chunk at a time."""
+    try:
+        session = _worker_session(path, config)
+        key, bufs = session.queues()[qnum]
+        for rows in session.iter_queue(qnum, key, bufs, chunk):
+            cols = _as_cols(rows, tuple(rows.cols))
+            out.put((cols, rows.setup_failures, np.asarray(rows.items_err, dtype=bool),
+                     np.asarray(rows.items_ts, dtype=np.int64), _obj_names(session)))
+        out.put(None)
+    except BaseException as e:  # handed to the parent, which raises it
+        out.put(("error", e))
+
+
+def _reference_stream(session: Any, qnum: int, chunk: int):
+    import multiprocessing as mp
+
+    from ptexport.decoder.compiled.decoder import FastRows
+
+    ctx = mp.get_context("fork")
+    q = ctx.Queue(maxsize=STREAM_QUEUE_CHUNKS)
+    proc = ctx.Process(target=_reference_worker, args=(str(session.pd.path), session.cfg, qnum, chunk, q),
+                       daemon=True)
+    started = False
+    try:
+        proc.start()
+        started = True
+        while True:
+            msg = q.get()
+            if msg is None:
+                break
+            if isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "error":
+                raise msg[1]
+            cols, setup, ierr, its, names = msg
+            # Object ids are per process: map them to this session's.
+            remap = np.array([session._obj_id(n) for n in names] + [-1], dtype=np.int64)
+            obj = cols["obj"]
+            cols["obj"] = np.where(obj >= 0, remap[obj], -1)
+            yield FastRows(cols, [int(remap[i]) for i in setup], ierr, its)
+        proc.join()
+    finally:
+        if started and proc.is_alive():
+            proc.terminate()
+            proc.join()
+
+
+def _rebatch(chunks: Any, batch_rows: int):
+    """Column chunks regrouped into batches of ``batch_rows`` rows (the last one smaller)."""
+    pending: list[dict[str, np.ndarray]] = []
+    n = 0
+    for c in chunks:
+        m = len(c["kind"])
+        if not m:
+            continue
+        pending.append(c)
+        n += m
+        while n >= batch_rows:
+            cols = {k: np.concatenate([p[k] for p in pending]) for k in pending[0]}
+            yield {k: v[:batch_rows] for k, v in cols.items()}
+            rest = {k: v[batch_rows:] for k, v in cols.items()}
+            n -= batch_rows
+            pending = [rest] if n else []
+    if n:
+        yield {k: np.concatenate([p[k] for p in pending]) for k in pending[0]}
+
+
+_U64 = ("tsc", "ip", "addr", "payload")
+
+
+def _as_cols(rows: Any, columns: tuple[str, ...]) -> dict[str, np.ndarray]:
+    return {c: np.asarray(rows.cols[c], dtype=np.uint64 if c in _U64 else np.int64) for c in columns}
+
+
+class _Source:
+    """One queue's items (for the heap) and undelivered rows, decoded on demand."""
+
+    def __init__(self, chunks: Any, columns: tuple[str, ...]) -> None:
+        self.chunks = chunks
+        self.columns = columns
+        self.err = np.zeros(0, bool)
+        self.ts = np.zeros(0, np.int64)
+        self.base = 0  # item index of err[0]
+        self.rows: list[dict[str, np.ndarray]] = []  # undelivered row chunks, queue order
+        self.off = 0  # rows[0]'s rows before this one are delivered
+        self.done = False
+        self.setup_failures: list[int] = []
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.ts)
+
+    def more(self) -> bool:
+        if self.done:
+            return False
+        part = next(self.chunks, None)
+        if part is None:
+            self.done = True
+            return False
+        self.setup_failures += list(part.setup_failures)
+        if len(part):
+            self.rows.append(_as_cols(part, self.columns))
+            held = sum(len(c["kind"]) for c in self.rows)
+            if held > STREAM_STATS["max_source_rows"]:
+                STREAM_STATS["max_source_rows"] = held
+        err = np.asarray(part.items_err, dtype=bool)
+        ts = np.asarray(part.items_ts, dtype=np.int64)
+        if len(ts):
+            self.err = np.concatenate([self.err, err])
+            self.ts = np.concatenate([self.ts, ts])
+        return True
+
+    def ensure(self, i: int) -> bool:
+        """Item ``i`` decoded (False when the queue has fewer items)."""
+        while i >= self.end:
+            if not self.more():
+                return False
+        return True
+
+    def clear_items(self) -> None:
+        """Forget the decoded items (timeless order needs none)."""
+        self.base = self.end
+        self.err = np.zeros(0, bool)
+        self.ts = np.zeros(0, np.int64)
+
+    def drop_items(self, upto: int) -> None:
+        k = upto - self.base
+        if k > 4096 and k * 2 > len(self.ts):
+            self.err = self.err[k:].copy()
+            self.ts = self.ts[k:].copy()
+            self.base = upto
+
+    def take_pieces(self, hi: int | None) -> list[tuple[dict[str, np.ndarray], int, int]]:
+        """Undelivered rows of steps before ``hi`` (all when None) as (chunk, lo, hi) pieces, not copied."""
+        out = []
+        while self.rows:
+            c = self.rows[0]
+            m = len(c["kind"])
+            n = m if hi is None else int(np.searchsorted(c["step"], hi, side="left"))
+            if n >= m:
+                if m > self.off:
+                    out.append((c, self.off, m))
+                self.rows.pop(0)
+                self.off = 0
+                continue
+            if n > self.off:
+                out.append((c, self.off, n))
+                self.off = n
+            break
+        return out
+
+    def take_rows(self, hi: int | None) -> list[dict[str, np.ndarray]]:
+        """Undelivered rows of steps before ``hi`` (all when None)."""
+        return [c if not lo and b == len(c["kind"]) else {k: v[lo:b] for k, v in c.items()}
+                for c, lo, b in self.take_pieces(hi)]
+
+
+def _gather(pieces: list[tuple[dict[str, np.ndarray], int, int]], n: int) -> dict[str, np.ndarray]:
+    """The ``n`` rows of ``pieces`` in order: one fancy index per column and source chunk (a VM trace's
+    queues take turns every few dozen rows: a batch is a thousand pieces of a few chunks)."""
+    chunks: list[dict[str, np.ndarray]] = []
+    which: dict[int, int] = {}
+    ci = np.empty(len(pieces), np.int64)
+    lo = np.empty(len(pieces), np.int64)
+    ln = np.empty(len(pieces), np.int64)
+    for j, (c, a, b) in enumerate(pieces):
+        k = which.get(id(c))
+        if k is None:
+            k = which[id(c)] = len(chunks)
+            chunks.append(c)
+        ci[j], lo[j], ln[j] = k, a, b - a
+    src = np.repeat(lo - (np.cumsum(ln) - ln), ln) + np.arange(n)
+    if len(chunks) == 1:
+        return {k: v[src] for k, v in chunks[0].items()}
+    owner = np.repeat(ci, ln)
+    out = {k: np.empty(n, v.dtype) for k, v in chunks[0].items()}
+    for j, c in enumerate(chunks):
+        w = np.flatnonzero(owner == j)
+        s = src[w]
+        for k, v in c.items():
+            out[k][w] = v[s]
+    return out
+
+
+class StreamMerge:
+    """perf's queue-heap order (``PerfSession._perf_order``), run incrementally over :class:`_Source` s."""
+
+    def __init__(self, sources: list[_Source], event_tscs: list[tuple[int, bool]], lost: dict[str, np.ndarray],
+                 batch_rows: int) -> None:
+        self.src = sources
+        self.events = event_tscs
+        self.lost = lost
+        self.n_lost = len(lost["kind"])
+        self.batch_rows = max(1, batch_rows)
+        self.pending: list[tuple[dict[str, np.ndarray], int, int]] = []  # (chunk, lo, hi) pieces
+        self.npending = 0
+        self.heap = PerfQueueHeap()
+        self.nxt = [0] * len(sources)
+
+    def _emit(self, pieces: list) -> None:
+        """Queue rows for the batches: (chunk, lo, hi) pieces or whole column dicts."""
+        for p in pieces:
+            if isinstance(p, dict):
+                p = (p, 0, len(p["kind"]))
+            if p[2] > p[1]:
+                self.pending.append(p)
+                self.npending += p[2] - p[1]
+
+    def _flush(self, final: bool = False):
+        """Batches of at most ``batch_rows`` rows.  A pending piece of at least half a batch is a
+        batch of its own (no copy; the decoder's chunks are that big, so most batches are); smaller
+        ones are gathered together, as far as a batch needs them."""
+        while self.npending >= self.batch_rows or (final and self.npending):
+            n = min(self.batch_rows, self.npending)
+            c, lo, hi = self.pending[0]
+            m = hi - lo
+            if 2 * m >= self.batch_rows or m >= n:
+                if m <= n:
+                    self.pending.pop(0)
+                else:
+                    self.pending[0] = (c, lo + n, hi)
+                    m = n
+                self.npending -= m
+                yield {k: v[lo:lo + m] for k, v in c.items()}
+                continue
+            used, m = 0, 0
+            while m < n:
+                m += self.pending[used][2] - self.pending[used][1]
+                used += 1
+            pieces = self.pending[:used]
+            rest = []
+            if m > n:  # the last piece is split
+                c, lo, hi = pieces[-1]
+                pieces[-1] = (c, lo, hi - (m - n))
+                rest = [(c, hi - (m - n), hi)]
+            self.pending = rest + self.pending[used:]
+            self.npending -= n
+            yield _gather(pieces, n)
+
+    def _run(self, q: int, limit: int):
+        """Emit queue ``q`` from its pending item until an item at or past ``limit``; its ordinal or None."""
+        s = self.src[q]
+        i = self.nxt[q] + 1
+        win = 64
+        while True:
+            if not s.ensure(i):
+                self.nxt[q] = s.end
+                self._emit(s.take_pieces(s.end))
+                s.drop_items(s.end)
+                yield from self._flush()
+                return None
+            a = i - s.base
+            b = min(a + win, len(s.ts))
+            hit = np.flatnonzero((~s.err[a:b]) & (s.ts[a:b] >= limit))
+            if len(hit):
+                i += int(hit[0])
+                self.nxt[q] = i
+                self._emit(s.take_pieces(i))
+                s.drop_items(i)
+                yield from self._flush()
+                return int(s.ts[i - s.base])
+            i += b - a
+            win = min(win * 4, 1 << 16)
+            if self.npending + 0 < self.batch_rows and i < s.end:
+                continue
+            self._emit(s.take_pieces(i))  # these items are emitted whatever comes next
+            s.drop_items(i)
+            yield from self._flush()
+
+    def _process(self, limit: int):
+        heap = self.heap
+        while heap and heap[0][0] < limit:
+            q = heap[0][1]
+            self.heap.pop_top()
+            ts = min(heap[0][0] + 1, limit) if heap else limit
+            ordinal = yield from self._run(q, ts)
+            if ordinal is not None:
+                self.heap.push(q, ordinal)
+
+    def _lost_row(self, i: int) -> dict[str, np.ndarray]:
+        return {k: v[i:i + 1] for k, v in self.lost.items()}
+
+    def start(self) -> None:
+        """Decode every queue up to its first timestamped state (all setup failures are known then)."""
+        for q, s in enumerate(self.src):
+            if s.ensure(0):
+                self.heap.push(q, int(s.ts[0]))
+
+    def batches(self):
+        """Row chunks (column dicts with obj and step) in perf's order, about ``batch_rows`` each."""
+        lost_i = 0
+        for tsc, is_lost in self.events:
+            if tsc:
+                yield from self._process(tsc)
+            if is_lost and lost_i < self.n_lost:
+                self._emit([self._lost_row(lost_i)])
+                lost_i += 1
+        yield from self._process(1 << 64)
+        if lost_i < self.n_lost:
+            self._emit([{k: v[lost_i:] for k, v in self.lost.items()}])
+        # Rows no emitted item claims go last, in queue order (as in _perf_order).
+        for s in self.src:
+            while True:
+                self._emit(s.take_pieces(None))
+                yield from self._flush()
+                if not s.more():
+                    break
+            self._emit(s.take_pieces(None))
+        yield from self._flush(final=True)

@@ -1,0 +1,1127 @@
+"""Decode a perf.data Intel PT recording into perf's samples, as columns.
+
+This is the glue DESIGN.md section 2 describes: the perf.data reader and the
+sideband model on one side, the perf-mode decoder on the other.  For each
+AUX queue (a CPU in per-CPU mode, a thread in ``--per-thread`` mode) it runs
+:class:`~ptexport.decoder.reference.decoder.PerfDecoder` and turns decoder states into
+perf's synthesized samples (branches, instructions, transactions, ptwrite,
+power events, errors) with perf's rules:
+
+* the thread of a sample is the one current on its CPU after every sideband
+  event whose time, converted to TSC, is at or before the sample's TSC (perf
+  runs the decoder up to each event's time, then applies the event);
+* code is read in the address space of that thread (kernel code in the
+  kernel's); before the first timestamp perf has no thread for a CPU queue;
+* errors before a queue's first timestamp are dropped, as perf drops them;
+* a branch between machines (VM entry/exit) becomes two samples;
+* samples of all queues are merged in timestamp order.
+
+Output is a :class:`SampleColumns` of numpy arrays; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from ptexport.decoder.reference.decoder import (
+    F_ABORT_TX,
+    F_ASYNC,
+    F_FUP_IP,
+    F_IN_TX,
+    F_SAMPLE_IPC,
+    OP_CALL,
+    OP_INT,
+    OP_IRET,
+    OP_JCC,
+    OP_JMP,
+    OP_LOOP,
+    OP_RET,
+    OP_SYSCALL,
+    OP_SYSRET,
+    OP_VMENTRY,
+    PERIOD_INSTRUCTIONS,
+    PERIOD_MTC,
+    PERIOD_NONE,
+    PERIOD_TICKS,
+    T_BRANCH,
+    T_EVT,
+    T_EX_STOP,
+    T_IFLAG_CHG,
+    T_INSTRUCTION,
+    T_MWAIT_OP,
+    T_PSB_EVT,
+    T_PTW,
+    T_PWR_ENTRY,
+    T_PWR_EXIT,
+    T_TRACE_BEGIN,
+    T_TRACE_END,
+    T_TRANSACTION,
+    Buffer,
+    Params,
+    PerfDecoder,
+)
+from ptexport.samples.columns import (
+    COLUMNS,
+    DEFAULTS,
+    ERR_LOST,
+    ERR_NODATA,
+    ERR_OVR,
+    ERROR_MESSAGES,
+    EV_BRANCH,
+    EV_CBR,
+    EV_ERROR,
+    EV_EVT,
+    EV_EXSTOP,
+    EV_IFLAG,
+    EV_INSTRUCTION,
+    EV_MWAIT,
+    EV_PSB,
+    EV_PTWRITE,
+    EV_PWRE,
+    EV_PWRX,
+    EV_TRANSACTION,
+    OUT_COLUMNS,
+    U64_COLUMNS,
+    SampleColumns,
+    concat_columns,
+)
+from ptexport.perfdata.constants import IntelPTConfig
+from ptexport.session.queues import PerfQueueHeap
+from ptexport.decoder.codewalk import CodeObjects, PerfCodeWalker, default_kernel_start
+from ptexport.decoder.filters import (
+    QueueTimeFilter,
+    TimeRange,
+    TscRanges,
+    fast_forward,
+    parse_time_ranges,
+    thread_kept,
+    thread_mask,
+    time_kept,
+    time_mask,
+)
+from ptexport.samples.flags import IpFlag
+from ptexport.samples.itrace import ItraceOptions, PeriodType
+
+_INTEL_PT_CFG_EVT_EN = 1 << 31  # intel_pt/event_trace=1/
+_EVD_ROW = -2  # an EVD of the evt row after it (dropped with the budget marks, kept as SampleColumns.evd_*)
+
+_F = IpFlag
+_OP_FLAGS = {
+    OP_CALL: _F.BRANCH | _F.CALL,
+    OP_RET: _F.BRANCH | _F.RETURN,
+    OP_JCC: _F.BRANCH | _F.CONDITIONAL,
+    OP_JMP: _F.BRANCH,
+    OP_LOOP: _F.BRANCH | _F.CONDITIONAL,
+    OP_IRET: _F.BRANCH | _F.RETURN | _F.INTERRUPT,
+    OP_INT: _F.BRANCH | _F.CALL | _F.INTERRUPT,
+    OP_SYSCALL: _F.BRANCH | _F.CALL | _F.SYSCALLRET,
+    OP_SYSRET: _F.BRANCH | _F.RETURN | _F.SYSCALLRET,
+    OP_VMENTRY: _F.BRANCH | _F.CALL | _F.VMENTRY,
+}
+_OP_FLAGS = {k: int(v) for k, v in _OP_FLAGS.items()}
+
+# perf reports an object's failed code reads twice, then recovers silently.
+_REPORTED_FAILURES_PER_OBJECT = 2
+_TIMELESS_MAP_TIME = 1 << 62  # maps as perf sees them when a timeless queue is decoded (late)
+
+
+class _Rows:
+    """Row accumulator for one queue (lists, converted once)."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list] = {c: [] for c in COLUMNS}
+        self.setup_failures: list[int] = []  # object ids that failed before the first timestamp
+        # Every decode result after setup, in order: (is_error, queue timestamp after it).
+        # Rows carry the index of the result they came from in their "step" column.
+        self.items_err: list[bool] = []
+        self.items_ts: list[int] = []
+
+    def add(self, **kw: int) -> None:
+        for c in COLUMNS:
+            self.cols[c].append(kw.get(c, DEFAULTS.get(c, 0)))
+
+    def __len__(self) -> int:
+        return len(self.cols["kind"])
+
+
+def _n_samples(rows: _Rows) -> int:
+    """Samples (not errors, CBRs or budget marks) among ``rows``: what --itrace=sN counts."""
+    return sum(1 for k in rows.cols["kind"] if k >= 0 and k not in (EV_ERROR, EV_CBR))
+
+
+def _join_rows(pieces: list[_Rows]) -> _Rows:
+    """The pieces of :meth:`PerfSession.iter_queue` as one ``_Rows``."""
+    if len(pieces) == 1:
+        return pieces[0]
+    out = _Rows()
+    for p in pieces:
+        for c in COLUMNS:
+            out.cols[c] += p.cols[c]
+        out.setup_failures += p.setup_failures
+        out.items_err += p.items_err
+        out.items_ts += p.items_ts
+    return out
+
+
+@dataclass
+class _CpuIndex:
+    """Who is current on a CPU, keyed by TSC (perf compares in TSC)."""
+
+    tsc: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+
+    def at(self, tsc: int) -> tuple[int, int]:
+        i = int(np.searchsorted(self.tsc, np.uint64(tsc), side="right")) - 1
+        if i < 0:
+            return -1, -1
+        return int(self.pid[i]), int(self.tid[i])
+
+
+class _MapLookup:
+    """The walker's view of memory: the maps of process ``pid`` at perf time ``time``.
+
+    Kernel code comes from the recording's kcore copy when there is one (perf loads
+    kcore in place of the kernel map).  ``guest(ip, kernel)`` reads non-root code:
+    the guest machine of host process ``pid`` (see pipeline/guest.py), whose user
+    code is that of guest process ``guest_pid`` (-1: unknown, unreadable).
+    """
+
+    __slots__ = ("machine", "objects", "build_ids", "pid", "tid", "time", "kcore", "guests", "vcpus")
+
+    def __init__(self, machine: Any, objects: CodeObjects, build_ids: dict[str, bytes],
+                 kcore: Any = None, guests: Any = None) -> None:
+        self.machine = machine
+        self.objects = objects
+        self.build_ids = build_ids
+        self.pid = -1
+        self.time = 0
+        self.kcore = kcore
+        self.guests = guests
+        self.tid = -1  # the host thread (a VCPU thread when guest code runs)
+        self.vcpus = None  # guest.VcpuAttribution with guest sideband: the guest thread on the VCPU
+
+    def __call__(self, ip: int, kernel: bool):
+        if self.pid < 0 and not kernel:
+            return None
+        if kernel and self.kcore is not None:
+            return self.kcore.at(ip)
+        e = self.machine.map_at(self.pid, ip, self.time, kernel=kernel)
+        if e is None:
+            return None
+        return e.start, e.end, e.pgoff, self.objects.get(e.filename, e.build_id or self.build_ids.get(e.filename))
+
+    def guest(self, ip: int, kernel: bool):
+        g = self.guests
+        if g is None:
+            return None
+        mpid = g.machine_pid(self.pid)
+        if kernel:
+            code = g.kcore(mpid)
+            if code is not None:
+                return code.at(ip)
+        guest_pid = -1
+        if not kernel:
+            if self.vcpus is None or not self.vcpus.enabled:
+                return None  # perf: guest user code needs the guest thread (guest sideband)
+            guest_pid = self.vcpus.guest_pid_at_time(self.tid, self.time)
+            if guest_pid < 0:
+                return None
+        m = g.sb.machine(mpid)
+        if m is None:
+            return None
+        e = m.map_at(guest_pid, ip, self.time, kernel=kernel)
+        if e is None:
+            return None
+        return e.start, e.end, e.pgoff, self.objects.get(e.filename, e.build_id or self.build_ids.get(e.filename))
+
+
+@dataclass
+class DecodeConfig:
+    itrace: ItraceOptions
+    symfs: str | None = None
+    buildid_dir: str | None = None
+    search_dirs: tuple[str, ...] = ()
+    cpus: frozenset[int] | None = None
+    guest_kcore: str | None = None  # guest kcore_dir for perf's default guest (--guestkallsyms' folder)
+    time: str | None = None  # perf script --time ranges as perf writes them (pipeline/filters.py)
+    pids: frozenset[int] | None = None  # perf script --pid
+    tids: frozenset[int] | None = None  # perf script --tid
+    insn_fetch_marks: bool = True  # perf script's text output's instruction fetches at non-PT samples
+    guest_data: tuple = ()  # --guest-data specs: guests merged as perf inject does (pipeline/guestdata.py)
+
+
+def _params(info: Any, attrs: Iterable[Any], cpuid: str, itrace: ItraceOptions, tc: Any) -> tuple[Params, bool]:
+    """Decoder parameters from AUXTRACE_INFO and the intel_pt attr, as perf derives them."""
+    pmu_type = info.pmu_type
+    pt_attrs = [a for a in attrs if a.type == pmu_type]
+    config = pt_attrs[0].config if pt_attrs else 0
+    p = Params()
+    p.quick = min(int(itrace.quick or 0), 2)
+    p.return_compression = not (info.noretcomp_bit and any(a.config & info.noretcomp_bit for a in pt_attrs))
+    p.branch_enable = not any((a.config & 1) and not (a.config & 0x2000) for a in pt_attrs)
+    bits = info.mtc_freq_bits or 0
+    if bits:
+        shift = (bits & -bits).bit_length() - 1
+        p.mtc_period = (config & bits) >> shift
+    if config & (1 << IntelPTConfig.CYC):  # perf's decoder takes CycThresh only with CYC on
+        p.cyc_threshold = (config >> IntelPTConfig.CYC_THRESH) & 0xF
+    p.tsc_ctc_ratio_n = info.tsc_ctc_ratio_n or 0
+    p.tsc_ctc_ratio_d = info.tsc_ctc_ratio_d or 0
+    p.max_non_turbo_ratio = info.max_non_turbo_ratio or 0
+    p.fup_with_nlip = cpuid.startswith("GenuineIntel,6,92,")
+    if itrace.instructions:
+        period = itrace.period
+        ptype = itrace.period_type
+        if period:
+            if ptype == PeriodType.INSTRUCTIONS:
+                p.period_type, p.period = PERIOD_INSTRUCTIONS, period
+            elif ptype == PeriodType.TICKS:
+                p.period_type, p.period = PERIOD_TICKS, period
+            elif ptype == PeriodType.NANOSECS:
+                quot, rem = divmod(period, tc.time_mult)
+                p.period_type = PERIOD_TICKS
+                p.period = (quot << tc.time_shift) + (rem << tc.time_shift) // tc.time_mult
+        if not p.period:
+            p.period_type, p.period = PERIOD_INSTRUCTIONS, 1
+    # Timeless decoding when TSC is off or perf time cannot be related to it.
+    timeless = not info.tsc_bit or not info.cap_user_time_zero or bool(itrace.timeless_decoding)  # or --itrace=Z
+    for a in attrs:
+        if not a.sample_type & 0x4:  # PERF_SAMPLE_TIME
+            timeless = True
+        if a.type == pmu_type and not (a.config & info.tsc_bit):
+            timeless = True
+    return p, timeless
+
+
+class PerfSession:
+    """One perf.data file decoded perf's way."""
+
+    def __init__(self, pd: Any, sideband: Any, config: DecodeConfig,
+                 streams: dict[tuple[str, int], list[Any]]) -> None:
+        self.pd = pd
+        self.sb = sideband
+        self.streams = streams
+        self.cfg = config
+        info = pd.auxtrace_info
+        if info is None or not hasattr(info, "pmu_type"):
+            from ptexport.errors import TruncatedError, UsageError
+
+            cut = getattr(pd, "cut", None)
+            if info is None and cut is not None:  # a salvaged recording cut before its AUXTRACE_INFO record
+                raise TruncatedError(f"the file is cut {cut.where}: no Intel PT AUXTRACE_INFO record before "
+                                     "the cut, nothing to decode", source=cut.source, offset=cut.offset, what="cut")
+            hint = " (or a pipe-mode recording cut before that record)" if getattr(pd, "is_pipe", False) else ""
+            raise UsageError(f"{pd.path}: no Intel PT AUXTRACE_INFO: not an intel_pt recording{hint}")
+        self.info = info
+        self.tc = sideband.time_conv
+        cpuid = str(pd.features.get("cpuid") or "")
+        self.params, self.timeless = _params(info, pd.attrs, cpuid, config.itrace, self.tc)
+        host = sideband.host
+        self.kernel_start = default_kernel_start([e.start for e in host.kernel_maps.entries])
+        self.objects = CodeObjects(config.symfs, config.buildid_dir,
+                                   config.search_dirs or (os.path.dirname(os.path.abspath(pd.path)),))
+        # The header's build-id list names objects whose mmaps carry none (perf reads it too).
+        self.build_ids: dict[str, bytes] = {}
+        for entry in pd.features.get("build_id") or ():
+            if entry.filename and entry.build_id:
+                self.build_ids.setdefault(entry.filename, bytes(entry.build_id))
+        self.switches: list[Any] = []  # SWITCH / SWITCH_CPU_WIDE records, file order
+        self.buffer_nr: dict[int, int] = {}  # id(AUXTRACE record) -> place among all AUXTRACE records
+        self.event_tscs: list[tuple[int, bool]] = []  # timestamped records as TSC, perf's order
+        # Outside PT decoding perf marks objects unreadable at these (see codewalk.sample_fetch_marks):
+        self.sample_ips: list[tuple[int, int, int, int]] = []  # (time, pid, tid, ip) of non-PT SAMPLE records
+        self.vdso_mmaps: list[tuple[int, int]] = []  # (time, pid) of [vdso] mmaps
+        self._cpu_index: dict[int, _CpuIndex] = {}
+        self.time_ranges: list[TimeRange] | None = None  # perf script --time (pipeline/filters.py), perf times
+        self._tsc_ranges: TscRanges | None = None
+        self._obj_ids: dict[str, int] = {}
+        self._branches_filter = 0
+        # Event Trace: perf's cap_event_trace (AUXTRACE_INFO) puts RFLAGS.IF in the flags of every
+        # sample; 'evt' samples need the event_trace config bit (perf makes their attr only then).
+        self.event_trace = bool(getattr(info, "cap_event_trace", None))
+        self._evt_attr = any(a.type == info.pmu_type and a.config & _INTEL_PT_CFG_EVT_EN for a in pd.attrs)
+        it = config.itrace
+        if it.calls:
+            self._branches_filter |= int(_F.CALL | _F.ASYNC | _F.TRACE_END)
+        if it.returns:
+            self._branches_filter |= int(_F.RETURN | _F.TRACE_BEGIN)
+
+    # ----------------------------------------------------------- sideband views
+
+    def _cpu_current(self, cpu: int) -> _CpuIndex:
+        idx = self._cpu_index.get(cpu)
+        if idx is None:
+            tl = self.sb.host.cpus.get(cpu)
+            if tl is None or not len(tl):
+                idx = _CpuIndex(np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+            else:
+                idx = _CpuIndex(self.tc.perf_time_to_tsc_array(tl.times.astype(np.uint64)), tl.pids, tl.tids)
+            self._cpu_index[cpu] = idx
+        return idx
+
+    def _obj_id(self, name: str) -> int:
+        return self._obj_ids.setdefault(name, len(self._obj_ids))
+
+    def _perf_time(self, tsc: int) -> int:
+        return 0 if self.timeless else self.tc.tsc_to_perf_time(tsc)
+
+    @property
+    def _est_tsc(self) -> bool:
+        """perf's est_tsc: a branch from the kernel (or from nowhere) to user space (x86_64: below
+        2^63, perf's kernel_start there) is dated by the decoder's estimate.  perf 6.1 sets it on
+        every timed session (intel_pt_process_auxtrace_info: est_tsc = !timeless_decoding) and
+        never clears it: sync_switch no longer turns it off (perf 4.x did, with est_tsc_orig), it
+        only adds its own estimate in an unknown switch state, after est_tsc's test (sync_switch
+        needs __switch_to in the kernel's symbols; it is not modelled here).  The compiled
+        decoder takes this flag as P_EST_TSC (flow/perffast.py)."""
+        return not self.timeless
+
+    def _lookup(self) -> "_MapLookup":
+        if not hasattr(self, "_guest_spaces"):
+            from ptexport.decoder.guest import GuestSpaces, VcpuAttribution, host_kcore
+
+            self._host_kcore = host_kcore(self.pd)
+            self._guest_spaces = GuestSpaces(self.pd, self.sb, getattr(self.cfg, "guest_kcore", None))
+            self._vcpus = VcpuAttribution(self)
+        lookup = _MapLookup(self.sb.host, self.objects, self.build_ids, self._host_kcore, self._guest_spaces)
+        lookup.vcpus = self._vcpus
+        return lookup
+
+    def build_id_of(self, filename: str, build_id: bytes | None) -> bytes | None:
+        return build_id or self.build_ids.get(filename)
+
+    # ------------------------------------------------------------------ queues
+
+    def queues(self) -> list[tuple[tuple[str, int], list[Any]]]:
+        streams = self.streams
+        out = []
+        for key in sorted(streams, key=lambda k: (k[0] != "cpu", k[1])):
+            if self.cfg.cpus is not None and key[0] == "cpu" and key[1] not in self.cfg.cpus:
+                continue
+            out.append((key, streams[key]))
+        return out
+
+    def _buffers(self, bufs: list[Any]) -> list[Buffer]:
+        out = []
+        pos = 0
+        # perf numbers a trace by its first buffer's place among all AUXTRACE buffers (+1).
+        trace_nr = self.buffer_nr.get(id(bufs[0]), 0) + 1 if bufs else 1
+        cut = getattr(self.pd, "cut", None)
+        for i, b in enumerate(bufs):
+            data = self.pd.aux_data(b)
+            if cut is not None and b.offset == cut.partial_offset and b.src is None:
+                # the file's cut tore the payload: decode its whole packets (cut_error_rows marks the end)
+                from ptexport.pt.perfpkt import whole_packets_end
+
+                data = data[:whole_packets_end(data)]
+            out.append(Buffer(data=data, ref_timestamp=b.reference, consecutive=i > 0, trace_nr=trace_nr,
+                              offset=pos))
+            pos += len(data)
+        return out
+
+    def decode_queue(self, qnum: int, key: tuple[str, int], bufs: list[Any]) -> _Rows:
+        """Run perf's decoder over one queue and synthesize its samples."""
+        return _join_rows(list(self.iter_queue(qnum, key, bufs)))
+
+    def iter_queue(self, qnum: int, key: tuple[str, int], bufs: list[Any], chunk: int = 0) -> Iterator[_Rows]:
+        """:meth:`decode_queue` in pieces of about ``chunk`` rows or steps (0: one piece).
+
+        A piece ends between two decoder steps; steps (the rows' ``step`` and the
+        items) are numbered across pieces, setup failures come with the first.
+        """
+        it = self.cfg.itrace
+        rows = _Rows()
+        skipped_before = 0  # samples of earlier pieces (--itrace=sN holds CBRs back meanwhile)
+        per_cpu = key[0] == "cpu"
+        cpu = key[1] if per_cpu else -1
+        qtid = -1 if per_cpu else key[1]
+        lookup = self._lookup()
+        walker = PerfCodeWalker(lookup, self.kernel_start)
+        dec = PerfDecoder(self._buffers(bufs), walker, self.params)
+        cur = self._cpu_current(cpu) if per_cpu and not self.timeless else None
+        # Timeless decoding (no TSC, or --itrace=Z): perf decodes a queue at its thread's EXIT or at
+        # the end, with the maps of that moment and, for a CPU queue, the thread current on the CPU
+        # then (it follows no context switch while decoding).
+        map_time = _TIMELESS_MAP_TIME if self.timeless else None
+        end_who = (-1, -1)
+        if per_cpu and self.timeless:
+            tl = self.sb.host.cpus.get(cpu)
+            if tl is not None and len(tl):
+                end_who = (int(tl.pids[-1]), int(tl.tids[-1]))
+
+        def who(tsc: int) -> tuple[int, int]:
+            if per_cpu:
+                return cur.at(tsc) if cur is not None else end_who
+            t = self.sb.thread(qtid)
+            return (t.pid if t is not None else -1), qtid
+
+        # perf's setup: decode until the first state with a timestamp; errors dropped;
+        # no thread known for a CPU queue yet.
+        walker.have_thread = not per_cpu or (self.timeless and end_who[1] >= 0)
+        lookup.pid = -1 if per_cpu and not self.timeless else who(0)[0]
+        if map_time is not None:
+            lookup.time = map_time
+        # --time: perf's decoder-side filter (intel_pt_time_filter), not in timeless sessions.
+        tf = self._queue_time_filter()
+        ff_timestamp = 0
+        if tf is not None and tf.sel_start and tf.sel_timestamp:
+            fast_forward(dec, tf.sel_timestamp)  # perf's setup: to the last PSB before the first start
+        ptq_ts = 0
+        while True:
+            st = dec.decode()
+            if st.err:
+                if st.err == ERR_NODATA:
+                    yield rows
+                    return
+                if walker.fail_obj is not None:
+                    rows.setup_failures.append(self._obj_id(walker.fail_obj))
+                continue
+            if st.timestamp or self.timeless:
+                break
+        ptq_ts = st.timestamp
+        # perf's thread and maps are those of the sideband it has processed, which is everything up to
+        # the highest timestamp the queue has reached (it pauses there for the events; errors do not
+        # pause it): a sample dated back by an estimate keeps the later thread.
+        ctx_ts = 0
+        step = 0
+        rows.items_err.append(False)
+        rows.items_ts.append(ptq_ts)
+        last_br_insn = last_br_cyc = 0
+        last_in_insn = last_in_cyc = 0
+        last_insn_cnt = 0
+        cbr_seen = -1  # perf starts from UINT_MAX
+        # perf's have_sample: false for a state the time filter passed over (the first one too, when
+        # it is before the first start)
+        have_sample = not (tf is not None and tf.sel_start and tf.sel_timestamp and ptq_ts < tf.sel_timestamp)
+        while True:
+            if chunk and (len(rows) >= chunk or len(rows.items_ts) >= chunk):
+                if it.initial_skip:
+                    skipped_before += _n_samples(rows)
+                yield rows
+                rows = _Rows()
+            # ---- intel_pt_sample(): synthesize what the pending state holds
+            ctx_ts = max(ctx_ts, ptq_ts)
+            pid, tid = who(ctx_ts)
+            time = self._perf_time(ptq_ts)
+            base = dict(tsc=ptq_ts, time=time, cpu=cpu, pid=pid, tid=tid, queue=qnum, trace_nr=st.trace_nr,
+                        step=step)
+            if have_sample:  # else the time filter passed over this state: nothing, no CBR/IPC bookkeeping
+                flags = self._sample_flags(st)
+                if self.event_trace:
+                    flags |= self._iflag_flags(st)
+                ipc_insn, ipc_cyc = st.tot_insn_cnt, st.tot_cyc_cnt
+                typ = st.type
+                # perf's intel_pt_prep_a_sample: a sample is in the guest by its from side, else its to side
+                snr = int(st.from_nr if st.from_ip else st.to_nr)
+                if it.intr_events:
+                    # perf's intel_pt_synth_events_sample / intel_pt_synth_iflag_chg_sample, before power events
+                    if typ & T_EVT and self._evt_attr:
+                        for evd_type, evd_payload in st.evd:  # rows only for iter_batches' evd_* columns
+                            rows.add(kind=_EVD_ROW, code=evd_type, payload=evd_payload, **base)
+                        rows.add(kind=EV_EVT, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                 payload=self.cfe_word(st), nr=snr, **base)
+                    if typ & T_IFLAG_CHG and self.event_trace:
+                        via = bool(typ & T_BRANCH)
+                        rows.add(kind=EV_IFLAG, ip=st.from_ip, addr=st.to_ip if via else 0, flags=flags,
+                                 payload=int(st.to_iflag) | int(via) << 1, nr=snr, **base)
+                if it.pwr_events:
+                    # perf's power/ptwrite/psb samples carry the state's from_ip and to_ip like branches do
+                    if typ & T_PSB_EVT:
+                        rows.add(kind=EV_PSB, ip=st.from_ip, addr=st.to_ip, flags=0, payload=st.psb_offset,
+                                 offset=st.psb_offset, nr=snr, **base)
+                    if st.cbr != cbr_seen:
+                        if it.initial_skip and skipped_before + _n_samples(rows) < it.initial_skip:
+                            # --itrace=sN: perf holds a CBR back while samples are skipped and retries at each
+                            # state; which try is emitted depends on all queues (decided in perf order: code 1)
+                            rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                     payload=st.cbr_payload, code=1, nr=snr, **base)
+                        else:
+                            cbr_seen = st.cbr
+                            rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                     payload=st.cbr_payload, nr=snr, **base)
+                    if typ & T_MWAIT_OP:
+                        rows.add(kind=EV_MWAIT, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                 payload=st.mwait_payload, nr=snr, **base)
+                    if typ & T_PWR_ENTRY:
+                        rows.add(kind=EV_PWRE, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                 payload=st.pwre_payload, nr=snr, **base)
+                    if typ & T_EX_STOP:
+                        rows.add(kind=EV_EXSTOP, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                 payload=int(bool(st.flags & F_FUP_IP)), nr=snr, **base)
+                    if typ & T_PWR_EXIT:
+                        rows.add(kind=EV_PWRX, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                                 payload=st.pwrx_payload, nr=snr, **base)
+                if it.instructions and typ & T_INSTRUCTION:
+                    cyc = ipc_cyc - last_in_cyc if st.flags & F_SAMPLE_IPC else 0
+                    ins = 0
+                    if cyc:
+                        ins = ipc_insn - last_in_insn
+                        last_in_insn, last_in_cyc = ipc_insn, ipc_cyc
+                    rows.add(kind=EV_INSTRUCTION, ip=st.from_ip, addr=st.to_ip, flags=flags,
+                             period=1 if self.params.quick else st.tot_insn_cnt - last_insn_cnt, insn_cnt=ins,
+                             cyc_cnt=cyc, nr=snr, **base)
+                    last_insn_cnt = st.tot_insn_cnt
+                if it.transactions and typ & T_TRANSACTION:
+                    rows.add(kind=EV_TRANSACTION, ip=st.from_ip, addr=st.to_ip, flags=flags, nr=snr, **base)
+                if it.ptwrites and typ & T_PTW:
+                    rows.add(kind=EV_PTWRITE, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
+                             payload=st.ptw_payload, code=int(bool(st.flags & F_FUP_IP)), nr=snr, **base)
+                if typ & T_BRANCH and it.branches:
+                    if not self._branches_filter or (self._branches_filter & flags):
+                        cyc = ipc_cyc - last_br_cyc if st.flags & F_SAMPLE_IPC else 0
+                        ins = 0
+                        if cyc:
+                            ins = ipc_insn - last_br_insn
+                            last_br_insn, last_br_cyc = ipc_insn, ipc_cyc
+                        insn_len = 0 if st.flags & (F_ABORT_TX | F_ASYNC) else st.insn_len
+                        if st.from_nr != st.to_nr and st.from_ip and st.to_ip:
+                            rows.add(kind=EV_BRANCH, ip=st.from_ip, addr=0, flags=flags, insn_cnt=ins, cyc_cnt=cyc,
+                                     nr=int(st.from_nr), insn_len=insn_len, **base)
+                            rows.add(kind=EV_BRANCH, ip=0, addr=st.to_ip, flags=flags, nr=int(st.to_nr),
+                                     insn_len=insn_len, **base)
+                        else:
+                            rows.add(kind=EV_BRANCH, ip=st.from_ip, addr=st.to_ip, flags=flags, insn_cnt=ins,
+                                     cyc_cnt=cyc, nr=int(st.from_nr if st.from_ip else st.to_nr), insn_len=insn_len,
+                                     **base)
+            # ---- next state; the walker reads code as the current thread sees it
+            lookup.pid = pid
+            lookup.tid = tid
+            lookup.time = self._perf_time(ctx_ts) if map_time is None else map_time
+            walker.have_thread = tid >= 0 or not per_cpu
+            while True:
+                st = dec.decode()
+                if not st.err:
+                    break
+                if st.err == ERR_NODATA:
+                    yield rows
+                    return
+                ptq_ts = st.est_timestamp  # perf dates an error by the decoder's estimate
+                step += 1
+                rows.items_err.append(True)
+                rows.items_ts.append(ptq_ts)
+                base["tsc"] = ptq_ts
+                base["time"] = self._perf_time(ptq_ts)
+                base["step"] = step
+                obj = self._obj_id(walker.fail_obj) if walker.fail_obj is not None else -1
+                if it.errors and not (
+                    (st.err == ERR_OVR and "o" in it.error_minus) or (st.err == ERR_LOST and "l" in it.error_minus)
+                ):
+                    rows.add(kind=EV_ERROR, ip=st.from_ip, code=st.err, offset=st.pos, obj=obj, nr=int(st.from_nr), **base)
+                elif obj >= 0:
+                    rows.add(kind=-1, obj=obj, **base)  # counts toward perf's failure budget only
+            if (self._est_tsc and (st.from_ip >= 1 << 63 or not st.from_ip) and st.to_ip
+                    and st.to_ip < 1 << 63):
+                ptq_ts = st.est_timestamp  # perf's est_tsc: estimated TSC on return to user space
+            elif st.timestamp > ptq_ts:
+                ptq_ts = st.timestamp
+            have_sample = True
+            if tf is not None and tf.sel_timestamp:
+                verdict, ff_timestamp = tf.filter(ptq_ts, ff_timestamp)
+                if verdict == "stop":  # after the last range: perf takes the queue off its heap
+                    yield rows
+                    return
+                if verdict != "keep":  # before a start: no sample; "ff" moves to the last PSB before it
+                    have_sample = False
+                    if verdict == "ff":
+                        fast_forward(dec, ff_timestamp)
+            step += 1
+            rows.items_err.append(False)
+            rows.items_ts.append(ptq_ts)
+
+    def _queue_time_filter(self) -> "QueueTimeFilter | None":
+        """A queue's --time position (perf's intel_pt_setup_time_range), None without ranges or TSC."""
+        if not self.time_ranges or self.timeless or self.tc is None:
+            return None
+        if self._tsc_ranges is None:
+            self._tsc_ranges = TscRanges.from_ranges(self.time_ranges, self.tc)
+        return QueueTimeFilter(self._tsc_ranges)
+
+    @staticmethod
+    def cfe_word(st: Any) -> int:
+        """perf's perf_synth_intel_evt word: CFE type, IP bit 7, vector bits 8-15, EVD count from 16."""
+        return (st.cfe_type & 0x1F) | int(bool(st.flags & F_FUP_IP)) << 7 | (st.cfe_vector & 0xFF) << 8 \
+            | len(st.evd) << 16
+
+    @staticmethod
+    def _iflag_flags(st: Any) -> int:
+        """RFLAGS.IF bits of perf's intel_pt_sample_flags (cap_event_trace)."""
+        if st.type & T_IFLAG_CHG:
+            flags = 0 if st.from_iflag else int(_F.INTR_DISABLE)
+            if st.from_iflag != st.to_iflag:
+                flags |= int(_F.INTR_TOGGLE)
+            return flags
+        return 0 if st.to_iflag else int(_F.INTR_DISABLE)
+
+    @staticmethod
+    def _sample_flags(st: Any) -> int:
+        """perf's intel_pt_sample_flags."""
+        if st.flags & F_ABORT_TX:
+            flags = int(_F.BRANCH | _F.TX_ABORT)
+        elif st.flags & F_ASYNC:
+            if not st.to_ip:
+                flags = int(_F.BRANCH | _F.ASYNC | _F.TRACE_END)
+            elif st.from_nr and not st.to_nr:
+                flags = int(_F.BRANCH | _F.CALL | _F.ASYNC | _F.VMEXIT)
+            else:
+                flags = int(_F.BRANCH | _F.CALL | _F.ASYNC | _F.INTERRUPT)
+        else:
+            flags = _OP_FLAGS.get(st.insn_op, 0) if st.from_ip else int(_F.BRANCH | _F.TRACE_BEGIN)
+            if st.flags & F_IN_TX:
+                flags |= int(_F.IN_TX)
+        if st.type & T_TRACE_BEGIN:
+            flags |= int(_F.TRACE_BEGIN)
+        if st.type & T_TRACE_END:
+            flags |= int(_F.TRACE_END)
+        return flags
+
+    # ----------------------------------------------------------------- public
+
+    def lost_data_rows(self) -> _Rows:
+        """perf's 'Lost trace data' errors for truncated AUX areas, at their record's time."""
+        rows = _Rows()
+        if not self.cfg.itrace.errors or "l" in self.cfg.itrace.error_minus:
+            return rows
+        events = [ev for evs in self.sb.aux_events.values() for ev in evs]
+        for ev in sorted(events, key=lambda e: e.time):
+            if ev.lost_data:
+                tsc = self.tc.perf_time_to_tsc(ev.time) if not self.timeless else 0
+                rows.add(kind=EV_ERROR, tsc=tsc, time=ev.time, cpu=ev.cpu, pid=getattr(ev, "pid", -1),
+                         tid=ev.tid, code=ERR_LOST, queue=-1)
+        return rows
+
+    def cut_error_rows(self, tsc: int, time: int) -> _Rows:
+        """The decode error at the end of an AUXTRACE buffer the file's cut falls into (a salvaging reader's
+        ``pd.cut``): perf's "No more data" (ERR_NODATA, ``decode_errors.kind`` ``no_data``), the code
+        perf's decoder uses when the trace ends where a packet or an operation needs more of it;
+        "Lost trace data" stays the AUX records' TRUNCATED flag. One row, dated ``tsc``/``time`` (the
+        latest of the rows before it: the cut ends the recording), on the partial buffer's queue at the
+        buffer's end (the queue's stream offset). No rows without a partial buffer, with --itrace
+        without errors, or when the queue is filtered out (--cpu)."""
+        rows = _Rows()
+        cut = getattr(self.pd, "cut", None)
+        if cut is None or cut.partial_offset is None or not self.cfg.itrace.errors:
+            return rows
+        for qnum, (key, bufs) in enumerate(self.queues()):
+            if bufs and bufs[-1].offset == cut.partial_offset:
+                break
+        else:
+            return rows
+        per_cpu = key[0] == "cpu"
+        cpu = key[1] if per_cpu else -1
+        pid, tid = (-1, -1)
+        if per_cpu and not self.timeless:
+            pid, tid = self._cpu_current(cpu).at(tsc)
+        elif not per_cpu:
+            t = self.sb.thread(key[1])
+            pid, tid = (t.pid if t is not None else -1), key[1]
+        offset = sum(len(self.pd.aux_data(b)) for b in bufs)
+        rows.add(kind=EV_ERROR, tsc=tsc, time=time, cpu=cpu, pid=pid, tid=tid, code=ERR_NODATA, queue=qnum,
+                 offset=offset, trace_nr=self.buffer_nr.get(id(bufs[0]), 0) + 1)
+        return rows
+
+    def decode(self, jobs: int | None = 1) -> SampleColumns:
+        """All samples in perf's order; ``jobs`` > 1 (None: all cores) decodes in worker processes.
+
+        The compiled decoder (:mod:`ptexport.decoder.compiled.decoder`) is used when numba is
+        installed and the options allow it; its output equals :meth:`decode_queue`'s.
+        This is :meth:`iter_batches` concatenated.
+        """
+        return self.vcpu_columns(concat_columns(list(self.iter_batches(jobs))))
+
+    def vcpu_columns(self, cols: SampleColumns) -> SampleColumns:
+        """Fill machine_pid/vcpu and give guest samples their guest pid/tid (perf's VM split)."""
+        from ptexport.decoder.guest import VcpuAttribution
+
+        if getattr(self, "_vcpu_attr", None) is None:
+            self._vcpu_attr = VcpuAttribution(self)
+        return self._vcpu_attr.apply(cols)
+
+    def iter_batches(self, jobs: int | None = 1, batch_rows: int = 1 << 16) -> Iterator[SampleColumns]:
+        """:meth:`decode`'s samples in order, in batches of at most ``batch_rows`` rows.
+
+        Memory does not grow with the trace: queues are decoded a chunk at a time
+        (the compiled decoder, or the reference one) as perf's queue heap (run
+        incrementally, see :class:`ptexport.session.parallel.StreamMerge`) needs
+        them; with ``jobs`` > 1 worker processes decode ahead (PSB segments of a
+        queue for the compiled decoder, whole queues for the reference) and hand
+        back bounded chunks.  Timeless sessions emit queue after queue in perf's
+        timeless order; ``--itrace=sN`` is applied as the batches pass.
+        """
+        from ptexport.session.parallel import STREAM_CHUNK, StreamMerge, _as_cols, _queue_chunks, _rebatch, _Source
+
+        batch_rows = max(1, int(batch_rows))
+        lost = _as_cols(self.lost_data_rows(), COLUMNS)
+        sources = [_Source(chunks, COLUMNS) for chunks in _queue_chunks(self, jobs, STREAM_CHUNK)]
+        try:
+            if self.timeless:
+                for src in sources:
+                    src.ensure(0)  # every queue's setup (its failures count first)
+                gen = _rebatch(self._timeless_chunks(sources, lost), batch_rows)
+            else:
+                merge = StreamMerge(sources, self.event_tscs, lost, batch_rows)
+                merge.start()
+                gen = merge.batches()
+            seen: dict[int, int] = {}
+            for src in sources:
+                for obj in src.setup_failures:
+                    seen[obj] = seen.get(obj, 0) + 1
+            marks = self.data_error_marks()
+            skip = self.cfg.itrace.initial_skip
+            skip_state: dict = {}
+            filtered = self.filters_samples
+            evd_pending: list[tuple[int, int]] = []  # EVDs whose evt row is in the next batch
+            last = [0, 0]  # latest tsc and time seen (the cut error's date)
+            for cols in gen:
+                if len(cols["kind"]):
+                    last = [max(last[0], int(cols["tsc"].max())), max(last[1], int(cols["time"].max()))]
+                evd = _evd_owners(cols, evd_pending) if self.event_trace else None
+                keep = self._budget_keep(cols, seen, marks)
+                if skip:
+                    keep &= self._initial_skip_keep(cols, skip, skip_state)
+                if filtered:
+                    keep &= self._script_filter_keep(cols)
+                if keep.all():
+                    out = SampleColumns(**{c: cols[c] for c in OUT_COLUMNS})
+                elif keep.any():
+                    out = SampleColumns(**{c: cols[c][keep] for c in OUT_COLUMNS})
+                else:
+                    continue
+                if evd is not None:
+                    rows_, types, payloads = evd
+                    kept = keep[rows_]
+                    out.evd_row = (np.cumsum(keep) - 1)[rows_[kept]]
+                    out.evd_type = types[kept]
+                    out.evd_payload = payloads[kept]
+                yield out
+            cut = self.cut_error_rows(*last)
+            if len(cut):
+                yield SampleColumns(**{c: np.asarray(cut.cols[c], dtype=np.uint64 if c in U64_COLUMNS else np.int64)
+                                       for c in OUT_COLUMNS})
+        finally:
+            for src in sources:
+                close = getattr(src.chunks, "close", None)
+                if close is not None:
+                    close()  # stop worker processes of an abandoned stream
+
+    def _timeless_chunks(self, sources: list[Any], lost: dict[str, np.ndarray]) -> Iterator[dict[str, np.ndarray]]:
+        """Timeless order: lost-data errors first, then queue after queue (:meth:`_timeless_queue_order`)."""
+        if len(lost["kind"]):
+            yield lost
+        for q in self._timeless_queue_order():
+            src = sources[q]
+            while True:
+                yield from src.take_rows(None)
+                src.clear_items()
+                if not src.more():
+                    break
+
+    def _decode_whole(self, jobs: int | None = 1) -> SampleColumns:
+        """Every queue decoded whole, then ordered (timeless sessions and --itrace=sN)."""
+        from ptexport.session.parallel import decode_queues
+
+        parts = decode_queues(self, jobs)
+        lost = self.lost_data_rows()
+        if self.timeless:
+            parts = self._timeless_order(parts)
+        allp = parts + [lost]
+        if self.timeless and len(lost):
+            # perf reports lost data when it reads the AUX record; timeless queues are decoded
+            # later (at their thread's EXIT, else at the end): those rows come first.
+            allp = [lost] + parts
+        cols = {c: np.concatenate([np.asarray(p.cols[c], dtype=np.int64 if c not in ("tsc", "ip", "addr", "payload") else np.uint64)
+                                   for p in allp]) for c in COLUMNS}
+        if not self.timeless and len(cols["kind"]):
+            order = self._perf_order(parts, len(lost), cols)
+            cols = {c: v[order] for c, v in cols.items()}
+        keep = self._perf_failure_budget(cols, [f for p in parts for f in p.setup_failures], self.data_error_marks())
+        if self.cfg.itrace.initial_skip:
+            keep &= self._initial_skip_keep(cols, self.cfg.itrace.initial_skip)
+        if self.filters_samples:
+            keep &= self._script_filter_keep(cols)
+        cols = {c: v[keep] for c, v in cols.items()}
+        del cols["obj"], cols["step"]
+        return SampleColumns(**cols)
+
+    def _timeless_order(self, parts: list[Any]) -> list[Any]:
+        """Timeless decoding order: a per-thread queue at its thread's EXIT, the others at the end."""
+        order = self._timeless_queue_order()
+        return [parts[q] for q in order] if len(order) == len(parts) else parts
+
+    def _timeless_queue_order(self) -> list[int]:
+        keys = []
+        for q, (key, _) in enumerate(self.queues()):
+            t = self.sb.thread(key[1]) if key[0] == "thread" else None
+            end = getattr(t, "end", None) if t is not None else None
+            keys.append((end if end is not None and end < _TIMELESS_MAP_TIME else _TIMELESS_MAP_TIME, q))
+        return [q for _, q in sorted(keys)]
+
+    def _perf_order(self, parts: list[_Rows], n_lost: int, cols: dict[str, np.ndarray]) -> np.ndarray:
+        """Row order perf produces: its queue heap run up to each sideband event's time.
+
+        perf decodes a queue until its timestamp reaches the next queue's (plus 1)
+        or the next event's, keeping the state that crossed the limit pending; a
+        pending state is emitted when its queue next runs.  Which of two queues
+        at the same timestamp runs first follows perf's binary heap exactly.
+        """
+        from ptexport.session.queues_compiled import numba, perf_order
+
+        if numba is not None:  # the same algorithm over arrays, compiled
+            return perf_order([(p.items_err, p.items_ts) for p in parts], self.event_tscs, n_lost,
+                              cols["queue"], cols["step"], sum(len(p) for p in parts))
+        emitted: list[tuple[int, int]] = []  # (queue, step) or (-1, lost index), in emission order
+        heap = PerfQueueHeap()
+        push, pop = heap.push, heap.pop_top
+
+        nxt = [0] * len(parts)  # next item to decode per queue (item 0 is the pending first state)
+        for q, p in enumerate(parts):
+            if p.items_ts:
+                push(q, p.items_ts[0])
+
+        def run(q: int, limit: int) -> int | None:
+            p = parts[q]
+            cur = nxt[q]
+            emitted.append((q, cur))  # the pending state
+            i = cur + 1
+            err, ts = p.items_err, p.items_ts
+            while i < len(ts):
+                if err[i]:
+                    emitted.append((q, i))
+                    i += 1
+                    continue
+                if ts[i] >= limit:
+                    nxt[q] = i
+                    return ts[i]
+                emitted.append((q, i))
+                i += 1
+            nxt[q] = i
+            return None
+
+        def process(limit: int) -> None:
+            while heap and heap[0][0] < limit:
+                q = heap[0][1]
+                pop()
+                ts = min(heap[0][0] + 1, limit) if heap else limit
+                ordinal = run(q, ts)
+                if ordinal is not None:
+                    push(q, ordinal)
+
+        lost_i = 0
+        for tsc, is_lost in self.event_tscs:
+            if tsc:
+                process(tsc)
+            if is_lost and lost_i < n_lost:
+                emitted.append((-1, lost_i))
+                lost_i += 1
+        process(1 << 64)
+        while lost_i < n_lost:
+            emitted.append((-1, lost_i))
+            lost_i += 1
+        # Rows of each emitted item keep their order inside the item.
+        key_rank = {k: r for r, k in enumerate(emitted)}
+        queue = cols["queue"]
+        step = cols["step"]
+        lost_base = sum(len(p) for p in parts)
+        ranks = np.empty(len(queue), dtype=np.int64)
+        for i in range(len(queue)):
+            q = int(queue[i])
+            k = (q, int(step[i])) if q >= 0 else (-1, i - lost_base)
+            ranks[i] = key_rank.get(k, len(emitted))
+        return np.lexsort((np.arange(len(queue)), ranks))
+
+    @property
+    def filters_samples(self) -> bool:
+        """True when perf script's --time/--pid/--tid drop samples of this session."""
+        return bool(self.time_ranges) or self.cfg.pids is not None or self.cfg.tids is not None
+
+    def _script_filter_keep(self, cols: dict[str, np.ndarray]) -> np.ndarray:
+        """perf script's --time/--pid/--tid over a batch: samples outside are dropped, errors never
+        (perf checks them in process_sample_event; errors come through auxtrace_error)."""
+        keep = time_mask(cols["time"], self.time_ranges)
+        if self.cfg.pids is not None or self.cfg.tids is not None:
+            pid, tid = cols["pid"], cols["tid"]
+            if np.any(cols["nr"] != 0):  # guest samples: perf filters the guest thread
+                tmp = self.vcpu_columns(SampleColumns(**{c: cols[c] for c in OUT_COLUMNS}))
+                pid, tid = tmp.pid, tmp.tid
+            keep &= thread_mask(pid, tid, self.cfg.pids, self.cfg.tids)
+        return keep | (cols["kind"] == EV_ERROR)
+
+    def data_error_marks(self) -> dict[int, int]:
+        """Object id -> TSC at which perf (outside PT decoding) first marks the object unreadable.
+
+        perf script fetches the instruction at each non-PT sample's ip, and a
+        [vdso] mmap probes the thread's file maps for their ELF class; both open
+        the object and, when that fails, set its data status to ERROR.
+        """
+        from ptexport.decoder.codewalk import sample_fetch_marks, vdso_probe_marks
+
+        if self.timeless or self.tc is None:
+            return {}
+        arch = self.pd.features.get("arch")
+        native = not arch or str(arch) == "x86_64"  # perf script fetches instructions on the native arch only
+        found: list[tuple[int, str]] = []
+        lookup = self._lookup()
+        if native and self.cfg.insn_fetch_marks:
+            # perf script's text output fetches at the samples it prints: --time/--pid/--tid drop the others
+            # first; a script (perf's exporter) fetches none.
+            for time, pid, tid, ip in self.sample_ips:
+                if not (time_kept(time, self.time_ranges) and thread_kept(pid, tid, self.cfg.pids, self.cfg.tids)):
+                    continue
+                lookup.pid, lookup.time = pid, time
+                hit = lookup(ip, ip >= self.kernel_start)
+                found += [(time, o.name) for o in sample_fetch_marks(hit[3] if hit else None)]
+        host = self.sb.host
+        for time, pid in self.vdso_mmaps:
+            objs, last = [], None
+            for e in host.maps(pid).live_at(time):
+                if e is last or not e.filename.startswith("/"):
+                    continue
+                last = e
+                objs.append(self.objects.get(e.filename, e.build_id or self.build_ids.get(e.filename)))
+            found += [(time, o.name) for o in vdso_probe_marks(objs)]
+        marks: dict[int, int] = {}
+        for time, name in found:
+            tsc = int(self.tc.perf_time_to_tsc(time))
+            obj = self._obj_id(name)
+            if obj not in marks or tsc < marks[obj]:
+                marks[obj] = tsc
+        return marks
+
+    @staticmethod
+    def _initial_skip_keep(cols: dict[str, np.ndarray], skip: int, state: dict | None = None) -> np.ndarray:
+        """--itrace=sN: perf drops its first N synthesized samples (errors are not samples).
+
+        A CBR event is not counted: perf holds it back (its queue retries at each
+        state) while fewer than N - 4 samples were skipped (intel_pt_skip_cbr_event).
+        ``state`` carries the count and the CBRs seen over consecutive batches.
+        """
+        kinds = cols["kind"].tolist()
+        keep = np.ones(len(kinds), bool)
+        state = {} if state is None else state
+        seen: dict[int, int] = state.setdefault("cbr", {})  # queue -> CBR ratio emitted last
+        n = state.get("n", 0)
+        for i, k in enumerate(kinds):
+            if k < 0 or k == EV_ERROR:
+                continue
+            if k == EV_CBR:
+                q, cbr = int(cols["queue"][i]), int(cols["payload"][i]) & 0xFF
+                if seen.get(q) == cbr or (cols["code"][i] and n + 4 < skip):
+                    keep[i] = False
+                else:
+                    seen[q] = cbr
+                continue
+            if n < skip:
+                keep[i] = False
+                n += 1
+        state["n"] = n
+        cols["code"][cols["kind"] == EV_CBR] = 0
+        return keep
+
+    @staticmethod
+    def _perf_failure_budget(cols: dict[str, np.ndarray], setup_failures: list[int],
+                             marks: dict[int, int] | None = None) -> np.ndarray:
+        """Rows to keep: an object's failures past perf's first two are silent in perf.
+
+        ``marks`` (object id -> TSC) are objects perf found unreadable outside PT
+        decoding: one marked before its first PT read reports only that read.
+        """
+        seen: dict[int, int] = {}
+        for obj in setup_failures:
+            seen[obj] = seen.get(obj, 0) + 1
+        return PerfSession._budget_keep(cols, seen, marks)
+
+    @staticmethod
+    def _budget_keep(cols: dict[str, np.ndarray], seen: dict[int, int], marks: dict[int, int] | None) -> np.ndarray:
+        """:meth:`_perf_failure_budget` over consecutive batches: ``seen`` (object id -> failures) carries over."""
+        keep = cols["kind"] >= 0
+        tscs = cols["tsc"]
+        for i in np.flatnonzero(cols["obj"] >= 0):
+            obj = int(cols["obj"][i])
+            if marks and obj not in seen and obj in marks and marks[obj] <= int(tscs[i]):
+                seen[obj] = 1  # status ERROR already: the first PT read reports, later ones are silent
+            n = seen.get(obj, 0) + 1
+            seen[obj] = n
+            if n > _REPORTED_FAILURES_PER_OBJECT:
+                keep[i] = False
+        return keep
+
+
+def _evd_owners(cols: dict[str, np.ndarray], pending: list[tuple[int, int]]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(row of the evt sample, EVD type, payload) of each EVD row of a batch: the EVDs of a decoder state
+    come just before its evt row (the same item, never split by perf's order); ``pending`` carries EVDs
+    whose evt row is in the next batch.  None when the batch has no EVD."""
+    kind = cols["kind"]
+    at = np.flatnonzero(kind == _EVD_ROW)
+    if not len(at) and not pending:
+        return None
+    rows: list[int] = []
+    types: list[int] = []
+    payloads: list[int] = []
+    code, payload = cols["code"], cols["payload"]
+    for i in np.flatnonzero((kind == _EVD_ROW) | (kind == EV_EVT)).tolist():
+        if kind[i] == _EVD_ROW:
+            pending.append((int(code[i]), int(payload[i])))
+            continue
+        for t, p in pending:
+            rows.append(i)
+            types.append(t)
+            payloads.append(p)
+        pending.clear()
+    return (np.asarray(rows, np.int64), np.asarray(types, np.int64), np.asarray(payloads, np.uint64))
+
+
+def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
+    """Read ``pd`` once: the sideband model (with perf's map semantics) and the AUX queues."""
+    from ptexport.perfdata.constants import RecordType
+    from ptexport.sideband.builder import build_sideband
+
+    if config.guest_data:  # read as perf inject --guest-data's output (also in worker processes)
+        from ptexport.session.guestdata import apply_guest_data
+
+        pd = apply_guest_data(pd, config.guest_data)
+
+    # perf script --time: parsed once, percent forms against the header's first/last sample time
+    time_ranges = parse_time_ranges(config.time, pd.features.get("sample_time")) if config.time else None
+    streams: dict[tuple[str, int], list[Any]] = {}
+    switches: list[Any] = []
+    buffer_nr: dict[int, int] = {}
+    events: list[tuple[int, bool]] = []  # (perf time, AUX record reporting lost data)
+    sample_ips: list[tuple[int, int, int, int]] = []
+    vdso_mmaps: list[tuple[int, int]] = []
+    pmu_type = getattr(getattr(pd, "auxtrace_info", None), "pmu_type", None)
+
+    def tap(records: Iterable[Any]):
+        for rec in records:
+            if rec.type == RecordType.AUXTRACE:
+                key = ("cpu", rec.cpu) if rec.cpu != -1 and rec.cpu != 0xFFFFFFFF else ("thread", rec.tid)
+                buffer_nr[id(rec)] = len(buffer_nr)
+                streams.setdefault(key, []).append(rec)
+            elif rec.type < 64 and rec.time:
+                events.append((rec.time, rec.type == RecordType.AUX and bool(rec.flags & 0x01)))  # TRUNCATED: perf 6.1 reports lost data
+                if rec.type == RecordType.SAMPLE:
+                    if rec.ip and rec.pid is not None and getattr(rec.attr, "type", None) != pmu_type:
+                        sample_ips.append((rec.time, rec.pid, -1 if rec.tid is None else rec.tid, rec.ip))
+                elif rec.type in (RecordType.MMAP, RecordType.MMAP2) and rec.filename == "[vdso]":
+                    vdso_mmaps.append((rec.time, rec.pid))
+                if rec.type in (RecordType.SWITCH, RecordType.SWITCH_CPU_WIDE):
+                    switches.append(rec)
+            yield rec
+
+    sb = build_sideband(tap(pd.records()), time_conv=getattr(pd, "time_conv", None),
+                        auxtrace_info=getattr(pd, "auxtrace_info", None), exec_clears_maps=False)
+    session = PerfSession(pd, sb, config, streams)
+    session.switches = switches
+    session.time_ranges = time_ranges or None
+    session.sample_ips = sample_ips
+    session.vdso_mmaps = vdso_mmaps
+    session.buffer_nr = buffer_nr
+    events.sort(key=lambda e: e[0])  # perf's ordered events: by time, file order within a time
+    if not session.timeless and session.tc is not None:
+        tscs = session.tc.perf_time_to_tsc_array(np.array([t for t, _ in events], dtype=np.uint64)).tolist()
+        session.event_tscs = [(int(t), lost) for t, (_, lost) in zip(tscs, events)]
+    return session

@@ -1,0 +1,566 @@
+"""SQLite writer: one temporary file next to the target, renamed into place at the end.
+
+The temporary file (``.NAME.ptexport-tmp-PID``) sits in the target's
+directory so the final ``os.replace`` is an atomic rename on the same file
+system; it is written with the journal off (a crash leaves only that
+temporary, never a target that looks complete) and fsynced before the rename.
+``.NAME.ptexport-lock`` beside the target is held (``flock``) from open to the
+end: a second export to the same target is refused at once.  Temporaries of
+exports that died (SIGKILL) are removed when the lock is taken
+(:mod:`ptexport.writers.leftovers`).  A full disk, an exceeded quota or an I/O
+error anywhere (SQLite, spooled pages, index runs, the splice) is a
+:class:`~ptexport.errors.StorageError` naming the target and the cause; the
+temporaries go, a database being replaced (``--force``) is untouched.
+With ``verify`` (or ``$PTEXPORT_VERIFY_DB``, set by the test suite) the
+finished temporary must pass ``PRAGMA integrity_check`` and the header check
+of :mod:`ptexport.writers.verify` before it is renamed into place.
+
+Three ways in, fastest first, each falling back to the next:
+
+* ``btree`` - the big integer tables (samples, calls, call_paths,
+  context_switches, payload tables) are laid down as B-tree pages directly
+  (:mod:`ptexport.writers._btree`, background threads, one per table) and
+  spliced into the file at the end, with their single-column indexes
+  (perf's ``pcpid_idx``/``pid_idx``) built the same way; needs numba and rows
+  in increasing id order (a batch out of order splices what was spooled and
+  continues through SQL);
+* ``bind`` - int64 matrices bound by a numba loop on the connection's own
+  handle (:mod:`ptexport.writers._fastsqlite`);
+* ``executemany`` - plain ``sqlite3``, used for text columns and without numba.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from collections import deque
+from contextlib import contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from ptexport.errors import DatabaseExistsError, ExportError, StorageError
+from ptexport.writers import _btree
+from ptexport.writers import _fastsqlite
+from ptexport.writers.leftovers import Leftover, TargetLock, os_error, remove_files, sqlite_leftovers
+from ptexport.writers.verify import require_sound, verify_requested
+from ptexport.writers.base import Writer, _mark_placed, distinct, is_text_type
+
+#: Rows per bound chunk (bounded memory: one int64 matrix of this many rows).
+CHUNK_ROWS = 1 << 18
+MODES = ("btree", "bind", "executemany")
+#: Index entries kept in memory per index; beyond, they go to sorted runs in a file that are
+#: merged when the index is laid down (bounded memory however many rows).
+INDEX_RUN_ROWS = 1 << 18
+_SINGLE_COLUMN_INDEX = re.compile(r"^CREATE INDEX (\w+) ON \w+ \((\w+)\)$")
+#: Rows kept aside (ids below already spooled ones) before a table is spliced early.
+LATE_MAX_ROWS = 2_000_000
+#: Rows queued for the background page builders before write_* waits (bounded memory); tiny
+#: batches (the "unknown" rows at open) do not wait for the builders' first, slow, start.
+MAX_PENDING_ROWS = CHUNK_ROWS
+MAX_PENDING = 64
+
+
+def _quote(name: str) -> str:
+    return f'"{name}"'
+
+
+#: SQLite's primary result codes of a full disk and of an I/O error (sqlite3.h).
+_SQLITE_FULL, _SQLITE_IOERR = 13, 10
+
+
+def sqlite_error(e: sqlite3.Error, target: str, what: str) -> ExportError:
+    """A SQLite error as the typed error: :class:`StorageError` for SQLITE_FULL and SQLITE_IOERR."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in (_SQLITE_FULL, _SQLITE_IOERR):
+        cause = "no space left on device (SQLITE_FULL)" if code & 0xFF == _SQLITE_FULL else f"I/O error ({e})"
+        return StorageError(f"{target}: {what}: {cause}")
+    return ExportError(f"{target}: {what}: {e}")
+
+
+class SqliteWriter(Writer):
+    dialect = "sqlite"
+
+    def __init__(self, target: str | os.PathLike[str], *, force: bool = False, fast: bool = True,
+                 mode: str | None = None, cache_mib: int = 64, page_size: int | None = None,
+                 verify: bool | None = None) -> None:
+        self.path = Path(target)
+        self.target = str(self.path)
+        if self.path.exists() and not force:
+            raise DatabaseExistsError(f"{self.path} already exists (use --force to replace it)")
+        if self.path.is_dir():
+            raise ExportError(f"{self.path} is a directory")
+        super().__init__()
+        mode = mode or ("btree" if fast else "executemany")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
+        parent = self.path.parent if str(self.path.parent) else Path(".")
+        if not parent.is_dir():
+            raise ExportError(f"{self.path}: directory {parent} does not exist")
+        self.tmp_path = parent / f".{self.path.name}.ptexport-tmp-{os.getpid()}"
+        self.cache_mib = cache_mib
+        #: check the finished file before the rename (None: as $PTEXPORT_VERIFY_DB says)
+        self.verify = verify_requested(verify)
+        self._inserters: dict[str, Any] = {}
+        self._spools: dict[str, _btree.LeafSpool] = {}
+        self._page_size = 0
+        self._index_plan: dict[str, list[tuple[str, int]]] = {}  # table -> [(index, column number)]
+        self._index_runs: dict[str, _IndexRuns] = {}
+        self._call_comms: set[int] = set()  # comm ids of the calls rows: comms.has_calls without a scan
+        self._built_indexes: set[str] = set()
+        self._dropped_indexes: set[str] = set()
+        self._late: dict[str, list[np.ndarray]] = {}  # rows below the spooled ids, inserted after the splice
+        # page building runs in background threads, one per table (numba releases the
+        # GIL): samples and calls pages are built side by side while the caller
+        # prepares its next batch; at most MAX_PENDING_ROWS rows wait (bounded memory)
+        self._pools: dict[str, ThreadPoolExecutor] = {}  # one thread per table: in order within a table
+        self._pending: deque[tuple[Future[None], int]] = deque()
+        self._pending_rows = 0
+        self._handle = None
+        self._want_bind = mode in ("btree", "bind")
+        self.conn: sqlite3.Connection | None = None
+        #: temporaries of exports to this target that died (and of an earlier process of this PID), removed
+        self.removed_leftovers: list[Leftover] = []
+        self._lock: TargetLock | None = TargetLock.acquire(self.path)
+        try:
+            self.removed_leftovers = sqlite_leftovers(parent, self.path.name, own=True)
+            remove_files(self.removed_leftovers)
+            self._open()
+            c = self._conn()
+            if page_size:
+                c.execute(f"PRAGMA page_size = {int(page_size)}")
+            c.execute("BEGIN")
+            for sql in self.schema.table_sql.values():
+                c.execute(sql)
+            for sql in self.schema.view_sql.values():
+                c.execute(sql)
+            c.execute("COMMIT")
+            page_size = _btree.check_file(self.tmp_path) if mode == "btree" and _btree.available() else None
+            if page_size:
+                for table, cols in self.schema.tables.items():
+                    if (cols[0].name == "id" and not any(is_text_type(x.type) for x in cols)
+                            and _btree.fits_in_leaf(len(cols), page_size)):
+                        self._spools[table] = _btree.LeafSpool(self._spool_path(table), len(cols), page_size,
+                                                               [x.default for x in cols])
+                self._page_size = page_size
+                self._plan_index_splices()
+            c.execute("BEGIN")
+            self._write_unknown_rows()
+        except sqlite3.Error as e:
+            self.abort()
+            raise sqlite_error(e, self.target, "cannot create the schema") from e
+        except OSError as e:
+            self.abort()
+            raise os_error(e, self.target, "cannot create the database") from e
+        except BaseException:
+            self.abort()
+            raise
+
+    # ------------------------------------------------------------ connection
+    @contextmanager
+    def _io(self, what: str) -> Iterator[None]:
+        """Errors of the file system (ENOSPC, EIO, EDQUOT...) and of SQLite as typed errors."""
+        try:
+            yield
+        except OSError as e:
+            raise os_error(e, self.target, what) from e
+        except sqlite3.Error as e:
+            raise sqlite_error(e, self.target, what) from e
+
+    def _conn(self) -> sqlite3.Connection:
+        assert self.conn is not None
+        return self.conn
+
+    def _open(self) -> None:
+        try:
+            self.conn = sqlite3.connect(self.tmp_path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as e:
+            raise ExportError(f"{self.tmp_path}: cannot create the database: {e}") from e
+        c = self.conn
+        c.execute("PRAGMA journal_mode = OFF")
+        c.execute("PRAGMA synchronous = OFF")
+        c.execute("PRAGMA locking_mode = EXCLUSIVE")
+        c.execute("PRAGMA temp_store = MEMORY")
+        c.execute(f"PRAGMA cache_size = {-1024 * self.cache_mib}")
+        c.execute("PRAGMA threads = 2")  # sorter threads for CREATE INDEX
+        self._handle = _fastsqlite.connection_handle(c, str(self.tmp_path.resolve())) if self._want_bind else None
+
+    def _close(self) -> None:
+        for ins in self._inserters.values():
+            ins.close()
+        self._inserters.clear()
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        self._handle = None
+
+    def _spool_path(self, table: str) -> Path:
+        return self.tmp_path.with_name(f"{self.tmp_path.name}.{table}.pages")
+
+    def _spool_add(self, table: str, mat: np.ndarray) -> None:
+        pool = self._pools.get(table)
+        if pool is None:
+            pool = self._pools[table] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ptexport-{table}")
+        while self._pending and (len(self._pending) >= MAX_PENDING
+                                 or self._pending_rows + mat.shape[0] > MAX_PENDING_ROWS):
+            self._wait_one()
+        self._spools[table].reserve(mat[:, 0])
+        self._collect_index_keys(table, mat)
+        self._pending.append((pool.submit(self._spools[table].add, mat), mat.shape[0]))
+        self._pending_rows += mat.shape[0]
+
+    def _wait_one(self) -> None:
+        fut, rows = self._pending.popleft()
+        self._pending_rows -= rows
+        fut.result()
+
+    def _shutdown_pools(self) -> None:
+        for pool in self._pools.values():
+            pool.shutdown(wait=True)
+        self._pools.clear()
+
+    def _drain(self) -> None:
+        """Wait for the background page building; re-raises its error."""
+        while self._pending:
+            self._wait_one()
+
+    def _plan_index_splices(self) -> None:
+        """Single integer-column indexes of bulk tables are built as pages too (created empty now)."""
+        c = self._conn()
+        for name, sql in self.schema.index_sql.items():
+            m = _SINGLE_COLUMN_INDEX.search(sql)
+            table = self.schema.index_table[name]
+            if not m or table not in self._spools:
+                continue
+            col = m.group(2)
+            j = self.schema.columns(table).index(col)
+            c.execute(sql)
+            self._index_plan.setdefault(table, []).append((name, j))
+            self._index_runs[name] = _IndexRuns(self.tmp_path.with_name(f"{self.tmp_path.name}.{name}.runs"))
+
+    def _collect_index_keys(self, table: str, mat: np.ndarray) -> None:
+        for name, j in self._index_plan.get(table, ()):
+            self._index_runs[name].add(mat[:, j], mat[:, 0])
+
+    def _splice(self, tables: list[str]) -> None:
+        """Close the connection, splice the spooled pages of ``tables`` (and their indexes), reopen."""
+        self._drain()
+        c = self._conn()
+        roots = dict(c.execute("SELECT name, rootpage FROM sqlite_master WHERE type IN ('table', 'index')"
+                               " AND rootpage > 0").fetchall())
+        drop = [n for n in self._dropped_indexes if n in roots and self.schema.index_table[n] in tables]
+        c.execute("COMMIT")
+        self._close()
+        for t in tables:
+            spool = self._spools.pop(t)
+            try:
+                _btree.splice(self.tmp_path, roots[t], spool)
+            finally:
+                spool.remove()
+            for name, _ in self._index_plan.pop(t, []):
+                runs = self._index_runs.pop(name)
+                try:
+                    runs.splice(self.tmp_path, roots[name], self._page_size)
+                finally:
+                    runs.remove()
+                self._built_indexes.add(name)
+        self._open()
+        c = self._conn()
+        c.execute("BEGIN")
+        for name in drop:  # emptied while the table filled: rebuilt by SQLite at the end
+            c.execute(f"DROP INDEX {name}")
+        for t in tables:
+            self._insert_late(t)
+
+    @property
+    def fast(self) -> bool:
+        return self._handle is not None
+
+    @property
+    def mode(self) -> str:
+        return "btree" if self._spools else "bind" if self._handle is not None else "executemany"
+
+    # ------------------------------------------------------------ inserts
+    def _insert_sql(self, table: str) -> str:
+        cols = self.schema.columns(table)
+        return (f"INSERT INTO {table} ({', '.join(map(_quote, cols))}) "
+                f"VALUES ({', '.join('?' * len(cols))})")
+
+    def _insert_rows(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        with self._io(f"writing {table}"):
+            self._do_insert_rows(table, rows)
+
+    def _insert_columns(self, table: str, cols: dict[str, Any], n: int) -> None:
+        with self._io(f"writing {table}"):
+            self._do_insert_columns(table, cols, n)
+
+    def _do_insert_rows(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        if table == "calls":
+            j = self.schema.columns("calls").index("comm_id")
+            self._call_comms.update(int(r[j]) for r in rows)
+        if table in self._spools and all(v is not None and not isinstance(v, str) for r in rows for v in r):
+            if self._spool_matrix(table, np.array(rows, dtype=np.int64).reshape(len(rows), -1)):
+                return
+        if table in self._spools:
+            self._splice([table])
+        try:
+            self._conn().executemany(self._insert_sql(table), rows)
+        except sqlite3.Error as e:
+            raise sqlite_error(e, self.target, f"writing {table}") from e
+
+    def _spool_matrix(self, table: str, mat: np.ndarray) -> bool:
+        """Spool a batch; False if the table must go on through SQL instead.
+
+        Rows are sorted by id first.  Rows whose id is below what was already
+        spooled (a call returning after its callees, whose ids are larger) are
+        kept aside and inserted by SQLite into the spliced B-tree at the end;
+        if too many pile up the table is spliced now and continues through SQL.
+        """
+        ids = mat[:, 0]
+        if ids.size > 1 and not np.all(ids[1:] > ids[:-1]):
+            mat = mat[np.argsort(ids, kind="stable")]
+            ids = mat[:, 0]
+            if np.any(ids[1:] == ids[:-1]):
+                return False  # duplicate ids: let SQLite report them
+        spool = self._spools[table]
+        k = int(np.searchsorted(ids, spool.last_rowid, side="right"))
+        if k:
+            late = self._late.setdefault(table, [])
+            late.append(np.array(mat[:k]))
+            if sum(x.shape[0] for x in late) > LATE_MAX_ROWS:
+                late.pop()  # this batch goes through SQL whole, after the splice
+                return False
+        if k < ids.size:
+            self._spool_add(table, mat[k:])
+        return True
+
+    def _insert_late(self, table: str) -> None:
+        """Rows kept aside (ids below the spooled ones), now that the table is spliced."""
+        late = self._late.pop(table, None)
+        if not late:
+            return
+        mat = np.concatenate(late)
+        if mat.shape[0] < 100_000:  # a few stragglers: not worth compiling the bind loop
+            try:
+                self._conn().executemany(self._insert_sql(table), mat.tolist())
+            except sqlite3.Error as e:
+                raise sqlite_error(e, self.target, f"writing {table}") from e
+            return
+        cols = {c: mat[:, j] for j, c in enumerate(self.schema.columns(table))}
+        self._insert_columns(table, cols, mat.shape[0])
+
+    def _matrix(self, table: str, cols: dict[str, Any], start: int, stop: int) -> np.ndarray:
+        """Rows x columns int64, column-major (each column one contiguous copy)."""
+        cdefs = self.schema.tables[table]
+        mat = np.empty((len(cdefs), stop - start), dtype=np.int64)
+        for j, c in enumerate(cdefs):
+            v = cols[c.name]
+            if np.isscalar(v) or isinstance(v, np.ndarray):
+                mat[j] = v if np.isscalar(v) else v[start:stop]  # uint64 wraps to two's complement, as astype
+            else:
+                mat[j] = np.asarray(v[start:stop]).astype(np.int64, copy=False)
+        return mat.T
+
+    def _do_insert_columns(self, table: str, cols: dict[str, Any], n: int) -> None:
+        cdefs = self.schema.tables[table]
+        if table == "calls":
+            v = cols["comm_id"]
+            self._call_comms.update([int(v)] if np.isscalar(v) else distinct(np.asarray(v, dtype=np.int64)).tolist())
+        has_text = any(is_text_type(c.type) for c in cdefs)
+        try:
+            if table in self._spools:
+                for start in range(0, n, CHUNK_ROWS):
+                    mat = self._matrix(table, cols, start, min(n, start + CHUNK_ROWS))
+                    if not self._spool_matrix(table, mat):
+                        self._splice([table])  # SQL from here on
+                        self._insert_columns(table, {k: (v if np.isscalar(v) else v[start:]) for k, v in cols.items()},
+                                             n - start)
+                        return
+                return
+            if self._handle is not None and not has_text:
+                ins = self._inserters.get(table)
+                if ins is None:
+                    ins = self._inserters[table] = _fastsqlite.BulkInserter(self._handle, self._insert_sql(table))
+                for start in range(0, n, CHUNK_ROWS):
+                    ins.insert(self._matrix(table, cols, start, min(n, start + CHUNK_ROWS)))
+                return
+            lists = []
+            for c in cdefs:
+                v = cols[c.name]
+                if np.isscalar(v):
+                    lists.append([v] * n)
+                elif isinstance(v, np.ndarray):
+                    if v.dtype.kind == "u":
+                        v = v.astype(np.int64)  # two's complement storage of addresses
+                    lists.append(v.tolist())
+                else:
+                    lists.append(list(v))
+            self._conn().executemany(self._insert_sql(table), zip(*lists))
+        except sqlite3.Error as e:
+            raise sqlite_error(e, self.target, f"writing {table}") from e
+
+    # ------------------------------------------------------------ end
+    def _finish_database(self) -> None:
+        with self._io("finishing the database"):
+            self._do_finish_database()
+        if self._lock is not None:  # renamed into place: the target is free
+            self._lock.release()
+
+    def _do_finish_database(self) -> None:
+        try:
+            self._splice(list(self._spools))
+            self._shutdown_pools()
+            c = self._conn()
+            # = UPDATE ... WHERE id IN (SELECT DISTINCT comm_id FROM calls), without reading calls back
+            c.executemany("UPDATE comms SET has_calls = 1 WHERE id = ?", [(i,) for i in sorted(self._call_comms)])
+            for name, sql in self.schema.index_sql.items():
+                if name not in self._built_indexes:
+                    c.execute(sql)
+            c.execute("INSERT INTO schema_version VALUES (?, ?, ?)", self._version_row())
+            c.executemany("INSERT INTO ptexport_migrations VALUES (?, ?)", self._migration_rows())
+            c.execute("COMMIT")
+            c.execute("PRAGMA analysis_limit = 1000")
+            c.execute("ANALYZE")
+            self._close()
+        except sqlite3.Error as e:
+            raise sqlite_error(e, self.target, "finishing the database") from e
+        if self.verify:
+            require_sound(self.tmp_path, self.target)
+        fd = os.open(self.tmp_path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _mark_placed()  # the rename is atomic: from here a signal stops nothing
+        os.replace(self.tmp_path, self.path)
+
+    def abort(self) -> None:
+        for f, _ in self._pending:
+            f.cancel()
+        try:
+            self._drain()
+        except BaseException:  # noqa: BLE001 - aborting anyway; the temporary goes
+            pass
+        self._shutdown_pools()
+        try:
+            self._close()
+        except (sqlite3.Error, OSError):  # pragma: no cover
+            pass
+        for spool in self._spools.values():
+            spool.remove()
+        self._spools.clear()
+        for runs in self._index_runs.values():
+            runs.remove()
+        self._index_runs.clear()
+        self._remove_tmp()
+        if self._lock is not None:
+            self._lock.release()
+
+    def _remove_tmp(self) -> None:
+        """This export's temporary database and every file named after it (pages, index runs, journal)."""
+        base = self.tmp_path.name
+        try:
+            names = os.listdir(self.tmp_path.parent)
+        except OSError:  # pragma: no cover - the directory went away
+            return
+        for name in names:
+            if name == base or (name.startswith(base) and name[len(base)] in ".-"):
+                try:
+                    (self.tmp_path.parent / name).unlink()
+                except FileNotFoundError:
+                    pass
+
+
+class _IndexRuns:
+    """The (key, rowid) entries of one index as rows are spooled, for :func:`_btree.splice_index`.
+
+    Up to :data:`INDEX_RUN_ROWS` entries stay in memory; beyond, each such batch is
+    sorted and appended to a file as a run of (key, rowid) pairs, and laying the index
+    down merges the runs block by block (memory bounded by one run however many rows).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._keys: list[np.ndarray] = []
+        self._ids: list[np.ndarray] = []
+        self._n = 0
+        self.runs: list[tuple[int, int]] = []  # (first entry, entries) in the file
+
+    def add(self, keys: np.ndarray, ids: np.ndarray) -> None:
+        self._keys.append(np.array(keys, dtype=np.int64))
+        self._ids.append(np.array(ids, dtype=np.int64))
+        self._n += len(keys)
+        if self._n >= INDEX_RUN_ROWS:
+            self._spill()
+
+    def _spill(self) -> None:
+        if not self._n:
+            return
+        k, r = np.concatenate(self._keys), np.concatenate(self._ids)
+        # rows are spooled in rowid order, so a stable sort by key gives (key, rowid) order
+        order = np.argsort(k, kind="stable") if np.all(r[1:] > r[:-1]) else np.lexsort((r, k))
+        start = self.runs[-1][0] + self.runs[-1][1] if self.runs else 0
+        pairs = np.empty((len(k), 2), dtype=np.int64)
+        pairs[:, 0] = k[order]
+        pairs[:, 1] = r[order]
+        # f.write, not pairs.tofile(f): numpy's fwrite drops errno (a full disk would be "N requested and 0 written")
+        with open(self.path, "ab") as f:
+            f.write(pairs.data)
+        self.runs.append((start, self._n))
+        self._keys, self._ids, self._n = [], [], 0
+
+    def splice(self, db_path: Path, root_page: int, page_size: int) -> None:
+        if not self.runs:
+            if self._n:
+                _btree.splice_index(db_path, root_page, page_size, np.concatenate(self._keys), np.concatenate(self._ids))
+            return
+        self._spill()
+        _btree.splice_index_blocks(db_path, root_page, page_size, self._merged())
+
+    def _read(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        pairs = np.fromfile(self.path, dtype=np.int64, count=2 * count, offset=16 * first).reshape(-1, 2)
+        return pairs[:, 0].copy(), pairs[:, 1].copy()
+
+    def _merged(self):
+        """Every entry in (key, rowid) order, as blocks: a k-way merge of the runs."""
+        # about INDEX_RUN_ROWS entries buffered over all runs (at least 4 K per run): bounded however many runs
+        block = max(1 << 12, INDEX_RUN_ROWS // len(self.runs))
+        pos = [first for first, _ in self.runs]
+        end = [first + n for first, n in self.runs]
+        bufk = [np.zeros(0, np.int64) for _ in self.runs]
+        bufr = [np.zeros(0, np.int64) for _ in self.runs]
+        while True:
+            for i in range(len(self.runs)):
+                if not len(bufk[i]) and pos[i] < end[i]:
+                    n = min(block, end[i] - pos[i])
+                    bufk[i], bufr[i] = self._read(pos[i], n)
+                    pos[i] += n
+            live = [i for i in range(len(self.runs)) if len(bufk[i])]
+            if not live:
+                return
+            more = [i for i in live if pos[i] < end[i]]
+            take = []
+            if more:  # entries up to the smallest last buffered entry of a run with more to read
+                bk, br = min((int(bufk[i][-1]), int(bufr[i][-1])) for i in more)
+                for i in live:
+                    k = bufk[i]
+                    lo, hi = np.searchsorted(k, bk, "left"), np.searchsorted(k, bk, "right")
+                    take.append(int(lo + np.searchsorted(bufr[i][lo:hi], br, "right")))
+            else:
+                take = [len(bufk[i]) for i in live]
+            ks = np.concatenate([bufk[i][:c] for i, c in zip(live, take)])
+            rs = np.concatenate([bufr[i][:c] for i, c in zip(live, take)])
+            for i, c in zip(live, take):
+                bufk[i], bufr[i] = bufk[i][c:], bufr[i][c:]
+            order = np.lexsort((rs, ks))
+            yield ks[order], rs[order]
+
+    def remove(self) -> None:
+        self._keys, self._ids, self._n = [], [], 0
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
