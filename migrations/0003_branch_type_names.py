@@ -1,6 +1,6 @@
 """A branch_types row for every samples.branch_type value (perf has none for e.g. VM exit 4131)."""
 
-from ptexport.export.branch_types import branch_type_name
+from ptexport.writers.branch_types import branch_type_name
 
 
 def migrate(db):

@@ -1,1 +1,1 @@
-"""ptexport schema migrations: NNNN_name.py modules, each with migrate(db) (see ptexport.export.migrate)."""
+"""ptexport schema migrations: NNNN_name.py modules, each with migrate(db) (see ptexport.writers.migrate)."""
