@@ -20,6 +20,7 @@ bytes go, a trace begin at the PSB's FUP comes in.
 
 from __future__ import annotations
 
+from ptexport.synth.model import KIND_TR_STRT, tsc_to_ns
 from ptexport.synth.ptencode import PSB
 
 BAD_BYTE = 0xD9          # xxx11001 with bits 7:5 = 110: not a packet
@@ -51,8 +52,6 @@ def _pick_intervals(enc, count: int, first: int = 2, step: int = 3) -> list[tupl
 
 def _edit_truth(enc, truth, k: int, mark, kind: str, code: int, offset: int) -> None:
     """Drop the rows between the TIP and PSB k+1; add the trace begin at its FUP."""
-    from ptexport.synth.generate import KIND_TR_STRT, tsc_to_ns
-
     _off, rows_after, target, tsc = mark
     resume = enc.psb_truth[k + 1]
     fup = enc.psb_fup[k + 1]

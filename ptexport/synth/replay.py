@@ -18,11 +18,19 @@ count and period) and expanded by :func:`expand_truth`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ptexport.errors import SynthError
+from ptexport.synth import engine as E
+from ptexport.synth import model as G
+from ptexport.synth.blocks import BlockCache
+from ptexport.synth.emulate import run_program
+from ptexport.synth.sideband import perf_data_path, write_perf_data
 
 
 @dataclass
@@ -103,15 +111,6 @@ class _Stream:
 
 def synthesize_replay(out_dir, opts, program, extra):
     """:func:`ptexport.synth.generate.synthesize` for large traces (see the module doc)."""
-    import json
-    import math
-    from dataclasses import asdict
-    from pathlib import Path
-
-    from ptexport.synth import generate as G
-    from ptexport.synth.emulate import run_program
-    from ptexport.synth.sideband import write_perf_data
-
     if (opts.per_thread or opts.ovf or opts.corrupt or opts.truncate or opts.power
             or opts.ptwrite != "off"):
         raise SynthError("replay (large --branches) works with the per-CPU layout and no "
@@ -125,27 +124,27 @@ def synthesize_replay(out_dir, opts, program, extra):
             and sl[1].end_ip == sl[2].end_ip and sl[1].sysno == sl[2].sysno):
         raise SynthError(f"program {program.name}: its rounds are not all alike (or it has "
                          "threads), so it cannot be replayed; use --replay off")
-    G._tag_programs(emu, program)
-    elf_names = G._copy_elfs(out_dir, opts, emu)
-    caches = {id(p): G.BlockCache(p) for p in emu.programs}
+    E.tag_programs(emu, program)
+    elf_names = E.copy_elfs(out_dir, opts, emu)
+    caches = {id(p): BlockCache(p) for p in emu.programs}
     cache = caches[id(program)]
     tpi = G.ticks_per_insn_for(opts)
 
     def ninsn(s):
         return sum(len(cache.get(a, z).insns) for a, z in zip(s.addrs, s.sizes))
 
-    truth = G.GroundTruth()
-    enc = G.CpuEncoder(0, opts, caches, truth, tpi)
+    truth = E.GroundTruth()
+    enc = E.CpuEncoder(0, opts, caches, truth, tpi)
     enc.force_psb = True
     t0 = G.TSC_BASE + 10_000
-    p0 = G.Placed(sl[0], 0, t0, t0 + ninsn(sl[0]) * tpi)
+    p0 = E.Placed(sl[0], 0, t0, t0 + ninsn(sl[0]) * tpi)
     enc.encode_slice(p0)
     head_rows = len(truth)
     mtc_ticks = (G.TSC_CTC_N // G.TSC_CTC_D) << opts.mtc_period
     t1 = p0.end + G.SYSCALL_TICKS
     t1 += (-t1) % mtc_ticks                      # rounds start on an MTC boundary
     nu = ninsn(sl[1])
-    pu = G.Placed(sl[1], 0, t1, t1 + nu * tpi)
+    pu = E.Placed(sl[1], 0, t1, t1 + nu * tpi)
     a = len(enc.w.buf)
     fl = (len(enc.f_tsc), len(enc.f_tma), len(enc.f_mtc), len(enc.psb_marks))
     enc.encode_slice(pu)
@@ -159,10 +158,10 @@ def synthesize_replay(out_dir, opts, program, extra):
     period += (-period) % math.lcm(mtc_ticks, 2)
     repeat = max(1, -(-(opts.branches - head_rows - 2) // unit_rows))
     # the tail after the last round
-    tail_enc = G.CpuEncoder(0, opts, caches, truth, tpi)
+    tail_enc = E.CpuEncoder(0, opts, caches, truth, tpi)
     tail_enc.force_psb = True
     t3 = t1 + repeat * period
-    p3 = G.Placed(sl[3], 0, t3, t3 + ninsn(sl[3]) * tpi)
+    p3 = E.Placed(sl[3], 0, t3, t3 + ninsn(sl[3]) * tpi)
     tail_enc.encode_slice(p3)
     tail_enc.w.flush_tnt()
 
@@ -179,7 +178,7 @@ def synthesize_replay(out_dir, opts, program, extra):
             psb_marks.append((a + j * n + o, t + j * period))
     psb_marks += [(o + tail_at, t) for o, t in tail_enc.psb_marks]
     stream = _Stream(0, buf, psb_marks, p3.end)
-    perf_path = G.perf_data_path(out_dir, opts)
+    perf_path = perf_data_path(out_dir, opts)
     write_perf_data(perf_path, opts, emu, [p0, pu, p3], [stream], elf_names)
 
     arrays = truth.arrays()

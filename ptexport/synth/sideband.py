@@ -19,7 +19,9 @@ from ptexport.perfdata.constants import (
     AuxFlag,
     AttrType, Feature, IntelPTConfig, RecordType, SampleType, SoftwareEvent,
 )
-from ptexport.synth import generate as G
+from ptexport.synth import model as G
+from ptexport.synth.model import SynthOptions
+from ptexport.synth.engine import Placed
 from ptexport.synth.perfwrite import (
     Attr, PerfDataWriter, attr_flags, aux_body, auxtrace_info_record, build_id_record, comm_body,
     feat_cmdline, feat_event_desc, feat_nrcpus, feat_pmu_mappings, feat_string, feat_u64,
@@ -151,7 +153,7 @@ def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int
     maps_for(main.program, main.pid, main.tid, t0 + 100, first_cpu)
 
     # thread creation, exec and exit, from the slices
-    last_of: dict[int, G.Placed] = {}
+    last_of: dict[int, Placed] = {}
     for p in placed:
         sl = p.sl
         last_of[sl.tid] = p
@@ -329,3 +331,11 @@ def write_kcore_dir(path: Path) -> None:
         (path / "kcore").write_bytes(ehdr + phdr + text)
     except OSError as e:
         raise SynthError(f"cannot write {path}: {e.strerror}") from e
+
+
+def perf_data_path(out_dir: Path, opts: SynthOptions) -> Path:
+    """Where the recording goes: OUT/perf.data, or OUT/data with OUT/kcore_dir for --kcore."""
+    if opts.kcore:
+        write_kcore_dir(out_dir / "kcore_dir")
+        return out_dir / "data"
+    return out_dir / "perf.data"

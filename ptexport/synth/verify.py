@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from ptexport.errors import SynthError
-from ptexport.synth.generate import KIND_NAMES
+from ptexport.synth.model import EV_NAMES, KIND_NAMES
+from ptexport.synth.replay import expand_truth
 
 _LINE = re.compile(
     r"^\s*(-?\d+)/(-?\d+)\s+\[(-?\d+)\]\s+(\d+)\.(\d+):\s+(.*?)\s+([0-9a-f]+) =>\s+([0-9a-f]+)\s*$")
@@ -94,7 +95,6 @@ def parse_branches(text: str) -> PerfBranches:
 
 
 def load_truth(out_dir: Path) -> tuple[dict[str, np.ndarray], dict]:
-    from ptexport.synth.replay import expand_truth
 
     d = np.load(Path(out_dir) / "truth.npz")
     meta = json.loads((Path(out_dir) / "truth.json").read_text())
@@ -273,7 +273,6 @@ _NUM = re.compile(r"([a-z -]+):\s+(0x[0-9a-f]+|\d+)")
 def parse_events(text: str) -> dict[str, np.ndarray]:
     """PTWRITE and power event samples of ``perf script --itrace=wp -F tid,cpu,time,synth,ip,event``
     as arrays shaped like the truth's ``ev_*`` (payloads packed as the generator packs them)."""
-    from ptexport.synth.generate import EV_NAMES
 
     rows = []
     for line in text.splitlines():

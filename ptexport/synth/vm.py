@@ -35,7 +35,7 @@ from ptexport.perfdata.constants import (
     PERF_RECORD_MISC_USER, AttrFlag,
     AttrType, Feature, RecordType, SampleType, SoftwareEvent,
 )
-from ptexport.synth import generate as G
+from ptexport.synth import model as G
 from ptexport.synth.perfwrite import (
     Attr, PerfDataWriter, attr_flags, aux_body, auxtrace_info_record, comm_body, feat_cmdline,
     feat_event_desc, feat_nrcpus, feat_pmu_mappings, feat_string, feat_u64, finished_round,

@@ -97,13 +97,13 @@ def test_dynamic_program_is_refused(tmp_path, capsys):
 def test_named_programs_are_found_where_an_install_carries_them(tmp_path, monkeypatch):
     """Outside a checkout (no sample_data/), `--program calls` finds the copy setup.py put in the package."""
     from ptexport.errors import UsageError
-    from ptexport.synth import generate
+    from ptexport.synth import model
 
     carried = tmp_path / "programs"
     carried.mkdir()
     (carried / "calls").write_bytes(b"\x7fELF")
     (carried / "calls").chmod(0o755)
-    monkeypatch.setattr(generate, "PROGRAM_DIRS", (tmp_path / "no-checkout", carried))
-    assert generate.find_program("calls") == carried / "calls"
+    monkeypatch.setattr(model, "PROGRAM_DIRS", (tmp_path / "no-checkout", carried))
+    assert model.find_program("calls") == carried / "calls"
     with pytest.raises(UsageError, match="one of calls"):
-        generate.find_program("nosuch")
+        model.find_program("nosuch")
