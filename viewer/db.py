@@ -30,6 +30,8 @@ from sqlalchemy.pool import NullPool
 
 from ptexport.errors import PtExportError
 
+from .branchnames import branch_type_name
+
 # Indexes that make the viewer's keyset paging and tree expansion fast.  perf
 # creates only the two on calls; ptexport's exporter creates these and more.
 # They are added only to an in-memory copy (the file itself is never written).
@@ -297,8 +299,6 @@ class Database:
         """What perf's exporter leaves out, added to the in-memory copy only: ``comms.has_calls``
         (when perf was not asked for calls it is missing) and a ``branch_types`` name for every
         flag value the samples use (perf has none for e.g. 4131, an asynchronous VM exit)."""
-        from .queries import branch_type_name
-
         if "comms" in tables and "calls" in tables:
             have = {r[1] for r in con.execute("PRAGMA table_info(comms)")}
             if "has_calls" not in have:

@@ -17,51 +17,12 @@ from decimal import ROUND_HALF_UP, Decimal
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Sequence
 
+from .branchnames import FLAG_NAMES, branch_type_name  # noqa: F401 - the reports' vocabulary, read here too
 from .db import QueryError, Session, quote_ident
 
 PAGE_SIZE = 1000
 MIN_ID = "_min_id"      # branch_where's hint: no row of the filter has a smaller sample id
 U64 = (1 << 64) - 1   # addresses are stored as signed 64-bit integers
-
-# perf's sample flag bits (tools/perf/util/event.h PERF_IP_FLAG_*).
-FLAG_NAMES = (
-    (1 << 0, "branch"), (1 << 1, "call"), (1 << 2, "return"), (1 << 3, "conditional"),
-    (1 << 4, "syscallret"), (1 << 5, "async"), (1 << 6, "interrupt"), (1 << 7, "tx abort"),
-    (1 << 8, "trace begin"), (1 << 9, "trace end"), (1 << 10, "in tx"), (1 << 11, "vm entry"),
-    (1 << 12, "vm exit"), (1 << 13, "intr disable"), (1 << 14, "intr toggle"),
-)
-_BASE_NAMES = {
-    0: "no branch", 1: "unconditional jump", 3: "call", 5: "return", 9: "conditional jump",
-    19: "system call", 21: "return from system call", 33: "asynchronous branch",
-    67: "software interrupt", 69: "return from interrupt", 99: "hardware interrupt",
-    129: "transaction abort", 2051: "vm entry", 4099: "vm exit",
-}
-
-
-def branch_type_name(flags: int) -> str:
-    """A name for any branch flag value, perf's where perf has one (e.g. 4131 = async vm exit)."""
-    if flags in _BASE_NAMES:
-        return _BASE_NAMES[flags]
-    core = flags & ~((1 << 8) | (1 << 9) | (1 << 10) | (1 << 13) | (1 << 14))
-    parts = []
-    if flags & (1 << 8):
-        parts.append("trace begin")
-    if core in _BASE_NAMES:
-        if core or not parts:
-            parts.append(_BASE_NAMES[core])
-    elif core & (1 << 12):
-        parts.append("vm exit" + (" (asynchronous)" if core & (1 << 5) else ""))
-    elif core & (1 << 11):
-        parts.append("vm entry")
-    else:
-        parts.append("+".join(n for bit, n in FLAG_NAMES if core & bit) or "no branch")
-    name = " / ".join(parts)
-    if flags & (1 << 9):
-        name += " / trace end"
-    if flags & (1 << 10):
-        name += " (in tx)"
-    return name
-
 
 def dso_name(name: str | None) -> str:
     if name == "[kernel.kallsyms]":
