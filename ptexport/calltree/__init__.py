@@ -3,9 +3,9 @@
 :class:`CallTree` takes branch samples (numpy columns, batch after batch, in
 export order) and yields perf's ``calls`` and ``call_paths`` rows with perf's
 ids; :class:`CallPathTable` is the call path tree it numbers.  It is the
-reference; :func:`make_call_tree` gives the numba-compiled
-:class:`~ptexport.calltree.threadstack_compiled.FastCallTree` (same interface, same rows,
-several times faster) when numba is installed.
+reference; :func:`make_call_tree` gives its numba-compiled twin
+:class:`ptexport.calltree.threadstack_compiled.CallTree` (same name, same interface, same
+rows, several times faster) when numba is installed.  See docs/architecture.md (twins).
 """
 
 from ptexport.calltree.callpath import CallPathTable
@@ -22,11 +22,11 @@ from ptexport.calltree.threadstack import (
 
 def make_call_tree(**kwargs):
     """The fastest call tree available: numba's when installed, else the reference one."""
-    from ptexport.calltree.threadstack_compiled import HAVE_NUMBA, FastCallTree
+    from ptexport.calltree import threadstack_compiled  # lazy: loads numba (start-up time)
 
-    if HAVE_NUMBA:
+    if threadstack_compiled.HAVE_NUMBA:
         kwargs.pop("call_paths", None)
-        return FastCallTree(**kwargs)
+        return threadstack_compiled.CallTree(**kwargs)
     return CallTree(**kwargs)
 
 

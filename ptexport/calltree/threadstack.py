@@ -6,7 +6,7 @@ calls``.  Feed it the *branch samples perf would export*, in export order
 (:class:`CallTree.process_batch` takes numpy columns, batch after batch); it
 produces ``calls`` rows and ``call_paths`` rows with perf's ids.
 
-The rules (DESIGN.md section 3; perf tools/perf/util/thread-stack.c):
+The rules (perf tools/perf/util/thread-stack.c; the layers: docs/architecture.md):
 
 * An empty stack first gets a "bottom" entry for the sample's own symbol
   (flag 1 "no call" when it returns).
@@ -161,6 +161,25 @@ class _Sample:
     """One branch sample, by attribute (the row being processed)."""
 
     __slots__ = tuple(SAMPLE_COLUMNS)
+    # one attribute per column of SAMPLE_COLUMNS (declared for type checkers; the slots hold them)
+    time: int
+    ip: int
+    addr: int
+    flags: int
+    ref: int
+    thread_id: int
+    cpu: int
+    pid: int
+    tid: int
+    comm_id: int
+    insn_len: int
+    insn_cnt: int
+    cyc_cnt: int
+    from_sym: int
+    to_sym: int
+    to_sym_start: int
+    from_sym_start: int
+    trace_nr: int
 
     def __init__(self, **kw: int) -> None:
         for name, default in SAMPLE_COLUMNS.items():
@@ -225,8 +244,8 @@ class CallTree:
         getters = [(nm, cols[nm]) for nm in names]
         s = _Sample.__new__(_Sample)
         for i in range(n):
-            for nm, col in getters:
-                setattr(s, nm, col[i] if isinstance(col, list) else col)
+            for nm, values in getters:
+                setattr(s, nm, values[i] if isinstance(values, list) else values)
             self._process(s)
 
     def process(self, **sample: int) -> None:

@@ -1,9 +1,10 @@
 """The call tree compiled with numba: same rules and output as :mod:`.threadstack`.
 
-:class:`FastCallTree` has :class:`~ptexport.calltree.threadstack.CallTree`'s
-interface and produces identical rows (checked by randomised differential
-tests); the per-sample loop runs in one compiled function over flat state
-arrays:
+:class:`CallTree` has :class:`ptexport.calltree.threadstack.CallTree`'s name
+and interface (the twins convention, docs/architecture.md; tests/test_twins.py)
+and produces identical rows (checked by randomised differential tests in
+tests/calltree/test_calltree_fast.py); the per-sample loop runs in one compiled
+function over flat state arrays:
 
 * stack entries live in one pool (rows of ``E``), each linked to the entry
   below it, with a free list, so thousands of thread stacks share memory;
@@ -20,13 +21,27 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from ptexport.calltree.threadstack import CALLS_COLUMNS, SAMPLE_COLUMNS
+from ptexport.calltree.threadstack import (
+    CALL_RETURN_NO_CALL,
+    CALL_RETURN_NO_RETURN,
+    CALL_RETURN_NON_CALL,
+    CALLS_COLUMNS,
+    SAMPLE_COLUMNS,
+)
 from ptexport.jit import numba
 from ptexport.samples.flags import IpFlag
 
 HAVE_NUMBA = numba is not None
 
-__all__ = ["FastCallTree", "HAVE_NUMBA"]
+__all__ = [
+    "CallTree",
+    "HAVE_NUMBA",
+    "CALL_RETURN_NO_CALL",
+    "CALL_RETURN_NO_RETURN",
+    "CALL_RETURN_NON_CALL",
+    "CALLS_COLUMNS",
+    "SAMPLE_COLUMNS",
+]
 
 # entry pool columns
 E_RET, E_TIME, E_REF, E_BC, E_INSN, E_CYC, E_DBID, E_CP, E_FL, E_PREV = range(10)
@@ -161,11 +176,11 @@ if HAVE_NUMBA:
         cp_id = _export_cp(P, PO, G, E[e, E_CP])
         fl = 0
         if E[e, E_FL] & NO_CALL:
-            fl |= 1
+            fl |= CALL_RETURN_NO_CALL
         if no_return:
-            fl |= 2
+            fl |= CALL_RETURN_NO_RETURN
         if E[e, E_FL] & NON_CALL:
-            fl |= 4
+            fl |= CALL_RETURN_NON_CALL
         db_id = E[e, E_DBID]
         if db_id == 0:
             G[G_CALL_ID] += 1
@@ -399,7 +414,7 @@ def _index_size(rows: int) -> int:
     return 1 << max(4, (2 * rows - 1).bit_length())
 
 
-class FastCallTree:
+class CallTree:
     """:class:`~ptexport.calltree.threadstack.CallTree` compiled with numba (same API, same rows)."""
 
     def __init__(
@@ -414,7 +429,7 @@ class FastCallTree:
         capacity: int = 1024,
     ) -> None:
         if not HAVE_NUMBA:  # pragma: no cover
-            raise ImportError("FastCallTree needs numba (a dependency of ptexport: reinstall it)")
+            raise ImportError("the compiled CallTree needs numba (a dependency of ptexport: reinstall it)")
         capacity = max(int(capacity), 8)
         self.E = np.zeros((capacity, E_COLS), dtype=np.int64)
         self.S = np.zeros((16, S_COLS), dtype=np.int64)

@@ -792,9 +792,9 @@ def decode_columns(buf, errata=None, source: str = "<buffer>", sync: bool = True
     (uint64), ``p2`` (int64); ``errors`` the list of PacketError met (each
     followed by a resync to the next PSB).
     """
-    import numpy as np
+    import numpy as np  # lazy: only the column form needs numpy (start-up time of the packet decoder)
 
-    rows = []
+    rows: list[Packet] = []
     errors: list[PacketError] = []
     append = rows.append
     for p in iter_packets(buf, errata, source, sync):

@@ -1,11 +1,16 @@
-"""Bulk packet decoding into numpy columns, compiled with numba when it is installed.
+"""Bulk packet decoding into numpy columns, compiled with numba: the twin of :mod:`ptexport.pt.packets`.
 
-``decode_columns_fast(buf, errata=None, sync=True)`` returns the same
+``decode_columns(buf, errata=None, source="<buffer>", sync=True)`` returns the same
 ``(cols, errors)`` as :func:`ptexport.pt.packets.decode_columns` (columns
 offset/size/kind/p0/p1/p2, errors as PacketError with ``reason``), decoded
 by an ``@njit`` twin of ``packets._decode`` (same integer logic, uint64
 payloads).  Without numba it falls back to the pure-Python decoder.
 Errors resync at the next PSB as everywhere else.
+
+:func:`perf_timestamps` is the column form of :class:`ptexport.pt.time.PerfTime`
+(perf's TSC/MTC/TMA timestamp after each packet).  The twins convention
+(same names, same signatures in both) is in docs/architecture.md and held by
+tests/test_twins.py.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import numpy as np
 from ptexport.pt import packets as P
 
 from ptexport.jit import numba
+
+__all__ = ["decode_columns", "perf_timestamps"]
 
 U64 = np.uint64
 
@@ -412,8 +419,8 @@ if numba is not None:
     _decode_all = numba.njit(cache=True)(_decode_all)
 
 
-def decode_columns_fast(buf, errata=None, source: str = "<buffer>", sync: bool = True):
-    """Like packets.decode_columns, compiled (numba) when available."""
+def decode_columns(buf, errata=None, source: str = "<buffer>", sync: bool = True):
+    """:func:`ptexport.pt.packets.decode_columns`, compiled (numba); the reference without numba."""
     if numba is None:
         return P.decode_columns(buf, errata, source, sync)
     arr = np.frombuffer(buf, dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf
@@ -524,7 +531,7 @@ def perf_timestamps(cols, tsc_ctc_ratio_n: int, tsc_ctc_ratio_d: int, mtc_shift:
     """perf's timestamp (TSC units) in effect after each packet of ``cols`` (uint64 array).
 
     The column form of :class:`ptexport.pt.time.PerfTime` for a buffer decoded
-    by :func:`decode_columns_fast`: a sample at packet i carries ``ts[i]``.
+    by :func:`decode_columns`: a sample at packet i carries ``ts[i]``.
     """
     n, d = tsc_ctc_ratio_n, tsc_ctc_ratio_d
     mult = n // d if n and d and n % d == 0 else 0

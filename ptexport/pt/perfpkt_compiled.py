@@ -1,9 +1,10 @@
-"""perf's packet tokenization (:func:`ptexport.pt.perfpkt.tokenize`) compiled with numba.
+"""perf's packet tokenization compiled with numba: the twin of :mod:`ptexport.pt.perfpkt`.
 
-``tokenize_fast(buf)`` returns the same :class:`~ptexport.pt.perfpkt.PacketColumns`
-as ``perfpkt.tokenize``; without numba it is ``perfpkt.tokenize`` itself.
+``tokenize(buf)`` returns the same :class:`~ptexport.pt.perfpkt.PacketColumns`
+as :func:`ptexport.pt.perfpkt.tokenize`; without numba it is that function itself.
 The integer logic below mirrors ``perfpkt.decode_one``/``_ext`` line for line
-(kinds are the :class:`~ptexport.pt.perfpkt.Pkt` numbers).
+(kinds are the :class:`~ptexport.pt.perfpkt.Pkt` numbers, held equal by
+tests/test_twins.py; the twins convention is in docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from ptexport.pt.perfpkt import PacketColumns
 
 from ptexport.jit import PROBLEM as NUMBA_PROBLEM  # numba is a core dependency; without it: the reference
 from ptexport.jit import numba
+
+__all__ = ["tokenize", "NUMBA_PROBLEM"]  # and the Pkt numbers below, for the decoder's kernel
 
 # Pkt numbers (numba freezes module globals as constants).
 BAD, PAD, TNT, TIP_PGD, TIP_PGE, TSC, TMA, MODE_EXEC, MODE_TSX, MTC, TIP, FUP, CYC, VMCS, PSB, PSBEND, CBR, \
@@ -311,8 +314,8 @@ if numba is not None:
     _tokenize = numba.njit(cache=True)(_tokenize)
 
 
-def tokenize_fast(buf) -> PacketColumns:
-    """``perfpkt.tokenize`` compiled (same columns); the reference without numba."""
+def tokenize(buf) -> PacketColumns:
+    """:func:`ptexport.pt.perfpkt.tokenize` compiled (same columns); the reference without numba."""
     if numba is None:
         return perfpkt.tokenize(buf)
     arr = np.frombuffer(buf, dtype=np.uint8) if len(buf) else np.zeros(0, np.uint8)

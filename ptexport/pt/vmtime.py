@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ptexport.pt.packets import PacketKind as K
 from ptexport.pt.perfpkt import Pkt, tokenize
 
 M64 = (1 << 64) - 1
@@ -72,8 +73,6 @@ class TscPatch:
 
 
 def _kind_table() -> np.ndarray:
-    from ptexport.pt.packets import PacketKind as K
-
     t = np.full(256, int(Pkt.BAD), dtype=np.uint8)
     pairs = {K.PAD: Pkt.PAD, K.TNT_8: Pkt.TNT, K.TNT_64: Pkt.TNT, K.TIP: Pkt.TIP,
              K.TIP_PGE: Pkt.TIP_PGE, K.TIP_PGD: Pkt.TIP_PGD, K.FUP: Pkt.FUP, K.PIP: Pkt.PIP,
@@ -95,13 +94,12 @@ def packet_lists(data) -> tuple[list, list, list, list]:
     The compiled columnar decoder is used when numba is installed (a decode error there
     resynchronizes at the next PSB, as perf's decoder does after a bad packet); otherwise
     the perf-style tokenizer."""
-    from ptexport.pt import packets_compiled as fastdecode
+    from ptexport.pt import packets_compiled as fastdecode  # lazy: loads numba (start-up time)
     if fastdecode.numba is None:
         pk = tokenize(data)
         return pk.kind.tolist(), pk.count.tolist(), pk.payload.tolist(), pk.pos.tolist()
-    from ptexport.pt.packets import PacketKind as K
 
-    cols, _errors = fastdecode.decode_columns_fast(data)
+    cols, _errors = fastdecode.decode_columns(data)
     kind = cols["kind"]
     keep = kind != int(K.PAD)          # perf's lookaheads skip PADs; nothing else does
     kind = kind[keep]

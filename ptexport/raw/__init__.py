@@ -1,7 +1,7 @@
-"""Instruction flow: walking traced code over images, the block cache, ptxed-style output.
+"""libipt-style decoders: ptdump and ptxed output of raw traces (``dump packets/insns --raw``).
 
-Two decoders live here.  ``perfmode`` (perf's state machine, for perf.data
-exports) is documented in its module.  The libipt-style stack is:
+perf's decoder (for perf.data exports) is :mod:`ptexport.decoder`; this package
+follows libipt instead, line for line with its ptdump and ptxed.  The stack:
 
     from ptexport.raw.query import DecoderConfig
     from ptexport.raw.insn import InsnDecoder
@@ -25,6 +25,9 @@ OVF/errata handling), ``query.QueryDecoder`` (TNT cache, indirect targets,
 events), ``insn.InsnDecoder`` (code walk, return stack, event binding to
 instructions), ``insn_class`` (capstone + opcode table, ``InsnCache`` =
 instruction and basic-block cache), ``pevent_session`` (perf_event sideband
--> which process image is live), ``ptxed`` (text output).  Errors and status
-flags are in ``status``; events and their queue in ``events``.
+-> which process image is live), ``ptxed`` (text output), ``ptdump`` (packet
+lines).  Errors and status flags are in ``status``; events and their queue in
+``events``.  ``insn_compiled.Walker`` walks plain stretches compiled (the twin
+of the reference's fast path, same output); ``backend`` says when it is used.
+See docs/architecture.md.
 """

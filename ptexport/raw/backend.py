@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import time
 
+from ptexport.raw.ptxed import BlockView, Walker
+
 SWITCH_AFTER_S = 1.5     # estimated remaining reference CPU time that pays for loading numba
 _CHECK_EVERY = 32        # walk steps between two looks at the clock
 _MIN_ELAPSED_S = 0.05    # measure this long before estimating
@@ -27,16 +29,16 @@ def _applies(dec, opts) -> bool:
                 or (opts.show_blocks and not opts.quiet))
 
 
-def _make(dec, opts, buf, sideband: bool):
-    from ptexport.raw import insn_compiled as rawfast
+def _make(dec, opts, buf, sideband: bool) -> Walker | None:
+    from ptexport.raw import insn_compiled as rawfast  # lazy: loads numba, only once it pays
     if rawfast._run_kernel is None:
         return None
-    return rawfast.RawFast(buf, dec.config.errata, record=not opts.quiet,
-                           end_on_call=opts.end_on_call, end_on_jump=opts.end_on_jump,
-                           keep_time=opts.event_time or sideband)
+    return rawfast.Walker(buf, dec.config.errata, record=not opts.quiet,
+                          end_on_call=opts.end_on_call, end_on_jump=opts.end_on_jump,
+                          keep_time=opts.event_time or sideband)
 
 
-def compiled_walker(dec, opts, buf, sideband: bool = False, eager: bool | None = None):
+def compiled_walker(dec, opts, buf, sideband: bool = False, eager: bool | None = None) -> Walker | None:
     """The walker ``ptxed_lines(..., fast=)`` takes for ``opts``, or None where the compiled one does
     not apply (offsets or block lines printed, tick events, no numba).  ``sideband``: events go to a
     sideband session (which reads their time).  ``eager``: compiled from the start (default: the
@@ -51,14 +53,16 @@ def compiled_walker(dec, opts, buf, sideband: bool = False, eager: bool | None =
 
 
 class LazyWalker:
-    """The reference first; the compiled walker once it pays (see the module docstring)."""
+    """The reference first; the compiled walker once it pays (see the module docstring).
+
+    A :class:`ptexport.raw.ptxed.Walker`, as the compiled one it hands over to."""
 
     def __init__(self, dec, opts, buf, sideband: bool) -> None:
         self._args = (dec, opts, buf, sideband)
-        self.fast = None
-        self.blocks = None
+        self.fast: Walker | None = None
+        self.blocks: BlockView | None = None
         self._calls = 0
-        self._t0 = None
+        self._t0: float | None = None
         self._done = False   # decided (switched, or the compiled walker is unavailable)
 
     @property
@@ -93,4 +97,5 @@ class LazyWalker:
         return fast.step(dec)
 
     def format_ips(self, ips, speculative: bool) -> str:
+        assert self.fast is not None    # FAST items come from it only
         return self.fast.format_ips(ips, speculative)

@@ -31,8 +31,10 @@ from ptexport.raw.events import (
     EventQueue,
 )
 from ptexport.raw.status import FlowError
+from ptexport.pt.errata import NO_ERRATA
 from ptexport.pt.lastip import LastIp
 from ptexport.pt.packets import PacketDecoder, PacketKind
+from ptexport.pt.time import TimeCal, TimeError, TimeTracker, TimingConfig
 
 K = PacketKind
 PAD, TNT_8, TNT_64, TIP, TIP_PGE, TIP_PGD, FUP = (
@@ -71,8 +73,6 @@ class DecoderConfig:
     def __init__(self, errata=None, *, keep_tcal_on_ovf: bool = False,
                  enable_iflags_events: bool = False, enable_tick_events: bool = False,
                  addr_filter=None, source: str = "<trace>", timing=None) -> None:
-        from ptexport.pt.errata import NO_ERRATA
-
         self.errata = errata if errata is not None else NO_ERRATA
         self.keep_tcal_on_ovf = keep_tcal_on_ovf
         self.enable_iflags_events = enable_iflags_events
@@ -80,8 +80,6 @@ class DecoderConfig:
         # addr_filter: list of (cfg, a, b) for addr0..3; cfg 1 = filter, 2 = stop.
         self.addr_filter = addr_filter or []
         self.source = source
-        from ptexport.pt.time import TimingConfig
-
         self.timing = timing or TimingConfig(skl168=bool(getattr(self.errata, "skl168", False)))
 
     def addr_filter_check(self, ip: int) -> bool:
@@ -103,8 +101,6 @@ class Time:
     __slots__ = ("tracker", "cal")
 
     def __init__(self, cfg=None) -> None:
-        from ptexport.pt.time import TimeCal, TimeTracker, TimingConfig
-
         cfg = cfg or TimingConfig()
         self.tracker = TimeTracker(cfg)
         self.cal = TimeCal(cfg)
@@ -125,8 +121,6 @@ class Time:
 
     def apply(self, pkt, header: bool = False) -> None:
         """Apply a timing packet (TSC, CBR, TMA, MTC, CYC); bad timing is not fatal."""
-        from ptexport.pt.time import TimeError
-
         k = pkt.kind
         tr, cal = self.tracker, self.cal
         try:

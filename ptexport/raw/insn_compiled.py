@@ -4,10 +4,10 @@ The reference :class:`~ptexport.raw.insn.InsnDecoder` follows libipt one
 instruction and one packet at a time in Python.  Most of a trace, though, is
 *plain*: TNT and TIP packets (with PAD and timing packets between them) that
 only steer conditional branches, returns and indirect branches, with no event
-pending.  :class:`RawFast` walks such stretches in a compiled kernel, a block
+pending.  :class:`Walker` walks such stretches in a compiled kernel, a block
 at a time, and hands everything else back to the reference decoder:
 
-- :meth:`RawFast.step` is called where :func:`ptexport.raw.ptxed.walk` would
+- :meth:`Walker.step` is called where :func:`ptexport.raw.ptxed.walk` would
   take the reference's fast path.  It starts only from a clean reference state
   (no event pending or being processed, tracing enabled, no queued packet-level
   events, the query decoder's look-ahead a TNT or TIP event, no tick events).
@@ -28,20 +28,25 @@ instruction) are classified by the reference's instruction cache
 (:class:`~ptexport.raw.insn_class.InsnCache`) the first time the kernel
 meets their start IP: the kernel returns, Python adds the block, the kernel
 resumes.  Instruction lines are formatted by a compiled loop too.
+
+:class:`Walker` implements :class:`ptexport.raw.ptxed.Walker` (same name, same
+methods; the twins convention of docs/architecture.md, tests/test_twins.py);
+:mod:`ptexport.raw.backend` picks it.
 """
 
 from __future__ import annotations
-
-from collections import deque
 
 import numpy as np
 
 from ptexport.raw import insn_class as ic
 from ptexport.raw.insn import Insn
+from ptexport.raw.ptxed import FAST, BlockView
+from ptexport.raw.retstack import CAPACITY
 from ptexport.raw.status import EVENT_PENDING
-from ptexport.decoder.compiled.kernel import tab_find, tab_insert
+from ptexport.jit_tables import tab_find, tab_insert
 from ptexport.jit import numba
 from ptexport.pt import packets as P
+from ptexport.pt import packets_compiled
 from ptexport.pt.packets import PacketKind as K
 
 M64 = 0xFFFFFFFFFFFFFFFF
@@ -62,7 +67,7 @@ S_SIZE = 21     # S_LASTNEW: the last instruction took a new packet (not a cache
 # Why the kernel stopped.
 R_NEEDBLOCK, R_TROUBLE, R_BOUNDARY, R_FULL = 1, 2, 3, 4
 
-STACK = 64  # libipt's return stack depth (ptexport.raw.retstack.CAPACITY)
+STACK = CAPACITY  # libipt's return stack depth
 _SEXT = -(1 << 48)
 
 
@@ -356,10 +361,9 @@ def _timing(kind: int, p0: int, p1: int):
 
 _MAX_BLOCK = 1024
 _OUTCAP = 1 << 16
-FAST = 7  # walk item: (FAST, count, ips or None, speculative)
 
 
-class RawFast:
+class Walker:
     """The compiled walker for one trace; see the module docstring.
 
     ``record`` keeps each instruction's IP (for printing); ``end_on_call`` /
@@ -371,9 +375,7 @@ class RawFast:
 
     def __init__(self, buf, errata=None, *, record: bool = False, end_on_call: bool = False,
                  end_on_jump: bool = False, keep_time: bool = True) -> None:
-        from ptexport.pt.packets_compiled import decode_columns_fast
-
-        cols, _errors = decode_columns_fast(buf, errata)
+        cols, _errors = packets_compiled.decode_columns(buf, errata)
         kind = cols["kind"]
         off = cols["offset"]
         size = cols["size"].astype(np.int64)
@@ -404,14 +406,14 @@ class RawFast:
         self.S = np.zeros(S_SIZE, np.int64)
         self.stk = np.zeros(STACK, np.int64)
         self.out = np.zeros(_OUTCAP if record else 1, np.int64)
-        self.blocks = None      # ptxed's _Blocks when counting blocks
+        self.blocks: BlockView | None = None      # ptxed's block view when counting blocks
         self.nblocks = 0
         self.ninsn = 0
         self.calls = 0
 
     # -- blocks ------------------------------------------------------------------
     def _ends(self, c: int) -> int:
-        """Does an instruction of class ``c`` end ptxed's block (ptxed._Blocks.after_insn)?"""
+        """Does an instruction of class ``c`` end ptxed's block (ptxed.BlockView.after_insn)?"""
         if c in (ic.OTHER, ic.PTWRITE, ic.COND_JUMP):
             return 0
         if c == ic.JUMP:
@@ -425,7 +427,7 @@ class RawFast:
         lookup = dec.cache.lookup
         ips: list[int] = []
         cur = ip
-        row = [0] * BK_SIZE
+        row: list = [0] * BK_SIZE     # then the block's plain IPs, popped by _Table.insert
         row[B_SUCC_F] = row[B_SUCC_T] = -1
         while True:
             e = lookup(key, mode, cur, read)
@@ -615,11 +617,11 @@ class RawFast:
 
 
 def warm() -> None:
-    """Compile the kernels ahead (``ptexport.cli.precompile``) with the argument types :class:`RawFast`
+    """Compile the kernels ahead (``ptexport.cli.precompile``) with the argument types :class:`Walker`
     passes: one straight block over a one-packet trace, and a formatted line."""
     if _run_kernel is None:
         return
-    fast = RawFast(bytes.fromhex("0282" * 8 + "0223") + b"\x0d\x00\x10", record=True)
+    fast = Walker(bytes.fromhex("0282" * 8 + "0223") + b"\x0d\x00\x10", record=True)
     tab = _Table()
     tab.insert(0x1000, [1, T_TROUBLE, 0x1001, 0, 0, 0, 0, 0, 0, -1, -1, [0x1000]])
     S = fast.S

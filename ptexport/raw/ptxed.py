@@ -6,12 +6,17 @@ IP as 16 hex digits, ``? `` before speculative ones), events in brackets,
 errors as ``[<offset>, <ip>: error: <text>]``, and the ``--stat`` lines.
 Recovery follows ptxed: after an error, ``--resync-on-error`` continues at the
 next IP the trace provides; otherwise decoding restarts at the next PSB.
+
+:class:`Walker` is what ``walk(fast=)`` takes: the compiled walker of plain
+stretches, :class:`ptexport.raw.insn_compiled.Walker` (same name, same
+methods: the twins convention of docs/architecture.md, tests/test_twins.py),
+or :class:`ptexport.raw.backend.LazyWalker`, which picks it when it pays.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Protocol, runtime_checkable
 
 from ptexport.raw import insn_class as ic
 from ptexport.raw import status as st
@@ -158,7 +163,7 @@ def format_event(ev: Event, opts: PtxedOptions, offset: int = 0) -> str:
     return "[" + "".join(parts) + "]"
 
 
-class _Blocks:
+class BlockView:
     """ptxed's block decoder view: where blocks end (for [block] lines and counts)."""
 
     def __init__(self, opts: PtxedOptions) -> None:
@@ -188,6 +193,26 @@ class _Blocks:
         self.open = False
 
 
+@runtime_checkable
+class Walker(Protocol):
+    """A compiled walker of plain stretches (``walk(fast=)``, ``ptxed_lines(fast=)``)."""
+
+    blocks: BlockView | None      # set by ptxed_lines: the block view the kernel counts for
+
+    @property
+    def ninsn(self) -> int:
+        """Instructions the walker decoded so far."""
+        ...
+
+    def step(self, dec: InsnDecoder) -> tuple[tuple | None, int | None, bool] | None:
+        """Walk from ``dec``'s state: (FAST item or None, status or None, again), None if it may not."""
+        ...
+
+    def format_ips(self, ips, speculative: bool) -> str:
+        """The ptxed lines of ``ips`` (one per instruction, each with its newline)."""
+        ...
+
+
 # Items of :func:`walk`.
 RUN = 0      # (RUN, ips, speculative): plain instructions (the block-cache fast path)
 INSN = 1     # (INSN, ip, iclass, speculative, trace offset)
@@ -196,11 +221,11 @@ SIDEBAND = 3 # (SIDEBAND, line)
 ERROR = 4    # (ERROR, offset, ip, code, kind) with kind "error", "sync error", "resync error"
 EOT = 5      # (EOT,): "[end of trace]" (tracing was enabled when the trace ended)
 SYNC = 6     # (SYNC, offset): decoding (re)started at the PSB at offset
-FAST = 7     # (FAST, count, ips or None, speculative, blocks, ip): the compiled walker (rawfast)
+FAST = 7     # (FAST, count, ips or None, speculative, blocks, ip): the compiled walker (Walker)
 
 
 def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None,
-         fast_branches: bool = True, exact_offsets: bool = False, fast=None):
+         fast_branches: bool = True, exact_offsets: bool = False, fast: Walker | None = None):
     """Decode the whole trace; yield the flow as small tuples (see RUN ... SYNC).
 
     Recovery after an error is libipt's: restart at the next PSB, or with
@@ -211,10 +236,9 @@ def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None,
     lets RUN items include branches whose trace is at hand (off when each
     branch must be seen, as for the block view); ``exact_offsets`` turns the
     fast paths off so every instruction comes as an INSN item with the trace
-    offset libipt would report for it.  ``fast`` (a
-    :class:`~ptexport.raw.insn_compiled.RawFast`) walks plain stretches of the
-    trace compiled; its items are ``(FAST, count, ips or None, speculative,
-    blocks, ip)``.
+    offset libipt would report for it.  ``fast`` (a :class:`Walker`) walks
+    plain stretches of the trace compiled; its items are ``(FAST, count, ips
+    or None, speculative, blocks, ip)``.
     """
     sync = None
     need_sync = True
@@ -319,7 +343,8 @@ def walk(dec: InsnDecoder, *, resync_on_error: bool = False, sideband=None,
             need_sync = True
 
 
-def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions, sideband=None, fast=None) -> Iterator[str]:
+def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions, sideband=None, fast: Walker | None = None
+                ) -> Iterator[str]:
     """Decode the whole trace; yield ptxed's output lines.
 
     With ``fast`` (see :func:`ptexport.raw.backend.compiled_walker`)
@@ -327,17 +352,18 @@ def ptxed_lines(dec: InsnDecoder, opts: PtxedOptions, sideband=None, fast=None) 
     lines (no final newline).
     """
     ninsn = 0
-    blocks = _Blocks(opts) if opts.block_decoder else None
+    blocks = BlockView(opts) if opts.block_decoder else None
     quiet = opts.quiet
     off = opts.print_offset
     if fast is not None:
-        fast.blocks = blocks        # counted by the kernel as _Blocks would
+        fast.blocks = blocks        # counted by the kernel as BlockView would
     for item in walk(dec, resync_on_error=opts.resync_on_error, sideband=sideband,
                      fast_branches=blocks is None, exact_offsets=off, fast=fast):
         kind = item[0]
         if kind == FAST:
             ninsn += item[1]
             if not quiet:
+                assert fast is not None     # FAST items come from it only
                 yield fast.format_ips(item[2], item[3])[:-1]
             continue
         if kind == RUN:

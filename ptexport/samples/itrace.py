@@ -209,7 +209,7 @@ def export_default() -> ItraceOptions:
     """ptexport's export default: every branch, errors and power events (``bep``).
 
     Unlike perf script's default (``c`` filtering), all branches reach the call
-    tree, so ``calls`` gets returns (DESIGN.md section 3).
+    tree, so ``calls`` gets returns (docs/architecture.md).
     """
     return parse_itrace("bep")
 

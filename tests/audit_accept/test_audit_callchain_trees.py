@@ -25,7 +25,7 @@ def _batch(rows):
 
 @pytest.mark.skipif(not HAVE_NUMBA, reason="the compiled call tree needs numba")
 def test_stacks_and_chain_paths_agree():
-    from ptexport.calltree.threadstack_compiled import FastCallTree
+    from ptexport.calltree.threadstack_compiled import CallTree as FastCallTree
 
     rng = np.random.default_rng(5)
     trees = [CallTree(root_call_path_id=1, first_call_path_id=1), FastCallTree(root_call_path_id=1, first_call_path_id=1)]

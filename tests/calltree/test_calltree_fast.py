@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from ptexport.calltree import CALLS_COLUMNS, CallTree
-from ptexport.calltree.threadstack_compiled import HAVE_NUMBA, FastCallTree
+from ptexport.calltree.threadstack_compiled import HAVE_NUMBA
+from ptexport.calltree.threadstack_compiled import CallTree as FastCallTree
 from ptexport.samples.flags import IpFlag
 
 pytestmark = pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed")

@@ -9,13 +9,13 @@ import pytest
 
 from ptxtest import LIBIPT
 from ptexport.pt.errata import Errata
-from ptexport.pt.packets_compiled import decode_columns_fast
+from ptexport.pt import packets_compiled
 from ptexport.pt.packets import decode_columns
 
 
 def _same(buf: bytes, errata=None, sync=True):
     a, ea = decode_columns(buf, errata, sync=sync)
-    b, eb = decode_columns_fast(buf, errata, sync=sync)
+    b, eb = packets_compiled.decode_columns(buf, errata, sync=sync)
     for k in a:
         assert np.array_equal(a[k], b[k]), k
     assert [(e.offset, e.reason) for e in ea] == [(e.offset, e.reason) for e in eb]
@@ -60,7 +60,7 @@ def test_perf_timestamps_columns_equal_perftime(quipper):
             if not isinstance(rec, AuxtraceRecord):
                 continue
             buf = bytes(pd.aux_data(rec))
-            cols, _ = decode_columns_fast(buf)
+            cols, _ = packets_compiled.decode_columns(buf)
             for n, d, shift in ((100, 2, 3), (7, 3, 3), (100, 2, 9)):
                 t = PerfTime(n, d, shift, rec.reference)
                 ts = perf_timestamps(cols, n, d, shift, rec.reference)

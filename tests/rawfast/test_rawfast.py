@@ -52,7 +52,7 @@ def _args(argv):
 
 
 def decode_both(argv):
-    """(reference lines, compiled lines, the RawFast) of ``dump insns`` ``argv`` (raw mode)."""
+    """(reference lines, compiled lines, the Walker) of ``dump insns`` ``argv`` (raw mode)."""
     args = _args(argv)
     dec, opts, _ = D.build(args)
     ref = list(ptxed.ptxed_lines(dec, opts))
@@ -209,7 +209,7 @@ def small_synth(tmp_path_factory):
 
 def _spy(monkeypatch):
     seen = {"insns": 0, "calls": 0}
-    real = rawfast.RawFast.step
+    real = rawfast.Walker.step
 
     def step(self, dec):
         got = real(self, dec)
@@ -218,7 +218,7 @@ def _spy(monkeypatch):
             seen["insns"] += got[0][1]
         return got
 
-    monkeypatch.setattr(rawfast.RawFast, "step", step)
+    monkeypatch.setattr(rawfast.Walker, "step", step)
     return seen
 
 
@@ -275,8 +275,8 @@ def test_cli_printing_equal(small_synth, monkeypatch):
 
 def test_format_ips():
     ips = np.array([0, 0x401000, 0xFFFFFFFF81000000, (1 << 64) - 1], np.uint64)
-    assert rawfast.RawFast.format_ips(ips, False) == "".join(f"{int(v):016x}\n" for v in ips)
-    assert rawfast.RawFast.format_ips(ips, True) == "".join(f"? {int(v):016x}\n" for v in ips)
+    assert rawfast.Walker.format_ips(ips, False) == "".join(f"{int(v):016x}\n" for v in ips)
+    assert rawfast.Walker.format_ips(ips, True) == "".join(f"? {int(v):016x}\n" for v in ips)
 
 
 # ------------------------------------------------------------------ mutated traces
