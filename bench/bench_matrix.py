@@ -9,7 +9,7 @@ Parts, each on inputs made once in this run (a temporary directory, or ``--keep 
 
 1. fresh install (``--skip-venv`` skips it: minutes): a copy of the working tree as a user's checkout
    (``git ls-files -co --exclude-standard``), a new venv, the README's ``pip install .`` (timed), a check
-   that the venv takes the compiled path (``perffast.available()``, numba's cache files installed with
+   that the venv takes the compiled path (``ptexport.jit.available()``, numba's cache files installed with
    the package, no "slow reference path" warning), then the README's ``ptexport
    sample_data/loops/perf.data --db loops.sqlite`` twice (first run after install vs warm run, and the
    numba cache files the first run wrote: any is a compile the install did not do ahead), and the same
@@ -222,12 +222,12 @@ def part_venv(m: Matrix, work: Path, first_trace: Path, branches: int) -> dict:
     print(f"fresh venv: {files} files checked out, {' '.join(README_INSTALL)} in {wall:.1f} s wall "
           f"({ru.ru_utime + ru.ru_stime:.1f} s CPU), {installed} numba cache files installed with the package")
     probe = subprocess.run([str(venv / "bin" / "python"), "-c",
-                            "import ptexport; from ptexport.raw import perffast; "
-                            "print(perffast.available(), ptexport.__file__)"],
+                            "import ptexport; from ptexport import jit; "
+                            "print(jit.available(), ptexport.__file__)"],
                            cwd=work, env=env, capture_output=True, text=True)
     compiled, _, where = probe.stdout.strip().partition(" ")
     if probe.returncode or compiled != "True":
-        m.problems.append(f"venv: perffast.available() is {compiled or probe.stderr.strip()[-200:]!r}")
+        m.problems.append(f"venv: jit.available() is {compiled or probe.stderr.strip()[-200:]!r}")
     if not where.startswith(str(venv)):
         m.problems.append(f"venv: ptexport imported from {where!r}, not from the venv")
     if not installed:

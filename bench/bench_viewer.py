@@ -43,7 +43,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from _common import add_options, one_line_errors, parse, workdir, write_json  # noqa: E402
 from ptexport.writers.schema import load_schema  # noqa: E402
-from ptexport.writers.base import open_writer  # noqa: E402
+from ptexport.writers import open_writer  # noqa: E402
 
 THREADS = 8
 CPUS = 4

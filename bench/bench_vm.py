@@ -34,9 +34,9 @@ from _common import add_options, need_perf, one_line_errors, parse, parse_count,
 FIELDS = "machine_pid,vcpu,pid,tid,cpu,time,flags,ip,addr"
 _INPROCESS = """
 import io, sys, time
-from ptexport.decoder.compiled import decoder as perffast
+import os
 if sys.argv[2] == "reference":
-    perffast.numba = None  # perffast.supported() is False: the reference decoder
+    os.environ["PTEXPORT_REFERENCE"] = "1"  # decoder/backend.py picks the reference decoder
 from ptexport.cli import main
 argv = ["dump", "branches", "--count", "--itrace=b", "--jobs", "1", sys.argv[1]]
 if sys.argv[2] == "compiled":

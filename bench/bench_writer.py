@@ -31,7 +31,7 @@ import numpy as np
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from _common import add_options, one_line_errors, parse, ratio, write_json  # noqa: E402
-from ptexport.writers.base import open_writer  # noqa: E402
+from ptexport.writers import open_writer  # noqa: E402
 
 PERF_SAMPLES_PER_S = 84_000
 PERF_BYTES_PER_SAMPLE = 69e6 / 1e6

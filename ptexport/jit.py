@@ -1,7 +1,8 @@
 """numba, the engine of the compiled path: whether it loads, where its cache lives, compiling ahead.
 
 Every module with compiled kernels takes ``numba`` from here (``None`` when it
-cannot be imported; :data:`PROBLEM` says why) so that, before the first kernel
+cannot be imported; :func:`unavailable_reason` says why, :func:`available` is
+the one test of "is numba here") so that, before the first kernel
 is declared, ptexport's cache locator is in place:
 
 - ``pip install .`` compiles the kernels while it builds (``setup.py`` runs
@@ -36,6 +37,16 @@ except ImportError as e:  # pragma: no cover - exercised where numba is missing
     PROBLEM = f"numba cannot be imported ({e})"
 
 _PACKAGE = Path(__file__).resolve().parent
+
+
+def unavailable_reason() -> str:
+    """Why the compiled paths cannot run here ("" when numba loaded): the one test of "is numba here"."""
+    return (PROBLEM or "numba is not loaded") if numba is None else ""
+
+
+def available() -> bool:
+    """Whether numba loaded (the compiled paths can run)."""
+    return not unavailable_reason()
 
 
 def _writable(path: str) -> bool:

@@ -33,21 +33,20 @@ def test_numba_is_a_core_dependency_and_loads():
     """`pip install .` brings numba: the compiled decoder is what users get."""
     import importlib.metadata as md
 
-    from ptexport.decoder.compiled import decoder as perffast
+    from ptexport import jit
     reqs = md.requires("ptexport") or []
     assert any(r.split(";")[0].strip().startswith("numba") and "extra" not in r for r in reqs), reqs
-    assert perffast.available() and perffast.unavailable_reason() == ""
+    assert jit.available() and jit.unavailable_reason() == ""
 
 
 def test_reference_path_is_announced_on_stderr(monkeypatch, capsys, tmp_path):
     """Without a loadable numba, decoding says once on stderr that it runs the slow reference path."""
     import ptexport.cli as cli
-    from ptexport.decoder.compiled import decoder as perffast
-    from ptexport.pt import perfpkt_compiled as perffast_tok
+    from ptexport import jit
     trace = tmp_path / "t.pt"
     trace.write_bytes(bytes([0x02, 0x82] * 8) + b"\x02\x23")
-    monkeypatch.setattr(perffast, "numba", None)
-    monkeypatch.setattr(perffast_tok, "NUMBA_PROBLEM", "numba cannot be imported (test)")
+    monkeypatch.setattr(jit, "numba", None)
+    monkeypatch.setattr(jit, "PROBLEM", "numba cannot be imported (test)")
     monkeypatch.setattr(cli, "_warned", False)
     assert cli.main(["dump", "packets", "--raw", str(trace)], io.StringIO()) == 0
     assert cli.main(["dump", "packets", "--raw", str(trace)], io.StringIO()) == 0

@@ -124,9 +124,9 @@ def test_the_installed_package_takes_the_compiled_path_with_its_cache_prepared(t
     import json
     import subprocess
 
-    probe = ("import json, ptexport, ptexport.jit as j; from ptexport.decoder.compiled import decoder as perffast; "
+    probe = ("import json, ptexport, ptexport.jit as j; from ptexport.decoder import backend; "
              "from ptexport.synth.generate import find_program; "
-             "print(json.dumps([ptexport.__file__, perffast.unavailable_reason(), j.cache_prepared(), "
+             "print(json.dumps([ptexport.__file__, backend.unavailable_reason(), j.cache_prepared(), "
              "str(find_program('calls'))]))")
     proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"})

@@ -217,7 +217,7 @@ def _warn_reference_path(args) -> None:
     global _warned
     if _warned or getattr(args, "subcommand", None) in _NO_DECODE:
         return
-    from ptexport.decoder.compiled.decoder import unavailable_reason
+    from ptexport.jit import unavailable_reason
 
     reason = unavailable_reason()
     if reason:

@@ -14,7 +14,7 @@ def add_arguments(parser) -> None:
 
 def run(args, out) -> int:
     from ptexport.cli.export import _mib
-    from ptexport.writers.leftovers import clean
+    from ptexport.writers import clean
 
     report = clean(args.target, dry_run=args.dry_run)
     for target in report.busy:

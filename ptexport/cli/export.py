@@ -47,7 +47,8 @@ def add_arguments(parser) -> None:
 def run(args, out) -> int:
     from ptexport.cli.dump_branches import filter_config, parse_cpu_list
     from ptexport.errors import UsageError
-    from ptexport.dbexport.exporter import ExportConfig, export_trace
+    from ptexport.dbexport.exporter import ExportConfig
+    from ptexport.session.export import export_trace
     from ptexport.session.guestdata import parse_guest_data_list
     from ptexport.samples.itrace import DEFAULT_CALLCHAIN_SZ, export_default, parse_itrace
 

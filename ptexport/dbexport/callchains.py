@@ -17,12 +17,9 @@ the call paths of calls.  Branch samples keep call path 0, as in perf.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Sequence
 
 import numpy as np
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ptexport.dbexport.exporter import _Exporter
 
 _USER, _KERNEL = 0, 1
 
@@ -48,12 +45,12 @@ def chain_addresses(ip: int, rets: list[int], sz: int, kernel_start: int) -> lis
     return out
 
 
-def apply_callchains(ex: "_Exporter", samples: dict[str, np.ndarray], tree: dict[str, np.ndarray] | None,
-                     chains: dict[str, np.ndarray]) -> None:
-    """Run the call tree over ``tree`` (this batch's branches) in pieces, setting each chain sample's
-    ``call_path_id`` in ``samples`` when the tree stands where perf's stood at it."""
-    ct = ex.calltree
-    sz = ex.cfg.itrace.callchain_sz + 1
+def apply_callchains(ct: Any, machines: Sequence[Any], callchain_sz: int, samples: dict[str, np.ndarray],
+                     tree: dict[str, np.ndarray] | None, chains: dict[str, np.ndarray]) -> None:
+    """Run the call tree ``ct`` over ``tree`` (this batch's branches) in pieces, setting each chain sample's
+    ``call_path_id`` in ``samples`` when the tree stands where perf's stood at it.  ``machines``: the
+    export's machine states (a chain's ``mi`` indexes them); ``callchain_sz``: --itrace's ``g`` size."""
+    sz = callchain_sz + 1
     refs = tree["ref"] if tree is not None else np.zeros(0, np.int64)
     done = 0
     sids = chains["sid"].tolist()
@@ -66,7 +63,7 @@ def apply_callchains(ex: "_Exporter", samples: dict[str, np.ndarray], tree: dict
             done = cut
         thread_id, cpu, pid, tid = cols["thread_id"][k], cols["cpu"][k], cols["pid"][k], cols["tid"][k]
         ct.set_trace_nr(thread_id, cols["trace_nr"][k], cpu=cpu, pid=pid, tid=tid)
-        st = ex.machines[cols["mi"][k]]
+        st = machines[cols["mi"][k]]
         ks = st.kernel_start
         ip = cols["ip"][k] & 0xFFFFFFFFFFFFFFFF
         addrs = chain_addresses(ip, ct.stack_return_addresses(thread_id, cpu, pid, tid), sz, ks)

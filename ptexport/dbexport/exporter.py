@@ -1,8 +1,9 @@
-"""``ptexport TRACE --db DB``: decode a recording and write the database.
+"""perf's db-export as a class: :class:`DbExporter` turns decoded samples and sideband records into rows.
 
-The rows are perf's (``export-to-sqlite.py ... branches calls``) plus our
-extensions, produced in the order perf's db-export produces them, because
-ids follow from that order:
+``ptexport TRACE --db DB`` runs it (:func:`ptexport.session.export.export_trace` opens the
+recording, decodes it and hands the batches of samples in).  The rows are perf's
+(``export-to-sqlite.py ... branches calls``) plus our extensions, produced in the
+order perf's db-export produces them, because ids follow from that order:
 
 * synthesized samples, the recording's own SAMPLE records (e.g. ``cycles``)
   and the sideband records are taken in perf's delivery order (a record
@@ -25,15 +26,18 @@ ids follow from that order:
 * branch samples feed the call tree (perf's thread-stack) in export order;
   at the end every stack is flushed in perf's thread-table order.
 
-The decoder stage knows nothing of SQL and the writer nothing of packets:
-this module is where the two meet (DESIGN.md section 2).
+The samples go through one of two loops with the same rows: the batch loop
+(:func:`ptexport.dbexport.samples_compiled.export_samples`, numpy) or, with
+``ExportConfig(reference=True)``, the per-sample loop it is checked against
+(:func:`ptexport.dbexport.samples.export_samples`); both take a :class:`DbExporter`.
+
+Db-export sees samples (:class:`~ptexport.samples.columns.SampleColumns`), never packets,
+and the writer sees rows (see docs/architecture.md).
 """
 
 from __future__ import annotations
 
-import os
-import time as _time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator
 
@@ -41,23 +45,15 @@ import numpy as np
 
 from ptexport.calltree import make_call_tree, perf_flush_order
 from ptexport.errors import PtExportError
-from ptexport.writers.leftovers import refuse_if_busy
 from ptexport.writers.model import ExportModel
-from ptexport.writers.base import open_writer
 from ptexport.images.kallsyms import find_kallsyms, load_kallsyms
-from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import RecordType
-from ptexport.session.decode_proc import maybe_process
-from ptexport.dbexport.samples_compiled import AddressCache, run_fast
 from ptexport.dbexport.machine import MachineState
-from ptexport.dbexport.vm import KernelMachineState, VmExport, host_kernel_image, perf_event_modifier
-from ptexport.dbexport.samples import SAMPLE_KEYS, run_reference
+from ptexport.dbexport.vm import KernelMachineState, VmExport, VmTrace, host_kernel_image, perf_event_modifier
 from ptexport.dbexport.callchains import apply_callchains
 from ptexport.dbexport.decode_errors import ErrorSegments
-from ptexport.dbexport.progress import AuxPosition, ProgressBatches, ProgressFn
 from ptexport.dbexport.stats import ExportStats, error_kind
 from ptexport.dbexport.threads import PerfThread, PerfThreads
-from ptexport.session.perfsession import DecodeConfig, open_session
 from ptexport.samples.columns import (
     EV_BRANCH,
     EV_CBR,
@@ -73,7 +69,15 @@ from ptexport.samples.columns import (
     EV_TRANSACTION,
     SampleColumns,
 )
+from ptexport.samples.filters import thread_kept, time_kept
 from ptexport.samples.itrace import ItraceOptions
+
+#: The columns of a batch of ``samples`` rows and of the call tree's input, as both loops build them.
+SAMPLE_KEYS = ("id", "evsel_id", "machine_id", "thread_id", "comm_id", "dso_id", "symbol_id", "sym_offset", "ip",
+               "time", "cpu", "to_dso_id", "to_symbol_id", "to_sym_offset", "to_ip", "branch_type", "in_tx",
+               "call_path_id", "insn_count", "cyc_count", "flags")
+TREE_KEYS = ("time", "ip", "addr", "flags", "ref", "thread_id", "cpu", "pid", "tid", "comm_id", "insn_len",
+             "insn_cnt", "cyc_cnt", "from_sym", "to_sym", "to_sym_start", "trace_nr")
 
 _SWITCH_OUT = 0x2000
 _SWITCH_OUT_PREEMPT = 0x4000
@@ -107,29 +111,16 @@ class ExportConfig:
     cpus: frozenset[int] | None = None
     pids: frozenset[int] | None = None
     tids: frozenset[int] | None = None
-    time: str | None = None  # perf script --time ranges, as perf writes them (pipeline/filters.py)
-    reference: bool = False  # the per-sample loop (export_ref), the oracle of the batch loop
-    decode_process: bool = False  # decode in a forked child process (pipeline/decode_proc.py), see there
+    time: str | None = None  # perf script --time ranges, as perf writes them (samples/filters.py)
+    reference: bool = False  # the per-sample loop (dbexport/samples.py), the oracle of the batch loop
+    decode_process: bool = False  # decode in a forked child process (session/decode_proc.py), see there
     guestkallsyms: str | None = None  # perf's default guest's kallsyms (guest code without guest sideband)
     guest_kcore: str | None = None  # the default guest's kcore_dir (default: --guestkallsyms' folder)
     guestmount: str | None = None  # guests' root directories: GUESTMOUNT/PID
-    guest_data: tuple = ()  # --guest-data specs (pipeline/guestdata.py): guests merged as perf inject does
+    guest_data: tuple = ()  # --guest-data specs (session/guestdata.py): guests merged as perf inject does
     jobs: int = 1  # decode workers (session.iter_batches): the same rows as 1
-    callchains: bool = False  # samples.call_path_id from perf's --itrace=g call chains (export_callchains.py)
+    callchains: bool = False  # samples.call_path_id from perf's --itrace=g call chains (dbexport/callchains.py)
     salvage: bool = True  # a cut recording: export what is before the cut (perfdata reader's FileCut), else an error
-
-
-@dataclass
-class ExportSummary:
-    target: str
-    rows: dict[str, int] = field(default_factory=dict)
-    errors: int = 0
-    lost: int = 0  # data-loss events: lost records and samples, truncated or colliding AUX, overflows, lost data
-    losses: dict[str, int] = field(default_factory=dict)  # the stats rows of severity data_loss, by name
-    seconds: float = 0.0
-    decode_seconds: float = 0.0
-    leftovers: list[Any] = field(default_factory=list)  # temporaries of dead exports removed (export/leftovers.py)
-    cut: Any = None  # where a cut recording ended (perfdata.reader.FileCut), None if it was whole
 
 
 def _modifier(attr: Any) -> str:
@@ -187,19 +178,28 @@ class _EventFeed:
             yield rec
 
 
-class _Exporter:
-    """The db-export state of one run: ids and rows, in perf's order.
+#: A loop over the sample batches (``export_samples`` of :mod:`ptexport.dbexport.samples_compiled`
+#: or :mod:`ptexport.dbexport.samples`): (exporter, batches, progress, total samples or 0).
+SampleLoop = Callable[["DbExporter", Iterable[SampleColumns], "Callable[[int, int], None] | None", int], None]
+
+
+class DbExporter:
+    """perf's db-export state of one run: ids and rows, in perf's order.
+
+    ``session``: the decoded recording (its reader ``pd``, sideband ``sb``, time conversion ``tc``,
+    code objects, ``time_ranges``...); ``writer``: an open writer (:func:`ptexport.writers.open_writer`);
+    ``vm_trace``: what the VM export reads from the trace (:class:`~ptexport.dbexport.vm.VmTrace`).
 
     Per-machine state (thread table, maps, DSO and symbol ids) is in
     :class:`~ptexport.dbexport.machine.MachineState`, one per machine in
     ``self.machines`` (index 0: the host); :meth:`machine_index` says which
-    machine each sample belongs to.  The samples themselves go through
-    :func:`~ptexport.dbexport.samples_compiled.run_fast` (whole batches) or, with
-    ``ExportConfig(reference=True)``, :func:`~ptexport.dbexport.samples.run_reference`
-    (one sample at a time, the oracle of the first).
+    machine each sample belongs to.  :meth:`run` exports the samples through a
+    :data:`SampleLoop`: :func:`ptexport.dbexport.samples_compiled.export_samples` (whole
+    batches) or :func:`ptexport.dbexport.samples.export_samples` (one sample at a time,
+    the oracle of the first).
     """
 
-    def __init__(self, session: Any, writer: Any, config: ExportConfig) -> None:
+    def __init__(self, session: Any, writer: Any, config: ExportConfig, vm_trace: VmTrace | None = None) -> None:
         self.s = session
         self.sb = session.sb
         self.w = writer
@@ -236,15 +236,14 @@ class _Exporter:
         self.n_switches = 0
         self.n_errors = 0
         self.n_evd = 0  # evd rows written (their ids)
-        self.stats = ExportStats()  # the stats table's counters (pipeline/export_stats.py)
-        self.segments = ErrorSegments(session)  # decode_errors.segment (pipeline/export_errors.py)
+        self.stats = ExportStats()  # the stats table's counters (dbexport/stats.py)
+        self.segments = ErrorSegments(session)  # decode_errors.segment (dbexport/decode_errors.py)
         self.switch_rows: list[tuple] = []  # pending, written with each batch
         self.error_rows: list[tuple] = []
         self._samples: dict[str, list[int]] = {k: [] for k in SAMPLE_KEYS}  # the recording's SAMPLE records
-        self.addr_cache = AddressCache()
         self.feed: _EventFeed | None = None
-        # guest machines, VCPUs and VM exits (pipeline/export_vm.py); inactive without KVM VCPU threads
-        self.vm = VmExport(self, config.guestkallsyms, config.guestmount)
+        # guest machines, VCPUs and VM exits (dbexport/vm.py); inactive without KVM VCPU threads
+        self.vm = VmExport(self, config.guestkallsyms, config.guestmount, vm_trace)
 
     # ------------------------------------------------------------------ machines
 
@@ -371,8 +370,6 @@ class _Exporter:
 
     def sample_record(self, rec: Any) -> None:
         """A SAMPLE record of the recording (perf exports those beside the synthesized ones)."""
-        from ptexport.decoder.filters import thread_kept, time_kept
-
         if not (thread_kept(-1 if rec.pid is None else rec.pid, -1 if rec.tid is None else rec.tid, self.cfg.pids,
                             self.cfg.tids) and time_kept(rec.time or 0, self.s.time_ranges)):
             return  # perf script's --pid/--tid/--time drop it before the exporter sees it
@@ -438,7 +435,7 @@ class _Exporter:
 
     def _event_feed(self) -> _EventFeed:
         pd = self.s.pd
-        if isinstance(pd, _RecordTee):  # a pipe, read once: perf's order is by time, stable
+        if isinstance(pd, RecordTee):  # a pipe, read once: perf's order is by time, stable
             recs: Iterable[Any] = sorted(pd.kept, key=lambda r: r.time or 0)
         else:
             recs = pd.ordered_records(_SIDEBAND)
@@ -460,7 +457,7 @@ class _Exporter:
         input, and the pending context switches, decode errors and payload rows.  ``chains``: the samples
         that get a call path (--callchains), the call tree then runs up to each of them first."""
         if chains is not None and len(chains["sid"]) and samples is not None:
-            apply_callchains(self, samples, tree, chains)
+            apply_callchains(self.calltree, self.machines, self.cfg.itrace.callchain_sz, samples, tree, chains)
             if tree is not None and len(tree["ref"]):
                 tree = None
                 self.m.flush(self.w)
@@ -491,19 +488,17 @@ class _Exporter:
             if rows:
                 self.w.write_rows(table, rows)
 
-    def run(self, batches: SampleColumns | Iterable[SampleColumns],
+    def run(self, batches: SampleColumns | Iterable[SampleColumns], export_samples: SampleLoop,
             progress: Callable[[int, int], None] | None = None) -> None:
-        """Export samples in perf's order: one :class:`SampleColumns` or its batches (bounded memory)."""
+        """Export samples in perf's order through the loop ``export_samples``: one :class:`SampleColumns`
+        or its batches (bounded memory); then the call tree's flush, the VM rows and the stats."""
         if isinstance(batches, SampleColumns):
             total = len(batches)
             batches = [batches]
         else:
             total = 0  # not known while streaming
         self.feed = self._event_feed()
-        if self.cfg.reference:
-            run_reference(self, batches, progress, total)
-        else:
-            run_fast(self, batches, progress, total)
+        export_samples(self, batches, progress, total)
         self.write_batch(None, None, {})
         if self.calltree is not None:
             exported = [(th, st.pid) for st in self.machines for th in st.pt.all if th.db_id]
@@ -530,7 +525,7 @@ _SIDEBAND = (RecordType.SAMPLE, RecordType.COMM, RecordType.FORK, RecordType.MMA
              RecordType.SWITCH, RecordType.SWITCH_CPU_WIDE)
 
 
-class _RecordTee:
+class RecordTee:
     """A pipe-mode reader that keeps the sideband records db-export needs as the session reads them once."""
 
     def __init__(self, pd: Any) -> None:
@@ -545,73 +540,3 @@ class _RecordTee:
             if rec.type in _SIDEBAND:
                 self.kept.append(rec)
             yield rec
-
-
-class _Timed:
-    """An iterator of sample batches that adds up the time spent producing them (decoding)."""
-
-    def __init__(self, it: Iterable[SampleColumns], seconds: float = 0.0) -> None:
-        self._it = iter(it)
-        self.seconds = seconds
-
-    def __iter__(self) -> Iterator[SampleColumns]:
-        return self
-
-    def __next__(self) -> SampleColumns:
-        t = _time.perf_counter()
-        try:
-            return next(self._it)
-        finally:
-            self.seconds += _time.perf_counter() - t
-
-
-def export_trace(path: str, target: str, config: ExportConfig,
-                 progress: ProgressFn | None = None) -> ExportSummary:
-    """Decode ``path`` and write the database at ``target`` (SQLite path or postgresql:// URL).
-
-    ``progress(samples written, bytes of trace decoded, bytes in the trace or 0)`` is called as batches
-    go (pipeline/export_progress.py)."""
-    t0 = _time.perf_counter()
-    summary = ExportSummary(target)
-    refuse_if_busy(target)  # at once, not after the trace is opened
-    with open_perf_data(path, salvage=config.salvage) as pd:
-        guest_kcore = config.guest_kcore or (os.path.dirname(os.path.abspath(config.guestkallsyms))
-                                             if config.guestkallsyms else None)
-        if config.guest_data:  # the host recording as perf inject --guest-data would write it
-            from ptexport.session.guestdata import apply_guest_data
-
-            pd = apply_guest_data(pd, config.guest_data)
-        session = open_session(_RecordTee(pd) if getattr(pd, "is_pipe", False) else pd,
-                               DecodeConfig(itrace=config.itrace, symfs=config.symfs, buildid_dir=config.buildid_dir,
-                                            cpus=config.cpus, guest_kcore=guest_kcore, time=config.time,
-                                            pids=config.pids, tids=config.tids, guest_data=config.guest_data,
-                                            insn_fetch_marks=False))  # a script: no instruction fetches
-        # decoded as the export goes (optionally by a forked child process on another core)
-        # (with --jobs N > 1 worker processes decode ahead instead)
-        proc = maybe_process(session, config.decode_process) if config.jobs == 1 else None
-        batches = proc if proc is not None else _Timed(session.iter_batches(config.jobs),
-                                                      _time.perf_counter() - t0)
-        try:
-            with open_writer(target, force=config.force) as w:
-                summary.leftovers = list(getattr(w, "removed_leftovers", ()))
-                ex = _Exporter(session, w, config)
-                feed: Iterable[SampleColumns] = batches
-                if progress is not None:
-                    feed = ProgressBatches(batches, lambda: ex.n_samples,
-                                           AuxPosition(session.sb.aux_events, session.timeless), progress)
-                ex.run(feed)
-                if progress is not None:
-                    feed.finish()
-                summary.decode_seconds = batches.seconds
-                summary.rows = {t: w.row_counts[t] for t in w.schema.tables if w.row_counts.get(t)}
-                summary.errors = ex.n_errors
-                for name, _cpu, value, sev, _desc in ex.stats_rows:
-                    if sev == "data_loss":
-                        summary.losses[name] = summary.losses.get(name, 0) + value
-                summary.lost = sum(summary.losses.values())
-                summary.cut = getattr(pd, "cut", None)
-        finally:
-            if proc is not None:
-                proc.close()
-    summary.seconds = _time.perf_counter() - t0
-    return summary

@@ -3,7 +3,7 @@
 perf keeps a ``struct machine`` per machine (the host, each guest): its own
 threads, maps and kernel symbols.  :class:`MachineState` is that, as
 db-export sees it while events arrive.  The exporter holds one per machine
-(``_Exporter.machines``, index 0 is the host) and every per-sample lookup is
+(``DbExporter.machines``, index 0 is the host) and every per-sample lookup is
 keyed by the machine's index first, so guests plug in without touching the
 per-sample code:
 

@@ -6,12 +6,13 @@ before it, then its thread (:meth:`MachineState.threads`), event, symbols
 last-lookup cache, then their ids: :meth:`MachineState.find` /
 :meth:`MachineState.db_ids`), its row, its payload row and its call-tree
 input.  Slow, and written to be obviously perf's db-export; select
-it with ``ExportConfig(reference=True)``.
+it with ``ExportConfig(reference=True)``.  Its twin, the same function by the same name:
+:func:`ptexport.dbexport.samples_compiled.export_samples`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -29,23 +30,14 @@ from ptexport.samples.columns import (
     EV_PWRX,
     SampleColumns,
 )
+from ptexport.dbexport.exporter import SAMPLE_KEYS, TREE_KEYS, DbExporter
 from ptexport.dbexport.payloads import evt_row, iflag_row
 from ptexport.samples.flags import PERF_BRANCH_MASK, IpFlag
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ptexport.dbexport.exporter import _Exporter
 
 _IN_TX = int(IpFlag.IN_TX)
 _BATCH = 65536
 
-SAMPLE_KEYS = ("id", "evsel_id", "machine_id", "thread_id", "comm_id", "dso_id", "symbol_id", "sym_offset", "ip",
-               "time", "cpu", "to_dso_id", "to_symbol_id", "to_sym_offset", "to_ip", "branch_type", "in_tx",
-               "call_path_id", "insn_count", "cyc_count", "flags")
-TREE_KEYS = ("time", "ip", "addr", "flags", "ref", "thread_id", "cpu", "pid", "tid", "comm_id", "insn_len",
-             "insn_cnt", "cyc_cnt", "from_sym", "to_sym", "to_sym_start", "trace_nr")
-
-
-def _payload(ex: "_Exporter", rows: dict[str, list[tuple]], kind: int, sid: int, payload: int, code: int) -> None:
+def _payload(ex: DbExporter, rows: dict[str, list[tuple]], kind: int, sid: int, payload: int, code: int) -> None:
     if kind == EV_PSB:
         rows.setdefault("psb", []).append((sid, payload))
     elif kind == EV_PTWRITE:
@@ -70,8 +62,8 @@ def _arrays(d: dict[str, list[int]], unsigned: tuple[str, ...]) -> dict[str, np.
     return {k: np.asarray(v, dtype=np.uint64 if k in unsigned else np.int64) for k, v in d.items()}
 
 
-def run_reference(ex: "_Exporter", batches: Iterable[SampleColumns],
-                  progress: Callable[[int, int], None] | None, total: int) -> None:
+def export_samples(ex: DbExporter, batches: Iterable[SampleColumns],
+                   progress: Callable[[int, int], None] | None, total: int) -> None:
     """Export ``batches`` through ``ex`` one sample at a time (host machine only: samples carry no machine yet)."""
     feed = ex.feed
     st = ex.machines[0]

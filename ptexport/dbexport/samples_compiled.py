@@ -1,6 +1,6 @@
 """The export loop over whole sample batches (numpy), in perf's order and with perf's ids.
 
-:func:`run_fast` gives the same database as the per-sample loop of
+:func:`export_samples` gives the same database as the per-sample loop of
 :mod:`ptexport.dbexport.samples` (its oracle, compared table by table in
 ``tests/export_fast/``), with Python work per *change* instead of per sample:
 
@@ -27,7 +27,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -48,12 +48,10 @@ from ptexport.samples.columns import (
     EV_TRANSACTION,
     SampleColumns,
 )
+from ptexport.dbexport.exporter import DbExporter
 from ptexport.dbexport.payloads import evt_row, iflag_row
 from ptexport.dbexport.vm import ThreadMemo
 from ptexport.samples.flags import PERF_BRANCH_MASK, IpFlag
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ptexport.dbexport.exporter import _Exporter
 
 HAVE_NUMBA = numba is not None
 
@@ -305,8 +303,9 @@ def _same_epoch(changes: np.ndarray, tmin: int, tmax: int) -> int | None:
 class _Batch:
     """One batch of samples on its way to rows."""
 
-    def __init__(self, ex: "_Exporter", cols: SampleColumns) -> None:
+    def __init__(self, ex: DbExporter, cache: AddressCache, cols: SampleColumns) -> None:
         self.ex = ex
+        self.cache = cache
         self.cols = cols
         n = self.n = len(cols)
         self.err = cols.kind == EV_ERROR
@@ -403,7 +402,7 @@ class _Batch:
         is_br = kind == EV_BRANCH
         mode = (~err).view(np.int8) + is_br.view(np.int8)  # 0: error, 1: ip, 2: ip and addr
         gu, gk, ks = self._groups(lo, hi)
-        cache = ex.addr_cache
+        cache = self.cache
         out_ip, out_to, miss = cache.lookup(cols.ip[lo:hi], cols.addr[lo:hi], mode, gu, gk, ks)
         first_only: Any = ()
         new_ip: list[int] = []
@@ -438,7 +437,7 @@ class _Batch:
     def _groups(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per sample in [lo, hi): cache group of a user address, of a kernel address, and kernel_start."""
         ex, cols = self.ex, self.cols
-        cache = ex.addr_cache
+        cache = self.cache
         n = hi - lo
         t = cols.time[lo:hi]
         pid = cols.pid[lo:hi]
@@ -565,7 +564,7 @@ class _Batch:
 
     def chain_columns(self) -> dict[str, np.ndarray]:
         """The synthesized samples perf gives an --itrace=g call chain (all but branches, transactions and
-        errors: intel_pt_prep_sample), for ``samples.call_path_id`` (pipeline/export_callchains.py)."""
+        errors: intel_pt_prep_sample), for ``samples.call_path_id`` (dbexport/callchains.py)."""
         cols = self.cols
         w = np.flatnonzero((cols.kind != EV_BRANCH) & (cols.kind != EV_ERROR) & (cols.kind != EV_TRANSACTION))
         return {"sid": self.sid[w], "thread_id": self.thread_id[w], "cpu": cols.cpu[w], "pid": cols.pid[w],
@@ -613,10 +612,11 @@ class _Batch:
         return out
 
 
-def run_fast(ex: "_Exporter", batches: Iterable[SampleColumns],
-             progress: Callable[[int, int], None] | None, total: int) -> None:
+def export_samples(ex: DbExporter, batches: Iterable[SampleColumns],
+                   progress: Callable[[int, int], None] | None, total: int) -> None:
     """Export ``batches`` (perf's order) through ``ex``; sideband records from ``ex.feed``."""
     feed = ex.feed
+    cache = AddressCache()  # (group, address) -> DSO and symbol ids, for the whole run
     done = 0
     for cols in batches:
         n = len(cols)
@@ -628,7 +628,7 @@ def run_fast(ex: "_Exporter", batches: Iterable[SampleColumns],
             cuts = np.maximum.accumulate(np.searchsorted(cm, np.asarray(ev_tscs, np.uint64), side="left"))
         else:
             cuts = np.zeros(0, np.int64)
-        b = _Batch(ex, cols)
+        b = _Batch(ex, cache, cols)
         b.threads_and_events(ev_recs, cuts)
         ex.write_batch(b.sample_columns(), b.tree_columns() if ex.calltree is not None else None,
                        b.payload_rows(), b.chain_columns() if ex.callchains else None)

@@ -46,14 +46,13 @@ from ptexport.images.symbols import Symbol, SymbolTable
 from ptexport.dbexport.machine import _KERNEL_DSOS, MachineState
 from ptexport.dbexport.threads import PerfThreads
 from ptexport.samples.flags import IpFlag
+from ptexport.sideband.model import Machine
 
 HOST_PID = -1
 DEFAULT_GUEST_PID = 0
 VMENTRY = int(IpFlag.VMENTRY)
 VMEXIT = int(IpFlag.VMEXIT)
 
-#: Trace bytes per CPU read to find each VCPU's VMCS and TSC offset.
-MEASURE_BYTES = 4 << 20
 #: Reason given to an exit whose guest instruction does not itself exit (an asynchronous exit:
 #: an external interrupt, a preemption timer, an EPT violation...).
 OTHER_REASON = "external interrupt or other"
@@ -476,11 +475,28 @@ class ThreadMemo:
         return th_id, c_id
 
 
+@dataclass
+class VmTrace:
+    """What the VM side of an export reads from the trace itself, handed in by the session
+    (:mod:`ptexport.session.export`): db-export decodes nothing.
+
+    ``measure_vmcs()``: host tid -> (VMCS, TSC offset, source) of each VCPU thread, measured from
+    the start of each CPU's trace (a ``vcpus`` row's last columns); ``guest_kcore(machine_pid)``:
+    the guest kernel's code (an object whose ``at(ip)`` gives ``(start, end, pgoff, obj)`` with
+    ``obj.read(offset, size)``), or None.  The defaults: nothing measured, no guest kernel code.
+    """
+
+    measure_vmcs: Callable[[], dict[int, tuple[int, int, str]]] = dict
+    guest_kcore: Callable[[int], Any] = lambda machine_pid: None
+
+
 class VmExport:
     """The VM side of one export: guest machine states, VCPU attribution, vcpus and vm_exits rows."""
 
-    def __init__(self, ex: Any, guestkallsyms: str | None = None, guestmount: str | None = None) -> None:
+    def __init__(self, ex: Any, guestkallsyms: str | None = None, guestmount: str | None = None,
+                 trace: VmTrace | None = None) -> None:
         self.ex = ex
+        self.trace = trace if trace is not None else VmTrace()
         self.s = ex.s
         self.sb = ex.s.sb
         self.guestkallsyms = guestkallsyms
@@ -490,7 +506,6 @@ class VmExport:
         self.guest_vcpu = {i: v for i, (mp, v) in (self.sb.id_index or {}).items() if mp}
         self.by_pid: dict[int, int] = {}  # machine pid -> index in ex.machines
         self.exits = VmExits(self._reason)
-        self._code: Any = None
         self._kcode: dict[tuple[int, int], bytes] = {}  # (machine pid, guest kernel ip) -> code (kcore is fixed)
         self._ucode: dict[tuple[int, int, int], tuple[Any, bytes]] = {}  # (machine pid, id(map), ip) -> (map, code)
         self._reasons: dict[bytes, str] = {}  # guest code at an exit -> exit_reason_of_insn
@@ -512,8 +527,6 @@ class VmExport:
         ex = self.ex
         sbm = self.sb.machine(machine_pid)
         if sbm is None:
-            from ptexport.sideband.model import Machine
-
             sbm = Machine(machine_pid)
         root = os.path.join(self.guestmount, str(machine_pid)) if self.guestmount and machine_pid > 0 else ""
         pt = GuestThreads(comm_exec=ex.pt.comm_exec)
@@ -605,14 +618,10 @@ class VmExport:
     def _read_guest(self, machine_pid: int, guest_thread: int, ip: int, time: int) -> bytes:
         if not ip or machine_pid < 0:
             return b""
-        from ptexport.decoder.guest import GuestSpaces
-
-        if self._code is None:
-            self._code = GuestSpaces(self.s.pd, self.sb, self.guestkallsyms and os.path.dirname(self.guestkallsyms))
         if ip >> 63:
             code = self._kcode.get((machine_pid, ip))
             if code is None:
-                k = self._code.kcore(machine_pid)
+                k = self.trace.guest_kcore(machine_pid)
                 hit = k.at(ip) if k is not None else None
                 if hit is None:
                     code = b""
@@ -688,7 +697,7 @@ class VmExport:
         ex = self.ex
         rows = []
         host = ex.machines[0]
-        measured = self._measure_vmcs()
+        measured = self.trace.measure_vmcs()
         for mpid, vcpus in sorted(self.hypervisors.items()):
             idx = self.by_pid.get(mpid)
             if idx is None and self.sb.machine(mpid) is None:
@@ -699,48 +708,6 @@ class VmExport:
                 vmcs, offset, source = measured.get(tid, (0, 0, "none"))
                 rows.append((len(rows) + 1, mid, v, th.db_id if th is not None else 0, vmcs, offset, 0, source))
         return rows
-
-    def _measure_vmcs(self, limit: int = MEASURE_BYTES) -> dict[int, tuple[int, int, str]]:
-        """host tid -> (VMCS, TSC offset, source) from the first ``limit`` bytes of each CPU's trace: the
-        thread current on the CPU at a VMCS packet runs that VMCS; a guest TSC packet in a PSB+ (PIP
-        NR=1) measured against the MTC/TMA clock gives its offset ('measured'; 0 and 'none' when no guest
-        TSC was seen or the guest TSC packets equal the host's, as after perf inject --vm-time-correlation)."""
-        from ptexport.pt.vmtime import VmBuffer, VmTimeConfig, VmTimeCorrelator
-
-        pd, tc = self.s.pd, self.s.tc
-        info = getattr(pd, "auxtrace_info", None)
-        if tc is None or info is None or not hasattr(pd, "aux_data"):
-            return {}
-        pt_attrs = [a for a in pd.attrs if a.type == info.pmu_type]
-        config = pt_attrs[0].config if pt_attrs else 0
-        bits = info.mtc_freq_bits or 0
-        mtc_period = (config & bits) >> ((bits & -bits).bit_length() - 1) if bits else 0
-        corr = VmTimeCorrelator(VmTimeConfig(mtc_period=mtc_period, tsc_ctc_ratio_n=info.tsc_ctc_ratio_n or 0,
-                                             tsc_ctc_ratio_d=info.tsc_ctc_ratio_d or 0))
-        try:
-            for key in sorted(k for k in self.s.streams if k[0] == "cpu"):
-                bufs, size = [], 0
-                for i, rec in enumerate(self.s.streams[key]):
-                    data = bytes(pd.aux_data(rec))
-                    bufs.append(VmBuffer(data, rec.reference, i > 0))
-                    size += len(data)
-                    if size >= limit:
-                        break
-                corr.run_queue(bufs, key)
-        except PtExportError:
-            return {}  # unreadable trace data: decode errors say where; no measurement
-        out: dict[int, tuple[int, int, str]] = {}
-        for queue, tsc, vmcs in corr.vmcs_seen:
-            tl = self.sb.host.cpus.get(queue[1])
-            hit = tl.at(tc.tsc_to_perf_time(tsc)) if tl is not None else None
-            if hit is None or hit[1] in out:
-                continue
-            vi = corr.vmcs_table.get(vmcs)
-            if vi is not None and vi.tsc_offset:
-                out[hit[1]] = (vmcs, vi.tsc_offset, "measured")
-            else:
-                out[hit[1]] = (vmcs, 0, "none")
-        return out
 
     def _check_guests(self) -> None:
         """Guest sideband that cannot belong to this recording: counted in ``stats`` as warnings."""

@@ -23,7 +23,7 @@ from typing import Callable
 import capstone
 from capstone import x86_const as X
 
-from ptexport.decoder.reference.decoder import (
+from ptexport.decoder.constants import (
     BR_CONDITIONAL,
     BR_INDIRECT,
     BR_NO_BRANCH,
@@ -39,8 +39,8 @@ from ptexport.decoder.reference.decoder import (
     OP_SYSCALL,
     OP_SYSRET,
     OP_VMENTRY,
-    Insn,
 )
+from ptexport.decoder.reference.decoder import Insn
 
 _EINVAL = -22
 _INSN_BUF = 16

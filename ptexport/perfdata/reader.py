@@ -241,6 +241,31 @@ class _Source:
             self._fd = None
 
 
+def machine_pid_of(rec: Record, id_index: dict) -> int | None:
+    """perf's machine attribution: None for host records; for guest cpumodes (GUEST_KERNEL/GUEST_USER)
+    the hypervisor pid that identifies the guest machine (``id_index``'s machine_pid of the record's id,
+    else the MMAP/MMAP2 pid, else the sample pid)."""
+    if rec.misc & 7 not in GUEST_CPUMODES:
+        return None
+    sid = rec.sample_id
+    if sid is not None and sid.id is not None:
+        e = id_index.get(sid.id)
+        if e is not None and e.machine_pid:
+            return e.machine_pid
+    if rec.type in (RecordType.MMAP, RecordType.MMAP2):
+        return rec.pid
+    return sid.pid if sid is not None else None
+
+
+def vcpu_of(rec: Record, id_index: dict) -> int | None:
+    """The VCPU of a record's event (``id_index``'s vcpu for guest recordings), else None."""
+    sid = rec.sample_id
+    if sid is None or sid.id is None:
+        return None
+    e = id_index.get(sid.id)
+    return None if e is None or not e.machine_pid else e.vcpu
+
+
 class PerfData:
     """An open perf.data recording. Use :func:`open_perf_data` (or :func:`perf_data_from_bytes`).
 
@@ -1273,27 +1298,12 @@ class PerfData:
         return self.attrs[0] if len(self.attrs) == 1 else None
 
     def machine_pid_of(self, rec: Record) -> int | None:
-        """perf's machine attribution: None for host records; for guest cpumodes (GUEST_KERNEL/GUEST_USER)
-        the hypervisor pid that identifies the guest machine (ID_INDEX machine_pid of the record's id,
-        else the MMAP/MMAP2 pid, else the sample pid)."""
-        if rec.misc & 7 not in GUEST_CPUMODES:
-            return None
-        sid = rec.sample_id
-        if sid is not None and sid.id is not None:
-            e = self.id_index.get(sid.id)
-            if e is not None and e.machine_pid:
-                return e.machine_pid
-        if rec.type in (RecordType.MMAP, RecordType.MMAP2):
-            return rec.pid
-        return sid.pid if sid is not None else None
+        """perf's machine attribution (:func:`machine_pid_of` with this file's ID_INDEX)."""
+        return machine_pid_of(rec, self.id_index)
 
     def vcpu_of(self, rec: Record) -> int | None:
-        """The VCPU of a record's event (ID_INDEX vcpu for guest recordings), else None."""
-        sid = rec.sample_id
-        if sid is None or sid.id is None:
-            return None
-        e = self.id_index.get(sid.id)
-        return None if e is None or not e.machine_pid else e.vcpu
+        """The VCPU of a record's event (:func:`vcpu_of` with this file's ID_INDEX)."""
+        return vcpu_of(rec, self.id_index)
 
     def aux_data(self, rec: AuxtraceRecord) -> memoryview:
         """The payload that follows an AUXTRACE record (a slice of the map for files)."""

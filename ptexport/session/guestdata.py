@@ -36,6 +36,7 @@ carry it).
 from __future__ import annotations
 
 import copy
+import heapq
 import os
 import re
 from dataclasses import dataclass
@@ -52,7 +53,12 @@ from ptexport.perfdata.constants import (
     RecordType as RT,
     SampleType,
 )
+from ptexport.perfdata import open_perf_data
+from ptexport.perfdata.attr import EventAttr, perf_event_name
+from ptexport.perfdata.features import BuildIdEntry
+from ptexport.perfdata.reader import PerfData, machine_pid_of, vcpu_of
 from ptexport.perfdata.records import IdIndexEntry, IdIndexRecord, SampleId
+from ptexport.sideband.timeconv import TimeConversion
 
 _U64 = (1 << 64) - 1
 _USER_START = 64
@@ -158,8 +164,6 @@ def delivery(records: Iterable[Any]) -> Iterator[tuple[Any, int | None]]:
     highest time seen before the previous round (stable by time), the rest at the end.  Yields
     ``(record, None)``, and ``(None, last_flush_time)`` after each round's flush, before its
     FINISHED_ROUND record."""
-    import heapq
-
     heap: list = []
     push, pop = heapq.heappush, heapq.heappop
     seq = next_flush = max_ts = last_flush = 0
@@ -193,8 +197,6 @@ class _Conv:
     """perf's struct perf_tsc_conversion from a TIME_CONV record (cap_user_time_zero off: identity)."""
 
     def __init__(self, tc: Any) -> None:
-        from ptexport.sideband.timeconv import TimeConversion
-
         self.tc = None
         if tc is not None and getattr(tc, "time_mult", 0) and getattr(tc, "cap_user_time_zero", True) is not False:
             self.tc = TimeConversion.from_time_conv(tc)
@@ -210,8 +212,6 @@ class _Guest:
     """One guest perf.data, read once: its attrs, ids, build-ids and sideband records (delivery order)."""
 
     def __init__(self, spec: GuestDataSpec) -> None:
-        from ptexport.perfdata import open_perf_data
-
         self.spec = spec
         path = spec.path
         if str(path) == "-":
@@ -259,8 +259,6 @@ class InjectedView:
     Everything not overridden here is the host's (``__getattr__``)."""
 
     def __init__(self, host: Any, spec: GuestDataSpec) -> None:
-        from ptexport.perfdata.attr import EventAttr, perf_event_name
-
         if getattr(host, "is_pipe", False):
             raise UsageError(f"--guest-data {spec.path}: the host recording {host.path} is a pipe-mode stream; "
                              "perf inject needs to look through the host's COMM records first: give a file")
@@ -330,8 +328,6 @@ class InjectedView:
         for b in g.build_ids:
             if getattr(b, "pid", -1) not in (-1, 0xFFFFFFFF) or not getattr(b, "build_id", None):
                 continue
-            from ptexport.perfdata.features import BuildIdEntry
-
             name = str(b.filename)
             kernel = name.startswith("[") and not name.startswith("[vdso") or name.endswith(".ko")
             extra.append(BuildIdEntry(mp, PERF_RECORD_MISC_GUEST_KERNEL if kernel else PERF_RECORD_MISC_GUEST_USER,
@@ -418,8 +414,6 @@ class InjectedView:
 
     def ordered_records(self, types: Iterable[int] | None = None) -> Iterator[Any]:
         """perf's delivery order of the injected file (as :meth:`PerfData.ordered_records`)."""
-        from ptexport.perfdata.reader import PerfData
-
         if types is None:
             return PerfData._ordered(self._stream())
         want = frozenset(int(t) for t in types)
@@ -497,23 +491,11 @@ class InjectedView:
         return self._host.attr_of(rec)
 
     def machine_pid_of(self, rec: Any) -> int | None:
-        from ptexport.perfdata.constants import GUEST_CPUMODES
-
-        if rec.misc & 7 not in GUEST_CPUMODES:
-            return None
-        sid = rec.sample_id
-        if sid is not None and sid.id is not None:
-            e = self.id_index.get(sid.id)
-            if e is not None and e.machine_pid:
-                return e.machine_pid
-        return self._host.machine_pid_of(rec)
+        """The reader's attribution with the merged ID_INDEX (the host's entries and the guest's)."""
+        return machine_pid_of(rec, self.id_index)
 
     def vcpu_of(self, rec: Any) -> int | None:
-        sid = rec.sample_id
-        if sid is None or sid.id is None:
-            return None
-        e = self.id_index.get(sid.id)
-        return None if e is None or not e.machine_pid else e.vcpu
+        return vcpu_of(rec, self.id_index)
 
     def __enter__(self) -> "InjectedView":
         return self

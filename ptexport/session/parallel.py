@@ -1,7 +1,7 @@
 """Queue decoding for :meth:`PerfSession.decode`: compiled when possible, in worker processes on request.
 
 :func:`decode_queues` returns one rows object per queue (the session's
-``_Rows`` or :class:`ptexport.decoder.compiled.decoder.FastRows`), in queue order;
+``Rows`` of :mod:`ptexport.decoder.reference.queue` or :class:`ptexport.decoder.compiled.decoder.FastRows`), in queue order;
 :func:`count_samples` is ``dump branches --count``: it decodes everything
 and keeps only errors (what perf's failure budget needs) and counts.
 
@@ -23,10 +23,17 @@ with the trace with any number of jobs.
 from __future__ import annotations
 
 import os
+from collections import deque
 from typing import Any
 
 import numpy as np
 
+from ptexport.decoder import backend
+from ptexport.decoder.compiled import kernel as K
+from ptexport.decoder.compiled.decoder import FastRows, QueueDecoder
+from ptexport.decoder.reference import queue as reference_queue
+from ptexport.pt.perfpkt import PSB_BYTES
+from ptexport.samples.columns import EV_ERROR
 from ptexport.session.queues import PerfQueueHeap
 
 
@@ -48,11 +55,11 @@ def _pool(jobs: int, session: Any | None = None) -> Any:
     from concurrent.futures import ProcessPoolExecutor
 
     if session is not None:
-        from ptexport.decoder.compiled import decoder as perffast
         queues = session.queues()
-        if queues and perffast.supported(session):
+        ctx = session.decode_context()
+        if queues and backend.compiled_for(ctx):
             key, bufs = queues[0]
-            qd = perffast.QueueDecoder(session, 0, key, bufs)
+            qd = QueueDecoder(ctx, 0, key, bufs)
             qd.setup()
             qd.drive(single=True)
             qd.position()
@@ -60,18 +67,15 @@ def _pool(jobs: int, session: Any | None = None) -> Any:
 
 
 def _decode_one(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any], count_only: bool = False) -> Any:
-    from ptexport.decoder.compiled import decoder as perffast
-    if perffast.supported(session):
-        return perffast.decode_queue_fast(session, qnum, key, bufs, count_only=count_only)
-    return session.decode_queue(qnum, key, bufs)
+    return backend.decode_queue(session.decode_context(), qnum, key, bufs, count_only=count_only)
 
 
 _WORKER: dict[tuple, Any] = {}
 
 
-def _worker_job(path: str, config: Any, qnum: int, count_only: bool) -> Any:
+def _worker_job(cls: Any, path: str, config: Any, qnum: int, count_only: bool) -> Any:
     """In a worker: decode queue ``qnum`` whole (the reference decoder or the compiled one)."""
-    session = _worker_session(path, config)
+    session = _worker_session(cls, path, config)
     qkey, bufs = session.queues()[qnum]
     rows = _decode_one(session, qnum, qkey, bufs, count_only)
     if not isinstance(rows.items_err, np.ndarray):
@@ -82,10 +86,7 @@ def _worker_job(path: str, config: Any, qnum: int, count_only: bool) -> Any:
 
 
 def _obj_names(session: Any) -> list[str]:
-    names = [""] * len(session._obj_ids)
-    for name, i in session._obj_ids.items():
-        names[i] = name
-    return names
+    return session.obj_names()
 
 
 def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_bytes: int | None = None) -> list[Any]:
@@ -93,21 +94,20 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
     queues = session.queues()
     jobs = default_jobs() if jobs is None else max(1, jobs)
     path = getattr(session.pd, "path", None)
-    from ptexport.decoder.compiled import decoder as perffast
+    ctx = session.decode_context()
     if jobs == 1 or not path or not os.path.exists(str(path)):
-        if count_only and perffast.supported(session):
+        if count_only and backend.compiled_for(ctx):
             return [_count_queue(session, q, key, bufs) for q, (key, bufs) in enumerate(queues)]
         return [_decode_one(session, q, key, bufs, count_only) for q, (key, bufs) in enumerate(queues)]
-    from ptexport.decoder.compiled.decoder import FastRows
 
-    if perffast.segmentable(session) and not session.time_ranges:
+    if backend.segmentable(ctx) and not session.time_ranges:
         # PSB segments of every queue big enough, all in one pool; small queues whole (--time: a
         # queue's time filter state runs from its start, so whole queues go to workers).
         plans = []
         total = 0
         for q, (key, bufs) in enumerate(queues):
-            qd = perffast.QueueDecoder(session, q, key, bufs, count_only)
-            total += int(qd.tokens.bi[:, perffast.K.BI_DLEN].sum()) if len(qd.tokens.bi) else 0
+            qd = QueueDecoder(ctx, q, key, bufs, count_only)
+            total += int(qd.tokens.bi[:, K.BI_DLEN].sum()) if len(qd.tokens.bi) else 0
             plans.append((qd, _segment_starts(qd.tokens, jobs, min_segment_bytes)))
         if sum(len(starts) + 1 for _, starts in plans) < 2 or total < 2 * min_segment_bytes:
             return [qd.run() for qd, _ in plans]  # not worth worker processes
@@ -116,14 +116,15 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
             futs = [_submit_segments(session, q, pool, starts, count_only) for q, (_, starts) in enumerate(plans)]
             for f, (qd, starts) in zip(futs, plans):
                 qd.setup()
-                qd.S[perffast.K.P_RAW_INSN] = 1
-                out.append(_stitch_segments(f, starts, qd, count_only))
+                qd.S[K.P_RAW_INSN] = 1
+                out.append(_stitch_segments(f, starts, qd, count_only, session.decode_stats))
         return out
     if len(queues) < 2:
         return [_decode_one(session, q, key, bufs, count_only) for q, (key, bufs) in enumerate(queues)]
     out = []
     with _pool(min(jobs, len(queues)), session) as pool:
-        futs = [pool.submit(_worker_job, str(path), session.cfg, q, count_only) for q in range(len(queues))]
+        futs = [pool.submit(_worker_job, type(session), str(path), session.cfg, q, count_only)
+                for q in range(len(queues))]
         for fut in futs:
             cols, setup, ierr, its, nbr, names = fut.result()
             # Object ids are per process: map them to this session's.
@@ -146,7 +147,6 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
 # decodes the segment itself, so the output always equals serial decoding.
 
 MIN_SEGMENT_BYTES = 1 << 20
-STATS = {"matched": 0, "redone": 0}  # segment joins that agreed / segments decoded again serially
 _RECORD_ALL = 32  # states recorded at every step after a segment's PSB; then sparse:
 _SPARSE_FIRST, _SPARSE_LAST = 1 << 8, 1 << 22  # byte distances from the PSB, doubling
 
@@ -166,7 +166,6 @@ def _sparse_targets(at: tuple[int, int], after: tuple[int, int]) -> list[tuple[i
 
 
 def _cmp_mask() -> np.ndarray:
-    from ptexport.decoder.compiled import kernel as K
     mask = np.zeros(K.S_SIZE, bool)
     mask[:K.NSTATE] = True
     for name in ("IDX", "STUCK_IP", "STUCK_IP_PRD", "STUCK_IP_CNT", "RET_ADDR", "TNT_COUNT", "TNT_PAYLOAD",
@@ -183,7 +182,6 @@ def _cmp_mask() -> np.ndarray:
 
 def _same_state(a: tuple, b: tuple, mask: np.ndarray) -> bool:
     """Decoder states a and b (S, F, stack, failed object) lead to the same output from here on."""
-    from ptexport.decoder.compiled import kernel as K
     Sa, Fa, stka, faila = a
     Sb, Fb, stkb, failb = b
     if faila != failb or not np.array_equal(Sa[mask], Sb[mask]) or not np.array_equal(Fa, Fb):
@@ -214,7 +212,6 @@ def _same_state(a: tuple, b: tuple, mask: np.ndarray) -> bool:
 
 
 def _snapshot(qd: Any) -> tuple:
-    from ptexport.decoder.compiled import kernel as K
     S = qd.S
     depth = min(int(S[K.STACK_DEPTH]), len(qd.stk))
     return S.copy(), qd.F.copy(), qd.stk[:depth].copy(), qd.lastfail_name()
@@ -222,8 +219,6 @@ def _snapshot(qd: Any) -> tuple:
 
 def _segment_starts(tokens: Any, n: int, min_bytes: int) -> list[tuple[int, int]]:
     """Up to n-1 PSBs cutting the queue into about equal byte ranges: (buffer, byte in buffer)."""
-    from ptexport.decoder.compiled import kernel as K
-    from ptexport.pt.perfpkt import PSB_BYTES
 
     bi = tokens.bi
     total = int(bi[:, K.BI_DLEN].sum()) if len(bi) else 0
@@ -252,19 +247,16 @@ def _segment_starts(tokens: Any, n: int, min_bytes: int) -> list[tuple[int, int]
     return out
 
 
-def _segment_job(path: str, config: Any, qnum: int, at: tuple[int, int] | None,
+def _segment_job(cls: Any, path: str, config: Any, qnum: int, at: tuple[int, int] | None,
                  stop: tuple[int, int] | None, count_only: bool, window: int | None = None) -> dict:
     """In a worker: decode one segment (speculatively from its PSB unless it is the first).
 
     The decoder state is recorded at the first steps of the segment and then at
     every 32nd step of its first window (the joins compare states there).
     """
-    from ptexport.decoder.compiled import kernel as K
-    from ptexport.decoder.compiled.decoder import QueueDecoder
-
-    session = _worker_session(path, config)
+    session = _worker_session(cls, path, config)
     qkey, bufs = session.queues()[qnum]
-    qd = QueueDecoder(session, qnum, qkey, bufs, count_only, window=window)
+    qd = QueueDecoder(session.decode_context(), qnum, qkey, bufs, count_only, window=window)
     qd.setup(at)
     qd.S[K.P_RAW_INSN] = 1
     records: list[tuple] = []
@@ -305,21 +297,18 @@ def _segment_job(path: str, config: Any, qnum: int, at: tuple[int, int] | None,
                 done=r == K.R_DONE, nbranch=int(qd.S[K.NBRANCH]))
 
 
-def _worker_session(path: str, config: Any) -> Any:
-    from ptexport.perfdata import open_perf_data
-    from ptexport.session.perfsession import open_session
-
+def _worker_session(cls: Any, path: str, config: Any) -> Any:
+    """The recording opened again in a worker process (``cls``: the parent session's class, whose
+    ``reopen`` opens it), once per process."""
     key = (path, repr(config))  # one open file and sideband model per worker process
     got = _WORKER.get(key)
     if got is None:
-        pd = open_perf_data(path, salvage=True)  # a cut file: the parent has read it so (or stopped)
-        got = _WORKER[key] = (pd, open_session(pd, config))
-    return got[1]
+        got = _WORKER[key] = cls.reopen(path, config)
+    return got
 
 
 def _load_state(qd: Any, snap: tuple, pos: tuple[int, int]) -> None:
     """Make the parent's decoder continue from ``snap`` (taken in another process at cursor ``pos``)."""
-    from ptexport.decoder.compiled import kernel as K
     S, F, stk, fail = snap
     nbranch = int(qd.S[K.NBRANCH])
     qd.S[:] = S
@@ -360,7 +349,6 @@ def _fail_id(qd: Any, name: str | None) -> int:
 
 
 def _remap_fails(qd: Any, o: np.ndarray, names: list[str]) -> None:
-    from ptexport.decoder.compiled import kernel as K
     if not names:
         return
     remap = np.array([_fail_id(qd, n) for n in names] + [-1], dtype=np.int64)
@@ -375,15 +363,15 @@ def _submit_segments(session: Any, qnum: int, pool: Any, starts: list[tuple[int,
     for k in range(len(starts) + 1):
         at = None if k == 0 else starts[k - 1]
         stop = starts[k] if k < len(starts) else None
-        futs.append(pool.submit(_segment_job, path, session.cfg, qnum, at, stop, count_only))
+        futs.append(pool.submit(_segment_job, type(session), path, session.cfg, qnum, at, stop, count_only))
     return futs
 
 
-def _stitch_segments(futs: list[Any], starts: list[tuple[int, int]], qd: Any, count_only: bool) -> Any:
+def _stitch_segments(futs: list[Any], starts: list[tuple[int, int]], qd: Any, count_only: bool, stats: Any) -> Any:
     """Rows of one queue from its segments, equal to serial decoding (see above)."""
     os_, its = [], []
     nbranch = 0
-    for o, it, nb in _joined_segments((f.result() for f in futs), starts, qd):
+    for o, it, nb in _joined_segments((f.result() for f in futs), starts, qd, stats):
         os_.append(o)
         its.append(it)
         nbranch += nb
@@ -398,7 +386,6 @@ def _stitch_segments(futs: list[Any], starts: list[tuple[int, int]], qd: Any, co
 
 def _insn_diffs(o: np.ndarray, prev: int) -> int:
     """Raw instruction totals -> perf's per-sample differences (``prev``: the queue's last total so far)."""
-    from ptexport.decoder.compiled import kernel as K
     sel = np.flatnonzero(o[K.O_CYC] != 0)
     if not len(sel):
         return prev
@@ -408,10 +395,9 @@ def _insn_diffs(o: np.ndarray, prev: int) -> int:
     return last
 
 
-def _joined_segments(results: Any, starts: list[tuple[int, int]], qd: Any):
+def _joined_segments(results: Any, starts: list[tuple[int, int]], qd: Any, stats: Any):
     """(rows, items, branches) of each segment in order, joined exactly (``results``: the workers'
     :func:`_segment_job` dicts in segment order; ``qd`` set up at the queue's start)."""
-    from ptexport.decoder.compiled import kernel as K
     cuts = list(starts)
     mask = _cmp_mask()
     res = next(results)
@@ -472,7 +458,10 @@ def _joined_segments(results: Any, starts: list[tuple[int, int]], qd: Any):
                                                                                          mask):
                     matched = rec
                     break
-        STATS["matched" if matched is not None else "redone"] += 1
+        if matched is not None:  # segment joins that agreed / segments decoded again serially
+            stats.matched += 1
+        else:
+            stats.redone += 1
         if matched is not None:
             o, it = qd.take()
             os_.append(o)
@@ -521,8 +510,6 @@ def decode_queues(session: Any, jobs: int | None = 1, min_segment_bytes: int | N
 
 
 def _count_streamed(session: Any, jobs: int | None) -> tuple[int, int]:
-    from ptexport.samples.columns import EV_ERROR
-
     n = n_err = 0
     for cols in session.iter_batches(jobs):
         n += len(cols)
@@ -532,15 +519,11 @@ def _count_streamed(session: Any, jobs: int | None) -> tuple[int, int]:
 
 def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | None = None) -> tuple[int, int]:
     """(samples, errors) that ``session.decode(jobs)`` would return, without keeping the samples."""
-    from ptexport.decoder.compiled import decoder as perffast
-    from ptexport.decoder.compiled.kernel import K_BUDGET
-    from ptexport.samples.columns import EV_ERROR
-
-    if not perffast.supported(session):
+    if not backend.compiled_for(session.decode_context()):
         return _count_streamed(session, jobs)
     parts = _decode_all(session, jobs, True, min_segment_bytes)
     kinds = [np.asarray(p.cols["kind"]) for p in parts]
-    if any((k == K_BUDGET).any() for k in kinds) or session.data_error_marks() or session.cfg.itrace.initial_skip:
+    if any((k == K.K_BUDGET).any() for k in kinds) or session.data_error_marks() or session.cfg.itrace.initial_skip:
         # Silent failures share perf's per-object budget with reported ones: order matters.
         return _count_streamed(session, 1)
     # perf reports an object's first two failures (setup failures included): order-free here.
@@ -574,7 +557,6 @@ STREAM_CHUNK = 1 << 16  # rows (and items) per compiled-decoder chunk (= iter_ba
 
 def _drive_chunk(qd: Any) -> int:
     """``QueueDecoder.drive`` that hands back control when its output arrays are full."""
-    from ptexport.decoder.compiled import kernel as K
     S = qd.S
     S[K.P_SINGLE] = 0
     S[K.P_STOP_BUF], S[K.P_STOP_BYTE] = -1, 0
@@ -598,10 +580,7 @@ def _drive_chunk(qd: Any) -> int:
 
 
 def _fast_chunks(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any], chunk: int):
-    from ptexport.decoder.compiled import kernel as K
-    from ptexport.decoder.compiled.decoder import QueueDecoder
-
-    qd = QueueDecoder(session, qnum, key, bufs)
+    qd = QueueDecoder(session.decode_context(), qnum, key, bufs)
     qd.setup()
     qd.out = np.zeros((K.O_SIZE, max(chunk, 64)), np.int64)
     qd.items = np.zeros((2, max(chunk, 64)), np.int64)
@@ -614,10 +593,7 @@ def _fast_chunks(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any],
 
 def _count_queue(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any]) -> Any:
     """Count-only decoding of one queue in bounded memory: per-step items are dropped as they come."""
-    from ptexport.decoder.compiled import kernel as K
-    from ptexport.decoder.compiled.decoder import QueueDecoder
-
-    qd = QueueDecoder(session, qnum, key, bufs, count_only=True)
+    qd = QueueDecoder(session.decode_context(), qnum, key, bufs, count_only=True)
     qd.setup()
     kept = []
     while True:
@@ -634,13 +610,13 @@ def _count_queue(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any])
 
 
 def _queue_chunks(session: Any, jobs: int | None, chunk: int) -> list[Any]:
-    """Per queue, an iterator of rows objects (``_Rows``/``FastRows``) in decoding order, each of
+    """Per queue, an iterator of rows objects (``Rows``/``FastRows``) in decoding order, each of
     about ``chunk`` rows: decoded here (``jobs`` == 1) or by worker processes ahead of use."""
-    from ptexport.decoder.compiled import decoder as perffast
     queues = session.queues()
     jobs = default_jobs() if jobs is None else max(1, jobs)
     path = getattr(session.pd, "path", None)
-    fast = perffast.supported(session)
+    ctx = session.decode_context()
+    fast = backend.compiled_for(ctx)
     if jobs > 1 and path and os.path.exists(str(path)) and queues:
         if fast:
             streams = _segment_streams(session, jobs, chunk)
@@ -650,7 +626,7 @@ def _queue_chunks(session: Any, jobs: int | None, chunk: int) -> list[Any]:
             return _reference_streams(session, jobs, chunk)
     if fast:
         return [_fast_chunks(session, q, key, bufs, chunk) for q, (key, bufs) in enumerate(queues)]
-    return [session.iter_queue(q, key, bufs, chunk) for q, (key, bufs) in enumerate(queues)]
+    return [reference_queue.iter_queue(ctx, q, key, bufs, chunk) for q, (key, bufs) in enumerate(queues)]
 
 
 # Worker processes for streaming.  The compiled decoder's queues are cut at PSBs
@@ -662,8 +638,6 @@ def _queue_chunks(session: Any, jobs: int | None, chunk: int) -> list[Any]:
 
 STREAM_SEGMENT_BYTES = 1 << 16  # trace bytes per streamed segment (~64 K rows of a branchy trace)
 STREAM_QUEUE_CHUNKS = 2  # chunks a reference worker may hand back ahead of the merge
-# At most: rows of finished segments waiting in the parent; undelivered rows of one queue (tests)
-STREAM_STATS = {"max_held_rows": 0, "max_source_rows": 0}
 
 
 class _SegmentPool:
@@ -682,15 +656,15 @@ class _SegmentPool:
 def _segment_streams(session: Any, jobs: int, chunk: int) -> list[Any] | None:
     """Streams of segment rows for every queue, or None when the trace is too small for workers
     (or has --time ranges: a queue's time filter state runs from its start, segments cannot)."""
-    from ptexport.decoder.compiled import decoder as perffast
-    if session.time_ranges or not perffast.segmentable(session):
+    ctx = session.decode_context()
+    if session.time_ranges or not backend.segmentable(ctx):
         return None
 
     plans = []
     total = 0
     for q, (key, bufs) in enumerate(session.queues()):
-        qd = perffast.QueueDecoder(session, q, key, bufs)
-        size = int(qd.tokens.bi[:, perffast.K.BI_DLEN].sum()) if len(qd.tokens.bi) else 0
+        qd = QueueDecoder(ctx, q, key, bufs)
+        size = int(qd.tokens.bi[:, K.BI_DLEN].sum()) if len(qd.tokens.bi) else 0
         total += size
         n = max(jobs, size // STREAM_SEGMENT_BYTES)
         plans.append((q, key, bufs, qd, _segment_starts(qd.tokens, n, STREAM_SEGMENT_BYTES)))
@@ -711,10 +685,8 @@ def _segment_streams(session: Any, jobs: int, chunk: int) -> list[Any] | None:
 def _segment_stream(session: Any, qnum: int, qd: Any, starts: list[tuple[int, int]], pool: _SegmentPool,
                     lookahead: int):
     """One queue's rows, a segment at a time, with at most ``lookahead`` segments submitted ahead."""
-    from collections import deque
-
-    from ptexport.decoder.compiled import kernel as K
     path = str(session.pd.path)
+    stats = session.decode_stats
     window = max(2 * STREAM_SEGMENT_BYTES, 1 << 16)
     nseg = len(starts) + 1
     futs: deque = deque()
@@ -727,18 +699,19 @@ def _segment_stream(session: Any, qnum: int, qd: Any, starts: list[tuple[int, in
                 k = submitted
                 at = None if k == 0 else starts[k - 1]
                 stop = starts[k] if k < len(starts) else None
-                futs.append(pool.pool.submit(_segment_job, path, session.cfg, qnum, at, stop, False, window))
+                futs.append(pool.pool.submit(_segment_job, type(session), path, session.cfg, qnum, at, stop, False,
+                                              window))
                 submitted += 1
             res = futs.popleft().result()
             held = int(res["o"].shape[1]) + sum(int(f.result()["o"].shape[1]) for f in futs if f.done())
-            STREAM_STATS["max_held_rows"] = max(STREAM_STATS["max_held_rows"], held)
+            stats.max_held_rows = max(stats.max_held_rows, held)
             yield res
 
     try:
         qd.setup()
         qd.S[K.P_RAW_INSN] = 1
         prev = 0
-        for o, it, nbranch in _joined_segments(results(), starts, qd):
+        for o, it, nbranch in _joined_segments(results(), starts, qd, stats):
             prev = _insn_diffs(o, prev)
             rows = qd._rows(o, it)
             rows.branch_count = nbranch
@@ -755,16 +728,17 @@ def _reference_streams(session: Any, jobs: int, chunk: int) -> list[Any]:
     queues = session.queues()
     sizes = [sum(int(getattr(b, "size", 0) or 0) for b in bufs) for _, bufs in queues]
     chosen = set(sorted(range(len(queues)), key=lambda q: (-sizes[q], q))[:jobs])
-    return [_reference_stream(session, q, chunk) if q in chosen else session.iter_queue(q, key, bufs, chunk)
+    ctx = session.decode_context()
+    return [_reference_stream(session, q, chunk) if q in chosen else reference_queue.iter_queue(ctx, q, key, bufs, chunk)
             for q, (key, bufs) in enumerate(queues)]
 
 
-def _reference_worker(path: str, config: Any, qnum: int, chunk: int, out: Any) -> None:
+def _reference_worker(cls: Any, path: str, config: Any, qnum: int, chunk: int, out: Any) -> None:
     """In a worker process: decode queue ``qnum`` with the reference decoder, a chunk at a time."""
     try:
-        session = _worker_session(path, config)
+        session = _worker_session(cls, path, config)
         key, bufs = session.queues()[qnum]
-        for rows in session.iter_queue(qnum, key, bufs, chunk):
+        for rows in reference_queue.iter_queue(session.decode_context(), qnum, key, bufs, chunk):
             cols = _as_cols(rows, tuple(rows.cols))
             out.put((cols, rows.setup_failures, np.asarray(rows.items_err, dtype=bool),
                      np.asarray(rows.items_ts, dtype=np.int64), _obj_names(session)))
@@ -776,11 +750,9 @@ def _reference_worker(path: str, config: Any, qnum: int, chunk: int, out: Any) -
 def _reference_stream(session: Any, qnum: int, chunk: int):
     import multiprocessing as mp
 
-    from ptexport.decoder.compiled.decoder import FastRows
-
     ctx = mp.get_context("fork")
     q = ctx.Queue(maxsize=STREAM_QUEUE_CHUNKS)
-    proc = ctx.Process(target=_reference_worker, args=(str(session.pd.path), session.cfg, qnum, chunk, q),
+    proc = ctx.Process(target=_reference_worker, args=(type(session), str(session.pd.path), session.cfg, qnum, chunk, q),
                        daemon=True)
     started = False
     try:
@@ -835,8 +807,9 @@ def _as_cols(rows: Any, columns: tuple[str, ...]) -> dict[str, np.ndarray]:
 class _Source:
     """One queue's items (for the heap) and undelivered rows, decoded on demand."""
 
-    def __init__(self, chunks: Any, columns: tuple[str, ...]) -> None:
+    def __init__(self, chunks: Any, columns: tuple[str, ...], stats: Any) -> None:
         self.chunks = chunks
+        self.stats = stats  # the session's DecodeStats (max_source_rows)
         self.columns = columns
         self.err = np.zeros(0, bool)
         self.ts = np.zeros(0, np.int64)
@@ -861,8 +834,8 @@ class _Source:
         if len(part):
             self.rows.append(_as_cols(part, self.columns))
             held = sum(len(c["kind"]) for c in self.rows)
-            if held > STREAM_STATS["max_source_rows"]:
-                STREAM_STATS["max_source_rows"] = held
+            if held > self.stats.max_source_rows:
+                self.stats.max_source_rows = held
         err = np.asarray(part.items_err, dtype=bool)
         ts = np.asarray(part.items_ts, dtype=np.int64)
         if len(ts):

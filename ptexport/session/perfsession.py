@@ -1,20 +1,15 @@
 """Decode a perf.data Intel PT recording into perf's samples, as columns.
 
-This is the glue DESIGN.md section 2 describes: the perf.data reader and the
-sideband model on one side, the perf-mode decoder on the other.  For each
-AUX queue (a CPU in per-CPU mode, a thread in ``--per-thread`` mode) it runs
-:class:`~ptexport.decoder.reference.decoder.PerfDecoder` and turns decoder states into
-perf's synthesized samples (branches, instructions, transactions, ptwrite,
-power events, errors) with perf's rules:
-
-* the thread of a sample is the one current on its CPU after every sideband
-  event whose time, converted to TSC, is at or before the sample's TSC (perf
-  runs the decoder up to each event's time, then applies the event);
-* code is read in the address space of that thread (kernel code in the
-  kernel's); before the first timestamp perf has no thread for a CPU queue;
-* errors before a queue's first timestamp are dropped, as perf drops them;
-* a branch between machines (VM entry/exit) becomes two samples;
-* samples of all queues are merged in timestamp order.
+The glue between the perf.data reader and sideband model on one side and the
+perf decoder on the other (docs/architecture.md): :class:`PerfSession` reads
+the recording once, derives perf's decoder parameters, and hands each AUX queue
+(a CPU in per-CPU mode, a thread in ``--per-thread`` mode) to a decoder backend
+through a :class:`~ptexport.decoder.context.DecodeContext`
+(:meth:`PerfSession.decode_context`); :mod:`ptexport.decoder.backend` picks the
+backend, :mod:`ptexport.decoder.reference.queue` is the reference one (perf's
+``intel_pt_sample`` and ``intel_pt_synth_*``).  Here: samples of all queues
+merged in perf's order (its queue heap), perf's failure budget, ``--itrace=sN``,
+perf script's ``--time``/``--pid``/``--tid``, lost-data and cut errors.
 
 Output is a :class:`SampleColumns` of numpy arrays; nothing here prints.
 """
@@ -22,222 +17,58 @@ Output is a :class:`SampleColumns` of numpy arrays; nothing here prints.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from ptexport.decoder.reference.decoder import (
-    F_ABORT_TX,
-    F_ASYNC,
-    F_FUP_IP,
-    F_IN_TX,
-    F_SAMPLE_IPC,
-    OP_CALL,
-    OP_INT,
-    OP_IRET,
-    OP_JCC,
-    OP_JMP,
-    OP_LOOP,
-    OP_RET,
-    OP_SYSCALL,
-    OP_SYSRET,
-    OP_VMENTRY,
-    PERIOD_INSTRUCTIONS,
-    PERIOD_MTC,
-    PERIOD_NONE,
-    PERIOD_TICKS,
-    T_BRANCH,
-    T_EVT,
-    T_EX_STOP,
-    T_IFLAG_CHG,
-    T_INSTRUCTION,
-    T_MWAIT_OP,
-    T_PSB_EVT,
-    T_PTW,
-    T_PWR_ENTRY,
-    T_PWR_EXIT,
-    T_TRACE_BEGIN,
-    T_TRACE_END,
-    T_TRANSACTION,
-    Buffer,
-    Params,
-    PerfDecoder,
-)
+from ptexport.decoder.constants import PERIOD_INSTRUCTIONS, PERIOD_TICKS
+from ptexport.decoder.context import CpuTimeline, DecodeContext, MapLookup
+from ptexport.decoder.reference import queue as reference_queue
+from ptexport.decoder.reference.decoder import Buffer, Params
+from ptexport.decoder.reference.queue import EVD_ROW as _EVD_ROW
+from ptexport.decoder.reference.queue import TIMELESS_MAP_TIME as _TIMELESS_MAP_TIME
+from ptexport.decoder.reference.queue import Rows as _Rows
 from ptexport.samples.columns import (
     COLUMNS,
-    DEFAULTS,
     ERR_LOST,
     ERR_NODATA,
-    ERR_OVR,
-    ERROR_MESSAGES,
-    EV_BRANCH,
     EV_CBR,
     EV_ERROR,
     EV_EVT,
-    EV_EXSTOP,
-    EV_IFLAG,
-    EV_INSTRUCTION,
-    EV_MWAIT,
-    EV_PSB,
-    EV_PTWRITE,
-    EV_PWRE,
-    EV_PWRX,
-    EV_TRANSACTION,
     OUT_COLUMNS,
     U64_COLUMNS,
     SampleColumns,
     concat_columns,
 )
-from ptexport.perfdata.constants import IntelPTConfig
+from ptexport.errors import TruncatedError, UsageError
+from ptexport.perfdata import open_perf_data
+from ptexport.perfdata.constants import IntelPTConfig, RecordType
+from ptexport.session.guestdata import apply_guest_data
+from ptexport.sideband.builder import build_sideband
+from ptexport.pt.perfpkt import whole_packets_end
 from ptexport.session.queues import PerfQueueHeap
-from ptexport.decoder.codewalk import CodeObjects, PerfCodeWalker, default_kernel_start
-from ptexport.decoder.filters import (
-    QueueTimeFilter,
-    TimeRange,
-    TscRanges,
-    fast_forward,
-    parse_time_ranges,
-    thread_kept,
-    thread_mask,
-    time_kept,
-    time_mask,
-)
+from ptexport.decoder.codewalk import CodeObjects, default_kernel_start, sample_fetch_marks, vdso_probe_marks
+from ptexport.decoder.guest import GuestSpaces, VcpuAttribution, host_kcore
+from ptexport.decoder.filters import QueueTimeFilter, TscRanges
+from ptexport.samples.filters import TimeRange, parse_time_ranges, thread_kept, thread_mask, time_kept, time_mask
 from ptexport.samples.flags import IpFlag
 from ptexport.samples.itrace import ItraceOptions, PeriodType
 
 _INTEL_PT_CFG_EVT_EN = 1 << 31  # intel_pt/event_trace=1/
-_EVD_ROW = -2  # an EVD of the evt row after it (dropped with the budget marks, kept as SampleColumns.evd_*)
-
-_F = IpFlag
-_OP_FLAGS = {
-    OP_CALL: _F.BRANCH | _F.CALL,
-    OP_RET: _F.BRANCH | _F.RETURN,
-    OP_JCC: _F.BRANCH | _F.CONDITIONAL,
-    OP_JMP: _F.BRANCH,
-    OP_LOOP: _F.BRANCH | _F.CONDITIONAL,
-    OP_IRET: _F.BRANCH | _F.RETURN | _F.INTERRUPT,
-    OP_INT: _F.BRANCH | _F.CALL | _F.INTERRUPT,
-    OP_SYSCALL: _F.BRANCH | _F.CALL | _F.SYSCALLRET,
-    OP_SYSRET: _F.BRANCH | _F.RETURN | _F.SYSCALLRET,
-    OP_VMENTRY: _F.BRANCH | _F.CALL | _F.VMENTRY,
-}
-_OP_FLAGS = {k: int(v) for k, v in _OP_FLAGS.items()}
 
 # perf reports an object's failed code reads twice, then recovers silently.
 _REPORTED_FAILURES_PER_OBJECT = 2
-_TIMELESS_MAP_TIME = 1 << 62  # maps as perf sees them when a timeless queue is decoded (late)
-
-
-class _Rows:
-    """Row accumulator for one queue (lists, converted once)."""
-
-    def __init__(self) -> None:
-        self.cols: dict[str, list] = {c: [] for c in COLUMNS}
-        self.setup_failures: list[int] = []  # object ids that failed before the first timestamp
-        # Every decode result after setup, in order: (is_error, queue timestamp after it).
-        # Rows carry the index of the result they came from in their "step" column.
-        self.items_err: list[bool] = []
-        self.items_ts: list[int] = []
-
-    def add(self, **kw: int) -> None:
-        for c in COLUMNS:
-            self.cols[c].append(kw.get(c, DEFAULTS.get(c, 0)))
-
-    def __len__(self) -> int:
-        return len(self.cols["kind"])
-
-
-def _n_samples(rows: _Rows) -> int:
-    """Samples (not errors, CBRs or budget marks) among ``rows``: what --itrace=sN counts."""
-    return sum(1 for k in rows.cols["kind"] if k >= 0 and k not in (EV_ERROR, EV_CBR))
-
-
-def _join_rows(pieces: list[_Rows]) -> _Rows:
-    """The pieces of :meth:`PerfSession.iter_queue` as one ``_Rows``."""
-    if len(pieces) == 1:
-        return pieces[0]
-    out = _Rows()
-    for p in pieces:
-        for c in COLUMNS:
-            out.cols[c] += p.cols[c]
-        out.setup_failures += p.setup_failures
-        out.items_err += p.items_err
-        out.items_ts += p.items_ts
-    return out
 
 
 @dataclass
-class _CpuIndex:
-    """Who is current on a CPU, keyed by TSC (perf compares in TSC)."""
+class DecodeStats:
+    """What the queue orchestration (session/parallel.py) did for a session, for tests and benchmarks."""
 
-    tsc: np.ndarray
-    pid: np.ndarray
-    tid: np.ndarray
-
-    def at(self, tsc: int) -> tuple[int, int]:
-        i = int(np.searchsorted(self.tsc, np.uint64(tsc), side="right")) - 1
-        if i < 0:
-            return -1, -1
-        return int(self.pid[i]), int(self.tid[i])
-
-
-class _MapLookup:
-    """The walker's view of memory: the maps of process ``pid`` at perf time ``time``.
-
-    Kernel code comes from the recording's kcore copy when there is one (perf loads
-    kcore in place of the kernel map).  ``guest(ip, kernel)`` reads non-root code:
-    the guest machine of host process ``pid`` (see pipeline/guest.py), whose user
-    code is that of guest process ``guest_pid`` (-1: unknown, unreadable).
-    """
-
-    __slots__ = ("machine", "objects", "build_ids", "pid", "tid", "time", "kcore", "guests", "vcpus")
-
-    def __init__(self, machine: Any, objects: CodeObjects, build_ids: dict[str, bytes],
-                 kcore: Any = None, guests: Any = None) -> None:
-        self.machine = machine
-        self.objects = objects
-        self.build_ids = build_ids
-        self.pid = -1
-        self.time = 0
-        self.kcore = kcore
-        self.guests = guests
-        self.tid = -1  # the host thread (a VCPU thread when guest code runs)
-        self.vcpus = None  # guest.VcpuAttribution with guest sideband: the guest thread on the VCPU
-
-    def __call__(self, ip: int, kernel: bool):
-        if self.pid < 0 and not kernel:
-            return None
-        if kernel and self.kcore is not None:
-            return self.kcore.at(ip)
-        e = self.machine.map_at(self.pid, ip, self.time, kernel=kernel)
-        if e is None:
-            return None
-        return e.start, e.end, e.pgoff, self.objects.get(e.filename, e.build_id or self.build_ids.get(e.filename))
-
-    def guest(self, ip: int, kernel: bool):
-        g = self.guests
-        if g is None:
-            return None
-        mpid = g.machine_pid(self.pid)
-        if kernel:
-            code = g.kcore(mpid)
-            if code is not None:
-                return code.at(ip)
-        guest_pid = -1
-        if not kernel:
-            if self.vcpus is None or not self.vcpus.enabled:
-                return None  # perf: guest user code needs the guest thread (guest sideband)
-            guest_pid = self.vcpus.guest_pid_at_time(self.tid, self.time)
-            if guest_pid < 0:
-                return None
-        m = g.sb.machine(mpid)
-        if m is None:
-            return None
-        e = m.map_at(guest_pid, ip, self.time, kernel=kernel)
-        if e is None:
-            return None
-        return e.start, e.end, e.pgoff, self.objects.get(e.filename, e.build_id or self.build_ids.get(e.filename))
+    matched: int = 0  # PSB segment joins that agreed with the serial decoder
+    redone: int = 0  # PSB segments decoded again serially (their join failed)
+    max_held_rows: int = 0  # most rows of finished segments waiting in the parent while streaming
+    max_source_rows: int = 0  # most undelivered rows of one queue while streaming
 
 
 @dataclass
@@ -248,11 +79,11 @@ class DecodeConfig:
     search_dirs: tuple[str, ...] = ()
     cpus: frozenset[int] | None = None
     guest_kcore: str | None = None  # guest kcore_dir for perf's default guest (--guestkallsyms' folder)
-    time: str | None = None  # perf script --time ranges as perf writes them (pipeline/filters.py)
+    time: str | None = None  # perf script --time ranges as perf writes them (samples/filters.py)
     pids: frozenset[int] | None = None  # perf script --pid
     tids: frozenset[int] | None = None  # perf script --tid
     insn_fetch_marks: bool = True  # perf script's text output's instruction fetches at non-PT samples
-    guest_data: tuple = ()  # --guest-data specs: guests merged as perf inject does (pipeline/guestdata.py)
+    guest_data: tuple = ()  # --guest-data specs: guests merged as perf inject does (session/guestdata.py)
 
 
 def _params(info: Any, attrs: Iterable[Any], cpuid: str, itrace: ItraceOptions, tc: Any) -> tuple[Params, bool]:
@@ -309,8 +140,6 @@ class PerfSession:
         self.cfg = config
         info = pd.auxtrace_info
         if info is None or not hasattr(info, "pmu_type"):
-            from ptexport.errors import TruncatedError, UsageError
-
             cut = getattr(pd, "cut", None)
             if info is None and cut is not None:  # a salvaged recording cut before its AUXTRACE_INFO record
                 raise TruncatedError(f"the file is cut {cut.where}: no Intel PT AUXTRACE_INFO record before "
@@ -336,8 +165,9 @@ class PerfSession:
         # Outside PT decoding perf marks objects unreadable at these (see codewalk.sample_fetch_marks):
         self.sample_ips: list[tuple[int, int, int, int]] = []  # (time, pid, tid, ip) of non-PT SAMPLE records
         self.vdso_mmaps: list[tuple[int, int]] = []  # (time, pid) of [vdso] mmaps
-        self._cpu_index: dict[int, _CpuIndex] = {}
-        self.time_ranges: list[TimeRange] | None = None  # perf script --time (pipeline/filters.py), perf times
+        self._cpu_index: dict[int, CpuTimeline] = {}
+        self.decode_stats = DecodeStats()  # counters of session/parallel.py
+        self.time_ranges: list[TimeRange] | None = None  # perf script --time (samples/filters.py), perf times
         self._tsc_ranges: TscRanges | None = None
         self._obj_ids: dict[str, int] = {}
         self._branches_filter = 0
@@ -347,25 +177,39 @@ class PerfSession:
         self._evt_attr = any(a.type == info.pmu_type and a.config & _INTEL_PT_CFG_EVT_EN for a in pd.attrs)
         it = config.itrace
         if it.calls:
-            self._branches_filter |= int(_F.CALL | _F.ASYNC | _F.TRACE_END)
+            self._branches_filter |= int(IpFlag.CALL | IpFlag.ASYNC | IpFlag.TRACE_END)
         if it.returns:
-            self._branches_filter |= int(_F.RETURN | _F.TRACE_BEGIN)
+            self._branches_filter |= int(IpFlag.RETURN | IpFlag.TRACE_BEGIN)
 
     # ----------------------------------------------------------- sideband views
 
-    def _cpu_current(self, cpu: int) -> _CpuIndex:
+    def _cpu_current(self, cpu: int) -> CpuTimeline:
         idx = self._cpu_index.get(cpu)
         if idx is None:
             tl = self.sb.host.cpus.get(cpu)
             if tl is None or not len(tl):
-                idx = _CpuIndex(np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+                idx = CpuTimeline(np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64))
             else:
-                idx = _CpuIndex(self.tc.perf_time_to_tsc_array(tl.times.astype(np.uint64)), tl.pids, tl.tids)
+                idx = CpuTimeline(self.tc.perf_time_to_tsc_array(tl.times.astype(np.uint64)), tl.pids, tl.tids)
             self._cpu_index[cpu] = idx
         return idx
 
     def _obj_id(self, name: str) -> int:
         return self._obj_ids.setdefault(name, len(self._obj_ids))
+
+    @classmethod
+    def reopen(cls, path: str, config: DecodeConfig) -> "PerfSession":
+        """The recording at ``path`` opened again with ``config`` (a worker process's own session)."""
+        pd = open_perf_data(path, salvage=True)  # a cut file: the parent has read it so (or stopped)
+        return open_session(pd, config)
+
+    def obj_names(self) -> list[str]:
+        """Names of the objects with failed code reads, by their id in this session (worker processes
+        hand these back: ids are per process)."""
+        names = [""] * len(self._obj_ids)
+        for name, i in self._obj_ids.items():
+            names[i] = name
+        return names
 
     def _perf_time(self, tsc: int) -> int:
         return 0 if self.timeless else self.tc.tsc_to_perf_time(tsc)
@@ -378,17 +222,15 @@ class PerfSession:
         never clears it: sync_switch no longer turns it off (perf 4.x did, with est_tsc_orig), it
         only adds its own estimate in an unknown switch state, after est_tsc's test (sync_switch
         needs __switch_to in the kernel's symbols; it is not modelled here).  The compiled
-        decoder takes this flag as P_EST_TSC (flow/perffast.py)."""
+        decoder takes this flag as P_EST_TSC (DecodeContext.est_tsc)."""
         return not self.timeless
 
-    def _lookup(self) -> "_MapLookup":
+    def _lookup(self) -> MapLookup:
         if not hasattr(self, "_guest_spaces"):
-            from ptexport.decoder.guest import GuestSpaces, VcpuAttribution, host_kcore
-
             self._host_kcore = host_kcore(self.pd)
             self._guest_spaces = GuestSpaces(self.pd, self.sb, getattr(self.cfg, "guest_kcore", None))
             self._vcpus = VcpuAttribution(self)
-        lookup = _MapLookup(self.sb.host, self.objects, self.build_ids, self._host_kcore, self._guest_spaces)
+        lookup = MapLookup(self.sb.host, self.objects, self.build_ids, self._host_kcore, self._guest_spaces)
         lookup.vcpus = self._vcpus
         return lookup
 
@@ -416,222 +258,31 @@ class PerfSession:
             data = self.pd.aux_data(b)
             if cut is not None and b.offset == cut.partial_offset and b.src is None:
                 # the file's cut tore the payload: decode its whole packets (cut_error_rows marks the end)
-                from ptexport.pt.perfpkt import whole_packets_end
-
                 data = data[:whole_packets_end(data)]
             out.append(Buffer(data=data, ref_timestamp=b.reference, consecutive=i > 0, trace_nr=trace_nr,
                               offset=pos))
             pos += len(data)
         return out
 
+    def decode_context(self) -> DecodeContext:
+        """What a decoder backend reads of this session (:mod:`ptexport.decoder.backend` picks the backend).
+
+        Built afresh on each call (cheap): it reads the session's attributes as they are now."""
+        return DecodeContext(
+            params=self.params, itrace=self.cfg.itrace, timeless=self.timeless, est_tsc=self._est_tsc,
+            kernel_start=self.kernel_start, branches_filter=self._branches_filter, event_trace=self.event_trace,
+            evt_attr=self._evt_attr, sb=self.sb, tc=self.tc, buffers=self._buffers, new_lookup=self._lookup,
+            cpu_timeline=self._cpu_current, obj_id=self._obj_id, time_filter=self._queue_time_filter,
+            perf_time=self._perf_time)
+
     def decode_queue(self, qnum: int, key: tuple[str, int], bufs: list[Any]) -> _Rows:
-        """Run perf's decoder over one queue and synthesize its samples."""
-        return _join_rows(list(self.iter_queue(qnum, key, bufs)))
+        """Run perf's decoder over one queue and synthesize its samples (the reference backend)."""
+        return reference_queue.decode_queue(self.decode_context(), qnum, key, bufs)
 
     def iter_queue(self, qnum: int, key: tuple[str, int], bufs: list[Any], chunk: int = 0) -> Iterator[_Rows]:
-        """:meth:`decode_queue` in pieces of about ``chunk`` rows or steps (0: one piece).
-
-        A piece ends between two decoder steps; steps (the rows' ``step`` and the
-        items) are numbered across pieces, setup failures come with the first.
-        """
-        it = self.cfg.itrace
-        rows = _Rows()
-        skipped_before = 0  # samples of earlier pieces (--itrace=sN holds CBRs back meanwhile)
-        per_cpu = key[0] == "cpu"
-        cpu = key[1] if per_cpu else -1
-        qtid = -1 if per_cpu else key[1]
-        lookup = self._lookup()
-        walker = PerfCodeWalker(lookup, self.kernel_start)
-        dec = PerfDecoder(self._buffers(bufs), walker, self.params)
-        cur = self._cpu_current(cpu) if per_cpu and not self.timeless else None
-        # Timeless decoding (no TSC, or --itrace=Z): perf decodes a queue at its thread's EXIT or at
-        # the end, with the maps of that moment and, for a CPU queue, the thread current on the CPU
-        # then (it follows no context switch while decoding).
-        map_time = _TIMELESS_MAP_TIME if self.timeless else None
-        end_who = (-1, -1)
-        if per_cpu and self.timeless:
-            tl = self.sb.host.cpus.get(cpu)
-            if tl is not None and len(tl):
-                end_who = (int(tl.pids[-1]), int(tl.tids[-1]))
-
-        def who(tsc: int) -> tuple[int, int]:
-            if per_cpu:
-                return cur.at(tsc) if cur is not None else end_who
-            t = self.sb.thread(qtid)
-            return (t.pid if t is not None else -1), qtid
-
-        # perf's setup: decode until the first state with a timestamp; errors dropped;
-        # no thread known for a CPU queue yet.
-        walker.have_thread = not per_cpu or (self.timeless and end_who[1] >= 0)
-        lookup.pid = -1 if per_cpu and not self.timeless else who(0)[0]
-        if map_time is not None:
-            lookup.time = map_time
-        # --time: perf's decoder-side filter (intel_pt_time_filter), not in timeless sessions.
-        tf = self._queue_time_filter()
-        ff_timestamp = 0
-        if tf is not None and tf.sel_start and tf.sel_timestamp:
-            fast_forward(dec, tf.sel_timestamp)  # perf's setup: to the last PSB before the first start
-        ptq_ts = 0
-        while True:
-            st = dec.decode()
-            if st.err:
-                if st.err == ERR_NODATA:
-                    yield rows
-                    return
-                if walker.fail_obj is not None:
-                    rows.setup_failures.append(self._obj_id(walker.fail_obj))
-                continue
-            if st.timestamp or self.timeless:
-                break
-        ptq_ts = st.timestamp
-        # perf's thread and maps are those of the sideband it has processed, which is everything up to
-        # the highest timestamp the queue has reached (it pauses there for the events; errors do not
-        # pause it): a sample dated back by an estimate keeps the later thread.
-        ctx_ts = 0
-        step = 0
-        rows.items_err.append(False)
-        rows.items_ts.append(ptq_ts)
-        last_br_insn = last_br_cyc = 0
-        last_in_insn = last_in_cyc = 0
-        last_insn_cnt = 0
-        cbr_seen = -1  # perf starts from UINT_MAX
-        # perf's have_sample: false for a state the time filter passed over (the first one too, when
-        # it is before the first start)
-        have_sample = not (tf is not None and tf.sel_start and tf.sel_timestamp and ptq_ts < tf.sel_timestamp)
-        while True:
-            if chunk and (len(rows) >= chunk or len(rows.items_ts) >= chunk):
-                if it.initial_skip:
-                    skipped_before += _n_samples(rows)
-                yield rows
-                rows = _Rows()
-            # ---- intel_pt_sample(): synthesize what the pending state holds
-            ctx_ts = max(ctx_ts, ptq_ts)
-            pid, tid = who(ctx_ts)
-            time = self._perf_time(ptq_ts)
-            base = dict(tsc=ptq_ts, time=time, cpu=cpu, pid=pid, tid=tid, queue=qnum, trace_nr=st.trace_nr,
-                        step=step)
-            if have_sample:  # else the time filter passed over this state: nothing, no CBR/IPC bookkeeping
-                flags = self._sample_flags(st)
-                if self.event_trace:
-                    flags |= self._iflag_flags(st)
-                ipc_insn, ipc_cyc = st.tot_insn_cnt, st.tot_cyc_cnt
-                typ = st.type
-                # perf's intel_pt_prep_a_sample: a sample is in the guest by its from side, else its to side
-                snr = int(st.from_nr if st.from_ip else st.to_nr)
-                if it.intr_events:
-                    # perf's intel_pt_synth_events_sample / intel_pt_synth_iflag_chg_sample, before power events
-                    if typ & T_EVT and self._evt_attr:
-                        for evd_type, evd_payload in st.evd:  # rows only for iter_batches' evd_* columns
-                            rows.add(kind=_EVD_ROW, code=evd_type, payload=evd_payload, **base)
-                        rows.add(kind=EV_EVT, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                                 payload=self.cfe_word(st), nr=snr, **base)
-                    if typ & T_IFLAG_CHG and self.event_trace:
-                        via = bool(typ & T_BRANCH)
-                        rows.add(kind=EV_IFLAG, ip=st.from_ip, addr=st.to_ip if via else 0, flags=flags,
-                                 payload=int(st.to_iflag) | int(via) << 1, nr=snr, **base)
-                if it.pwr_events:
-                    # perf's power/ptwrite/psb samples carry the state's from_ip and to_ip like branches do
-                    if typ & T_PSB_EVT:
-                        rows.add(kind=EV_PSB, ip=st.from_ip, addr=st.to_ip, flags=0, payload=st.psb_offset,
-                                 offset=st.psb_offset, nr=snr, **base)
-                    if st.cbr != cbr_seen:
-                        if it.initial_skip and skipped_before + _n_samples(rows) < it.initial_skip:
-                            # --itrace=sN: perf holds a CBR back while samples are skipped and retries at each
-                            # state; which try is emitted depends on all queues (decided in perf order: code 1)
-                            rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                                     payload=st.cbr_payload, code=1, nr=snr, **base)
-                        else:
-                            cbr_seen = st.cbr
-                            rows.add(kind=EV_CBR, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                                     payload=st.cbr_payload, nr=snr, **base)
-                    if typ & T_MWAIT_OP:
-                        rows.add(kind=EV_MWAIT, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                                 payload=st.mwait_payload, nr=snr, **base)
-                    if typ & T_PWR_ENTRY:
-                        rows.add(kind=EV_PWRE, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                                 payload=st.pwre_payload, nr=snr, **base)
-                    if typ & T_EX_STOP:
-                        rows.add(kind=EV_EXSTOP, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                                 payload=int(bool(st.flags & F_FUP_IP)), nr=snr, **base)
-                    if typ & T_PWR_EXIT:
-                        rows.add(kind=EV_PWRX, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                                 payload=st.pwrx_payload, nr=snr, **base)
-                if it.instructions and typ & T_INSTRUCTION:
-                    cyc = ipc_cyc - last_in_cyc if st.flags & F_SAMPLE_IPC else 0
-                    ins = 0
-                    if cyc:
-                        ins = ipc_insn - last_in_insn
-                        last_in_insn, last_in_cyc = ipc_insn, ipc_cyc
-                    rows.add(kind=EV_INSTRUCTION, ip=st.from_ip, addr=st.to_ip, flags=flags,
-                             period=1 if self.params.quick else st.tot_insn_cnt - last_insn_cnt, insn_cnt=ins,
-                             cyc_cnt=cyc, nr=snr, **base)
-                    last_insn_cnt = st.tot_insn_cnt
-                if it.transactions and typ & T_TRANSACTION:
-                    rows.add(kind=EV_TRANSACTION, ip=st.from_ip, addr=st.to_ip, flags=flags, nr=snr, **base)
-                if it.ptwrites and typ & T_PTW:
-                    rows.add(kind=EV_PTWRITE, ip=st.from_ip, addr=st.to_ip, flags=flags if st.from_ip else 0,
-                             payload=st.ptw_payload, code=int(bool(st.flags & F_FUP_IP)), nr=snr, **base)
-                if typ & T_BRANCH and it.branches:
-                    if not self._branches_filter or (self._branches_filter & flags):
-                        cyc = ipc_cyc - last_br_cyc if st.flags & F_SAMPLE_IPC else 0
-                        ins = 0
-                        if cyc:
-                            ins = ipc_insn - last_br_insn
-                            last_br_insn, last_br_cyc = ipc_insn, ipc_cyc
-                        insn_len = 0 if st.flags & (F_ABORT_TX | F_ASYNC) else st.insn_len
-                        if st.from_nr != st.to_nr and st.from_ip and st.to_ip:
-                            rows.add(kind=EV_BRANCH, ip=st.from_ip, addr=0, flags=flags, insn_cnt=ins, cyc_cnt=cyc,
-                                     nr=int(st.from_nr), insn_len=insn_len, **base)
-                            rows.add(kind=EV_BRANCH, ip=0, addr=st.to_ip, flags=flags, nr=int(st.to_nr),
-                                     insn_len=insn_len, **base)
-                        else:
-                            rows.add(kind=EV_BRANCH, ip=st.from_ip, addr=st.to_ip, flags=flags, insn_cnt=ins,
-                                     cyc_cnt=cyc, nr=int(st.from_nr if st.from_ip else st.to_nr), insn_len=insn_len,
-                                     **base)
-            # ---- next state; the walker reads code as the current thread sees it
-            lookup.pid = pid
-            lookup.tid = tid
-            lookup.time = self._perf_time(ctx_ts) if map_time is None else map_time
-            walker.have_thread = tid >= 0 or not per_cpu
-            while True:
-                st = dec.decode()
-                if not st.err:
-                    break
-                if st.err == ERR_NODATA:
-                    yield rows
-                    return
-                ptq_ts = st.est_timestamp  # perf dates an error by the decoder's estimate
-                step += 1
-                rows.items_err.append(True)
-                rows.items_ts.append(ptq_ts)
-                base["tsc"] = ptq_ts
-                base["time"] = self._perf_time(ptq_ts)
-                base["step"] = step
-                obj = self._obj_id(walker.fail_obj) if walker.fail_obj is not None else -1
-                if it.errors and not (
-                    (st.err == ERR_OVR and "o" in it.error_minus) or (st.err == ERR_LOST and "l" in it.error_minus)
-                ):
-                    rows.add(kind=EV_ERROR, ip=st.from_ip, code=st.err, offset=st.pos, obj=obj, nr=int(st.from_nr), **base)
-                elif obj >= 0:
-                    rows.add(kind=-1, obj=obj, **base)  # counts toward perf's failure budget only
-            if (self._est_tsc and (st.from_ip >= 1 << 63 or not st.from_ip) and st.to_ip
-                    and st.to_ip < 1 << 63):
-                ptq_ts = st.est_timestamp  # perf's est_tsc: estimated TSC on return to user space
-            elif st.timestamp > ptq_ts:
-                ptq_ts = st.timestamp
-            have_sample = True
-            if tf is not None and tf.sel_timestamp:
-                verdict, ff_timestamp = tf.filter(ptq_ts, ff_timestamp)
-                if verdict == "stop":  # after the last range: perf takes the queue off its heap
-                    yield rows
-                    return
-                if verdict != "keep":  # before a start: no sample; "ff" moves to the last PSB before it
-                    have_sample = False
-                    if verdict == "ff":
-                        fast_forward(dec, ff_timestamp)
-            step += 1
-            rows.items_err.append(False)
-            rows.items_ts.append(ptq_ts)
+        """:meth:`decode_queue` in pieces of about ``chunk`` rows or steps (0: one piece), see
+        :func:`ptexport.decoder.reference.queue.iter_queue`."""
+        return reference_queue.iter_queue(self.decode_context(), qnum, key, bufs, chunk)
 
     def _queue_time_filter(self) -> "QueueTimeFilter | None":
         """A queue's --time position (perf's intel_pt_setup_time_range), None without ranges or TSC."""
@@ -640,44 +291,6 @@ class PerfSession:
         if self._tsc_ranges is None:
             self._tsc_ranges = TscRanges.from_ranges(self.time_ranges, self.tc)
         return QueueTimeFilter(self._tsc_ranges)
-
-    @staticmethod
-    def cfe_word(st: Any) -> int:
-        """perf's perf_synth_intel_evt word: CFE type, IP bit 7, vector bits 8-15, EVD count from 16."""
-        return (st.cfe_type & 0x1F) | int(bool(st.flags & F_FUP_IP)) << 7 | (st.cfe_vector & 0xFF) << 8 \
-            | len(st.evd) << 16
-
-    @staticmethod
-    def _iflag_flags(st: Any) -> int:
-        """RFLAGS.IF bits of perf's intel_pt_sample_flags (cap_event_trace)."""
-        if st.type & T_IFLAG_CHG:
-            flags = 0 if st.from_iflag else int(_F.INTR_DISABLE)
-            if st.from_iflag != st.to_iflag:
-                flags |= int(_F.INTR_TOGGLE)
-            return flags
-        return 0 if st.to_iflag else int(_F.INTR_DISABLE)
-
-    @staticmethod
-    def _sample_flags(st: Any) -> int:
-        """perf's intel_pt_sample_flags."""
-        if st.flags & F_ABORT_TX:
-            flags = int(_F.BRANCH | _F.TX_ABORT)
-        elif st.flags & F_ASYNC:
-            if not st.to_ip:
-                flags = int(_F.BRANCH | _F.ASYNC | _F.TRACE_END)
-            elif st.from_nr and not st.to_nr:
-                flags = int(_F.BRANCH | _F.CALL | _F.ASYNC | _F.VMEXIT)
-            else:
-                flags = int(_F.BRANCH | _F.CALL | _F.ASYNC | _F.INTERRUPT)
-        else:
-            flags = _OP_FLAGS.get(st.insn_op, 0) if st.from_ip else int(_F.BRANCH | _F.TRACE_BEGIN)
-            if st.flags & F_IN_TX:
-                flags |= int(_F.IN_TX)
-        if st.type & T_TRACE_BEGIN:
-            flags |= int(_F.TRACE_BEGIN)
-        if st.type & T_TRACE_END:
-            flags |= int(_F.TRACE_END)
-        return flags
 
     # ----------------------------------------------------------------- public
 
@@ -735,8 +348,6 @@ class PerfSession:
 
     def vcpu_columns(self, cols: SampleColumns) -> SampleColumns:
         """Fill machine_pid/vcpu and give guest samples their guest pid/tid (perf's VM split)."""
-        from ptexport.decoder.guest import VcpuAttribution
-
         if getattr(self, "_vcpu_attr", None) is None:
             self._vcpu_attr = VcpuAttribution(self)
         return self._vcpu_attr.apply(cols)
@@ -752,11 +363,12 @@ class PerfSession:
         back bounded chunks.  Timeless sessions emit queue after queue in perf's
         timeless order; ``--itrace=sN`` is applied as the batches pass.
         """
+        # parallel loads numba (the compiled backend): imported when decoding starts (start-up speed)
         from ptexport.session.parallel import STREAM_CHUNK, StreamMerge, _as_cols, _queue_chunks, _rebatch, _Source
 
         batch_rows = max(1, int(batch_rows))
         lost = _as_cols(self.lost_data_rows(), COLUMNS)
-        sources = [_Source(chunks, COLUMNS) for chunks in _queue_chunks(self, jobs, STREAM_CHUNK)]
+        sources = [_Source(chunks, COLUMNS, self.decode_stats) for chunks in _queue_chunks(self, jobs, STREAM_CHUNK)]
         try:
             if self.timeless:
                 for src in sources:
@@ -822,7 +434,7 @@ class PerfSession:
 
     def _decode_whole(self, jobs: int | None = 1) -> SampleColumns:
         """Every queue decoded whole, then ordered (timeless sessions and --itrace=sN)."""
-        from ptexport.session.parallel import decode_queues
+        from ptexport.session.parallel import decode_queues  # numba: at decode time (start-up speed)
 
         parts = decode_queues(self, jobs)
         lost = self.lost_data_rows()
@@ -868,7 +480,7 @@ class PerfSession:
         pending state is emitted when its queue next runs.  Which of two queues
         at the same timestamp runs first follows perf's binary heap exactly.
         """
-        from ptexport.session.queues_compiled import numba, perf_order
+        from ptexport.session.queues_compiled import numba, perf_order  # numba: when needed (start-up speed)
 
         if numba is not None:  # the same algorithm over arrays, compiled
             return perf_order([(p.items_err, p.items_ts) for p in parts], self.event_tscs, n_lost,
@@ -957,8 +569,6 @@ class PerfSession:
         [vdso] mmap probes the thread's file maps for their ELF class; both open
         the object and, when that fails, set its data status to ERROR.
         """
-        from ptexport.decoder.codewalk import sample_fetch_marks, vdso_probe_marks
-
         if self.timeless or self.tc is None:
             return {}
         arch = self.pd.features.get("arch")
@@ -1077,12 +687,7 @@ def _evd_owners(cols: dict[str, np.ndarray], pending: list[tuple[int, int]]
 
 def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
     """Read ``pd`` once: the sideband model (with perf's map semantics) and the AUX queues."""
-    from ptexport.perfdata.constants import RecordType
-    from ptexport.sideband.builder import build_sideband
-
     if config.guest_data:  # read as perf inject --guest-data's output (also in worker processes)
-        from ptexport.session.guestdata import apply_guest_data
-
         pd = apply_guest_data(pd, config.guest_data)
 
     # perf script --time: parsed once, percent forms against the header's first/last sample time

@@ -14,13 +14,56 @@ Public API::
     # complete and renamed into place here; on an exception or Ctrl-C nothing is left
 
 ``ptexport/schema.sql`` is the schema (a superset of perf's export scripts);
-:mod:`ptexport.writers.migrate` upgrades older and perf-made databases;
-:mod:`ptexport.writers.fixture` writes a small database with known answers.
+:mod:`ptexport.writers.migrate` upgrades older and perf-made databases.
+
+The factory (:func:`open_writer`) and ``ptexport clean``'s dispatch (:func:`clean`) live here,
+above the writers they pick; each module of the package imports only modules below it (from the
+bottom: targets, schema, verify; migrate; base; leftovers; the SQLite and PostgreSQL writers).
+See docs/architecture.md.
 """
 
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ptexport.errors import UsageError
+from ptexport.writers.base import Writer
 from ptexport.writers.branch_types import PERF_BRANCH_TYPES, branch_type_name, branch_type_rows
+from ptexport.writers.leftovers import CleanReport, clean_sqlite
 from ptexport.writers.model import ExportModel, IdTable
-from ptexport.writers.base import Writer, open_writer
+from ptexport.writers.targets import is_postgres_target
 
 __all__ = ["ExportModel", "IdTable", "PERF_BRANCH_TYPES", "Writer", "branch_type_name", "branch_type_rows",
-           "open_writer"]
+           "clean", "open_writer"]
+
+# The SQLite writer needs numba (~0.8 s to import) and the PostgreSQL one psycopg (~0.6 s): each is
+# imported when a target of its kind is opened, not with the package.
+
+
+def open_writer(target: str | os.PathLike[str], *, force: bool = False, **options: Any) -> Writer:
+    """A writer for ``target``: a SQLite file path, or a ``postgresql://`` URL.
+
+    Raises :class:`~ptexport.errors.DatabaseExistsError` if the target exists
+    and ``force`` is false (checked before anything is written).
+    """
+    target = os.fspath(target)
+    if not target:
+        raise UsageError("no database given")
+    if is_postgres_target(target):
+        from ptexport.writers.postgres import PostgresWriter  # psycopg: see above
+
+        return PostgresWriter(target, force=force, **options)
+    from ptexport.writers.sqlite import SqliteWriter  # numba: see above
+
+    return SqliteWriter(target, force=force, **options)
+
+
+def clean(target: str, dry_run: bool = False) -> CleanReport:
+    """``ptexport clean``: stale temporaries of a directory, a SQLite target or a PostgreSQL URL."""
+    if is_postgres_target(target):
+        from ptexport.writers.postgres import clean_postgres  # psycopg: see above
+
+        return clean_postgres(target, dry_run)
+    return clean_sqlite(Path(target), dry_run)

@@ -1,4 +1,4 @@
-"""The writer interface and :func:`open_writer`.
+"""The writer interface (:func:`ptexport.writers.open_writer` picks the writer of a target).
 
 A writer is a context manager.  It writes into a temporary SQLite file (or
 a temporary PostgreSQL database) and only when the ``with`` block ends
@@ -21,17 +21,16 @@ Rows go in two shapes:
 
 from __future__ import annotations
 
-import datetime as _dt
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from ptexport import __version__
-from ptexport.errors import UsageError
+from ptexport.errors import ExportError
 from ptexport.writers.branch_types import branch_type_rows
-from ptexport.writers.schema import SCHEMA_VERSION, Schema, load_schema
+from ptexport.writers.migrate import load_migrations
+from ptexport.writers.schema import SCHEMA_VERSION, Schema, load_schema, utc_now
 
 #: Defaults of columns a batch leaves out (others: 0, text '').
 COLUMN_DEFAULTS: dict[tuple[str, str], Any] = {
@@ -92,10 +91,6 @@ def _mark_placed() -> None:
 
 def is_text_type(sql_type: str) -> bool:
     return sql_type.startswith("varchar") or sql_type == "text"
-
-
-def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 
@@ -264,9 +259,6 @@ class Writer:
 
     def _migration_rows(self) -> list[tuple[str, str]]:
         """A fresh database is current: every known migration is recorded as applied."""
-        from ptexport.errors import ExportError
-        from ptexport.writers.migrate import load_migrations
-
         try:
             return [(m.name, utc_now()) for m in load_migrations()]
         except ExportError:  # migrations not shipped with this install
@@ -283,25 +275,3 @@ class Writer:
 
     def _finish_database(self) -> None:  # pragma: no cover
         raise NotImplementedError
-
-
-def is_postgres_target(target: str) -> bool:
-    return target.startswith(("postgresql://", "postgres://", "postgresql:", "pg:"))
-
-
-def open_writer(target: str | os.PathLike[str], *, force: bool = False, **options: Any) -> Writer:
-    """A writer for ``target``: a SQLite file path, or a ``postgresql://`` URL.
-
-    Raises :class:`~ptexport.errors.DatabaseExistsError` if the target exists
-    and ``force`` is false (checked before anything is written).
-    """
-    target = os.fspath(target)
-    if not target:
-        raise UsageError("no database given")
-    if is_postgres_target(target):
-        from ptexport.writers.postgres import PostgresWriter
-
-        return PostgresWriter(target, force=force, **options)
-    from ptexport.writers.sqlite import SqliteWriter
-
-    return SqliteWriter(target, force=force, **options)

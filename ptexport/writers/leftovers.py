@@ -8,7 +8,7 @@ Ctrl-C, SIGTERM or SIGHUP.  A process killed outright (SIGKILL, the OOM killer, 
 cannot: its temporaries stay.  They are *stale* when the PID in their name is no longer a
 process here and no export holds the target's lock.  The next export to the same target
 removes them (:meth:`SqliteWriter.__init__`, :meth:`PostgresWriter.__init__`), and so does
-``ptexport clean`` (:func:`clean`).
+``ptexport clean`` (:func:`ptexport.writers.clean`).
 
 The lock: ``.NAME.ptexport-lock`` beside a SQLite target, held with ``flock`` for the whole
 export and released by the kernel however the process ends (an unlocked lock file is stale);
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ptexport.errors import ExportError, StorageError, TargetBusyError
+from ptexport.writers.targets import is_postgres_target
 
 #: ``.NAME.ptexport-tmp-PID`` and the files named after it; ``.NAME.ptexport-upgrade-PID``.
 _TMP_FILE = re.compile(r"^\.(?P<name>.+)\.ptexport-(?:tmp|upgrade)-(?P<pid>\d+)(?:[.-].*)?$")
@@ -247,8 +248,6 @@ def _lock_held(path: Path) -> bool:
 def refuse_if_busy(target: str) -> None:
     """Raise :class:`TargetBusyError` now if an export holds the SQLite target's lock (a quick
     check before the trace is opened; the writer takes the lock itself when it opens)."""
-    from ptexport.writers.base import is_postgres_target
-
     if not target or is_postgres_target(target):
         return
     path = lock_path(Path(target))
@@ -404,7 +403,7 @@ def pg_leftovers(admin: Any, dbname: str, *, own: bool = False) -> list[Leftover
 
 def pg_drop_leftovers(admin: Any, items: list[Leftover], dry_run: bool = False) -> list[Leftover]:
     """Drop (unless ``dry_run``) those of ``items`` whose advisory lock is free; returns them."""
-    from psycopg import sql as pgsql
+    from psycopg import sql as pgsql  # ~0.6 s to import: only for a PostgreSQL target
 
     stale = []
     for x in items:
@@ -418,14 +417,3 @@ def pg_drop_leftovers(admin: Any, items: list[Leftover], dry_run: bool = False) 
         finally:
             pg_unlock(admin, "tmp", x.what)
     return stale
-
-
-def clean(target: str, dry_run: bool = False) -> CleanReport:
-    """``ptexport clean``: stale temporaries of a directory, a SQLite target or a PostgreSQL URL."""
-    from ptexport.writers.base import is_postgres_target
-
-    if is_postgres_target(target):
-        from ptexport.writers.postgres import clean_postgres
-
-        return clean_postgres(target, dry_run)
-    return clean_sqlite(Path(target), dry_run)

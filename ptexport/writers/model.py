@@ -11,10 +11,9 @@ filled while the trace streams by.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ptexport.writers.base import Writer
+from ptexport.writers.base import Writer
 
 
 class IdTable:

@@ -27,15 +27,16 @@ from typing import Any
 
 import numpy as np
 
-from ptexport.errors import DatabaseExistsError, ExportError, StorageError, TargetBusyError, UsageError
+from ptexport.errors import DatabaseExistsError, ExportError, StorageError, TargetBusyError
 from ptexport.writers.leftovers import (PG_NAME_KEEP, CleanReport, Leftover, export_ended, export_started,
                                        pg_drop_leftovers, pg_leftovers, pg_tmp_name, pg_try_lock)
 from ptexport.writers.base import Writer, _mark_placed, is_text_type
+from ptexport.writers.targets import parse_target
 
 try:
     import psycopg
     from psycopg import sql as pgsql
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from psycopg.conninfo import make_conninfo
 except ImportError:  # pragma: no cover - a dependency
     psycopg = None  # type: ignore[assignment]
 
@@ -57,20 +58,6 @@ def _wrap(e: Exception, target: str, what: str) -> ExportError:
     if cause:
         return StorageError(f"{target}: {what}: {cause} ({msg})")
     return ExportError(f"{target}: {what}: {msg}")
-
-
-def parse_target(target: str) -> dict[str, Any]:
-    """Connection parameters of a ``postgresql://user@host:port/dbname`` URL (dbname required)."""
-    if psycopg is None:  # pragma: no cover
-        raise ExportError("PostgreSQL output needs psycopg (pip install 'psycopg[binary]')")
-    url = "postgresql:" + target[3:] if target.startswith("pg:") else target
-    try:
-        params = conninfo_to_dict(url)
-    except psycopg.ProgrammingError as e:
-        raise UsageError(f"{target}: not a PostgreSQL URL: {e}") from e
-    if not params.get("dbname"):
-        raise UsageError(f"{target}: the URL names no database (postgresql://user@host/DBNAME)")
-    return params
 
 
 def _redacted(params: dict[str, Any]) -> str:

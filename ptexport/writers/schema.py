@@ -14,6 +14,7 @@ difference is handled here:
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -29,6 +30,11 @@ _CREATE_INDEX = re.compile(r"^CREATE INDEX (\w+) ON (\w+)", re.M)
 _COLUMN = re.compile(r'^\s+("?\w+"?)\s+([a-z]+(?:\(\d+\))?)(?:\s+NOT NULL)?(?:\s+PRIMARY KEY)?'
                      r'(?:\s+DEFAULT\s+(-?\d+))?\s*,?\s*(?:--\s*(.*))?$')
 _PK = "integer NOT NULL PRIMARY KEY"
+
+
+def utc_now() -> str:
+    """The time stamp of ``schema_version`` and ``ptexport_migrations`` rows."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

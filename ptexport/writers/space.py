@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ptexport.writers.targets import is_postgres_target
+
 #: Bytes of database per byte of perf.data (the middle of the measured 65-133).
 DB_BYTES_PER_TRACE_BYTE = 100
 #: Peak use of the file system while writing, per byte of the final database.
@@ -54,8 +56,6 @@ def trace_bytes(trace: str) -> int:
 def estimate(trace: str, target: str) -> SpaceEstimate | None:
     """The room a SQLite export of ``trace`` to ``target`` needs and the room there is, or None
     (a PostgreSQL target, a stream, a directory that does not exist)."""
-    from ptexport.writers.base import is_postgres_target
-
     if not target or is_postgres_target(target):
         return None
     size = trace_bytes(trace)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from ptexport.cli import main
-from ptexport.decoder.compiled import decoder as perffast
+from ptexport import jit
 from ptexport.perfdata import open_perf_data
 from ptexport.session import parallel
 from ptexport.session.perfsession import DecodeConfig, open_session
@@ -57,8 +57,6 @@ def tiny(monkeypatch):
     monkeypatch.setattr(parallel, "MIN_SEGMENT_BYTES", 1)
     monkeypatch.setattr(parallel, "STREAM_SEGMENT_BYTES", 2048)
     monkeypatch.setattr(parallel, "STREAM_CHUNK", 64)
-    monkeypatch.setattr(parallel, "STREAM_STATS", {"max_held_rows": 0, "max_source_rows": 0})
-    return parallel.STREAM_STATS
 
 
 def _whole(path: str, itrace: str):
@@ -66,9 +64,12 @@ def _whole(path: str, itrace: str):
         return open_session(pd, DecodeConfig(itrace=parse_itrace(itrace)))._decode_whole(1)
 
 
-def _streamed(path: str, itrace: str, jobs: int, batch_rows: int = 1 << 16):
+def _streamed(path: str, itrace: str, jobs: int, batch_rows: int = 1 << 16, stats: list | None = None):
     with open_perf_data(path) as pd:
-        return list(open_session(pd, DecodeConfig(itrace=parse_itrace(itrace))).iter_batches(jobs, batch_rows))
+        session = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace)))
+        if stats is not None:
+            stats.append(session.decode_stats)  # what the streaming held (DecodeStats)
+        return list(session.iter_batches(jobs, batch_rows))
 
 
 @pytest.mark.parametrize("variant,itrace", CASES, ids=[f"{v}-{k}" for v, k in CASES])
@@ -97,17 +98,19 @@ def test_dump_text_jobs2_equals_jobs1(traces, tiny):
 def test_parent_holds_few_rows(traces, tmp_path, tiny, monkeypatch):
     """With workers decoding ahead, the parent never holds more than a few segments' rows, and a
     queue's undelivered rows stay within a few chunks: far below the trace's rows."""
-    if not perffast.available():
+    if not jit.available():
         pytest.skip("segments need the compiled decoder (numba)")
     assert main(["synth", "--out", str(tmp_path), "--program", "calls", "--branches", "40000", "--psb-period", "256"],
                 out=io.StringIO()) == 0
     path = str(tmp_path / "perf.data")
     monkeypatch.setattr(parallel, "STREAM_SEGMENT_BYTES", 1024)
-    n = sum(len(b) for b in _streamed(path, "be", 2))
-    assert tiny["max_held_rows"] > 0  # segments really went through workers
-    assert tiny["max_held_rows"] * 8 < n, (tiny, n)
-    assert tiny["max_source_rows"] * 8 < n, (tiny, n)
-    tiny["max_source_rows"] = 0
-    n = sum(len(b) for b in _streamed(traces["calls-mtc"], "i10", 2))  # reference decoder in a worker process
-    assert 0 < tiny["max_source_rows"] <= 8 * 64, (tiny, n)
-    assert n > 8 * tiny["max_source_rows"]
+    got: list = []
+    n = sum(len(b) for b in _streamed(path, "be", 2, stats=got))
+    st = got[-1]
+    assert st.max_held_rows > 0  # segments really went through workers
+    assert st.max_held_rows * 8 < n, (st, n)
+    assert st.max_source_rows * 8 < n, (st, n)
+    n = sum(len(b) for b in _streamed(traces["calls-mtc"], "i10", 2, stats=got))  # reference decoder in a worker process
+    st = got[-1]
+    assert 0 < st.max_source_rows <= 8 * 64, (st, n)
+    assert n > 8 * st.max_source_rows

@@ -83,9 +83,8 @@ def test_times_after_errors_equal_perf(tmp_path, monkeypatch, name):
         shows = [(seed, path, theirs) for seed, path, theirs in damaged if _ours(path) != theirs]
     assert shows, f"{name}: no seed where perf's est_tsc changes a time"
     # The reference decoder on those seeds.
-    from ptexport.decoder.compiled import decoder as perffast
     from ptexport.session import queues_compiled as perffast_order
-    monkeypatch.setattr(perffast, "numba", None)
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")  # the reference backend (decoder/backend.py)
     monkeypatch.setattr(perffast_order, "numba", None)
     for seed, path, theirs in shows:
         mine = _ours(path)
@@ -130,10 +129,9 @@ def test_vm_kernel_and_user_times_after_errors_equal_perf(tmp_path, monkeypatch,
             m.setattr(PerfSession, "_est_tsc", property(lambda s: False))
             assert _dump_vm(inj) != theirs, f"seed {seed}: est_tsc changes no time"
         if seed == 0:
-            from ptexport.decoder.compiled import decoder as perffast
             from ptexport.session import queues_compiled as perffast_order
             with monkeypatch.context() as m:
-                m.setattr(perffast, "numba", None)
+                m.setenv("PTEXPORT_REFERENCE", "1")
                 m.setattr(perffast_order, "numba", None)
                 mine = _dump_vm(inj)
             assert mine == theirs, "reference decoder: " + _diff(mine, theirs)
@@ -152,10 +150,9 @@ def _both_decoders_equal_perf(path, monkeypatch) -> list[str]:
     theirs = _perf(path)
     mine = _ours(path)
     assert mine == theirs, "compiled decoder: " + _diff(mine, theirs)
-    from ptexport.decoder.compiled import decoder as perffast
     from ptexport.session import queues_compiled as perffast_order
     with monkeypatch.context() as m:
-        m.setattr(perffast, "numba", None)
+        m.setenv("PTEXPORT_REFERENCE", "1")
         m.setattr(perffast_order, "numba", None)
         mine = _ours(path)
     assert mine == theirs, "reference decoder: " + _diff(mine, theirs)

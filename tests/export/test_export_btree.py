@@ -9,7 +9,7 @@ import pytest
 from dbdump import sqlite_dump
 
 from ptexport.writers import _btree
-from ptexport.writers.base import open_writer
+from ptexport.writers import open_writer
 
 pytestmark = pytest.mark.skipif(not _btree.available(), reason="numba is not installed")
 

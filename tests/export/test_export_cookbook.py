@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ptexport.writers.fixture import build_fixture_db
+from known_db import build_fixture_db
 
 COOKBOOK = Path(__file__).resolve().parents[2] / "docs" / "cookbook.md"
 

@@ -14,7 +14,7 @@ import pytest
 
 WRITER = r"""
 import sys, numpy as np
-from ptexport.writers.base import open_writer
+from ptexport.writers import open_writer
 target, batches = sys.argv[1], int(sys.argv[2])
 n = 20000
 with open_writer(target) as w:

@@ -29,7 +29,7 @@ import pytest
 from ptexport.writers import _btree
 
 from ptexport.writers import sqlite as sqlite_writer
-from ptexport.writers.base import open_writer
+from ptexport.writers import open_writer
 
 pytestmark = pytest.mark.skipif(not _btree.available(), reason="numba is not installed")
 

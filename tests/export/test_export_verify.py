@@ -26,11 +26,11 @@ import pytest
 from ptexport.cli import main
 from ptexport.errors import CorruptDatabaseError, InputError
 from ptexport.writers import _btree
-from ptexport.writers.fixture import build_fixture_db
+from known_db import build_fixture_db
 from ptexport.writers.migrate import Migration, upgrade
 from ptexport.writers.schema import load_schema
 from ptexport.writers.verify import VERIFY_ENV, check_database, header_problems, verify_requested
-from ptexport.writers.base import open_writer
+from ptexport.writers import open_writer
 
 needs_numba = pytest.mark.skipif(not _btree.available(), reason="numba is not installed")
 

@@ -9,10 +9,10 @@ import pytest
 from dbdump import dump, sqlite_dump
 
 from ptexport.errors import DatabaseExistsError, ExportError
-from ptexport.writers.fixture import build_fixture_db
+from known_db import build_fixture_db
 from ptexport.writers.model import ExportModel
 from ptexport.writers.sqlite import SqliteWriter
-from ptexport.writers.base import open_writer
+from ptexport.writers import open_writer
 
 
 def test_fixture_database_has_perfs_unknown_rows_and_our_extensions(fixture_sqlite):

@@ -8,9 +8,10 @@ import os
 import pytest
 
 from ptexport.cli import main
-from ptexport.errors import DecodeError
+from ptexport.errors import PtExportError
 from ptexport.session import decode_proc
-from ptexport.dbexport.exporter import ExportConfig, export_trace
+from ptexport.dbexport.exporter import ExportConfig
+from ptexport.session.export import export_trace
 from ptexport.session.perfsession import PerfSession
 from ptexport.samples.itrace import export_default
 
@@ -61,11 +62,11 @@ def test_error_in_child_is_raised_in_parent_and_no_database_is_left(trace, tmp_p
     def failing(self, *a, **k):
         it = real(self, *a, **k)
         yield next(it)
-        raise DecodeError("bad packet at aux cpu 0+0x40: opcode 0xd3")
+        raise PtExportError("bad packet at aux cpu 0+0x40: opcode 0xd3")
 
     monkeypatch.setattr(PerfSession, "iter_batches", failing)  # the forked child inherits it
     db = tmp_path / "x.sqlite"
-    with pytest.raises(DecodeError, match="aux cpu 0"):
+    with pytest.raises(PtExportError, match="aux cpu 0"):
         export_trace(trace, str(db), ExportConfig(itrace=export_default(), decode_process=True))
     assert not db.exists()
     assert not [p for p in os.listdir(tmp_path) if "ptexport-tmp" in p]

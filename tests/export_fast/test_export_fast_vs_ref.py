@@ -20,7 +20,8 @@ import pytest
 
 from ptxtest import QUIPPER
 from ptexport.cli import main
-from ptexport.dbexport.exporter import ExportConfig, export_trace
+from ptexport.dbexport.exporter import ExportConfig
+from ptexport.session.export import export_trace
 from ptexport.samples.itrace import export_default, parse_itrace
 
 _BRANCHES = "3000"

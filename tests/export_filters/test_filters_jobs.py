@@ -16,7 +16,8 @@ import pytest
 
 from ptxtest import needs_perf, perf_python_env
 from ptexport.cli import main
-from ptexport.decoder.compiled import decoder as perffast
+from ptexport import jit
+from ptexport.decoder import backend
 from ptexport.perfdata import open_perf_data
 from ptexport.session import parallel
 from ptexport.session.perfsession import DecodeConfig, open_session
@@ -60,7 +61,7 @@ def _ours(path: str, extra: list[str]) -> tuple[list[str], str]:
 
 def _decoder(path: str, **filters) -> bool:
     with open_perf_data(path) as pd:
-        return perffast.supported(open_session(pd, DecodeConfig(itrace=parse_itrace("be"), **filters)))
+        return backend.compiled_for(open_session(pd, DecodeConfig(itrace=parse_itrace("be"), **filters)).decode_context())
 
 
 def _window(lines: list[str]) -> str:
@@ -72,7 +73,7 @@ def _window(lines: list[str]) -> str:
 @needs_perf
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_tid_and_time_with_jobs_equal_perf(trace, tiny, jobs):
-    if perffast.available():
+    if jit.available():
         assert _decoder(trace, tids=frozenset({1002}))  # the compiled decoder serves the filters
         assert _decoder(trace, time="1,2")
     whole = _perf(trace, [])

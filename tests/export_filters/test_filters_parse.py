@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ptexport.errors import UsageError
-from ptexport.decoder.filters import TimeRange, TscRanges, parse_id_list, parse_time_ranges, time_mask
+from ptexport.decoder.filters import TscRanges
+from ptexport.samples.filters import TimeRange, parse_id_list, parse_time_ranges, time_mask
 from ptexport.sideband.timeconv import TimeConversion
 
 

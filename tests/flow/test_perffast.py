@@ -16,15 +16,17 @@ import pytest
 
 from ptxtest import QUIPPER
 from ptexport.cli import main
+from ptexport import jit
+from ptexport.decoder import backend
 from ptexport.decoder.compiled import decoder as perffast
-from ptexport.pt.perfpkt_compiled import tokenize_fast
+from ptexport.pt import perfpkt_compiled
 from ptexport.perfdata import open_perf_data
 from ptexport.session.perfsession import DecodeConfig, open_session
 from ptexport.samples.columns import COLUMNS as _COLUMNS
 from ptexport.pt.perfpkt import tokenize
 from ptexport.samples.itrace import parse_itrace
 
-pytestmark = pytest.mark.skipif(not perffast.available(), reason="numba not installed")
+pytestmark = pytest.mark.skipif(not jit.available(), reason="numba not installed")
 
 _MASK = (1 << 64) - 1
 
@@ -70,7 +72,7 @@ def _norm(v):
 def assert_same_queues(path, itrace="be", mutate=None):
     with open_perf_data(str(path)) as pd:
         s = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace)))
-        assert perffast.supported(s)
+        assert perffast.supported(s.decode_context()) is None
         if mutate is not None:
             orig = s._buffers
             done: dict[bytes, bytes] = {}  # the same damage for both decoders
@@ -88,7 +90,7 @@ def assert_same_queues(path, itrace="be", mutate=None):
         total = 0
         for q, (key, bufs) in enumerate(s.queues()):
             ref = s.decode_queue(q, key, bufs)
-            fast = perffast.decode_queue_fast(s, q, key, bufs)
+            fast = perffast.decode_queue(s.decode_context(), q, key, bufs)
             assert len(fast) == len(ref), key
             for c in _COLUMNS:
                 assert _norm(fast.cols[c]) == _norm(ref.cols[c]), (key, c)
@@ -149,7 +151,7 @@ def test_block_rests_equal_decoded_blocks(traces, monkeypatch):
             s = open_session(pd, DecodeConfig(itrace=parse_itrace("i3i")))
             out = {}
             for q, (key, bufs) in enumerate(s.queues()):
-                qd = perffast.QueueDecoder(s, q, key, bufs)
+                qd = perffast.QueueDecoder(s.decode_context(), q, key, bufs)
                 qd.run()
                 b = qd.blocks
                 for k, row in b.index.items():
@@ -206,7 +208,7 @@ def test_tokenizer_equals_reference(traces):
     datas.append(bytes(b ^ (rng.randrange(256) if rng.random() < 0.01 else 0) for b in datas[0]))
     for data in datas:
         for d in (data, data[: len(data) // 3], data[5:]):
-            a, b = tokenize(d), tokenize_fast(d)
+            a, b = tokenize(d), perfpkt_compiled.tokenize(d)
             for c in ("kind", "count", "payload", "pos", "size"):
                 assert np.array_equal(getattr(a, c), getattr(b, c)), c
 
@@ -229,7 +231,7 @@ def test_session_fast_order_and_pool_equal_reference(traces, monkeypatch):
     fast = _session_cols(path)
     pooled = _session_cols(path, jobs=2)
     from ptexport.session import queues_compiled as perffast_order
-    monkeypatch.setattr(perffast, "numba", None)
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")  # the reference backend (decoder/backend.py)
     monkeypatch.setattr(perffast_order, "numba", None)
     ref = _session_cols(path)
     assert len(ref["kind"]) > 7000
@@ -278,24 +280,26 @@ def test_segments_decoded_in_parallel_equal_serial(traces, variant):
     """Queues cut at PSBs (small segments: many joins), decoded by 4 workers, stitched == serial."""
     from ptexport.session import parallel
     path = QUIPPER if variant is None else traces(variant)
-    before = dict(parallel.STATS)
+    stats = []  # each session's DecodeStats
     with open_perf_data(str(path)) as pd:
         s = open_session(pd, DecodeConfig(itrace=parse_itrace("be")))
         serial = parallel.decode_queues(s, 1)
         par = parallel.decode_queues(s, 4, min_segment_bytes=600)
         _queues_equal(serial, par)
+        stats.append(s.decode_stats)
     with open_perf_data(str(path)) as pd:  # with power events (export's default: bep)
         s = open_session(pd, DecodeConfig(itrace=parse_itrace("bep")))
         serial = parallel.decode_queues(s, 1)
         par = parallel.decode_queues(s, 4, min_segment_bytes=600)
         _queues_equal(serial, par)
         assert parallel.count_samples(s, 4, min_segment_bytes=600) == parallel.count_samples(s, 1)
+        stats.append(s.decode_stats)
     # the joins agreed (no segment decoded twice); not with CBR+CYC: since perf 6.1.y restarts CYC
     # counting at a CBR change, a decoder started at a PSB times CYC packets from that PSB's CBR,
     # the serial one from its last MTC, and the two can stay apart for a whole segment.
     if variant is not None and "--cbr" not in variant:
-        assert parallel.STATS["matched"] > before["matched"]
-        assert parallel.STATS["redone"] == before["redone"]
+        assert sum(st.matched for st in stats) > 0
+        assert sum(st.redone for st in stats) == 0
 
 
 def test_instruction_queues_whole_in_worker_pool(traces, monkeypatch):
@@ -305,7 +309,7 @@ def test_instruction_queues_whole_in_worker_pool(traces, monkeypatch):
     path = traces(MULTI + ("--psb-period", "512"), 3000)
     with open_perf_data(str(path)) as pd:
         s = open_session(pd, DecodeConfig(itrace=parse_itrace("bei7i")))
-        assert perffast.supported(s) and not perffast.segmentable(s)
+        assert backend.compiled_for(s.decode_context()) and not backend.segmentable(s.decode_context())
         serial = parallel.decode_queues(s, 1)
         par = parallel.decode_queues(s, 4, min_segment_bytes=600)
         _queues_equal(serial, par)
@@ -313,7 +317,7 @@ def test_instruction_queues_whole_in_worker_pool(traces, monkeypatch):
     fast = _session_cols(path, "bei7i", jobs=2)
     assert fast["kind"].count(2) > 1000  # instruction samples (EV_INSTRUCTION)
     from ptexport.session import queues_compiled as perffast_order
-    monkeypatch.setattr(perffast, "numba", None)
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")  # the reference backend (decoder/backend.py)
     monkeypatch.setattr(perffast_order, "numba", None)
     assert _session_cols(path, "bei7i") == fast
 
@@ -323,7 +327,7 @@ def test_reference_queues_in_worker_pool(traces):
     from ptexport.session import parallel
     with open_perf_data(str(traces(MULTI))) as pd:
         s = open_session(pd, DecodeConfig(itrace=parse_itrace("bei10000is3")))
-        assert not perffast.supported(s)
+        assert perffast.supported(s.decode_context()) is not None
         serial = parallel.decode_queues(s, 1)
         pooled = parallel.decode_queues(s, 2)
         assert len(serial) == 2
@@ -340,3 +344,32 @@ def test_token_window_slides(traces, monkeypatch):
         s = open_session(pd, DecodeConfig(itrace=parse_itrace("be")))
         assert max(len(b) for _, b in s.queues()) > 1
     assert_same_queues(path)
+
+
+def test_backends_have_the_same_entry_points():
+    """Both backends take a DecodeContext through the same entry points (decoder/backend.py calls either)."""
+    import inspect
+
+    from ptexport.decoder.reference import queue as reference_queue
+
+    for name in ("supported", "decode_queue"):
+        ref, comp = inspect.signature(getattr(reference_queue, name)), inspect.signature(getattr(perffast, name))
+        assert [(p.name, p.default) for p in ref.parameters.values()] == \
+            [(p.name, p.default) for p in comp.parameters.values()], name
+
+
+def test_backend_choice_says_why(traces, monkeypatch):
+    """decoder/backend.py takes the compiled backend, else says why the reference."""
+    with open_perf_data(str(traces(("loops",)))) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("be")))
+        assert backend.choose(s.decode_context()) == backend.Choice(True)
+        skip = open_session(pd, DecodeConfig(itrace=parse_itrace("bes3")))
+        choice = backend.choose(skip.decode_context())
+        assert not choice.compiled and "sN" in choice.reason and choice.module.__name__.endswith("reference.queue")
+        monkeypatch.setenv("PTEXPORT_REFERENCE", "1")
+        choice = backend.choose(s.decode_context())
+        assert not choice.compiled and "PTEXPORT_REFERENCE" in choice.reason
+        monkeypatch.delenv("PTEXPORT_REFERENCE")
+        monkeypatch.setattr(jit, "numba", None)
+        monkeypatch.setattr(jit, "PROBLEM", "numba cannot be imported (test)")
+        assert backend.choose(s.decode_context()) == backend.Choice(False, "numba cannot be imported (test)")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from ptexport.decoder.compiled import decoder as perffast
+from ptexport import jit
 from ptexport.decoder.compiled import kernel as K
-pytestmark = pytest.mark.skipif(not perffast.available(), reason="numba not installed")
+pytestmark = pytest.mark.skipif(not jit.available(), reason="numba not installed")
 
 
 def test_every_kernel_function_is_compiled_without_nrt():

@@ -22,7 +22,7 @@ import pytest
 
 from ptxtest import perf_branch_lines as _perf, our_branch_lines as _ours, first_difference as _diff, kernel_traced as _kernel_traced, damage_aux as _damage, needs_perf
 from ptexport.cli import main
-from ptexport.decoder.reference.decoder import BR_CONDITIONAL, BR_NO_BRANCH, OP_JCC, OP_OTHER
+from ptexport.decoder.constants import BR_CONDITIONAL, BR_NO_BRANCH, OP_JCC, OP_OTHER
 from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import RecordType as RT
 from ptexport.decoder.codewalk import InsnDecoder
@@ -88,10 +88,9 @@ def test_damaged_trace_equals_perf(tmp_path, monkeypatch, name, seed, rounds):
     assert any("instruction trace error" in line for line in theirs)
     mine = _ours(path)
     assert mine == theirs, "compiled decoder: " + _diff(mine, theirs)
-    from ptexport.decoder.compiled import decoder as perffast
     from ptexport.session import queues_compiled as perffast_order
     with monkeypatch.context() as m:
-        m.setattr(perffast, "numba", None)
+        m.setenv("PTEXPORT_REFERENCE", "1")  # the reference backend (decoder/backend.py)
         m.setattr(perffast_order, "numba", None)
         mine = _ours(path)
     assert mine == theirs, "reference decoder: " + _diff(mine, theirs)

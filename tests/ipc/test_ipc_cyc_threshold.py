@@ -30,7 +30,7 @@ from flow.test_perffast import assert_same_queues
 from pipeline.test_export_parity import EXPORTER, needs_exporter
 from ptxtest import needs_perf, perf_python_env
 from ptexport.cli import main
-from ptexport.decoder.compiled import decoder as perffast
+from ptexport import jit
 from ptexport.perfdata import open_perf_data
 from ptexport.session import perfsession
 from ptexport.session.perfsession import DecodeConfig, open_session
@@ -96,7 +96,7 @@ def _cyc_counts(path, threshold: int | None) -> np.ndarray:
                                for q, (key, bufs) in enumerate(s.queues())])
 
 
-@pytest.mark.skipif(not perffast.available(), reason="numba not installed")
+@pytest.mark.skipif(not jit.available(), reason="numba not installed")
 @pytest.mark.parametrize("opts", ["--program calls --cyc-thresh 3 --mtc-period 0 --psb-period 1024",
                                   "--program loops --cyc-thresh 1 --mtc-period 2 --cbr 30",
                                   "--program threads --cpus 2 --preempt 500 --cyc-thresh 6 --mtc-period 1"])

@@ -117,8 +117,8 @@ def peak_rss_kb(args: list[str]) -> int:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
 def test_peak_rss_does_not_grow_with_trace(tmp_path):
-    from ptexport.decoder.compiled import decoder as perffast
-    if not perffast.available():
+    from ptexport import jit
+    if not jit.available():
         pytest.skip("bounded memory needs the compiled decoder (numba)")
     rss = {}
     for n in ("1M", "4M"):

@@ -29,7 +29,8 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from ptexport.cli import main
-from ptexport.dbexport.exporter import ExportConfig, export_trace
+from ptexport.dbexport.exporter import ExportConfig
+from ptexport.session.export import export_trace
 from ptexport.session.perfsession import PerfSession
 from ptexport.samples.itrace import export_default
 from ptxtest import needs_perf, perf_python_env

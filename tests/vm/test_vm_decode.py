@@ -8,7 +8,7 @@ The generated host recording (ptexport synth --vm) is decoded like perf does it:
 Our samples are compared per host CPU, in order, with perf's lines.
 
 The compiled decoder (flow/perffast) does not read guest code yet: these tests decode with
-the reference decoder (perffast.numba = None makes perffast.supported() False).
+the reference decoder (PTEXPORT_REFERENCE=1 makes decoder/backend.py pick it).
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from ptxtest import needs_perf
 
 @pytest.fixture
 def reference(monkeypatch):
-    from ptexport.decoder.compiled import decoder as perffast
-    monkeypatch.setattr(perffast, "numba", None)
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")  # the reference backend (decoder/backend.py)
 
 
 def _decode(path: Path, guest_kcore: str | None = None):

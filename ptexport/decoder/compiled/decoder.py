@@ -1,6 +1,6 @@
-"""Fast perf-mode decoding: the numba twin of ``PerfSession.decode_queue`` for branch samples.
+"""The compiled perf decoder backend: the numba twin of :func:`ptexport.decoder.reference.queue.decode_queue`.
 
-:func:`decode_queue_fast` returns what ``PerfSession.decode_queue`` returns
+:func:`decode_queue` returns what the reference's ``decode_queue`` returns
 (rows with perf's samples, setup failures, and the per-step items the
 session's merge needs) for ``--itrace`` selections made of branches (``b``,
 ``c``, ``r``), instructions (``i`` with a period in instructions ``iN``/``iNi``
@@ -18,7 +18,7 @@ that time), so there is one table per *context* (pid, whether a thread is
 known, which map generation of that pid and the kernel is live); the kernel
 stops when the sample time leaves the TSC range of its context, and Python
 switches tables.  Guest (non-root) code has a second table per *guest
-context*, what the reference's ``_MapLookup.guest`` reads: the guest machine
+context*, what ``MapLookup.guest`` (decoder/context.py) reads: the guest machine
 of the host process, the guest process current on the host thread's VCPU
 (guest sideband) and the generation of that guest's maps.  A miss (a block
 not in the table yet), a walk the table cannot answer (code that cannot be
@@ -30,20 +30,28 @@ A walk bounded by an instruction count (the next instruction sample is due
 inside the block) stops at the boundary the block's row keeps for that
 instruction; the walk after it starts a block of its own (the rest).
 
-Without numba (the optional ``fast`` extra) :func:`available` is False and
-callers use the reference.
+The backend reads the session only through a
+:class:`~ptexport.decoder.context.DecodeContext`; it has the reference's entry
+points (:func:`supported`, :func:`decode_queue`, see
+:mod:`ptexport.decoder.reference.queue`), and :mod:`ptexport.decoder.backend`
+picks between the two (without numba, :func:`supported` says why not and the
+reference decodes).  See docs/architecture.md.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from typing import Any
 
 import numpy as np
 
 from ptexport.decoder.compiled import kernel as K
-from ptexport.pt.perfpkt_compiled import numba, tokenize_fast
-from ptexport.decoder.reference.decoder import BR_NO_BRANCH, PERIOD_INSTRUCTIONS, PERIOD_NONE, PERIOD_TICKS
+from ptexport import jit
+from ptexport.decoder.codewalk import PerfCodeWalker
+from ptexport.decoder.context import DecodeContext
+from ptexport.decoder.filters import psb_positions
+from ptexport.pt.perfpkt import PacketColumns
+from ptexport.pt.perfpkt_compiled import tokenize as tokenize_fast
+from ptexport.decoder.constants import BR_NO_BRANCH, PERIOD_INSTRUCTIONS, PERIOD_NONE, PERIOD_TICKS
 
 _MASK64 = (1 << 64) - 1
 _I64_MAX = (1 << 63) - 1
@@ -54,44 +62,40 @@ _OUT_CAP = 1 << 18
 _WINDOW = 1 << 20
 
 
-def available() -> bool:
-    return numba is not None
-
-
-def unavailable_reason() -> str:
-    """Why the compiled decoder cannot run here ("" when it can)."""
-    from ptexport.pt.perfpkt_compiled import NUMBA_PROBLEM
-
-    return NUMBA_PROBLEM if numba is None else ""
-
-
-def supported(session: Any) -> bool:
-    """True when the fast path reproduces ``decode_queue`` for this session's options."""
-    it = session.cfg.itrace
-    if numba is None:
-        return False
-    if it.initial_skip or it.quick or session.timeless:
-        # sN: held-back CBR events are decided in perf order; q: hop/leap modes; timeless: the
-        # queue's thread and maps are those of the end (perf decodes timeless queues late)
-        return False
-    if it.intr_events or getattr(session, "event_trace", False):
-        # Event Trace (CFE/EVD samples, RFLAGS.IF in every sample's flags): reference only
-        # (perffast must mirror: nothing, it is not used for these sessions)
-        return False
+def supported(ctx: DecodeContext) -> str | None:
+    """None when this backend reproduces the reference's rows for the session's options; else why not."""
+    reason = jit.unavailable_reason()
+    if reason:
+        return reason
+    it = ctx.itrace
+    if it.initial_skip:
+        return "--itrace=sN (held-back CBR events are decided in perf order) is not compiled yet"
+    if it.quick:
+        return "--itrace=q (perf's hop/leap modes) is not compiled yet"
+    if ctx.timeless:
+        # the queue's thread and maps are those of the end (perf decodes timeless queues late)
+        return "timeless decoding (no TSC, or --itrace=Z) is not compiled yet"
+    if it.intr_events or ctx.event_trace:
+        # Event Trace (CFE/EVD samples, RFLAGS.IF in every sample's flags)
+        return "Event Trace (CFE/EVD samples, RFLAGS.IF in the flags) is not compiled yet"
     if it.instructions:
         # iN/iNi: a period in instructions; iNt/iNus/iNns: in TSC ticks (perf's period type)
-        return session.params.period_type in (PERIOD_INSTRUCTIONS, PERIOD_TICKS)
-    return session.params.period_type == PERIOD_NONE
+        if ctx.params.period_type not in (PERIOD_INSTRUCTIONS, PERIOD_TICKS):
+            return "this instruction sample period is not compiled yet"
+    elif ctx.params.period_type != PERIOD_NONE:
+        return "this sample period is not compiled yet"
+    return None
 
 
-def segmentable(session: Any) -> bool:
-    """True when a queue may be decoded in PSB segments joined by state (pipeline/parallel.py).
+def segmentable(ctx: DecodeContext) -> bool:
+    """True when a queue may be decoded in PSB segments joined by state (session/parallel.py),
+    given that this backend decodes the session (:func:`supported`).
 
     Not with instruction samples: their period counter carries across PSBs
     (perf resets it only at a sample), so a segment decoded from its PSB
     samples other instructions than the serial decoder and never joins.
     """
-    return supported(session) and not session.cfg.itrace.instructions
+    return not ctx.itrace.instructions
 
 
 def _i64(v: int) -> int:
@@ -100,7 +104,7 @@ def _i64(v: int) -> int:
 
 
 class FastRows:
-    """``_Rows`` of the session, as arrays (``cols`` maps column name -> numpy array)."""
+    """The reference's ``Rows`` (decoder/reference/queue.py), as arrays (``cols`` maps column name -> numpy array)."""
 
     def __init__(self, cols: dict[str, np.ndarray], setup_failures: list[int],
                  items_err: np.ndarray, items_ts: np.ndarray, branch_count: int = 0) -> None:
@@ -115,7 +119,7 @@ class FastRows:
 
 
 class _Table:
-    """One context's block table (open addressing; see perffast_kernel.tab_find)."""
+    """One context's block table (open addressing; see kernel.tab_find)."""
 
     def __init__(self, size: int = 1 << 12) -> None:
         self.hk = np.zeros(size, np.int64)
@@ -251,7 +255,6 @@ class _Tokens:
         c = self.cols[b]
         j = int(np.searchsorted(c.pos, at, side="left"))
         tail = tokenize_fast(self.meta[b].data[at:])
-        from ptexport.pt.perfpkt import PacketColumns
 
         self.cols[b] = PacketColumns(
             kind=np.concatenate([c.kind[:j], tail.kind]), count=np.concatenate([c.count[:j], tail.count]),
@@ -263,26 +266,24 @@ class _Tokens:
 class QueueDecoder:
     """The fast decoder for one AUX queue of a :class:`PerfSession`."""
 
-    def __init__(self, session: Any, qnum: int, key: tuple[str, int], bufs: list[Any],
+    def __init__(self, ctx: DecodeContext, qnum: int, key: tuple[str, int], bufs: list[Any],
                  count_only: bool = False, window: int | None = None) -> None:
-        from ptexport.decoder.codewalk import PerfCodeWalker
-
         self.count_only = count_only
-        self.s = session
+        self.ctx = ctx
         self.qnum = qnum
         self.key = key
         self.per_cpu = key[0] == "cpu"
         self.cpu = key[1] if self.per_cpu else -1
         self.qtid = -1 if self.per_cpu else key[1]
-        self.lookup = session._lookup()
-        self.walker = PerfCodeWalker(self.lookup, session.kernel_start)
-        self.tokens = _Tokens(session._buffers(bufs), window)  # window: bytes tokenized at a time
-        self.cur = session._cpu_current(self.cpu) if self.per_cpu else None
+        self.lookup = ctx.new_lookup()
+        self.walker = PerfCodeWalker(self.lookup, ctx.kernel_start)
+        self.tokens = _Tokens(ctx.buffers(bufs), window)  # window: bytes tokenized at a time
+        self.cur = ctx.cpu_timeline(self.cpu) if self.per_cpu else None
         self.blocks = _Blocks()
         self.tables: dict[tuple, _Table] = {}
         self.gtables: dict[tuple, _Table] = {}  # guest code, per guest context
         self.gtable = self.table = _Table(16)
-        self._guest_machines = bool(session.sb.guests())
+        self._guest_machines = bool(ctx.sb.guests())
         self._guest_map_changes: dict[tuple[int, int], np.ndarray] = {}
         self.fail_names: list[str] = []
         self.fail_ids: dict[str, int] = {}
@@ -294,7 +295,7 @@ class QueueDecoder:
     def _who(self, tsc: int) -> tuple[int, int, int, int]:
         """(pid, tid, lo, hi): who is current at ``tsc`` and the TSC range where that holds."""
         if not self.per_cpu:
-            t = self.s.sb.thread(self.qtid)
+            t = self.ctx.sb.thread(self.qtid)
             return (t.pid if t is not None else -1), self.qtid, -(1 << 63), _I64_MAX
         c = self.cur
         i = int(np.searchsorted(c.tsc, np.uint64(tsc), side="right")) - 1
@@ -307,7 +308,7 @@ class QueueDecoder:
     def _tsc_at_or_after(self, t: int) -> int:
         """The smallest TSC whose perf time is >= ``t`` (0 for times before TSC 0, as the
         sideband of old perf versions has: records at time 0; at most the int64 state's maximum)."""
-        tc = self.s.tc
+        tc = self.ctx.tc
         c = tc.perf_time_to_tsc(t)
         if c > _I64_MAX:
             # perf's u64 arithmetic wrapped: ``t`` lies before TSC 0 (old perf versions write
@@ -342,33 +343,33 @@ class QueueDecoder:
         """Perf times at which the host maps seen by ``pid`` change."""
         got = self._map_changes.get(pid)
         if got is None:
-            got = self._map_changes[pid] = self._machine_changes(self.s.sb.host, pid)
+            got = self._map_changes[pid] = self._machine_changes(self.ctx.sb.host, pid)
         return got
 
     def _guest_context(self, pid: int, tid: int, time: int, lo: int, hi: int) -> tuple[tuple, int, int]:
-        """(key, lo, hi): the guest address space ``_MapLookup.guest`` reads for host thread ``tid``
+        """(key, lo, hi): the guest address space ``MapLookup.guest`` reads for host thread ``tid``
         of process ``pid`` at perf time ``time``, and the TSC range inside [lo, hi) where it holds."""
-        s = self.s
-        mpid = s._guest_spaces.machine_pid(pid)
+        ctx = self.ctx
+        mpid = self.lookup.guests.machine_pid(pid)
         if not self._guest_machines:
             return ("g", mpid), lo, hi  # no guest sideband: the guest's kcore only, static
         gpid = -1
-        vc = s._vcpus
+        vc = self.lookup.vcpus
         hit = vc.vcpu_of(tid) if vc.enabled and tid >= 0 else None
         if hit is not None:
-            m = s.sb.machine(hit[0])
+            m = ctx.sb.machine(hit[0])
             tl = m.cpus.get(hit[1]) if m is not None else None
             if tl is not None and len(tl):
                 i = tl.index_at(time)  # the point guest_pid_at_time reads
                 if i >= 0:
                     gpid = int(tl._pids[i])
-                    if not s.timeless:
+                    if not ctx.timeless:
                         lo = max(lo, self._tsc_at_or_after(int(tl._times[i])))
-                if i + 1 < len(tl) and not s.timeless:
+                if i + 1 < len(tl) and not ctx.timeless:
                     hi = min(hi, self._tsc_at_or_after(int(tl._times[i + 1])))
         gen = -1
-        m = s.sb.machine(mpid)
-        if m is not None and not s.timeless:
+        m = ctx.sb.machine(mpid)
+        if m is not None and not ctx.timeless:
             ch = self._guest_map_changes.get((mpid, gpid))
             if ch is None:
                 ch = self._guest_map_changes[(mpid, gpid)] = self._machine_changes(m, gpid)
@@ -383,11 +384,11 @@ class QueueDecoder:
         """Point the walker and the kernel at the context of a sample at ``tsc``."""
         pid, tid, lo, hi = self._who(tsc)
         have_thread = tid >= 0 or not self.per_cpu
-        if self.s.timeless:
+        if self.ctx.timeless:
             time = 0
             gen = -1
         else:
-            time = self.s._perf_time(tsc)
+            time = self.ctx.perf_time(tsc)
             ch = self._changes(pid)
             g = int(np.searchsorted(ch, time, side="right"))
             gen = g
@@ -505,9 +506,9 @@ class QueueDecoder:
     # -------------------------------------------------------------- run
 
     def _init_state(self) -> tuple[np.ndarray, np.ndarray]:
-        s = self.s
-        p = s.params
-        it = s.cfg.itrace
+        ctx = self.ctx
+        p = ctx.params
+        it = ctx.itrace
         S = np.zeros(K.S_SIZE, np.int64)
         F = np.zeros(K.F_SIZE, np.float64)
         S[K.BUF] = -1
@@ -533,14 +534,14 @@ class QueueDecoder:
         S[K.P_INSNS] = int(it.instructions)
         S[K.P_FUP_NLIP] = int(p.fup_with_nlip)
         S[K.P_CYC_THRESH] = p.cyc_threshold
-        S[K.P_KERNEL_START] = _i64(s.kernel_start)
-        S[K.P_FILTER] = s._branches_filter
+        S[K.P_KERNEL_START] = _i64(ctx.kernel_start)
+        S[K.P_FILTER] = ctx.branches_filter
         S[K.P_BRANCHES] = int(it.branches)
         S[K.P_ERRORS] = int(it.errors)
         S[K.P_ERR_MINUS_O] = int("o" in it.error_minus)
         S[K.P_ERR_MINUS_L] = int("l" in it.error_minus)
-        S[K.P_EST_TSC] = int(s._est_tsc)
-        S[K.P_TIMELESS] = int(s.timeless)
+        S[K.P_EST_TSC] = int(ctx.est_tsc)
+        S[K.P_TIMELESS] = int(ctx.timeless)
         S[K.P_PER_CPU] = int(self.per_cpu)
         S[K.P_PWR] = int(it.pwr_events)
         S[K.P_TX] = int(it.transactions)
@@ -579,7 +580,7 @@ class QueueDecoder:
         gkey = self._guest_context(pid, -1, 0, 0, 0)[0]
         self._select(("setup", pid, have_thread), ("setup",) + gkey)
         # --time: perf's decoder-side time filter (not for PSB segments: sessions with ranges are not cut)
-        self.tf = self.s._queue_time_filter() if at is None else None
+        self.tf = self.ctx.time_filter() if at is None else None
         if self.tf is not None:
             S[K.TF_ON] = 1
             self._tf_sync()
@@ -621,10 +622,9 @@ class QueueDecoder:
                 self._fast_forward(ff)
 
     def _fast_forward(self, timestamp: int) -> None:
-        """perf's intel_pt_fast_forward (see pipeline/filters.fast_forward, the reference decoder's):
+        """perf's intel_pt_fast_forward (see decoder/filters.fast_forward, the reference decoder's):
         to the last buffer whose first PSB is before ``timestamp``, then to the last PSB before it in
         the buffer the decoder is in; repositioning forgets the IP, the timestamp and TMA."""
-        from ptexport.decoder.filters import psb_positions
 
         S, tok = self.S, self.tokens
         bufs = tok.meta
@@ -757,10 +757,10 @@ class QueueDecoder:
         return rows
 
     def _rows(self, o: np.ndarray, it: np.ndarray) -> FastRows:
-        s = self.s
+        ctx = self.ctx
         kind = o[K.O_KIND]
         setup = kind == K.K_SETUP_FAIL
-        obj_map = np.array([s._obj_id(n) for n in self.fail_names] + [-1], dtype=np.int64)
+        obj_map = np.array([ctx.obj_id(n) for n in self.fail_names] + [-1], dtype=np.int64)
         setup_failures = [int(obj_map[i]) for i in o[K.O_OBJ][setup].tolist()]
         if setup_failures:  # (take() gave a copy: without setup rows its rows serve as they are)
             o = o[:, ~setup]
@@ -776,10 +776,10 @@ class QueueDecoder:
             pid[ok] = c.pid[idx[ok]]
             tid[ok] = c.tid[idx[ok]]
         else:
-            t = s.sb.thread(self.qtid)
+            t = ctx.sb.thread(self.qtid)
             pid = np.full(n, t.pid if t is not None else -1, np.int64)
             tid = np.full(n, self.qtid, np.int64)
-        time = np.zeros(n, np.int64) if s.timeless else s.tc.tsc_to_perf_time_array(tsc).astype(np.int64)
+        time = np.zeros(n, np.int64) if ctx.timeless else ctx.tc.tsc_to_perf_time_array(tsc).astype(np.int64)
         obj = o[K.O_OBJ]
         cols = {
             "kind": o[K.O_KIND], "tsc": tsc, "time": time, "cpu": np.full(n, self.cpu, np.int64), "pid": pid,
@@ -792,11 +792,11 @@ class QueueDecoder:
         return FastRows(cols, setup_failures, it[0].astype(bool), it[1].copy())
 
 
-def decode_queue_fast(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any],
-                      count_only: bool = False) -> FastRows:
-    """``session.decode_queue(qnum, key, bufs)``, compiled (see :func:`supported`).
+def decode_queue(ctx: DecodeContext, qnum: int, key: tuple[str, int], bufs: list[Any],
+                 count_only: bool = False) -> FastRows:
+    """The reference's ``decode_queue(ctx, qnum, key, bufs)``, compiled (see :func:`supported`).
 
     ``count_only``: branch samples are counted in ``branch_count`` instead of
     kept (errors are still rows; no per-step items).
     """
-    return QueueDecoder(session, qnum, key, bufs, count_only).run()
+    return QueueDecoder(ctx, qnum, key, bufs, count_only).run()

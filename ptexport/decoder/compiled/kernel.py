@@ -29,44 +29,228 @@ from __future__ import annotations
 
 import numpy as np
 
+from ptexport.decoder.constants import (
+    BR_CONDITIONAL, BR_INDIRECT, BR_NO_BRANCH, BR_UNCONDITIONAL, ERR_RESYNC, F_ABORT_TX, F_ASYNC, F_FUP_IP, F_IN_TX,
+    F_SAMPLE_IPC, FUP_IN_PSB, FUP_NO_TIP, IN_SYNC, NO_IP, NO_PSB, OP_CALL, OP_INT, OP_IRET, OP_JCC, OP_JMP, OP_LOOP,
+    OP_OTHER, OP_RET, OP_SYSCALL, OP_SYSRET, OP_VMENTRY, PERIOD_INSTRUCTIONS, PERIOD_MTC, PERIOD_TICKS,
+    T_BLK_ITEMS, T_BRANCH, T_CBR_CHG, T_EX_STOP, T_INSTRUCTION, T_MWAIT_OP, T_PSB_EVT, T_PTW, T_PWR_ENTRY, T_PWR_EXIT,
+    T_TRACE_BEGIN, T_TRACE_END, T_TRANSACTION, TNT_CONT,
+)
+# The packet kinds TNT, TIP, TIP_PGD and FUP (below) take those names here: their packet states get an _ST suffix.
+from ptexport.decoder.constants import FUP as FUP_ST, TIP as TIP_ST, TIP_PGD as TIP_PGD_ST, TNT as TNT_ST
 from ptexport.jit import numba
-
+from ptexport.jit_tables import tab_find
+from ptexport.jit_tables import tab_insert as tab_insert  # for the Python side, which fills the tables
 from ptexport.pt.perfpkt_compiled import (
     BAD, BBP, BEP, BEP_IP, BIP, CBR, CFE, CFE_IP, CYC, EVD, EXSTOP, EXSTOP_IP, FUP, MNT, MODE_EXEC, MODE_TSX,
     MTC, MWAIT, OVF, PAD, PIP, PSB, PSBEND, PTWRITE, PTWRITE_IP, PWRE, PWRX, TIP, TIP_PGD, TIP_PGE, TMA, TNT,
     TRACESTOP, TSC, VMCS,
 )
+from ptexport.samples.columns import (
+    ERR_BADPKT, ERR_INTERN, ERR_LOST, ERR_MISMAT, ERR_NELOOP, ERR_NODATA, ERR_NOINSN, ERR_OVR, ERR_UNK,
+    EV_BRANCH, EV_CBR, EV_ERROR, EV_EXSTOP, EV_INSTRUCTION, EV_MWAIT, EV_PSB, EV_PTWRITE, EV_PWRE, EV_PWRX,
+    EV_TRANSACTION,
+)
+
+if numba is not None:
+    # No NRT: the kernel allocates nothing, and with reference counting on, every call between these
+    # functions increfs/decrefs each array argument atomically (~3/4 of the kernel's CPU time).
+    _jit = numba.njit(cache=True, _nrt=False)
+else:  # pragma: no cover - exercised where numba is missing: the functions stay Python
+    def _jit(f):
+        return f
+
 
 # ---------------------------------------------------------------- state layout
-_STATE_NAMES = """
-IDX STEP BUF KIND COUNT PAYLOAD LAST_PKT PKT_STATE PGE IN_PSB HAVE_LAST_IP LAST_IP IP PSB_IP NR NEXT_NR
-PIP_PAYLOAD EXEC_MODE TX_FLAGS RET_ADDR TNT_COUNT TNT_PAYLOAD OVERFLOW NO_PROGRESS STUCK_IP STUCK_IP_PRD
-STUCK_IP_CNT MTC_INSN CONT_PERIOD SET_FUP_TX SET_FUP_PTW SET_FUP_MWAIT SET_FUP_PWRE SET_FUP_EXSTOP SET_FUP_BEP
-FUP_TX_FLAGS FUP_PTW_PAYLOAD FUP_MWAIT_PAYLOAD FUP_PWRE_PAYLOAD TIMESTAMP TSC_TIMESTAMP REF_TIMESTAMP
-BUF_TIMESTAMP SAMPLE_TIMESTAMP CTC_TIMESTAMP CTC_DELTA LAST_MTC LAST_CTC HAVE_TMA FIXUP_LAST_MTC HAVE_CYC
-CYCLE_CNT CYC_REF_TIMESTAMP CUR_CBR CBR_SEEN CBR_PAYLOAD HAVE_CALC_CYC_TO_TSC TOT_CYC_CNT SAMPLE_TOT_CYC_CNT
-BASE_CYC_CNT CYC_CNT_TIMESTAMP SAMPLE_CYC TIMESTAMP_INSN_CNT SAMPLE_INSN_CNT TOT_INSN_CNT PERIOD_INSN_CNT
-LAST_MASKED_TS STACK_DEPTH
-ST_TYPE ST_FLAGS ST_ERR ST_FROM_IP ST_TO_IP ST_TIMESTAMP ST_EST_TS ST_TOT_INSN ST_TOT_CYC ST_INSN_OP
-ST_INSN_LEN ST_FROM_NR ST_TO_NR ST_TRACE_NR ST_PSB_OFFSET ST_POS ST_CBR ST_CBR_PAYLOAD ST_PTW_PAYLOAD
-ST_MWAIT_PAYLOAD ST_PWRE_PAYLOAD ST_PWRX_PAYLOAD
-INS_OP INS_BR INS_LEN INS_REL
-PHASE PTQ_TS CTX_TSC LAST_BR_INSN LAST_BR_CYC LAST_IN_INSN LAST_IN_CYC LAST_INSN_CNT BASE_TRACE_NR SESS_CBR_SEEN
-LASTFAIL INJ_VALID INJ_IP INJ_TO INJ_MAX INJ_NR
-INJ_ERR INJ_CNT INJ_NEWIP INJ_OP INJ_BR INJ_LEN INJ_REL INJ_FAIL
-NSTATE
-P_RETCOMP P_BRANCH_ENABLE P_MTC_SHIFT P_CTC_N P_CTC_D P_CTC_MULT P_MNTR P_PERIOD_TYPE P_PERIOD P_FUP_NLIP
-P_PERIOD_MASK P_PERIOD_TICKS P_CTC_REM_MASK P_KERNEL_START P_FILTER P_BRANCHES P_ERRORS P_ERR_MINUS_O
-P_ERR_MINUS_L P_EST_TSC P_TIMELESS P_PER_CPU P_PWR P_TX P_PTW P_INSNS P_COUNT_ONLY P_RAW_INSN P_SINGLE P_STOP_BUF
-P_STOP_BYTE
-P_CYC_THRESH
-HAVE_THREAD CTX_LO CTX_HI NEED_IP NEED_TO NEED_MAX NEED_NR RETOK_BUF RETOK_POS NOUT NITEM STEP_NR NBRANCH MORE_BUF
-TF_ON SEL_START SEL_TS FF_TS TF_PENDING HAVE_SAMPLE
-S_SIZE
-""".split()
-for _i, _n in enumerate(_STATE_NAMES):
-    assert _n not in globals(), _n  # no clash with packet kinds
-    globals()[_n] = _i
+# Indices into S, in this order (tests/flow/test_constants.py checks they count 0, 1, 2, ...).
+# The packet being read: index in PK, step to the next, buffer, kind, count, payload; the previous kind
+IDX = 0
+STEP = 1
+BUF = 2
+KIND = 3
+COUNT = 4
+PAYLOAD = 5
+LAST_PKT = 6
+# The walk (perf's struct intel_pt_decoder): packet state, IPs, TNT bits, loop detection
+PKT_STATE = 7
+PGE = 8
+IN_PSB = 9
+HAVE_LAST_IP = 10
+LAST_IP = 11
+IP = 12
+PSB_IP = 13
+NR = 14
+NEXT_NR = 15
+PIP_PAYLOAD = 16
+EXEC_MODE = 17
+TX_FLAGS = 18
+RET_ADDR = 19
+TNT_COUNT = 20
+TNT_PAYLOAD = 21
+OVERFLOW = 22
+NO_PROGRESS = 23
+STUCK_IP = 24
+STUCK_IP_PRD = 25
+STUCK_IP_CNT = 26
+MTC_INSN = 27
+CONT_PERIOD = 28
+# Events waiting for the next FUP
+SET_FUP_TX = 29
+SET_FUP_PTW = 30
+SET_FUP_MWAIT = 31
+SET_FUP_PWRE = 32
+SET_FUP_EXSTOP = 33
+SET_FUP_BEP = 34
+FUP_TX_FLAGS = 35
+FUP_PTW_PAYLOAD = 36
+FUP_MWAIT_PAYLOAD = 37
+FUP_PWRE_PAYLOAD = 38
+# Time: TSC, MTC/CTC, CYC and CBR, instruction and cycle counts
+TIMESTAMP = 39
+TSC_TIMESTAMP = 40
+REF_TIMESTAMP = 41
+BUF_TIMESTAMP = 42
+SAMPLE_TIMESTAMP = 43
+CTC_TIMESTAMP = 44
+CTC_DELTA = 45
+LAST_MTC = 46
+LAST_CTC = 47
+HAVE_TMA = 48
+FIXUP_LAST_MTC = 49
+HAVE_CYC = 50
+CYCLE_CNT = 51
+CYC_REF_TIMESTAMP = 52
+CUR_CBR = 53
+CBR_SEEN = 54
+CBR_PAYLOAD = 55
+HAVE_CALC_CYC_TO_TSC = 56
+TOT_CYC_CNT = 57
+SAMPLE_TOT_CYC_CNT = 58
+BASE_CYC_CNT = 59
+CYC_CNT_TIMESTAMP = 60
+SAMPLE_CYC = 61
+TIMESTAMP_INSN_CNT = 62
+SAMPLE_INSN_CNT = 63
+TOT_INSN_CNT = 64
+PERIOD_INSN_CNT = 65
+LAST_MASKED_TS = 66
+# Entries on the return stack (STK)
+STACK_DEPTH = 67
+# The state a step reports (perf's struct intel_pt_state, the reference's State)
+ST_TYPE = 68
+ST_FLAGS = 69
+ST_ERR = 70
+ST_FROM_IP = 71
+ST_TO_IP = 72
+ST_TIMESTAMP = 73
+ST_EST_TS = 74
+ST_TOT_INSN = 75
+ST_TOT_CYC = 76
+ST_INSN_OP = 77
+ST_INSN_LEN = 78
+ST_FROM_NR = 79
+ST_TO_NR = 80
+ST_TRACE_NR = 81
+ST_PSB_OFFSET = 82
+ST_POS = 83
+ST_CBR = 84
+ST_CBR_PAYLOAD = 85
+ST_PTW_PAYLOAD = 86
+ST_MWAIT_PAYLOAD = 87
+ST_PWRE_PAYLOAD = 88
+ST_PWRX_PAYLOAD = 89
+# The last instruction walked (the reference's Insn)
+INS_OP = 90
+INS_BR = 91
+INS_LEN = 92
+INS_REL = 93
+# The session's sample loop (PerfSession.decode_queue)
+PHASE = 94
+PTQ_TS = 95
+CTX_TSC = 96
+LAST_BR_INSN = 97
+LAST_BR_CYC = 98
+LAST_IN_INSN = 99
+LAST_IN_CYC = 100
+LAST_INSN_CNT = 101
+BASE_TRACE_NR = 102
+SESS_CBR_SEEN = 103
+# The object that failed last; a code walk Python answered, replayed on the retry
+LASTFAIL = 104
+INJ_VALID = 105
+INJ_IP = 106
+INJ_TO = 107
+INJ_MAX = 108
+INJ_NR = 109
+INJ_ERR = 110
+INJ_CNT = 111
+INJ_NEWIP = 112
+INJ_OP = 113
+INJ_BR = 114
+INJ_LEN = 115
+INJ_REL = 116
+INJ_FAIL = 117
+# End of the part a snapshot saves and a failed step restores
+NSTATE = 118
+# Parameters, set once per queue
+P_RETCOMP = 119
+P_BRANCH_ENABLE = 120
+P_MTC_SHIFT = 121
+P_CTC_N = 122
+P_CTC_D = 123
+P_CTC_MULT = 124
+P_MNTR = 125
+P_PERIOD_TYPE = 126
+P_PERIOD = 127
+P_FUP_NLIP = 128
+P_PERIOD_MASK = 129
+P_PERIOD_TICKS = 130
+P_CTC_REM_MASK = 131
+P_KERNEL_START = 132
+P_FILTER = 133
+P_BRANCHES = 134
+P_ERRORS = 135
+P_ERR_MINUS_O = 136
+P_ERR_MINUS_L = 137
+P_EST_TSC = 138
+P_TIMELESS = 139
+P_PER_CPU = 140
+P_PWR = 141
+P_TX = 142
+P_PTW = 143
+P_INSNS = 144
+P_COUNT_ONLY = 145
+P_RAW_INSN = 146
+P_SINGLE = 147
+P_STOP_BUF = 148
+P_STOP_BYTE = 149
+P_CYC_THRESH = 150
+# Exchange with Python: thread and context range, requests (NEED_*, RETOK_*, MORE_BUF), output counts
+HAVE_THREAD = 151
+CTX_LO = 152
+CTX_HI = 153
+NEED_IP = 154
+NEED_TO = 155
+NEED_MAX = 156
+NEED_NR = 157
+RETOK_BUF = 158
+RETOK_POS = 159
+NOUT = 160
+NITEM = 161
+STEP_NR = 162
+NBRANCH = 163
+MORE_BUF = 164
+# The time filter (--time): on, its selection, the verdict Python gives back
+TF_ON = 165
+SEL_START = 166
+SEL_TS = 167
+FF_TS = 168
+TF_PENDING = 169
+HAVE_SAMPLE = 170
+# The length of S
+S_SIZE = 171
+
+# Indices into F (the CYC ratios).
 F_CBR_CYC_TO_TSC, F_CALC_CYC_TO_TSC, F_TSC_TO_CYC, F_MNTR, F_SIZE = range(5)
 
 # BI columns.
@@ -76,10 +260,7 @@ BK_CNT, BK_BYTES, BK_OP, BK_BR, BK_LEN, BK_REL, BK_BND0, BK_BNDN, BK_SIZE = rang
 # Output columns.
 O_KIND, O_TSC, O_WHO_TSC, O_IP, O_ADDR, O_FLAGS, O_INSN, O_CYC, O_CODE, O_OFFSET, O_NR, O_INSN_LEN, O_TRACE_NR, \
     O_OBJ, O_STEP, O_PAYLOAD, O_PERIOD, O_SIZE = range(18)
-# perfsession's sample kinds for instructions and power events.
-EV_INSTRUCTION = 2
-EV_TRANSACTION, EV_PTWRITE, EV_CBR, EV_MWAIT, EV_PWRE, EV_EXSTOP, EV_PWRX, EV_PSB = 3, 4, 5, 6, 7, 8, 9, 10
-# Row kinds besides perfsession's EV_BRANCH (0) and EV_ERROR (1).
+# Row kinds besides the samples' EV_* kinds.
 K_BUDGET = -1  # an unreported failure that counts toward perf's per-object budget
 K_SETUP_FAIL = -2  # a failure before the first timestamp
 
@@ -87,16 +268,7 @@ K_SETUP_FAIL = -2  # a failure before the first timestamp
 R_DONE, R_NEED, R_RETOK, R_CTX, R_OUTFULL, R_STOP, R_STEP, R_MORE, R_TF = range(9)
 PH_SETUP, PH_RUN, PH_DONE = 0, 1, 2  # PH_DONE: --time stopped the queue after its last range
 
-# Decoder packet states / type bits / flags / errors / ops (same numbers as perfmode).
-NO_PSB, NO_IP, ERR_RESYNC, IN_SYNC, TNT_CONT, TNT_ST, TIP_ST, TIP_PGD_ST, FUP_ST, FUP_NO_TIP, FUP_IN_PSB = range(11)
-T_BRANCH, T_INSTRUCTION, T_TRANSACTION, T_PTW, T_MWAIT_OP, T_PWR_ENTRY, T_EX_STOP, T_PWR_EXIT, T_CBR_CHG, \
-    T_TRACE_BEGIN, T_TRACE_END, T_BLK_ITEMS, T_PSB_EVT = (1 << i for i in range(13))
-F_IN_TX, F_ABORT_TX, F_ASYNC, F_FUP_IP, F_SAMPLE_IPC = 1, 2, 4, 8, 16
-ERR_INTERN, ERR_BADPKT, ERR_NODATA, ERR_NOINSN, ERR_MISMAT, ERR_OVR, ERR_LOST, ERR_UNK, ERR_NELOOP = range(2, 11)
-OP_OTHER, OP_CALL, OP_RET, OP_JCC, OP_JMP, OP_LOOP, OP_IRET, OP_INT, OP_SYSCALL, OP_SYSRET, OP_VMENTRY = range(11)
-BR_NO_BRANCH, BR_INDIRECT, BR_CONDITIONAL, BR_UNCONDITIONAL = range(4)
-PERIOD_NONE, PERIOD_INSTRUCTIONS, PERIOD_TICKS, PERIOD_MTC = range(4)
-
+# Internal outcomes (perf's negative errnos, as the reference; tests/flow/test_constants.py compares them).
 _RETURN = 1
 _EAGAIN = -11
 _ENOLINK = -67
@@ -123,12 +295,14 @@ FL_BRANCH, FL_CALL, FL_RETURN, FL_CONDITIONAL, FL_SYSCALLRET, FL_ASYNC, FL_INTER
     FL_TRACE_BEGIN, FL_TRACE_END, FL_IN_TX, FL_VMENTRY, FL_VMEXIT = (1 << i for i in range(13))
 
 
+@_jit
 def _ult(a, b):
     return (a ^ _SIGNBIT) < (b ^ _SIGNBIT)
 
 
 # --------------------------------------------------------------------- packets
 
+@_jit
 def _get_data(S, BI, reposition):
     nb = BI.shape[0]
     nxt = S[BUF] + 1
@@ -158,6 +332,7 @@ def _get_data(S, BI, reposition):
     return 0
 
 
+@_jit
 def _buf_end(S, BI):
     b = S[BUF]
     if b < 0 or b >= BI.shape[0]:
@@ -165,6 +340,7 @@ def _buf_end(S, BI):
     return BI[b, BI_PEND]
 
 
+@_jit
 def _abs_pos(S, PK, BI):
     b = S[BUF]
     if b < 0 or b >= BI.shape[0]:
@@ -174,6 +350,7 @@ def _abs_pos(S, PK, BI):
     return BI[b, BI_OFFSET] + BI[b, BI_DLEN]
 
 
+@_jit
 def _get_next_packet(S, PK, BI):
     S[LAST_PKT] = S[KIND]
     while True:
@@ -199,6 +376,7 @@ def _get_next_packet(S, PK, BI):
 
 # ---------------------------------------------------------------- small helpers
 
+@_jit
 def _calc_ip(count, payload, last_ip):
     if count == 1:
         return (last_ip & np.int64(-65536)) | payload
@@ -215,40 +393,48 @@ def _calc_ip(count, payload, last_ip):
     return 0
 
 
+@_jit
 def _set_last_ip(S):
     S[LAST_IP] = _calc_ip(S[COUNT], S[PAYLOAD], S[LAST_IP])
     S[HAVE_LAST_IP] = 1
 
 
+@_jit
 def _set_ip(S):
     _set_last_ip(S)
     S[IP] = S[LAST_IP]
 
 
+@_jit
 def _have_ip(S):
     c = S[COUNT]
     return c != 0 and (S[HAVE_LAST_IP] != 0 or c == 3 or c == 6)
 
 
+@_jit
 def _update_nr(S):
     S[NEXT_NR] = S[PIP_PAYLOAD] & 1
 
 
+@_jit
 def _set_nr(S):
     S[NR] = S[PIP_PAYLOAD] & 1
     S[NEXT_NR] = S[NR]
 
 
+@_jit
 def _set_pip(S):
     S[PIP_PAYLOAD] = S[PAYLOAD]
     _set_nr(S)
 
 
+@_jit
 def _update_sample_time(S):
     S[SAMPLE_TIMESTAMP] = S[TIMESTAMP]
     S[SAMPLE_INSN_CNT] = S[TIMESTAMP_INSN_CNT]
 
 
+@_jit
 def _bug(S):
     S[PKT_STATE] = NO_PSB
     return _ENOSYS
@@ -256,6 +442,7 @@ def _bug(S):
 
 # ----------------------------------------------------------------------- timing
 
+@_jit
 def _mtc_cyc_cnt_pge(S):
     if S[HAVE_CYC]:
         return
@@ -263,6 +450,7 @@ def _mtc_cyc_cnt_pge(S):
     S[BASE_CYC_CNT] = S[TOT_CYC_CNT]
 
 
+@_jit
 def _mtc_cyc_cnt_upd(S, F):
     if S[HAVE_CYC]:
         return
@@ -274,6 +462,7 @@ def _mtc_cyc_cnt_upd(S, F):
         S[TOT_CYC_CNT] = tot
 
 
+@_jit
 def _ctc_to_tsc(S, ctc):
     if S[P_CTC_MULT]:
         return ctc * S[P_CTC_MULT]
@@ -284,6 +473,7 @@ def _ctc_to_tsc(S, ctc):
     return (ctc // d) * n + ((ctc % d) * n) // d
 
 
+@_jit
 def _calc_tsc_timestamp(S):
     S[HAVE_TMA] = 0
     if S[REF_TIMESTAMP]:
@@ -318,6 +508,7 @@ def _calc_tsc_timestamp(S):
         S[HAVE_CALC_CYC_TO_TSC] = 0
 
 
+@_jit
 def _calc_tma(S, F):
     ctc = S[PAYLOAD]
     fc = S[COUNT]
@@ -336,6 +527,7 @@ def _calc_tma(S, F):
     S[FIXUP_LAST_MTC] = 1
 
 
+@_jit
 def _fixup_last_mtc(mtc, mtc_shift, last_mtc):
     first_missing_bit = np.int64(1) << (16 - mtc_shift)
     mask = ~(first_missing_bit - 1) & 0xFFFFFFFF
@@ -346,6 +538,7 @@ def _fixup_last_mtc(mtc, mtc_shift, last_mtc):
     return last_mtc
 
 
+@_jit
 def _calc_cyc_to_tsc_from_mtc(S, F, PK, BI):
     cycle_cnt = 0
     cbr = 0
@@ -421,6 +614,7 @@ def _calc_cyc_to_tsc_from_mtc(S, F, PK, BI):
         return
 
 
+@_jit
 def _calc_mtc_timestamp(S, F, PK, BI):
     if not S[HAVE_TMA]:
         return
@@ -445,6 +639,7 @@ def _calc_mtc_timestamp(S, F, PK, BI):
         _calc_cyc_to_tsc_from_mtc(S, F, PK, BI)
 
 
+@_jit
 def _calc_cbr(S, F):
     cbr = S[PAYLOAD] & 0xFF
     S[CBR_PAYLOAD] = S[PAYLOAD]
@@ -459,6 +654,7 @@ def _calc_cbr(S, F):
         _mtc_cyc_cnt_pge(S)
 
 
+@_jit
 def _calc_cyc_timestamp(S, F):
     ts = S[CYC_REF_TIMESTAMP]
     S[HAVE_CYC] = 1
@@ -481,34 +677,7 @@ def _calc_cyc_timestamp(S, F):
 
 # ------------------------------------------------------------------ code table
 
-def _hash(ip, mask):
-    h = ip * np.int64(-7046029254386353131)
-    return (h ^ (h >> 29)) & mask
-
-
-def tab_find(HK, HV, ip):
-    mask = len(HK) - 1
-    h = _hash(ip, mask)
-    while True:
-        v = HV[h]
-        if v < 0:
-            return -1
-        if HK[h] == ip:
-            return v
-        h = (h + 1) & mask
-
-
-def tab_insert(HK, HV, ip, val):
-    mask = len(HK) - 1
-    h = _hash(ip, mask)
-    while True:
-        if HV[h] < 0 or HK[h] == ip:
-            HK[h] = ip
-            HV[h] = val
-            return
-        h = (h + 1) & mask
-
-
+@_jit
 def _walk(S, HK, HV, GK, GV, BK, BND, ip, to_ip, max_insn, nr):
     """perf's walk_insn callback answered from the tables (HK/HV host code, GK/GV guest code when
     ``nr``); returns (err, cnt, new_ip, op, br, len, rel)."""
@@ -564,6 +733,7 @@ def _walk(S, HK, HV, GK, GV, BK, BND, ip, to_ip, max_insn, nr):
 
 # ------------------------------------------------------------ instruction walk
 
+@_jit
 def _next_period(S):
     ts = S[TIMESTAMP] + S[TIMESTAMP_INSN_CNT]
     masked = ts & S[P_PERIOD_MASK]
@@ -581,6 +751,7 @@ def _next_period(S):
     return S[P_PERIOD_TICKS] - (ts - masked)
 
 
+@_jit
 def _next_sample(S):
     if S[P_PERIOD_TYPE] == PERIOD_INSTRUCTIONS:
         return S[P_PERIOD] - S[PERIOD_INSN_CNT]
@@ -589,6 +760,7 @@ def _next_sample(S):
     return 0
 
 
+@_jit
 def _sample_insn(S):
     if S[P_PERIOD_TYPE] == PERIOD_INSTRUCTIONS:
         S[PERIOD_INSN_CNT] = 0
@@ -602,6 +774,7 @@ def _sample_insn(S):
     S[ST_TYPE] |= T_INSTRUCTION
 
 
+@_jit
 def _finish_walk(S):
     S[ST_INSN_OP] = S[INS_OP]
     S[ST_INSN_LEN] = S[INS_LEN]
@@ -609,6 +782,7 @@ def _finish_walk(S):
         S[ST_FLAGS] |= F_IN_TX
 
 
+@_jit
 def _push(S, STK, v):
     d = S[STACK_DEPTH]
     if d < len(STK):
@@ -616,6 +790,7 @@ def _push(S, STK, v):
     S[STACK_DEPTH] = d + 1
 
 
+@_jit
 def _pop(S, STK):
     d = S[STACK_DEPTH]
     if d == 0:
@@ -627,6 +802,7 @@ def _pop(S, STK):
     return 0
 
 
+@_jit
 def _walk_insn(S, STK, HK, HV, GK, GV, BK, BND, to_ip):
     S[MTC_INSN] = 1
     max_insn_cnt = _next_sample(S)
@@ -697,6 +873,7 @@ def _walk_insn(S, STK, HK, HV, GK, GV, BK, BND, to_ip):
     return result
 
 
+@_jit
 def _clear_insn(S):
     S[INS_OP] = OP_OTHER
     S[INS_BR] = BR_NO_BRANCH
@@ -704,6 +881,7 @@ def _clear_insn(S):
     S[INS_REL] = 0
 
 
+@_jit
 def _fup_event(S):
     saved_type = S[ST_TYPE]
     S[ST_TYPE] &= ~T_BRANCH
@@ -759,6 +937,7 @@ def _fup_event(S):
     return ret
 
 
+@_jit
 def _walk_fup(S, STK, HK, HV, GK, GV, BK, BND):
     _clear_insn(S)
     ip = S[LAST_IP]
@@ -784,6 +963,7 @@ def _walk_fup(S, STK, HK, HV, GK, GV, BK, BND):
         return _bug(S)
 
 
+@_jit
 def _walk_tip(S, STK, HK, HV, GK, GV, BK, BND):
     _clear_insn(S)
     err = _walk_insn(S, STK, HK, HV, GK, GV, BK, BND, 0)
@@ -813,6 +993,7 @@ def _walk_tip(S, STK, HK, HV, GK, GV, BK, BND):
     return _bug(S)
 
 
+@_jit
 def _walk_tnt(S, PK, BI, STK, HK, HV, GK, GV, BK, BND):
     _clear_insn(S)
     while True:
@@ -876,6 +1057,7 @@ def _walk_tnt(S, PK, BI, STK, HK, HV, GK, GV, BK, BND):
         return _bug(S)
 
 
+@_jit
 def _mode_tsx(S, PK, BI):
     """Returns err*2 + no_tip (err <= 0)."""
     fup_tx_flags = S[PAYLOAD] & (F_IN_TX | F_ABORT_TX)
@@ -893,6 +1075,7 @@ def _mode_tsx(S, PK, BI):
     return 0, no_tip
 
 
+@_jit
 def _overflow(S):
     S[TX_FLAGS] = 0
     _set_nr(S)
@@ -913,12 +1096,14 @@ def _overflow(S):
 
 # -------------------------------------------------------------------- PSB walks
 
+@_jit
 def _is_psb_abort(k):
     return (k == TIP_PGD or k == TIP_PGE or k == TIP or k == TNT or k == TRACESTOP or k == BAD or k == PSB
             or k == PTWRITE or k == PTWRITE_IP or k == EXSTOP or k == EXSTOP_IP or k == MWAIT or k == PWRE
             or k == PWRX or k == BBP or k == BIP or k == BEP or k == BEP_IP)
 
 
+@_jit
 def _psb_common(S, F, PK, BI, k, psb_walk):
     if k == TSC:
         _calc_tsc_timestamp(S)
@@ -949,6 +1134,7 @@ def _psb_common(S, F, PK, BI, k, psb_walk):
         _calc_cyc_timestamp(S, F)
 
 
+@_jit
 def _walk_psbend(S, F, PK, BI):
     S[IN_PSB] = 1
     while True:
@@ -971,6 +1157,7 @@ def _walk_psbend(S, F, PK, BI):
     return err
 
 
+@_jit
 def _walk_psb(S, F, PK, BI):
     S[IN_PSB] = 1
     while True:
@@ -1005,6 +1192,7 @@ def _walk_psb(S, F, PK, BI):
     return err
 
 
+@_jit
 def _psb(S, F, PK, BI):
     S[LAST_IP] = 0
     S[PSB_IP] = 0
@@ -1019,6 +1207,7 @@ def _psb(S, F, PK, BI):
     return 0
 
 
+@_jit
 def _fup_in_psb(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
     if S[IP] != S[LAST_IP]:
         err = _walk_fup(S, STK, HK, HV, GK, GV, BK, BND)
@@ -1034,6 +1223,7 @@ def _fup_in_psb(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
     return 0
 
 
+@_jit
 def _psb_with_fup(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
     """Returns (done, err)."""
     if not S[P_BRANCH_ENABLE] or not S[PGE]:
@@ -1097,6 +1287,7 @@ def _psb_with_fup(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
 
 # ------------------------------------------------------------------- main walk
 
+@_jit
 def _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
     no_tip = False
     cyc_thresh = S[P_CYC_THRESH]
@@ -1273,6 +1464,7 @@ def _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
             return err
 
 
+@_jit
 def _walk_fup_tip(S, F, PK, BI):
     if S[TX_FLAGS] & F_ABORT_TX:
         S[TX_FLAGS] = 0
@@ -1344,6 +1536,7 @@ def _walk_fup_tip(S, F, PK, BI):
             return _bug(S)
 
 
+@_jit
 def _walk_to_ip(S, F, PK, BI):
     while True:
         err = _get_next_packet(S, PK, BI)
@@ -1415,6 +1608,7 @@ def _walk_to_ip(S, F, PK, BI):
             return 0
 
 
+@_jit
 def _sync_ip(S, F, PK, BI):
     S[SET_FUP_TX] = 0
     S[SET_FUP_PTW] = 0
@@ -1436,6 +1630,7 @@ def _sync_ip(S, F, PK, BI):
     return 0
 
 
+@_jit
 def _find_psb(BD, start, end):
     i = start
     while i + 16 <= end:
@@ -1450,6 +1645,7 @@ def _find_psb(BD, start, end):
     return -1
 
 
+@_jit
 def _scan_for_psb(S, PK, BI, BD):
     while True:
         if S[BUF] < 0 or S[IDX] + S[STEP] >= _buf_end(S, BI):
@@ -1482,6 +1678,7 @@ def _scan_for_psb(S, PK, BI, BD):
         return _get_next_packet(S, PK, BI)
 
 
+@_jit
 def _sync(S, F, PK, BI, BD):
     S[PGE] = 0
     S[CONT_PERIOD] = 0
@@ -1506,6 +1703,7 @@ def _sync(S, F, PK, BI, BD):
     return 0
 
 
+@_jit
 def _errno_to_code(err):
     if err == _ENOSYS:
         return ERR_INTERN
@@ -1524,6 +1722,7 @@ def _errno_to_code(err):
     return ERR_UNK
 
 
+@_jit
 def _decode(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
     """PerfDecoder.decode(); returns 0, or W_NEED/W_RETOK (state to be restored by the caller)."""
     while True:
@@ -1606,6 +1805,7 @@ def _decode(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
 
 # ------------------------------------------------------------ samples (session)
 
+@_jit
 def _op_flags(op):
     if op == OP_CALL:
         return FL_BRANCH | FL_CALL
@@ -1628,6 +1828,7 @@ def _op_flags(op):
     return 0
 
 
+@_jit
 def _sample_flags(S):
     sf = S[ST_FLAGS]
     if sf & F_ABORT_TX:
@@ -1650,6 +1851,7 @@ def _sample_flags(S):
     return flags
 
 
+@_jit
 def _row(S, O, kind, ip, addr, flags, ins, cyc, code, offset, nr, insn_len, obj):
     n = S[NOUT]
     O[O_KIND, n] = kind
@@ -1672,12 +1874,14 @@ def _row(S, O, kind, ip, addr, flags, ins, cyc, code, offset, nr, insn_len, obj)
     S[NOUT] = n + 1
 
 
+@_jit
 def _sample_nr(S):
     """Whether a sample of the state is in a guest (perf's intel_pt_prep_a_sample/intel_pt_cpumode:
     the from side when there is a from ip, else the to side)."""
     return S[ST_FROM_NR] if S[ST_FROM_IP] else S[ST_TO_NR]
 
 
+@_jit
 def _prow(S, O, kind, flags, payload, offset):
     """A power-event sample (perf's intel_pt_synth_*_sample for --itrace=p)."""
     if S[P_COUNT_ONLY]:
@@ -1688,6 +1892,7 @@ def _prow(S, O, kind, flags, payload, offset):
     O[O_PAYLOAD, S[NOUT] - 1] = payload
 
 
+@_jit
 def _item(S, IT, is_err):
     if S[P_COUNT_ONLY]:
         return
@@ -1697,6 +1902,7 @@ def _item(S, IT, is_err):
     S[NITEM] = n + 1
 
 
+@_jit
 def _synth(S, O):
     """intel_pt_sample() for the state just decoded, at PTQ_TS (all but Event Trace samples)."""
     if S[PTQ_TS] > S[CTX_TSC]:  # perf's thread/maps: the sideband up to the queue's highest timestamp
@@ -1763,12 +1969,13 @@ def _synth(S, O):
         S[NBRANCH] += 2 if (S[ST_FROM_NR] != S[ST_TO_NR] and fip and tip) else 1
         return
     if S[ST_FROM_NR] != S[ST_TO_NR] and fip and tip:
-        _row(S, O, 0, fip, 0, flags, ins, cyc, 0, 0, S[ST_FROM_NR], insn_len, -1)
-        _row(S, O, 0, 0, tip, flags, 0, 0, 0, 0, S[ST_TO_NR], insn_len, -1)
+        _row(S, O, EV_BRANCH, fip, 0, flags, ins, cyc, 0, 0, S[ST_FROM_NR], insn_len, -1)
+        _row(S, O, EV_BRANCH, 0, tip, flags, 0, 0, 0, 0, S[ST_TO_NR], insn_len, -1)
     else:
-        _row(S, O, 0, fip, tip, flags, ins, cyc, 0, 0, S[ST_FROM_NR] if fip else S[ST_TO_NR], insn_len, -1)
+        _row(S, O, EV_BRANCH, fip, tip, flags, ins, cyc, 0, 0, S[ST_FROM_NR] if fip else S[ST_TO_NR], insn_len, -1)
 
 
+@_jit
 def _no_sample(S):
     """A state the time filter passes over: no sample, but the thread context and the trace number
     follow it (as perf's queue does)."""
@@ -1777,6 +1984,7 @@ def _no_sample(S):
     S[BASE_TRACE_NR] = S[ST_TRACE_NR]
 
 
+@_jit
 def _state_step(S, O, IT):
     """A decoded state: its item for perf's queue order, its samples unless the time filter says no."""
     S[STEP_NR] += 1
@@ -1787,6 +1995,7 @@ def _state_step(S, O, IT):
         _no_sample(S)
 
 
+@_jit
 def cursor(S, PK, BI):
     """(buffer, byte offset in it) of the packet the decoder is at (for segment stops)."""
     b = S[BUF]
@@ -1799,6 +2008,7 @@ def cursor(S, PK, BI):
     return b, BI[b, BI_DLEN]
 
 
+@_jit
 def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, O, IT):
     """Decode and synthesize until done or until Python must answer something (R_* codes)."""
     ns = NSTATE
@@ -1863,7 +2073,7 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, O, IT):
             _item(S, IT, 1)
             obj = S[LASTFAIL]
             if S[P_ERRORS] and not ((e == ERR_OVR and S[P_ERR_MINUS_O]) or (e == ERR_LOST and S[P_ERR_MINUS_L])):
-                _row(S, O, 1, S[ST_FROM_IP], 0, 0, 0, 0, e, S[ST_POS], S[ST_FROM_NR], 0, obj)
+                _row(S, O, EV_ERROR, S[ST_FROM_IP], 0, 0, 0, 0, e, S[ST_POS], S[ST_FROM_NR], 0, obj)
             elif obj >= 0:
                 _row(S, O, K_BUDGET, 0, 0, 0, 0, 0, 0, 0, 0, 0, obj)
             if S[P_SINGLE]:
@@ -1892,12 +2102,3 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, O, IT):
         if S[P_SINGLE]:
             return R_STEP
 
-
-if numba is not None:
-    # No NRT: the kernel allocates nothing, and with reference counting on, every call between these
-    # functions increfs/decrefs each array argument atomically (~3/4 of the kernel's CPU time).
-    _jit = numba.njit(cache=True, _nrt=False)
-    for _name, _obj in list(globals().items()):
-        if callable(_obj) and getattr(_obj, "__module__", None) == __name__ and _name not in ("_jit",):
-            if _name.startswith("_") or _name in ("run", "tab_find", "tab_insert", "cursor"):
-                globals()[_name] = _jit(_obj)

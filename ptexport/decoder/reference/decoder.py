@@ -3,7 +3,7 @@
 perf's Intel PT decoder and libipt agree on what the hardware means but not on
 what a tool reports: where a sample's time comes from, which branches become
 samples, and how decoding recovers after an error.  Exports must match perf
-exactly (DESIGN.md section 5), so this module reproduces perf's decoder
+exactly (see docs/architecture.md), so this module reproduces perf's decoder
 behaviour state for state:
 
 * it walks packets with the states NO_PSB, NO_IP, ERR_RESYNC, IN_SYNC, TNT,
@@ -31,48 +31,21 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
+from ptexport.decoder.constants import (
+    BR_CONDITIONAL, BR_INDIRECT, BR_NO_BRANCH, BR_UNCONDITIONAL, ERR_RESYNC, FUP, FUP_IN_PSB, FUP_NO_TIP,
+    F_ABORT_TX, F_ASYNC, F_FUP_IP, F_IN_TX, F_SAMPLE_IPC, IN_SYNC, NO_IP, NO_PSB, OP_CALL, OP_OTHER, OP_RET,
+    PERIOD_INSTRUCTIONS, PERIOD_MTC, PERIOD_NONE, PERIOD_TICKS, RESAMPLE, TIP, TIP_PGD, TNT, TNT_CONT, T_BLK_ITEMS,
+    T_BRANCH, T_CBR_CHG, T_EVT, T_EX_STOP, T_IFLAG_CHG, T_INSTRUCTION, T_MWAIT_OP, T_PSB_EVT, T_PTW, T_PWR_ENTRY,
+    T_PWR_EXIT, T_TRACE_BEGIN, T_TRACE_END, T_TRANSACTION,
+)
 from ptexport.samples.columns import ERR_BADPKT, ERR_INTERN, ERR_MISMAT, ERR_NELOOP, ERR_NODATA, ERR_NOINSN, ERR_OVR, ERR_UNK
 from ptexport.pt.perfpkt import PSB_BYTES, PacketColumns, Pkt, tokenize
-
-# Decoder packet states.
-NO_PSB, NO_IP, ERR_RESYNC, IN_SYNC, TNT_CONT, TNT, TIP, TIP_PGD, FUP, FUP_NO_TIP, FUP_IN_PSB, RESAMPLE = range(12)
 
 # Hop mode (--itrace=q): what a packet does to the walk.
 _HOP_PROCESS, _HOP_IGNORE, _HOP_RETURN, _HOP_AGAIN = range(4)
 
-# State.type bits (perf's INTEL_PT_* sample types).
-T_BRANCH = 1 << 0
-T_INSTRUCTION = 1 << 1
-T_TRANSACTION = 1 << 2
-T_PTW = 1 << 3
-T_MWAIT_OP = 1 << 4
-T_PWR_ENTRY = 1 << 5
-T_EX_STOP = 1 << 6
-T_PWR_EXIT = 1 << 7
-T_CBR_CHG = 1 << 8
-T_TRACE_BEGIN = 1 << 9
-T_TRACE_END = 1 << 10
-T_BLK_ITEMS = 1 << 11
-T_PSB_EVT = 1 << 12
-T_EVT = 1 << 13
-T_IFLAG_CHG = 1 << 14
-
 _IFLAG = 1 << 2  # MODE.Exec: RFLAGS.IF (the packet's count)
 _MAX_EVDS = 64
-
-# State.flags bits.
-F_IN_TX = 1 << 0
-F_ABORT_TX = 1 << 1
-F_ASYNC = 1 << 2
-F_FUP_IP = 1 << 3
-F_SAMPLE_IPC = 1 << 4
-
-# Instruction classes (perf's op / branch kinds).
-OP_OTHER, OP_CALL, OP_RET, OP_JCC, OP_JMP, OP_LOOP, OP_IRET, OP_INT, OP_SYSCALL, OP_SYSRET, OP_VMENTRY = range(11)
-BR_NO_BRANCH, BR_INDIRECT, BR_CONDITIONAL, BR_UNCONDITIONAL = range(4)
-
-# Period kinds for instruction samples.
-PERIOD_NONE, PERIOD_INSTRUCTIONS, PERIOD_TICKS, PERIOD_MTC = range(4)
 
 # Internal outcomes (perf's negative errnos).
 _RETURN = 1  # walk_insn stopped at a branch it handled
@@ -230,111 +203,38 @@ class _Stack:
         self.items.clear()
 
 
-class PerfDecoder:
-    """perf's Intel PT decoder for one queue (a CPU's or a thread's AUX stream)."""
+# ------------------------------------------------------------- decoder state
+# The decoder's state in named parts, the way perf's struct intel_pt_decoder reads in
+# sections and libipt splits a decoder into units (packet decoder, last-IP, TNT cache, time,
+# event queue, config).  Each part is a plain class with __slots__, held by PerfDecoder for
+# its lifetime (never replaced); hot methods bind the parts they use to locals once.
 
-    def __init__(self, buffers: Sequence[Buffer], walker: InsnWalker, params: Params) -> None:
-        self.buffers = list(buffers)
-        self.walker = walker
-        self.p = params
-        self.state = State()
-        self.stack = _Stack()
-        # Packet cursor.
-        self.buf_idx = -1
-        self.cols: PacketColumns | None = None
-        self.kinds: list = []
-        self.counts: list = []
-        self.payloads: list = []
-        self.poss: list = []
-        self.idx = 0  # index of the current packet
-        self.step = 0  # 1 when the current packet has been consumed
-        self.base = 0  # absolute offset of the current buffer
-        self.kind = Pkt.PAD
-        self.count = 0
-        self.payload = 0
-        self.last_packet_type = Pkt.PAD
-        # Decoder state.
-        self.pkt_state = NO_PSB
-        self.pge = False
-        self.in_psb = False
-        self.have_last_ip = False
-        self.last_ip = 0
-        self.ip = 0
-        self.psb_ip = 0
-        self.nr = False
-        self.next_nr = False
-        self.pip_payload = 0
-        self.exec_mode = 0
-        self.tx_flags = 0
-        self.ret_addr = 0
-        self.tnt_count = 0
-        self.tnt_payload = 0
-        self.overflow = False
-        self.no_progress = 0
-        self.stuck_ip = 0
-        self.stuck_ip_prd = 0
-        self.stuck_ip_cnt = 0
-        self.mtc_insn = False
-        self.continuous_period = False
-        # Pending FUP-bound events.
-        self.set_fup_tx_flags = False
-        self.set_fup_ptw = False
-        self.set_fup_mwait = False
-        self.set_fup_pwre = False
-        self.set_fup_exstop = False
-        self.set_fup_bep = False
-        self.fup_tx_flags = 0
-        self.fup_ptw_payload = 0
-        self.fup_mwait_payload = 0
-        self.fup_pwre_payload = 0
-        # Event Trace: a CFE waiting for its FUP, the EVDs before it; RFLAGS.IF now and next.
-        self.set_fup_cfe_ip = False
-        self.set_fup_cfe = False
-        self.fup_cfe = (0, 0)
-        self.evd: list[tuple[int, int]] = []
-        self.set_fup_mode_exec = False
-        self.iflag = False
-        self.next_iflag = False
-        # Timing.
-        self.timestamp = 0
-        self.tsc_timestamp = 0
-        self.ref_timestamp = 0
-        self.buf_timestamp = 0
-        self.sample_timestamp = 0
-        self.ctc_timestamp = 0
-        self.ctc_delta = 0
-        self.last_mtc = 0
-        self.last_ctc = 0
-        self.have_tma = False
-        self.fixup_last_mtc = False
-        self.have_cyc = False
-        self.cycle_cnt = 0
-        self.cyc_ref_timestamp = 0
-        self.cbr = 0
-        self.cbr_seen = 0
-        self.cbr_payload = 0
-        self.cbr_cyc_to_tsc = 0.0
-        self.calc_cyc_to_tsc = 0.0
-        self.have_calc_cyc_to_tsc = False
-        self.max_non_turbo_ratio_fp = float(params.max_non_turbo_ratio)
-        self.tot_cyc_cnt = 0
-        self.sample_tot_cyc_cnt = 0
-        self.base_cyc_cnt = 0
-        self.cyc_cnt_timestamp = 0
-        self.tsc_to_cyc = 0.0
-        self.sample_cyc = False
-        self.timestamp_insn_cnt = 0
-        self.sample_insn_cnt = 0
-        self.tot_insn_cnt = 0
-        self.period_insn_cnt = 0
-        self.period_mask = 0
-        self.period_ticks = 0
-        self.last_masked_timestamp = 0
-        self.mtc_shift = params.mtc_period
-        self.ctc_rem_mask = (1 << self.mtc_shift) - 1
-        self.tsc_ctc_ratio_n = params.tsc_ctc_ratio_n
-        self.tsc_ctc_ratio_d = params.tsc_ctc_ratio_d if params.tsc_ctc_ratio_n else 0
-        self.tsc_ctc_mult = 0
+
+class _Config:
+    """What the decoder was set up with (perf's struct intel_pt_params and what follows from it); never changes."""
+
+    __slots__ = ("return_compression", "branch_enable", "fup_with_nlip", "quick", "cyc_threshold",
+                 "period_type", "period", "period_mask", "period_ticks", "max_non_turbo_ratio",
+                 "max_non_turbo_ratio_fp", "mtc_shift", "ctc_rem_mask", "tsc_ctc_ratio_n", "tsc_ctc_ratio_d",
+                 "tsc_ctc_mult")
+
+    def __init__(self, params: Params) -> None:
+        self.return_compression = params.return_compression  # a RET may be a taken TNT bit (no noretcomp)
+        self.branch_enable = params.branch_enable  # BranchEn: code is walked between IP packets
+        self.fup_with_nlip = params.fup_with_nlip  # a FUP may give the IP after an indirect branch (Goldmont)
+        self.quick = params.quick  # --itrace=q: 1 hop, 2 leap (perf's hop / leap)
+        self.cyc_threshold = params.cyc_threshold  # CycThresh: a CYC counts toward IPC only right before a packet
+        self.period_type = params.period_type  # what the instruction-sample period counts (PERIOD_*)
+        self.period = params.period  # that period (instructions, or TSC ticks before rounding)
+        self.period_mask = 0  # PERIOD_TICKS: ~(period_ticks - 1), the bits of a period boundary
+        self.period_ticks = 0  # PERIOD_TICKS: the period rounded down to a power of 2
+        self.max_non_turbo_ratio = params.max_non_turbo_ratio  # TSC ticks per bus clock (est_timestamp, CBR)
+        self.max_non_turbo_ratio_fp = float(params.max_non_turbo_ratio)  # the same as a float (cycles <-> TSC)
+        self.mtc_shift = params.mtc_period  # MTC payload = CTC >> mtc_shift
+        self.ctc_rem_mask = (1 << self.mtc_shift) - 1  # the CTC bits below MTC's
+        self.tsc_ctc_ratio_n = params.tsc_ctc_ratio_n  # TSC ticks per CTC tick, numerator ...
+        self.tsc_ctc_ratio_d = params.tsc_ctc_ratio_d if params.tsc_ctc_ratio_n else 0  # ... and denominator
+        self.tsc_ctc_mult = 0  # the ratio when it is a whole number (0: use n/d)
         if self.tsc_ctc_ratio_d and not self.tsc_ctc_ratio_n % self.tsc_ctc_ratio_d:
             self.tsc_ctc_mult = self.tsc_ctc_ratio_n // self.tsc_ctc_ratio_d
         if params.period_type == PERIOD_TICKS and params.period:
@@ -342,82 +242,304 @@ class PerfDecoder:
             self.period_mask = ~(period - 1) & _MASK64
             self.period_ticks = period
 
+
+class _Cursor:
+    """Where the decoder is in its buffers (perf's buf/len/pkt_step, libipt's packet decoder)."""
+
+    __slots__ = ("buf_idx", "kinds", "counts", "payloads", "poss", "base", "idx", "step")
+
+    def __init__(self) -> None:
+        self.buf_idx = -1  # the buffer being decoded (-1 before the first, len(buffers) after the last)
+        self.kinds: list = []  # its packets' kinds (Pkt) ...
+        self.counts: list = []  # ... counts (IP compression, TNT bits, ...) ...
+        self.payloads: list = []  # ... payloads ...
+        self.poss: list = []  # ... and byte offsets in the buffer
+        self.base = 0  # absolute offset of the buffer (error offsets)
+        self.idx = 0  # index of the current packet
+        self.step = 0  # 1 when the current packet has been consumed
+
+
+class _Flow:
+    """Where the walk is: packet state, IPs, TNT bits, return address, loop detection, mode bits."""
+
+    __slots__ = ("pkt_state", "pge", "in_psb", "overflow", "have_last_ip", "last_ip", "ip", "psb_ip", "ret_addr",
+                 "tnt_count", "tnt_payload", "no_progress", "stuck_ip", "stuck_ip_prd", "stuck_ip_cnt",
+                 "pip_payload", "nr", "next_nr", "exec_mode", "iflag", "next_iflag", "tx_flags")
+
+    def __init__(self) -> None:
+        self.pkt_state = NO_PSB  # what the next decode() does (NO_PSB ... RESAMPLE)
+        self.pge = False  # tracing is enabled (packet generation enable)
+        self.in_psb = False  # between PSB and PSBEND
+        self.overflow = False  # after an OVF: the next FUP is a trace begin
+        self.have_last_ip = False  # last_ip is known: compressed IPs can be expanded
+        self.last_ip = 0  # the last IP packet's IP (what IP compression refers to)
+        self.ip = 0  # where the walk is (0: not known)
+        self.psb_ip = 0  # the IP of the FUP in the last PSB+ (0: none)
+        self.ret_addr = 0  # the return address popped by the last RET walked (return compression)
+        self.tnt_count = 0  # TNT bits left
+        self.tnt_payload = 0  # the TNT bits, the next at bit 63
+        self.no_progress = 0  # unconditional branches walked in a row without a packet
+        self.stuck_ip = 0  # loop detection: an IP that, seen again, means no progress ...
+        self.stuck_ip_prd = 0  # ... checked at a growing period ...
+        self.stuck_ip_cnt = 0  # ... with this many branches left to the next check
+        self.pip_payload = 0  # the last PIP's payload (CR3 and the NR bit)
+        self.nr = False  # non-root (VMX guest) at the state's from_ip ...
+        self.next_nr = False  # ... and at its to_ip
+        self.exec_mode = 0  # the last MODE.Exec's payload
+        self.iflag = False  # RFLAGS.IF now (MODE.Exec, Event Trace) ...
+        self.next_iflag = False  # ... and after the next branch
+        self.tx_flags = 0  # F_IN_TX while in a TSX transaction (MODE.TSX)
+
+
+class _Timing:
+    """The clock, as perf moves it: TSC, TMA/MTC (CTC), CYC and CBR; the time a sample reports."""
+
+    __slots__ = ("timestamp", "timestamp_insn_cnt", "sample_timestamp", "sample_insn_cnt", "tsc_timestamp",
+                 "ref_timestamp", "buf_timestamp", "have_tma", "ctc_timestamp", "ctc_delta", "last_mtc", "last_ctc",
+                 "fixup_last_mtc", "have_cyc", "cycle_cnt", "cyc_ref_timestamp", "calc_cyc_to_tsc",
+                 "have_calc_cyc_to_tsc", "cbr", "cbr_seen", "cbr_payload", "cbr_cyc_to_tsc")
+
+    def __init__(self) -> None:
+        self.timestamp = 0  # the current time (TSC ticks; 0: not known yet)
+        self.timestamp_insn_cnt = 0  # instructions walked since timestamp last moved
+        self.sample_timestamp = 0  # the time the next state reports ...
+        self.sample_insn_cnt = 0  # ... and the instructions since then (est_timestamp)
+        self.tsc_timestamp = 0  # the last TSC packet's time
+        self.ref_timestamp = 0  # the buffer's reference TSC, until a TSC packet is placed by it
+        self.buf_timestamp = 0  # the current buffer's reference TSC (TSC wrap-around)
+        self.have_tma = False  # a TMA since the last TSC: MTCs move the time
+        self.ctc_timestamp = 0  # the time of CTC 0 (from TSC and TMA) ...
+        self.ctc_delta = 0  # ... and the CTC ticks counted from there by MTCs
+        self.last_mtc = 0  # the last MTC's payload (from the TMA's CTC at first)
+        self.last_ctc = 0  # the TMA's CTC, without the bits below MTC's
+        self.fixup_last_mtc = False  # last_mtc (from TMA) lacks high bits the next MTC gives
+        self.have_cyc = False  # a CYC was seen (cycle-accurate mode)
+        self.cycle_cnt = 0  # cycles since cyc_ref_timestamp
+        self.cyc_ref_timestamp = 0  # the time CYC counts are added to
+        self.calc_cyc_to_tsc = 0.0  # TSC ticks per cycle, measured between MTCs ...
+        self.have_calc_cyc_to_tsc = False  # ... when known
+        self.cbr = 0  # the core:bus ratio (the last CBR's) ...
+        self.cbr_seen = 0  # ... the one last reported (T_CBR_CHG) ...
+        self.cbr_payload = 0  # ... the last CBR's payload ...
+        self.cbr_cyc_to_tsc = 0.0  # ... and TSC ticks per cycle from it
+
+
+class _Counters:
+    """Instruction and cycle counts (IPC) and the instruction-sample period."""
+
+    __slots__ = ("tot_insn_cnt", "period_insn_cnt", "last_masked_timestamp", "continuous_period", "mtc_insn",
+                 "tot_cyc_cnt", "sample_tot_cyc_cnt", "sample_cyc", "base_cyc_cnt", "cyc_cnt_timestamp",
+                 "tsc_to_cyc")
+
+    def __init__(self) -> None:
+        self.tot_insn_cnt = 0  # instructions walked in all
+        self.period_insn_cnt = 0  # PERIOD_INSTRUCTIONS: instructions since the last instruction sample
+        self.last_masked_timestamp = 0  # PERIOD_TICKS: the last period boundary sampled
+        self.continuous_period = False  # PERIOD_TICKS: the walk went on since the last boundary
+        self.mtc_insn = False  # PERIOD_MTC: an instruction was walked since the last MTC sample
+        self.tot_cyc_cnt = 0  # cycles in all (from CYC, or estimated from time and CBR without CYC) ...
+        self.sample_tot_cyc_cnt = 0  # ... as the state reports it (IPC) ...
+        self.sample_cyc = False  # ... which has moved since the last IPC sample
+        self.base_cyc_cnt = 0  # without CYC: tot_cyc_cnt at cyc_cnt_timestamp ...
+        self.cyc_cnt_timestamp = 0  # ... the time cycles are estimated from ...
+        self.tsc_to_cyc = 0.0  # ... at this many cycles per TSC tick (from CBR)
+
+
+class _Pending:
+    """Events bound to the next FUP (perf's set_fup_*): TSX, PTWRITE, power, BEP, MODE.Exec, Event Trace."""
+
+    __slots__ = ("set_fup_tx_flags", "fup_tx_flags", "set_fup_ptw", "fup_ptw_payload", "set_fup_mwait",
+                 "fup_mwait_payload", "set_fup_pwre", "fup_pwre_payload", "set_fup_exstop", "set_fup_bep",
+                 "set_fup_mode_exec", "set_fup_cfe_ip", "set_fup_cfe", "fup_cfe", "evd")
+
+    def __init__(self) -> None:
+        self.set_fup_tx_flags = False  # MODE.TSX before the FUP ...
+        self.fup_tx_flags = 0  # ... its F_IN_TX / F_ABORT_TX
+        self.set_fup_ptw = False  # PTWRITE with IP before the FUP ...
+        self.fup_ptw_payload = 0  # ... its payload
+        self.set_fup_mwait = False  # MWAIT before the FUP ...
+        self.fup_mwait_payload = 0  # ... its payload
+        self.set_fup_pwre = False  # PWRE after that MWAIT ...
+        self.fup_pwre_payload = 0  # ... its payload
+        self.set_fup_exstop = False  # EXSTOP with IP before the FUP
+        self.set_fup_bep = False  # BEP with IP before the FUP
+        self.set_fup_mode_exec = False  # MODE.Exec before the FUP: RFLAGS.IF changes there
+        self.set_fup_cfe_ip = False  # Event Trace: a CFE with IP, its FUP next ...
+        self.set_fup_cfe = False  # ... or a CFE without IP
+        self.fup_cfe = (0, 0)  # the CFE's (type, vector)
+        self.evd: list[tuple[int, int]] = []  # the EVDs' (type, payload) before it
+
+
+class PerfDecoder:
+    """perf's Intel PT decoder for one queue (a CPU's or a thread's AUX stream).
+
+    It holds its inputs (``buffers``, ``walker``), what it returns (``state``), the return
+    stack, the packet being processed, and its state in parts: ``cfg`` (:class:`_Config`),
+    ``cur`` (:class:`_Cursor`), ``flow`` (:class:`_Flow`), ``timing`` (:class:`_Timing`),
+    ``counters`` (:class:`_Counters`) and ``pending`` (:class:`_Pending`).
+    """
+
+    __slots__ = ("buffers", "walker", "state", "stack", "kind", "count", "payload", "last_packet_type",
+                 "cfg", "cur", "flow", "timing", "counters", "pending")
+
+    def __init__(self, buffers: Sequence[Buffer], walker: InsnWalker, params: Params) -> None:
+        self.buffers = list(buffers)  # the queue's AUX buffers, in trace order
+        self.walker = walker  # reads code (perf's walk_insn callback)
+        self.state = State()  # what decode() returns (one object, updated in place)
+        self.stack = _Stack()  # return addresses of the calls walked (return compression)
+        self.kind = Pkt.PAD  # the packet being processed (perf's decoder->packet): its kind ...
+        self.count = 0  # ... count ...
+        self.payload = 0  # ... and payload
+        self.last_packet_type = Pkt.PAD  # the kind of the packet before it
+        self.cfg = _Config(params)  # configuration
+        self.cur = _Cursor()  # packet cursor
+        self.flow = _Flow()  # packet state, IPs, TNT
+        self.timing = _Timing()  # TSC / MTC / CYC / CBR time
+        self.counters = _Counters()  # instruction and cycle counts, sample period
+        self.pending = _Pending()  # events waiting for their FUP
+
+    # perf's intel_pt_fast_forward (decoder/filters.fast_forward) moves the decoder through these.
+
+    @property
+    def buf_idx(self) -> int:
+        return self.cur.buf_idx
+
+    @property
+    def kinds(self) -> list:
+        return self.cur.kinds
+
+    @property
+    def idx(self) -> int:
+        return self.cur.idx
+
+    @idx.setter
+    def idx(self, value: int) -> None:
+        self.cur.idx = value
+
+    @property
+    def step(self) -> int:
+        return self.cur.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.cur.step = value
+
+    @property
+    def ip(self) -> int:
+        return self.flow.ip
+
+    @ip.setter
+    def ip(self, value: int) -> None:
+        self.flow.ip = value
+
+    @property
+    def pkt_state(self) -> int:
+        return self.flow.pkt_state
+
+    @pkt_state.setter
+    def pkt_state(self, value: int) -> None:
+        self.flow.pkt_state = value
+
+    @property
+    def timestamp(self) -> int:
+        return self.timing.timestamp
+
+    @timestamp.setter
+    def timestamp(self, value: int) -> None:
+        self.timing.timestamp = value
+
+    @property
+    def have_tma(self) -> bool:
+        return self.timing.have_tma
+
+    @have_tma.setter
+    def have_tma(self, value: bool) -> None:
+        self.timing.have_tma = value
+
     # ------------------------------------------------------------------ packets
 
     def _load_buffer(self, i: int) -> None:
         buf = self.buffers[i]
         if buf.packets is None:
             buf.packets = tokenize(buf.data)
-        self.cols = buf.packets
-        self.kinds = buf.packets.kind.tolist()
-        self.counts = buf.packets.count.tolist()
-        self.payloads = buf.packets.payload.tolist()
-        self.poss = buf.packets.pos.tolist()
-        self.base = buf.offset
-        self.buf_idx = i
-        self.idx = 0
-        self.step = 0
+        cols = buf.packets
+        c = self.cur
+        c.kinds = cols.kind.tolist()
+        c.counts = cols.count.tolist()
+        c.payloads = cols.payload.tolist()
+        c.poss = cols.pos.tolist()
+        c.base = buf.offset
+        c.buf_idx = i
+        c.idx = 0
+        c.step = 0
 
     def _get_data(self, reposition: bool = False) -> int:
         """Move to the next buffer (perf's get_data)."""
-        nxt = self.buf_idx + 1
-        while nxt < len(self.buffers) and not len(self.buffers[nxt].data):
+        c = self.cur
+        bufs = self.buffers
+        nxt = c.buf_idx + 1
+        while nxt < len(bufs) and not len(bufs[nxt].data):
             nxt += 1
-        if nxt >= len(self.buffers):
-            self.buf_idx = len(self.buffers)
-            self.kinds = []
-            self.idx = 0
-            self.step = 0
+        if nxt >= len(bufs):
+            c.buf_idx = len(bufs)
+            c.kinds = []
+            c.idx = 0
+            c.step = 0
             return _ENODATA
-        first = self.buf_idx < 0
+        first = c.buf_idx < 0
         self._load_buffer(nxt)
-        buf = self.buffers[nxt]
-        self.buf_timestamp = buf.ref_timestamp
+        buf = bufs[nxt]
+        t = self.timing
+        t.buf_timestamp = buf.ref_timestamp
         if first or not buf.consecutive or reposition:
-            self.ip = 0
-            self.pkt_state = NO_PSB
-            self.timestamp = 0
-            self.have_tma = False
-            self.ref_timestamp = buf.ref_timestamp
+            f = self.flow
+            f.ip = 0
+            f.pkt_state = NO_PSB
+            t.timestamp = 0
+            t.have_tma = False
+            t.ref_timestamp = buf.ref_timestamp
             self.state.trace_nr = buf.trace_nr
             return _ENOLINK
         return 0
 
     def _abs_pos(self) -> int:
-        if self.idx < len(self.poss):
-            return self.base + self.poss[self.idx]
-        return self.base + (len(self.buffers[self.buf_idx].data) if 0 <= self.buf_idx < len(self.buffers) else 0)
+        c = self.cur
+        if c.idx < len(c.poss):
+            return c.base + c.poss[c.idx]
+        return c.base + (len(self.buffers[c.buf_idx].data) if 0 <= c.buf_idx < len(self.buffers) else 0)
 
     def _get_next_packet(self) -> int:
         self.last_packet_type = self.kind
+        c = self.cur
         while True:
-            self.idx += self.step
-            self.step = 0
-            if self.idx >= len(self.kinds):
+            c.idx += c.step
+            c.step = 0
+            if c.idx >= len(c.kinds):
                 err = self._get_data()
                 if err:
                     return err
-            i = self.idx
-            self.kind = self.kinds[i]
-            self.count = self.counts[i]
-            self.payload = self.payloads[i]
-            self.step = 1
-            if self.kind == Pkt.BAD:
+            i = c.idx
+            self.kind = k = c.kinds[i]
+            self.count = c.counts[i]
+            self.payload = c.payloads[i]
+            c.step = 1
+            if k == Pkt.BAD:
                 return self._bad_packet()
-            if self.kind != Pkt.PAD:
+            if k != Pkt.PAD:
                 return 0
 
     def _bad_packet(self) -> int:
         # perf (non-strict) keeps the current packet state and steps one byte.
-        self.tx_flags = 0
-        self.have_tma = False
+        self.flow.tx_flags = 0
+        self.timing.have_tma = False
         return _EBADMSG
 
     def _lookahead(self):
         """Yield (kind, count, payload, pos) of the packets after the current one in this buffer."""
         last = self.last_packet_type
-        i = self.idx + self.step
-        kinds, counts, payloads = self.kinds, self.counts, self.payloads
+        c = self.cur
+        i = c.idx + c.step
+        kinds, counts, payloads = c.kinds, c.counts, c.payloads
         while i < len(kinds):
             k = kinds[i]
             if k == Pkt.BAD:
@@ -430,112 +552,127 @@ class PerfDecoder:
     # ------------------------------------------------------------ small helpers
 
     def _set_last_ip(self) -> None:
-        self.last_ip = calc_ip(self.count, self.payload, self.last_ip)
-        self.have_last_ip = True
+        f = self.flow
+        f.last_ip = calc_ip(self.count, self.payload, f.last_ip)
+        f.have_last_ip = True
 
     def _set_ip(self) -> None:
-        self._set_last_ip()
-        self.ip = self.last_ip
+        f = self.flow
+        f.last_ip = calc_ip(self.count, self.payload, f.last_ip)
+        f.have_last_ip = True
+        f.ip = f.last_ip
 
     def _have_ip(self) -> bool:
-        return bool(self.count) and (self.have_last_ip or self.count in (3, 6))
+        return bool(self.count) and (self.flow.have_last_ip or self.count in (3, 6))
 
     def _update_pip(self) -> None:
-        self.pip_payload = self.payload
+        self.flow.pip_payload = self.payload
 
     def _update_nr(self) -> None:
-        self.next_nr = bool(self.pip_payload & 1)
+        f = self.flow
+        f.next_nr = bool(f.pip_payload & 1)
 
     def _set_nr(self) -> None:
-        self.nr = bool(self.pip_payload & 1)
-        self.next_nr = self.nr
+        f = self.flow
+        f.nr = bool(f.pip_payload & 1)
+        f.next_nr = f.nr
 
     def _set_pip(self) -> None:
         self._update_pip()
         self._set_nr()
 
     def _update_in_tx(self) -> None:
-        self.tx_flags = self.payload & F_IN_TX
+        self.flow.tx_flags = self.payload & F_IN_TX
 
     def _update_sample_time(self) -> None:
-        self.sample_timestamp = self.timestamp
-        self.sample_insn_cnt = self.timestamp_insn_cnt
+        t = self.timing
+        t.sample_timestamp = t.timestamp
+        t.sample_insn_cnt = t.timestamp_insn_cnt
 
     def _bug(self) -> int:
-        self.pkt_state = NO_PSB
+        self.flow.pkt_state = NO_PSB
         return _ENOSYS
 
     # ----------------------------------------------------------------- timing
 
     def _mtc_cyc_cnt_pge(self) -> None:
-        if self.have_cyc:
+        t = self.timing
+        if t.have_cyc:
             return
-        self.cyc_cnt_timestamp = self.timestamp
-        self.base_cyc_cnt = self.tot_cyc_cnt
+        n = self.counters
+        n.cyc_cnt_timestamp = t.timestamp
+        n.base_cyc_cnt = n.tot_cyc_cnt
 
     def _mtc_cyc_cnt_upd(self) -> None:
-        if self.have_cyc:
+        t = self.timing
+        if t.have_cyc:
             return
-        self.sample_cyc = True
-        if not self.pge or self.timestamp <= self.cyc_cnt_timestamp:
+        n = self.counters
+        n.sample_cyc = True
+        if not self.flow.pge or t.timestamp <= n.cyc_cnt_timestamp:
             return
-        tot = int((self.timestamp - self.cyc_cnt_timestamp) * self.tsc_to_cyc + self.base_cyc_cnt)
-        if tot > self.tot_cyc_cnt:
-            self.tot_cyc_cnt = tot
+        tot = int((t.timestamp - n.cyc_cnt_timestamp) * n.tsc_to_cyc + n.base_cyc_cnt)
+        if tot > n.tot_cyc_cnt:
+            n.tot_cyc_cnt = tot
 
     def _ctc_to_tsc(self, ctc: int) -> int:
-        if self.tsc_ctc_mult:
-            return ctc * self.tsc_ctc_mult
-        return _multdiv(ctc, self.tsc_ctc_ratio_n, self.tsc_ctc_ratio_d)
+        cfg = self.cfg
+        if cfg.tsc_ctc_mult:
+            return ctc * cfg.tsc_ctc_mult
+        return _multdiv(ctc, cfg.tsc_ctc_ratio_n, cfg.tsc_ctc_ratio_d)
 
     def _calc_tsc_timestamp(self) -> None:
-        self.have_tma = False
-        if self.ref_timestamp:
-            ts = self.payload | (self.ref_timestamp & (0xFF << 56))
-            if ts < self.ref_timestamp:
-                if self.ref_timestamp - ts > (1 << 55):
+        t = self.timing
+        t.have_tma = False
+        if t.ref_timestamp:
+            ts = self.payload | (t.ref_timestamp & (0xFF << 56))
+            if ts < t.ref_timestamp:
+                if t.ref_timestamp - ts > (1 << 55):
                     ts += 1 << 56
-            elif ts - self.ref_timestamp > (1 << 55):
+            elif ts - t.ref_timestamp > (1 << 55):
                 ts -= 1 << 56
-            self.tsc_timestamp = ts
-            self.timestamp = ts
-            self.ref_timestamp = 0
-            self.timestamp_insn_cnt = 0
-        elif self.timestamp:
-            ts = self.payload | (self.timestamp & (0xFF << 56))
-            self.tsc_timestamp = ts
-            if ts < self.timestamp and self.timestamp - ts < _TSC_SLIP:
-                ts = self.timestamp  # suppress a backwards timestamp
-            if ts < self.timestamp:
-                if not self.buf_timestamp or ts + (1 << 56) < self.buf_timestamp:
+            t.tsc_timestamp = ts
+            t.timestamp = ts
+            t.ref_timestamp = 0
+            t.timestamp_insn_cnt = 0
+        elif t.timestamp:
+            ts = self.payload | (t.timestamp & (0xFF << 56))
+            t.tsc_timestamp = ts
+            if ts < t.timestamp and t.timestamp - ts < _TSC_SLIP:
+                ts = t.timestamp  # suppress a backwards timestamp
+            if ts < t.timestamp:
+                if not t.buf_timestamp or ts + (1 << 56) < t.buf_timestamp:
                     ts += 1 << 56
-                    self.tsc_timestamp = ts
+                    t.tsc_timestamp = ts
                 else:
-                    ts = self.timestamp
-            self.timestamp = ts
-            self.timestamp_insn_cnt = 0
+                    ts = t.timestamp
+            t.timestamp = ts
+            t.timestamp_insn_cnt = 0
         if self.last_packet_type == Pkt.CYC:
-            self.cyc_ref_timestamp = self.timestamp
-            self.cycle_cnt = 0
-            self.have_calc_cyc_to_tsc = False
+            t.cyc_ref_timestamp = t.timestamp
+            t.cycle_cnt = 0
+            t.have_calc_cyc_to_tsc = False
             # perf does not calibrate from TSC packets (from_mtc false).
 
     def _calc_tma(self) -> None:
         ctc = self.payload
         fc = self.count
-        ctc_rem = ctc & self.ctc_rem_mask
-        if not self.tsc_ctc_ratio_d:
+        cfg = self.cfg
+        ctc_rem = ctc & cfg.ctc_rem_mask
+        if not cfg.tsc_ctc_ratio_d:
             return
-        if self.pge and not self.in_psb:
+        f = self.flow
+        if f.pge and not f.in_psb:
             self._mtc_cyc_cnt_pge()
         else:
             self._mtc_cyc_cnt_upd()
-        self.last_mtc = (ctc >> self.mtc_shift) & 0xFF
-        self.last_ctc = ctc - ctc_rem
-        self.ctc_timestamp = self.tsc_timestamp - fc - self._ctc_to_tsc(ctc_rem)
-        self.ctc_delta = 0
-        self.have_tma = True
-        self.fixup_last_mtc = True
+        t = self.timing
+        t.last_mtc = (ctc >> cfg.mtc_shift) & 0xFF
+        t.last_ctc = ctc - ctc_rem
+        t.ctc_timestamp = t.tsc_timestamp - fc - self._ctc_to_tsc(ctc_rem)
+        t.ctc_delta = 0
+        t.have_tma = True
+        t.fixup_last_mtc = True
 
     @staticmethod
     def _fixup_last_mtc(mtc: int, mtc_shift: int, last_mtc: int) -> int:
@@ -548,37 +685,42 @@ class PerfDecoder:
         return last_mtc
 
     def _calc_mtc_timestamp(self) -> None:
-        if not self.have_tma:
+        t = self.timing
+        if not t.have_tma:
             return
         mtc = self.payload
-        if self.mtc_shift > 8 and self.fixup_last_mtc:
-            self.fixup_last_mtc = False
-            self.last_mtc = self._fixup_last_mtc(mtc, self.mtc_shift, self.last_mtc)
-        delta = mtc - self.last_mtc if mtc > self.last_mtc else mtc + 256 - self.last_mtc
-        self.ctc_delta += delta << self.mtc_shift
-        ts = self.ctc_timestamp + self._ctc_to_tsc(self.ctc_delta)
-        if ts >= self.timestamp:
-            self.timestamp = ts
+        mtc_shift = self.cfg.mtc_shift
+        if mtc_shift > 8 and t.fixup_last_mtc:
+            t.fixup_last_mtc = False
+            t.last_mtc = self._fixup_last_mtc(mtc, mtc_shift, t.last_mtc)
+        delta = mtc - t.last_mtc if mtc > t.last_mtc else mtc + 256 - t.last_mtc
+        t.ctc_delta += delta << mtc_shift
+        ts = t.ctc_timestamp + self._ctc_to_tsc(t.ctc_delta)
+        if ts >= t.timestamp:
+            t.timestamp = ts
         self._mtc_cyc_cnt_upd()
-        self.timestamp_insn_cnt = 0
-        self.last_mtc = mtc
+        t.timestamp_insn_cnt = 0
+        t.last_mtc = mtc
         if self.last_packet_type == Pkt.CYC:
-            self.cyc_ref_timestamp = self.timestamp
-            self.cycle_cnt = 0
-            self.have_calc_cyc_to_tsc = False
+            t.cyc_ref_timestamp = t.timestamp
+            t.cycle_cnt = 0
+            t.have_calc_cyc_to_tsc = False
             self._calc_cyc_to_tsc_from_mtc()
 
     def _calc_cyc_to_tsc_from_mtc(self) -> None:
         """Estimate TSC ticks per cycle by looking ahead to the next timing packet."""
+        t = self.timing
+        cfg = self.cfg
+        mtc_shift = cfg.mtc_shift
         cycle_cnt = 0
         cbr = 0
         cbr_cyc_to_tsc = 0.0
-        last_mtc = self.last_mtc
-        ctc_timestamp = self.ctc_timestamp
-        ctc_delta = self.ctc_delta
-        data_timestamp = self.timestamp
-        have_tma = self.have_tma
-        fixup = self.fixup_last_mtc
+        last_mtc = t.last_mtc
+        ctc_timestamp = t.ctc_timestamp
+        ctc_delta = t.ctc_delta
+        data_timestamp = t.timestamp
+        have_tma = t.have_tma
+        fixup = t.fixup_last_mtc
         for kind, count, payload, last in self._lookahead():
             if kind in (Pkt.TNT, Pkt.TIP_PGE, Pkt.TIP, Pkt.FUP, Pkt.PSB, Pkt.PIP, Pkt.MODE_EXEC,
                         Pkt.MODE_TSX, Pkt.PSBEND, Pkt.PAD, Pkt.VMCS, Pkt.MNT, Pkt.PTWRITE,
@@ -588,11 +730,11 @@ class PerfDecoder:
                 if not have_tma:
                     continue
                 mtc = payload
-                if self.mtc_shift > 8 and fixup:
+                if mtc_shift > 8 and fixup:
                     fixup = False
-                    last_mtc = self._fixup_last_mtc(mtc, self.mtc_shift, last_mtc)
+                    last_mtc = self._fixup_last_mtc(mtc, mtc_shift, last_mtc)
                 delta = mtc - last_mtc if mtc > last_mtc else mtc + 256 - last_mtc
-                ctc_delta += delta << self.mtc_shift
+                ctc_delta += delta << mtc_shift
                 ts = ctc_timestamp + self._ctc_to_tsc(ctc_delta)
                 if ts < data_timestamp:
                     return
@@ -611,156 +753,170 @@ class PerfDecoder:
                 if cbr and cbr != c:
                     return
                 cbr = c
-                cbr_cyc_to_tsc = self.max_non_turbo_ratio_fp / c if c else 0.0
+                cbr_cyc_to_tsc = cfg.max_non_turbo_ratio_fp / c if c else 0.0
                 continue
             else:
                 return
-            if not cbr and self.cbr:
-                cbr = self.cbr
-                cbr_cyc_to_tsc = self.cbr_cyc_to_tsc
+            if not cbr and t.cbr:
+                cbr = t.cbr
+                cbr_cyc_to_tsc = t.cbr_cyc_to_tsc
             if not cycle_cnt:
                 return
-            cyc_to_tsc = (timestamp - self.timestamp) / cycle_cnt
+            cyc_to_tsc = (timestamp - t.timestamp) / cycle_cnt
             if cbr and cyc_to_tsc > cbr_cyc_to_tsc and cyc_to_tsc / cbr_cyc_to_tsc > 1.25:
                 return
-            self.calc_cyc_to_tsc = cyc_to_tsc
-            self.have_calc_cyc_to_tsc = True
+            t.calc_cyc_to_tsc = cyc_to_tsc
+            t.have_calc_cyc_to_tsc = True
             return
 
     def _calc_cbr(self) -> None:
+        t = self.timing
         cbr = self.payload & 0xFF
-        self.cbr_payload = self.payload
-        if self.cbr == cbr:
+        t.cbr_payload = self.payload
+        if t.cbr == cbr:
             return
-        self.cbr = cbr
-        self.cbr_cyc_to_tsc = self.max_non_turbo_ratio_fp / cbr if cbr else 0.0
+        t.cbr = cbr
+        fp = self.cfg.max_non_turbo_ratio_fp
+        t.cbr_cyc_to_tsc = fp / cbr if cbr else 0.0
         # perf 6.1.y (stable backport of "Fix CYC timestamps after standalone CBR"):
         # CYC counts restart from the CBR's time.
-        self.cyc_ref_timestamp = self.timestamp
-        self.cycle_cnt = 0
-        self.tsc_to_cyc = cbr / self.max_non_turbo_ratio_fp if self.max_non_turbo_ratio_fp else 0.0
-        if self.pge:
+        t.cyc_ref_timestamp = t.timestamp
+        t.cycle_cnt = 0
+        self.counters.tsc_to_cyc = cbr / fp if fp else 0.0
+        if self.flow.pge:
             self._mtc_cyc_cnt_pge()
 
     def _calc_cyc_timestamp(self) -> None:
-        ts = self.cyc_ref_timestamp
-        self.have_cyc = True
-        self.cycle_cnt += self.payload
-        if self.pge:
-            self.tot_cyc_cnt += self.payload
-        self.sample_cyc = True
-        if not self.cyc_ref_timestamp:
+        t = self.timing
+        n = self.counters
+        ts = t.cyc_ref_timestamp
+        t.have_cyc = True
+        t.cycle_cnt += self.payload
+        if self.flow.pge:
+            n.tot_cyc_cnt += self.payload
+        n.sample_cyc = True
+        if not ts:
             return
         # perf adds in double precision and truncates back to u64.
-        if self.have_calc_cyc_to_tsc:
-            ts = int(float(ts) + self.cycle_cnt * self.calc_cyc_to_tsc)
-        elif self.cbr:
-            ts = int(float(ts) + self.cycle_cnt * self.cbr_cyc_to_tsc)
+        if t.have_calc_cyc_to_tsc:
+            ts = int(float(ts) + t.cycle_cnt * t.calc_cyc_to_tsc)
+        elif t.cbr:
+            ts = int(float(ts) + t.cycle_cnt * t.cbr_cyc_to_tsc)
         else:
             return
-        if ts >= self.timestamp:
-            self.timestamp = ts
-        self.timestamp_insn_cnt = 0
+        if ts >= t.timestamp:
+            t.timestamp = ts
+        t.timestamp_insn_cnt = 0
 
     # --------------------------------------------------------- instruction walk
 
     def _next_period(self) -> int:
-        ts = self.timestamp + self.timestamp_insn_cnt
-        masked = ts & self.period_mask
-        if self.continuous_period:
-            if masked > self.last_masked_timestamp:
+        t = self.timing
+        n = self.counters
+        cfg = self.cfg
+        ts = t.timestamp + t.timestamp_insn_cnt
+        masked = ts & cfg.period_mask
+        if n.continuous_period:
+            if masked > n.last_masked_timestamp:
                 return 1
         else:
             ts += 1
-            masked = ts & self.period_mask
-            if masked > self.last_masked_timestamp:
-                self.last_masked_timestamp = masked
-                self.continuous_period = True
-        if masked < self.last_masked_timestamp:
-            return self.period_ticks
-        return self.period_ticks - (ts - masked)
+            masked = ts & cfg.period_mask
+            if masked > n.last_masked_timestamp:
+                n.last_masked_timestamp = masked
+                n.continuous_period = True
+        if masked < n.last_masked_timestamp:
+            return cfg.period_ticks
+        return cfg.period_ticks - (ts - masked)
 
     def _next_sample(self) -> int:
-        if self.p.period_type == PERIOD_INSTRUCTIONS:
-            return self.p.period - self.period_insn_cnt
-        if self.p.period_type == PERIOD_TICKS:
+        cfg = self.cfg
+        if cfg.period_type == PERIOD_INSTRUCTIONS:
+            return cfg.period - self.counters.period_insn_cnt
+        if cfg.period_type == PERIOD_TICKS:
             return self._next_period()
         return 0
 
     def _sample_insn(self) -> None:
-        if self.p.period_type == PERIOD_INSTRUCTIONS:
-            self.period_insn_cnt = 0
-        elif self.p.period_type == PERIOD_TICKS:
-            ts = self.timestamp + self.timestamp_insn_cnt
-            masked = ts & self.period_mask
-            if masked > self.last_masked_timestamp:
-                self.last_masked_timestamp = masked
+        cfg = self.cfg
+        if cfg.period_type == PERIOD_INSTRUCTIONS:
+            self.counters.period_insn_cnt = 0
+        elif cfg.period_type == PERIOD_TICKS:
+            t = self.timing
+            n = self.counters
+            ts = t.timestamp + t.timestamp_insn_cnt
+            masked = ts & cfg.period_mask
+            if masked > n.last_masked_timestamp:
+                n.last_masked_timestamp = masked
             else:
-                self.last_masked_timestamp += self.period_ticks
+                n.last_masked_timestamp += cfg.period_ticks
         self.state.type |= T_INSTRUCTION
 
     def _walk_insn(self, insn: Insn, to_ip: int) -> int:
         st = self.state
-        self.mtc_insn = True
+        f = self.flow
+        n = self.counters
+        n.mtc_insn = True
         max_insn_cnt = self._next_sample()
-        err, insn_cnt, new_ip, got = self.walker.walk(self.ip, to_ip, max_insn_cnt, st.to_nr)
-        self.ip = new_ip
+        err, insn_cnt, new_ip, got = self.walker.walk(f.ip, to_ip, max_insn_cnt, st.to_nr)
+        f.ip = new_ip
         insn.op, insn.branch, insn.length, insn.rel = got.op, got.branch, got.length, got.rel
-        self.tot_insn_cnt += insn_cnt
-        self.timestamp_insn_cnt += insn_cnt
-        self.sample_insn_cnt += insn_cnt
-        self.period_insn_cnt += insn_cnt
+        n.tot_insn_cnt += insn_cnt
+        t = self.timing
+        t.timestamp_insn_cnt += insn_cnt
+        t.sample_insn_cnt += insn_cnt
+        n.period_insn_cnt += insn_cnt
         if err:
-            self.no_progress = 0
-            self.pkt_state = NO_IP
+            f.no_progress = 0
+            f.pkt_state = NO_IP
             return _ENOLINK if err == _ENOENT else _EILSEQ
-        if to_ip and self.ip == to_ip:
+        if to_ip and f.ip == to_ip:
             result = _EAGAIN
         else:
             if max_insn_cnt and insn_cnt >= max_insn_cnt:
                 self._sample_insn()
             if insn.branch == BR_NO_BRANCH:
                 st.type = T_INSTRUCTION
-                st.from_ip = self.ip
+                st.from_ip = f.ip
                 st.to_ip = 0
-                self.ip += insn.length
+                f.ip += insn.length
                 result = _RETURN
             else:
                 if insn.op == OP_CALL:
                     if insn.branch != BR_UNCONDITIONAL or insn.rel:  # zero-length calls excluded
-                        self.stack.push((self.ip + insn.length) & _MASK64)
+                        self.stack.push((f.ip + insn.length) & _MASK64)
                 elif insn.op == OP_RET:
-                    self.ret_addr = self.stack.pop()
+                    f.ret_addr = self.stack.pop()
                 if insn.branch == BR_UNCONDITIONAL:
-                    cnt = self.no_progress
-                    self.no_progress += 1
-                    st.from_ip = self.ip
-                    self.ip = (self.ip + insn.length + insn.rel) & _MASK64
-                    st.to_ip = self.ip
+                    cnt = f.no_progress
+                    f.no_progress += 1
+                    st.from_ip = f.ip
+                    f.ip = (f.ip + insn.length + insn.rel) & _MASK64
+                    st.to_ip = f.ip
                     result = _RETURN
                     if cnt:
                         if cnt == 1:
-                            self.stuck_ip = st.to_ip
-                            self.stuck_ip_prd = 1
-                            self.stuck_ip_cnt = 1
-                        elif cnt > _MAX_LOOPS or st.to_ip == self.stuck_ip:
-                            self.pkt_state = ERR_RESYNC
-                            self.no_progress = 0
+                            f.stuck_ip = st.to_ip
+                            f.stuck_ip_prd = 1
+                            f.stuck_ip_cnt = 1
+                        elif cnt > _MAX_LOOPS or st.to_ip == f.stuck_ip:
+                            f.pkt_state = ERR_RESYNC
+                            f.no_progress = 0
                             self._finish_walk(insn)
                             return _ELOOP
                         else:
-                            self.stuck_ip_cnt -= 1
-                            if not self.stuck_ip_cnt:
-                                self.stuck_ip_prd += 1
-                                self.stuck_ip_cnt = self.stuck_ip_prd
-                                self.stuck_ip = st.to_ip
+                            f.stuck_ip_cnt -= 1
+                            if not f.stuck_ip_cnt:
+                                f.stuck_ip_prd += 1
+                                f.stuck_ip_cnt = f.stuck_ip_prd
+                                f.stuck_ip = st.to_ip
                     st.insn_op = insn.op
                     st.insn_len = insn.length
-                    if self.tx_flags & F_IN_TX:
+                    if f.tx_flags & F_IN_TX:
                         st.flags |= F_IN_TX
                     return result
                 result = 0
-        self.no_progress = 0
+        f.no_progress = 0
         self._finish_walk(insn)
         return result
 
@@ -768,82 +924,84 @@ class PerfDecoder:
         st = self.state
         st.insn_op = insn.op
         st.insn_len = insn.length
-        if self.tx_flags & F_IN_TX:
+        if self.flow.tx_flags & F_IN_TX:
             st.flags |= F_IN_TX
 
     def _fup_event(self, no_tip: bool) -> bool:
         """perf's intel_pt_fup_event: only the bits an FUP event owns change in state.type."""
         st = self.state
+        f = self.flow
+        e = self.pending
         saved_type = st.type
         st.type &= ~T_BRANCH
         st.insn_op = OP_OTHER  # perf 6.1: an FUP event is no instruction (its flags show none)
         st.insn_len = 0
         ret = False
         sample_fup_insn = False
-        if self.set_fup_cfe_ip or self.set_fup_cfe:
-            ip = self.set_fup_cfe_ip
-            self.set_fup_cfe_ip = self.set_fup_cfe = False
+        if e.set_fup_cfe_ip or e.set_fup_cfe:
+            ip = e.set_fup_cfe_ip
+            e.set_fup_cfe_ip = e.set_fup_cfe = False
             st.type |= T_EVT
-            if not ip and self.pge:
+            if not ip and f.pge:
                 st.type |= T_BRANCH
-            st.cfe_type, st.cfe_vector = self.fup_cfe
-            st.evd = tuple(self.evd)
-            self.evd = []
-            if ip or self.pge:
+            st.cfe_type, st.cfe_vector = e.fup_cfe
+            st.evd = tuple(e.evd)
+            e.evd = []
+            if ip or f.pge:
                 st.flags |= F_FUP_IP
             ret = True
-        if self.set_fup_mode_exec:
-            self.set_fup_mode_exec = False
+        if e.set_fup_mode_exec:
+            e.set_fup_mode_exec = False
             self._sample_iflag()
             sample_fup_insn = no_tip
             ret = True
-        if self.set_fup_tx_flags:
-            self.set_fup_tx_flags = False
-            self.tx_flags = self.fup_tx_flags
+        if e.set_fup_tx_flags:
+            e.set_fup_tx_flags = False
+            f.tx_flags = e.fup_tx_flags
             st.type |= T_TRANSACTION
-            if self.fup_tx_flags & F_ABORT_TX:
+            if e.fup_tx_flags & F_ABORT_TX:
                 st.type |= T_BRANCH
-            st.flags = self.fup_tx_flags
+            st.flags = e.fup_tx_flags
             ret = True
-        if self.set_fup_ptw:
-            self.set_fup_ptw = False
+        if e.set_fup_ptw:
+            e.set_fup_ptw = False
             st.type |= T_PTW
             st.flags |= F_FUP_IP
-            st.ptw_payload = self.fup_ptw_payload
+            st.ptw_payload = e.fup_ptw_payload
             ret = True
-        if self.set_fup_mwait:
-            self.set_fup_mwait = False
+        if e.set_fup_mwait:
+            e.set_fup_mwait = False
             st.type |= T_MWAIT_OP
-            st.mwait_payload = self.fup_mwait_payload
+            st.mwait_payload = e.fup_mwait_payload
             ret = True
-        if self.set_fup_pwre:
-            self.set_fup_pwre = False
+        if e.set_fup_pwre:
+            e.set_fup_pwre = False
             st.type |= T_PWR_ENTRY
-            st.pwre_payload = self.fup_pwre_payload
+            st.pwre_payload = e.fup_pwre_payload
             ret = True
-        if self.set_fup_exstop:
-            self.set_fup_exstop = False
+        if e.set_fup_exstop:
+            e.set_fup_exstop = False
             st.type |= T_EX_STOP
             st.flags |= F_FUP_IP
             ret = True
-        if self.set_fup_bep:
-            self.set_fup_bep = False
+        if e.set_fup_bep:
+            e.set_fup_bep = False
             st.type |= T_BLK_ITEMS
             ret = True
-        if self.overflow:
+        if f.overflow:
             # The FUP after an OVF says where tracing goes on: a trace begin.
-            self.overflow = False
-            if not ret and not self.pge:
-                if self.p.quick:
+            f.overflow = False
+            if not ret and not f.pge:
+                if self.cfg.quick:
                     st.type = 0
-                    self.pkt_state = RESAMPLE
-                self.pge = True
+                    f.pkt_state = RESAMPLE
+                f.pge = True
                 st.type |= T_BRANCH | T_TRACE_BEGIN
                 st.from_ip = 0
-                st.to_ip = self.ip
+                st.to_ip = f.ip
                 return True
         if ret:
-            st.from_ip = self.ip
+            st.from_ip = f.ip
             st.to_ip = 0
             if sample_fup_insn:
                 self._sample_fup_insn()
@@ -856,77 +1014,88 @@ class PerfDecoder:
         st = self.state
         st.insn_op = OP_OTHER
         st.insn_len = 0
-        if not self.p.branch_enable or not self.pge or self.p.quick or self.ip != self.last_ip:
+        f = self.flow
+        cfg = self.cfg
+        if not cfg.branch_enable or not f.pge or cfg.quick or f.ip != f.last_ip:
             return
-        self.mtc_insn = True
+        n = self.counters
+        n.mtc_insn = True
         max_insn_cnt = self._next_sample()
         if max_insn_cnt != 1:
             return
-        err, insn_cnt, new_ip, insn = self.walker.walk(self.ip, 0, max_insn_cnt, st.to_nr)
+        err, insn_cnt, new_ip, insn = self.walker.walk(f.ip, 0, max_insn_cnt, st.to_nr)
         if err:
             return  # reported by the next walk
-        self.ip = new_ip
+        f.ip = new_ip
         if insn.branch != BR_NO_BRANCH:
             return
-        self.tot_insn_cnt += insn_cnt
-        self.timestamp_insn_cnt += insn_cnt
-        self.sample_insn_cnt += insn_cnt
-        self.period_insn_cnt += insn_cnt
+        n.tot_insn_cnt += insn_cnt
+        t = self.timing
+        t.timestamp_insn_cnt += insn_cnt
+        t.sample_insn_cnt += insn_cnt
+        n.period_insn_cnt += insn_cnt
         self._sample_insn()
         st.type |= T_INSTRUCTION
-        self.ip += insn.length
+        f.ip += insn.length
 
     # RFLAGS.IF (Event Trace): MODE.Exec in PSB+ states it, elsewhere it changes at the next branch.
     def _mode_exec_status(self) -> None:
         iflag = bool(self.count & _IFLAG)
-        self.exec_mode = self.payload
-        self.iflag = self.next_iflag = iflag
+        f = self.flow
+        f.exec_mode = self.payload
+        f.iflag = f.next_iflag = iflag
         self.state.from_iflag = self.state.to_iflag = iflag
 
     def _mode_exec(self) -> None:
-        self.exec_mode = self.payload
-        self.next_iflag = bool(self.count & _IFLAG)
+        f = self.flow
+        f.exec_mode = self.payload
+        f.next_iflag = bool(self.count & _IFLAG)
 
     def _sample_iflag(self) -> None:
         st = self.state
+        f = self.flow
         st.type |= T_IFLAG_CHG
-        st.from_iflag = self.iflag
-        st.to_iflag = self.next_iflag
-        self.iflag = self.next_iflag
+        st.from_iflag = f.iflag
+        st.to_iflag = f.next_iflag
+        f.iflag = f.next_iflag
 
     def _sample_iflag_chg(self) -> None:
-        if self.iflag != self.next_iflag:
+        f = self.flow
+        if f.iflag != f.next_iflag:
             self._sample_iflag()
 
     def _clear_fup_event(self) -> None:
-        self.set_fup_tx_flags = self.set_fup_ptw = self.set_fup_mwait = False
-        self.set_fup_pwre = self.set_fup_exstop = self.set_fup_bep = False
-        self.set_fup_cfe_ip = self.set_fup_cfe = False
-        self.evd = []
-        self.set_fup_mode_exec = False
-        self.iflag = self.next_iflag
+        e = self.pending
+        e.set_fup_tx_flags = e.set_fup_ptw = e.set_fup_mwait = False
+        e.set_fup_pwre = e.set_fup_exstop = e.set_fup_bep = False
+        e.set_fup_cfe_ip = e.set_fup_cfe = False
+        e.evd = []
+        e.set_fup_mode_exec = False
+        f = self.flow
+        f.iflag = f.next_iflag
 
     def _walk_fup(self) -> int:
         insn = Insn()
-        ip = self.last_ip
+        f = self.flow
+        ip = f.last_ip
         while True:
             err = self._walk_insn(insn, ip)
             if err == _RETURN:
                 return 0
             if err == _EAGAIN or (
-                self.p.fup_with_nlip and not err and insn.branch == BR_INDIRECT
-                and ip == self.ip + insn.length
+                self.cfg.fup_with_nlip and not err and insn.branch == BR_INDIRECT
+                and ip == f.ip + insn.length
             ):
-                no_tip = self.pkt_state != FUP
-                self.pkt_state = IN_SYNC
+                no_tip = f.pkt_state != FUP
+                f.pkt_state = IN_SYNC
                 if self._fup_event(no_tip) and no_tip:
                     return 0
                 return _EAGAIN
-            self.set_fup_tx_flags = False
+            self.pending.set_fup_tx_flags = False
             if err:
                 return err
             if insn.branch in (BR_INDIRECT, BR_CONDITIONAL):
-                self.pkt_state = ERR_RESYNC
+                f.pkt_state = ERR_RESYNC
                 return _ENOENT
             return self._bug()
 
@@ -940,26 +1109,28 @@ class PerfDecoder:
             return err
         self._update_nr()
         self._sample_iflag_chg()
+        f = self.flow
         if insn.branch == BR_INDIRECT:
-            if self.pkt_state == TIP_PGD:
-                self.pge = False
-                self.continuous_period = False
+            if f.pkt_state == TIP_PGD:
+                f.pge = False
+                self.counters.continuous_period = False
                 st.type |= T_TRACE_END
-            self.pkt_state = IN_SYNC
-            st.from_ip = self.ip
+            f.pkt_state = IN_SYNC
+            st.from_ip = f.ip
             if self.count == 0:
                 st.to_ip = 0
             else:
-                st.to_ip = self.last_ip
-                self.ip = self.last_ip
+                st.to_ip = f.last_ip
+                f.ip = f.last_ip
             return 0
         if insn.branch == BR_CONDITIONAL:
-            self.pkt_state = ERR_RESYNC
+            f.pkt_state = ERR_RESYNC
             return _ENOENT
         return self._bug()
 
     def _walk_tnt(self) -> int:
         st = self.state
+        f = self.flow
         insn = Insn()
         while True:
             err = self._walk_insn(insn, 0)
@@ -968,15 +1139,15 @@ class PerfDecoder:
             if err:
                 return err
             if insn.op == OP_RET:
-                if not self.p.return_compression or not self.ret_addr or not (self.tnt_payload & _BIT63):
-                    self.pkt_state = ERR_RESYNC
+                if not self.cfg.return_compression or not f.ret_addr or not (f.tnt_payload & _BIT63):
+                    f.pkt_state = ERR_RESYNC
                     return _ENOENT
-                self.tnt_count -= 1
-                self.pkt_state = TNT_CONT if self.tnt_count else IN_SYNC
-                self.tnt_payload = (self.tnt_payload << 1) & _MASK64
-                st.from_ip = self.ip
-                self.ip = self.ret_addr
-                st.to_ip = self.ip
+                f.tnt_count -= 1
+                f.pkt_state = TNT_CONT if f.tnt_count else IN_SYNC
+                f.tnt_payload = (f.tnt_payload << 1) & _MASK64
+                st.from_ip = f.ip
+                f.ip = f.ret_addr
+                st.to_ip = f.ip
                 return 0
             if insn.branch == BR_INDIRECT:
                 # A deferred TIP must come next.
@@ -984,38 +1155,38 @@ class PerfDecoder:
                 if err:
                     return err
                 if self.kind != Pkt.TIP or self.count == 0:
-                    self.pkt_state = ERR_RESYNC
-                    self.step = 0
+                    f.pkt_state = ERR_RESYNC
+                    self.cur.step = 0
                     return _ENOENT
                 self._set_last_ip()
-                st.from_ip = self.ip
-                st.to_ip = self.last_ip
-                self.ip = self.last_ip
+                st.from_ip = f.ip
+                st.to_ip = f.last_ip
+                f.ip = f.last_ip
                 self._update_nr()
                 self._sample_iflag_chg()
                 return 0
             if insn.branch == BR_CONDITIONAL:
-                self.tnt_count -= 1
-                self.pkt_state = TNT_CONT if self.tnt_count else IN_SYNC
-                if self.tnt_payload & _BIT63:
-                    self.tnt_payload = (self.tnt_payload << 1) & _MASK64
-                    st.from_ip = self.ip
-                    self.ip = (self.ip + insn.length + insn.rel) & _MASK64
-                    st.to_ip = self.ip
+                f.tnt_count -= 1
+                f.pkt_state = TNT_CONT if f.tnt_count else IN_SYNC
+                if f.tnt_payload & _BIT63:
+                    f.tnt_payload = (f.tnt_payload << 1) & _MASK64
+                    st.from_ip = f.ip
+                    f.ip = (f.ip + insn.length + insn.rel) & _MASK64
+                    st.to_ip = f.ip
                     return 0
                 if st.type & T_INSTRUCTION:  # instruction sample at a not-taken branch
-                    self.tnt_payload = (self.tnt_payload << 1) & _MASK64
+                    f.tnt_payload = (f.tnt_payload << 1) & _MASK64
                     st.type = T_INSTRUCTION
-                    st.from_ip = self.ip
+                    st.from_ip = f.ip
                     st.to_ip = 0
-                    self.ip += insn.length
+                    f.ip += insn.length
                     return 0
-                self.sample_cyc = False
-                self.ip += insn.length
-                if not self.tnt_count:
+                self.counters.sample_cyc = False
+                f.ip += insn.length
+                if not f.tnt_count:
                     self._update_sample_time()
                     return _EAGAIN
-                self.tnt_payload = (self.tnt_payload << 1) & _MASK64
+                f.tnt_payload = (f.tnt_payload << 1) & _MASK64
                 continue
             return self._bug()
 
@@ -1026,8 +1197,9 @@ class PerfDecoder:
             return err, False
         no_tip = False
         if self.kind == Pkt.FUP:
-            self.fup_tx_flags = fup_tx_flags
-            self.set_fup_tx_flags = True
+            e = self.pending
+            e.fup_tx_flags = fup_tx_flags
+            e.set_fup_tx_flags = True
             if not fup_tx_flags & F_ABORT_TX:
                 no_tip = True
         else:
@@ -1036,22 +1208,24 @@ class PerfDecoder:
 
     def _overflow(self) -> int:
         # perf >= 5.16: an OVF loses data but not sync; the error's ip is where the walk was.
-        self.tx_flags = 0
+        f = self.flow
+        f.tx_flags = 0
         self._set_nr()
-        self.timestamp_insn_cnt = 0
-        self.pkt_state = IN_SYNC
-        self.state.from_ip = self.ip
-        self.ip = 0
-        self.pge = False
+        self.timing.timestamp_insn_cnt = 0
+        f.pkt_state = IN_SYNC
+        self.state.from_ip = f.ip
+        f.ip = 0
+        f.pge = False
         self._clear_fup_event()
-        self.overflow = True
+        f.overflow = True
         return _EOVERFLOW
 
     # --------------------------------------------------------------- PSB walks
 
     def _walk_psbend(self) -> int:
         """Process PSB+ when already in sync."""
-        self.in_psb = True
+        f = self.flow
+        f.in_psb = True
         try:
             while True:
                 err = self._get_next_packet()
@@ -1061,13 +1235,13 @@ class PerfDecoder:
                 if k == Pkt.PSBEND:
                     return 0
                 if k in _PSB_ABORT:
-                    self.have_tma = False
+                    self.timing.have_tma = False
                     return _EAGAIN
                 if k == Pkt.OVF:
                     return self._overflow()
                 self._psb_common(k, psb_walk=False)
         finally:
-            self.in_psb = False
+            f.in_psb = False
 
     def _psb_common(self, k: int, psb_walk: bool) -> None:
         if k == Pkt.TSC:
@@ -1081,26 +1255,28 @@ class PerfDecoder:
         elif k == Pkt.PIP:
             self._set_pip()
         elif k == Pkt.FUP:
-            self.pge = True
+            f = self.flow
+            f.pge = True
             if psb_walk:
                 if self._have_ip():
                     self._set_ip()
-                    self.psb_ip = self.ip
+                    f.psb_ip = f.ip
             elif self.count:
                 self._set_last_ip()
-                self.psb_ip = self.last_ip
+                f.psb_ip = f.last_ip
         elif k == Pkt.MODE_TSX:
             self._update_in_tx()
         elif k == Pkt.MTC:
             self._calc_mtc_timestamp()
-            if not psb_walk and self.p.period_type == PERIOD_MTC:
+            if not psb_walk and self.cfg.period_type == PERIOD_MTC:
                 self.state.type |= T_INSTRUCTION
         elif k == Pkt.CYC:
             self._calc_cyc_timestamp()
 
     def _walk_psb(self) -> int:
         """Process PSB+ to get in sync."""
-        self.in_psb = True
+        f = self.flow
+        f.in_psb = True
         try:
             while True:
                 err = self._get_next_packet()
@@ -1113,50 +1289,52 @@ class PerfDecoder:
                          Pkt.EXSTOP_IP, Pkt.MWAIT, Pkt.PWRE, Pkt.PWRX, Pkt.BBP, Pkt.BIP, Pkt.BEP, Pkt.BEP_IP,
                          Pkt.CFE, Pkt.CFE_IP, Pkt.EVD):
                     if k == Pkt.TIP_PGD:
-                        self.continuous_period = False
+                        self.counters.continuous_period = False
                     return _ENOENT
                 if k in (Pkt.TRACESTOP, Pkt.TNT):
                     if k == Pkt.TRACESTOP:
-                        self.pge = False
-                        self.continuous_period = False
-                        self.tx_flags = 0
-                    self.have_tma = False
-                    self.pkt_state = IN_SYNC if self.ip else ERR_RESYNC
+                        f.pge = False
+                        self.counters.continuous_period = False
+                        f.tx_flags = 0
+                    self.timing.have_tma = False
+                    f.pkt_state = IN_SYNC if f.ip else ERR_RESYNC
                     return _ENOENT
                 if k == Pkt.OVF:
                     return self._overflow()
                 self._psb_common(k, psb_walk=True)
         finally:
-            self.in_psb = False
+            f.in_psb = False
 
     def _psb(self) -> int:
         st = self.state
-        self.last_ip = 0
-        self.psb_ip = 0
-        self.have_last_ip = True
+        f = self.flow
+        f.last_ip = 0
+        f.psb_ip = 0
+        f.have_last_ip = True
         self.stack.clear()
         err = self._walk_psbend()
         if err:
             return err
         st.type = T_PSB_EVT
-        st.from_ip = self.psb_ip
+        st.from_ip = f.psb_ip
         st.to_ip = 0
         return 0
 
     def _fup_in_psb(self) -> int:
-        if self.ip != self.last_ip:
+        f = self.flow
+        if f.ip != f.last_ip:
             err = self._walk_fup()
             if not err or err != _EAGAIN:
                 return err
-        self.pkt_state = IN_SYNC
+        f.pkt_state = IN_SYNC
         if self._psb():
-            self.pkt_state = ERR_RESYNC
+            f.pkt_state = ERR_RESYNC
             return _ENOENT
         return 0
 
     def _psb_with_fup(self) -> tuple[bool, int]:
         """If PSB+ carries a FUP (not followed by TIP.PGE), walk to it first."""
-        if not self.p.branch_enable or not self.pge:
+        if not self.cfg.branch_enable or not self.flow.pge:
             return False, 0
         fup = None
         after_psbend = 0
@@ -1195,15 +1373,19 @@ class PerfDecoder:
             return False, 0
         self.count, self.payload = fup
         self._set_last_ip()
-        self.pkt_state = FUP_IN_PSB
+        self.flow.pkt_state = FUP_IN_PSB
         return True, self._fup_in_psb()
 
     # --------------------------------------------------------------- main walk
 
     def _walk_trace(self) -> int:
         st = self.state
+        f = self.flow
+        e = self.pending
+        cfg = self.cfg
+        quick = cfg.quick
         no_tip = False
-        cyc_threshold = self.p.cyc_threshold
+        cyc_threshold = cfg.cyc_threshold
         # With a CYC threshold not every packet that could carry a CYC has one: a CYC counts
         # toward IPC only for the packet right after it (perf: "Fix IPC with CYC threshold").
         # The previous packet is this walk's own: a new walk starts as if after a PAD.
@@ -1213,10 +1395,11 @@ class PerfDecoder:
             return err
         while True:
             if cyc_threshold:
-                if self.sample_cyc and prev_kind != Pkt.CYC:
-                    self.sample_cyc = False
+                n = self.counters
+                if n.sample_cyc and prev_kind != Pkt.CYC:
+                    n.sample_cyc = False
                 prev_kind = self.kind
-            if self.p.quick:
+            if quick:
                 hop, err, no_tip = self._hop_trace(no_tip)
                 if hop == _HOP_IGNORE:
                     err = self._get_next_packet()
@@ -1230,52 +1413,52 @@ class PerfDecoder:
             k = self.kind
             if k == Pkt.TNT:
                 if self.count:
-                    self.tnt_count = self.count
-                    self.tnt_payload = self.payload
-                    self.pkt_state = TNT
+                    f.tnt_count = self.count
+                    f.tnt_payload = self.payload
+                    f.pkt_state = TNT
                     err = self._walk_tnt()
                     if err != _EAGAIN:
                         return err
             elif k == Pkt.TIP_PGD:
                 if self.count:
                     self._set_last_ip()
-                self.pkt_state = TIP_PGD
+                f.pkt_state = TIP_PGD
                 return self._walk_tip()
             elif k == Pkt.TIP_PGE:
-                self.pge = True
-                self.overflow = False
+                f.pge = True
+                f.overflow = False
                 self._mtc_cyc_cnt_pge()
                 self._set_nr()
                 if self.count:
                     self._sample_iflag_chg()
                     self._set_ip()
                     st.from_ip = 0
-                    st.to_ip = self.ip
+                    st.to_ip = f.ip
                     st.type |= T_TRACE_BEGIN
-                    if self.p.quick:  # resample to get to_ip as an "instruction" sample
-                        self.pkt_state = RESAMPLE
+                    if quick:  # resample to get to_ip as an "instruction" sample
+                        f.pkt_state = RESAMPLE
                     return 0
             elif k == Pkt.OVF:
                 return self._overflow()
             elif k == Pkt.TIP:
                 if self.count:
                     self._set_last_ip()
-                self.pkt_state = TIP
+                f.pkt_state = TIP
                 return self._walk_tip()
             elif k == Pkt.FUP:
                 if self.count == 0:
                     no_tip = False
                 else:
                     self._set_last_ip()
-                    if not self.p.branch_enable or not self.pge:
-                        self.ip = self.last_ip
+                    if not cfg.branch_enable or not f.pge:
+                        f.ip = f.last_ip
                         if self._fup_event(no_tip):
                             return 0
                         no_tip = False
                     else:
-                        if self.set_fup_mwait:
+                        if e.set_fup_mwait:
                             no_tip = True
-                        self.pkt_state = FUP_NO_TIP if no_tip else FUP
+                        f.pkt_state = FUP_NO_TIP if no_tip else FUP
                         err = self._walk_fup()
                         if err != _EAGAIN:
                             return err
@@ -1283,13 +1466,13 @@ class PerfDecoder:
                             return self._walk_fup_tip()
                         no_tip = False
             elif k == Pkt.TRACESTOP:
-                self.pge = False
-                self.continuous_period = False
-                self.tx_flags = 0
-                self.have_tma = False
+                f.pge = False
+                self.counters.continuous_period = False
+                f.tx_flags = 0
+                self.timing.have_tma = False
             elif k == Pkt.PSB:
                 st.psb_offset = self._abs_pos()
-                self.psb_ip = 0
+                f.psb_ip = 0
                 done, err = self._psb_with_fup()
                 if done:
                     return err
@@ -1301,10 +1484,11 @@ class PerfDecoder:
                 self._update_pip()
             elif k == Pkt.MTC:
                 self._calc_mtc_timestamp()
-                if self.p.period_type == PERIOD_MTC and self.mtc_insn and self.timestamp:
-                    self.mtc_insn = False
+                n = self.counters
+                if cfg.period_type == PERIOD_MTC and n.mtc_insn and self.timing.timestamp:
+                    n.mtc_insn = False
                     st.type = T_INSTRUCTION
-                    st.from_ip = self.ip
+                    st.from_ip = f.ip
                     st.to_ip = 0
                     return 0
             elif k == Pkt.TSC:
@@ -1315,7 +1499,8 @@ class PerfDecoder:
                 self._calc_cyc_timestamp()
             elif k == Pkt.CBR:
                 self._calc_cbr()
-                if self.cbr != self.cbr_seen:
+                t = self.timing
+                if t.cbr != t.cbr_seen:
                     st.type = 0
                     return 0
             elif k == Pkt.MODE_EXEC:
@@ -1324,30 +1509,30 @@ class PerfDecoder:
                 if err:
                     return err
                 if self.kind == Pkt.FUP:
-                    self.set_fup_mode_exec = True
+                    e.set_fup_mode_exec = True
                     no_tip = True
                 continue  # examine the packet after MODE.Exec
             elif k == Pkt.CFE:
-                self.fup_cfe = (self.count, self.payload)
-                self.set_fup_cfe = True
-                if not self.pge:
+                e.fup_cfe = (self.count, self.payload)
+                e.set_fup_cfe = True
+                if not f.pge:
                     self._fup_event(True)
                     return 0
             elif k == Pkt.CFE_IP:
-                self.fup_cfe = (self.count, self.payload)
+                e.fup_cfe = (self.count, self.payload)
                 err = self._get_next_packet()
                 if err:
                     return err
                 if self.kind == Pkt.FUP:
-                    self.set_fup_cfe_ip = True
+                    e.set_fup_cfe_ip = True
                     no_tip = True
                 continue  # the FUP (or whatever came instead) next
             elif k == Pkt.EVD:
-                if len(self.evd) >= _MAX_EVDS:
+                if len(e.evd) >= _MAX_EVDS:
                     return _ENOSYS  # perf: "Too many EVD packets"
-                self.evd.append((self.count, self.payload))
+                e.evd.append((self.count, self.payload))
             elif k == Pkt.MODE_TSX:
-                if not self.pge or self.in_psb:
+                if not f.pge or f.in_psb:
                     self._update_in_tx()
                 else:
                     err, nt = self._mode_tsx()
@@ -1356,30 +1541,30 @@ class PerfDecoder:
                     no_tip = no_tip or nt
                     continue  # examine the packet after MODE.TSX
             elif k == Pkt.PTWRITE_IP:
-                self.fup_ptw_payload = self.payload
+                e.fup_ptw_payload = self.payload
                 err = self._get_next_packet()
                 if err:
                     return err
                 if self.kind == Pkt.FUP:
-                    self.set_fup_ptw = True
+                    e.set_fup_ptw = True
                     no_tip = True
                 continue
             elif k == Pkt.PTWRITE:
                 st.type = T_PTW
-                st.from_ip = self.ip
+                st.from_ip = f.ip
                 st.to_ip = 0
                 st.ptw_payload = self.payload
                 return 0
             elif k == Pkt.MWAIT:
-                self.fup_mwait_payload = self.payload
-                self.set_fup_mwait = True
+                e.fup_mwait_payload = self.payload
+                e.set_fup_mwait = True
             elif k == Pkt.PWRE:
-                if self.set_fup_mwait:
-                    self.fup_pwre_payload = self.payload
-                    self.set_fup_pwre = True
+                if e.set_fup_mwait:
+                    e.fup_pwre_payload = self.payload
+                    e.set_fup_pwre = True
                 else:
                     st.type = T_PWR_ENTRY
-                    st.from_ip = self.ip
+                    st.from_ip = f.ip
                     st.to_ip = 0
                     st.pwrx_payload = self.payload
                     return 0
@@ -1388,23 +1573,23 @@ class PerfDecoder:
                 if err:
                     return err
                 if self.kind == Pkt.FUP:
-                    self.set_fup_exstop = True
+                    e.set_fup_exstop = True
                     no_tip = True
                 continue
             elif k == Pkt.EXSTOP:
                 st.type = T_EX_STOP
-                st.from_ip = self.ip
+                st.from_ip = f.ip
                 st.to_ip = 0
                 return 0
             elif k == Pkt.PWRX:
                 st.type = T_PWR_EXIT
-                st.from_ip = self.ip
+                st.from_ip = f.ip
                 st.to_ip = 0
                 st.pwrx_payload = self.payload
                 return 0
             elif k == Pkt.BEP:
                 st.type = T_BLK_ITEMS
-                st.from_ip = self.ip
+                st.from_ip = f.ip
                 st.to_ip = 0
                 return 0
             elif k == Pkt.BEP_IP:
@@ -1412,7 +1597,7 @@ class PerfDecoder:
                 if err:
                     return err
                 if self.kind == Pkt.FUP:
-                    self.set_fup_bep = True
+                    e.set_fup_bep = True
                     no_tip = True
                 continue
             # PSBEND, VMCS, MNT, PAD, BBP, BIP: nothing to do here.
@@ -1423,7 +1608,8 @@ class PerfDecoder:
     def _hop_trace(self, no_tip: bool) -> tuple[int, int, bool]:
         """perf's intel_pt_hop_trace: ips from FUP and TIP packets, TNT ignored, no code walked."""
         st = self.state
-        if self.p.quick >= 2 and not self.in_psb and self.kind != Pkt.PSB:
+        f = self.flow
+        if self.cfg.quick >= 2 and not f.in_psb and self.kind != Pkt.PSB:
             err = self._scan_for_psb()  # leap: PSB to PSB, the ip from the FUP in PSB+
             if err:
                 return _HOP_RETURN, err, no_tip
@@ -1431,14 +1617,14 @@ class PerfDecoder:
         if k == Pkt.TNT:
             return _HOP_IGNORE, 0, no_tip
         if k == Pkt.TIP_PGD:
-            self.pge = False
+            f.pge = False
             if not self.count:
                 self._set_nr()
                 return _HOP_IGNORE, 0, no_tip
             self._set_ip()
             st.type |= T_TRACE_END
             st.from_ip = 0
-            st.to_ip = self.ip
+            st.to_ip = f.ip
             self._update_nr()
             return _HOP_RETURN, 0, no_tip
         if k == Pkt.TIP:
@@ -1447,7 +1633,7 @@ class PerfDecoder:
                 return _HOP_IGNORE, 0, no_tip
             self._set_ip()
             st.type = T_INSTRUCTION
-            st.from_ip = self.ip
+            st.from_ip = f.ip
             st.to_ip = 0
             self._update_nr()
             self._sample_iflag_chg()
@@ -1456,11 +1642,12 @@ class PerfDecoder:
             if not self.count:
                 return _HOP_IGNORE, 0, no_tip
             self._set_ip()
-            if self.set_fup_mwait or self.set_fup_pwre or not self.p.branch_enable or not self.pge:
+            e = self.pending
+            if e.set_fup_mwait or e.set_fup_pwre or not self.cfg.branch_enable or not f.pge:
                 no_tip = True
             if no_tip:
                 st.type = T_INSTRUCTION
-                st.from_ip = self.ip
+                st.from_ip = f.ip
                 st.to_ip = 0
                 self._fup_event(no_tip)
                 return _HOP_RETURN, 0, no_tip
@@ -1468,31 +1655,32 @@ class PerfDecoder:
             st.type |= T_INSTRUCTION | T_BRANCH
             err = self._walk_fup_tip()
             if not err and st.to_ip:
-                self.pkt_state = RESAMPLE
+                f.pkt_state = RESAMPLE
             return _HOP_RETURN, err, no_tip
         if k == Pkt.PSB:
             st.psb_offset = self._abs_pos()
-            self.psb_ip = 0
-            self.last_ip = 0
-            self.have_last_ip = True
+            f.psb_ip = 0
+            f.last_ip = 0
+            f.have_last_ip = True
             err = self._walk_psbend()
             if err == _EAGAIN:
                 return _HOP_AGAIN, 0, no_tip
             if err:
                 return _HOP_RETURN, err, no_tip
             st.type = T_PSB_EVT
-            if self.psb_ip:
+            if f.psb_ip:
                 st.type |= T_INSTRUCTION
-                self.ip = self.psb_ip
-            st.from_ip = self.psb_ip
+                f.ip = f.psb_ip
+            st.from_ip = f.psb_ip
             st.to_ip = 0
             return _HOP_RETURN, 0, no_tip
         return _HOP_PROCESS, 0, no_tip
 
     def _walk_fup_tip(self) -> int:
         st = self.state
-        if self.tx_flags & F_ABORT_TX:
-            self.tx_flags = 0
+        f = self.flow
+        if f.tx_flags & F_ABORT_TX:
+            f.tx_flags = 0
             st.flags &= ~F_IN_TX
             st.flags |= F_ABORT_TX
         else:
@@ -1505,44 +1693,44 @@ class PerfDecoder:
             if k in (Pkt.TNT, Pkt.FUP, Pkt.TRACESTOP, Pkt.PSB, Pkt.TSC, Pkt.TMA, Pkt.MODE_TSX, Pkt.BAD,
                      Pkt.PSBEND, Pkt.PTWRITE, Pkt.PTWRITE_IP, Pkt.EXSTOP, Pkt.EXSTOP_IP, Pkt.MWAIT,
                      Pkt.PWRE, Pkt.PWRX, Pkt.BBP, Pkt.BIP, Pkt.BEP, Pkt.BEP_IP, Pkt.CFE, Pkt.CFE_IP, Pkt.EVD):
-                self.pkt_state = ERR_RESYNC
-                self.step = 0
+                f.pkt_state = ERR_RESYNC
+                self.cur.step = 0
                 return _ENOENT
             if k == Pkt.CBR:
                 self._calc_cbr()
             elif k == Pkt.OVF:
                 return self._overflow()
             elif k == Pkt.TIP_PGD:
-                st.from_ip = self.ip
+                st.from_ip = f.ip
                 if self.count == 0:
                     st.to_ip = 0
                 else:
                     self._set_ip()
-                    st.to_ip = self.ip
-                self.pge = False
-                self.continuous_period = False
+                    st.to_ip = f.ip
+                f.pge = False
+                self.counters.continuous_period = False
                 st.type |= T_TRACE_END
                 self._update_nr()
                 return 0
             elif k == Pkt.TIP_PGE:
-                self.pge = True
+                f.pge = True
                 st.from_ip = 0
                 if self.count == 0:
                     st.to_ip = 0
                 else:
                     self._set_ip()
-                    st.to_ip = self.ip
+                    st.to_ip = f.ip
                 st.type |= T_TRACE_BEGIN
                 self._mtc_cyc_cnt_pge()
                 self._set_nr()
                 return 0
             elif k == Pkt.TIP:
-                st.from_ip = self.ip
+                st.from_ip = f.ip
                 if self.count == 0:
                     st.to_ip = 0
                 else:
                     self._set_ip()
-                    st.to_ip = self.ip
+                    st.to_ip = f.ip
                 self._update_nr()
                 self._sample_iflag_chg()
                 return 0
@@ -1550,7 +1738,7 @@ class PerfDecoder:
                 self._update_pip()
             elif k == Pkt.MTC:
                 self._calc_mtc_timestamp()
-                if self.p.period_type == PERIOD_MTC:
+                if self.cfg.period_type == PERIOD_MTC:
                     st.type |= T_INSTRUCTION
             elif k == Pkt.CYC:
                 self._calc_cyc_timestamp()
@@ -1563,37 +1751,38 @@ class PerfDecoder:
 
     def _walk_to_ip(self) -> int:
         st = self.state
+        f = self.flow
         while True:
             err = self._get_next_packet()
             if err:
                 return err
             k = self.kind
             if k == Pkt.TIP_PGD:
-                self.continuous_period = False
-                self.pge = False
+                self.counters.continuous_period = False
+                f.pge = False
                 if self._have_ip():
                     self._set_ip()
-                if self.ip:
+                if f.ip:
                     st.type |= T_TRACE_END
                     return 0
             elif k == Pkt.TIP_PGE:
-                self.pge = True
+                f.pge = True
                 self._mtc_cyc_cnt_pge()
                 if self._have_ip():
                     self._set_ip()
-                if self.ip:
+                if f.ip:
                     st.type |= T_TRACE_BEGIN
                     return 0
             elif k == Pkt.TIP:
-                self.pge = True
+                f.pge = True
                 if self._have_ip():
                     self._set_ip()
-                if self.ip:
+                if f.ip:
                     return 0
             elif k == Pkt.FUP:
                 if self._have_ip():
                     self._set_ip()
-                if self.ip:
+                if f.ip:
                     return 0
             elif k == Pkt.MTC:
                 self._calc_mtc_timestamp()
@@ -1614,117 +1803,124 @@ class PerfDecoder:
             elif k == Pkt.OVF:
                 return self._overflow()
             elif k == Pkt.TRACESTOP:
-                self.pge = False
-                self.continuous_period = False
-                self.tx_flags = 0
-                self.have_tma = False
+                f.pge = False
+                self.counters.continuous_period = False
+                f.tx_flags = 0
+                self.timing.have_tma = False
             elif k == Pkt.PSB:
                 st.psb_offset = self._abs_pos()
-                self.psb_ip = 0
-                self.last_ip = 0
-                self.have_last_ip = True
+                f.psb_ip = 0
+                f.last_ip = 0
+                f.have_last_ip = True
                 self.stack.clear()
                 err = self._walk_psb()
                 if err:
                     return err
                 st.type = T_PSB_EVT
-                st.from_ip = self.psb_ip
+                st.from_ip = f.psb_ip
                 st.to_ip = 0
                 return 0
 
     def _sync_ip(self) -> int:
         st = self.state
+        f = self.flow
         self._clear_fup_event()
-        self.overflow = False
-        if not self.p.branch_enable:
-            self.pkt_state = IN_SYNC
+        f.overflow = False
+        if not self.cfg.branch_enable:
+            f.pkt_state = IN_SYNC
             st.type = 0
             return 0
         err = self._walk_to_ip()
-        if err or ((st.type & T_PSB_EVT) and not self.ip):
+        if err or ((st.type & T_PSB_EVT) and not f.ip):
             return err
-        self.pkt_state = RESAMPLE if self.p.quick else IN_SYNC  # hop: resample to_ip as an instruction
+        f.pkt_state = RESAMPLE if self.cfg.quick else IN_SYNC  # hop: resample to_ip as an instruction
         st.from_ip = 0
-        st.to_ip = self.ip
+        st.to_ip = f.ip
         return 0
 
     def _scan_for_psb(self) -> int:
         """Skip to the next PSB (perf's scan_for_psb); re-tokenize when it is mid-token."""
+        c = self.cur
         while True:
-            if self.buf_idx < 0 or self.idx + self.step >= len(self.kinds):
+            if c.buf_idx < 0 or c.idx + c.step >= len(c.kinds):
                 err = self._get_data()
                 if err:
                     return err  # no more data, or a new non-consecutive buffer
-            buf = self.buffers[self.buf_idx]
+            buf = self.buffers[c.buf_idx]
             data = buf.data if isinstance(buf.data, bytes) else bytes(buf.data)
-            at = data.find(PSB_BYTES, self.poss[self.idx + self.step])
+            at = data.find(PSB_BYTES, c.poss[c.idx + c.step])
             if at < 0:
-                self.idx = len(self.kinds)
-                self.step = 0
+                c.idx = len(c.kinds)
+                c.step = 0
                 continue
-            self.idx = self._index_at(at)
-            self.step = 0
+            c.idx = self._index_at(at)
+            c.step = 0
             return self._get_next_packet()
 
     def _index_at(self, byte_pos: int) -> int:
         """Index of the packet starting at ``byte_pos``, re-tokenizing the rest if needed."""
-        j = bisect.bisect_left(self.poss, byte_pos)
-        if j < len(self.poss) and self.poss[j] == byte_pos:
+        c = self.cur
+        j = bisect.bisect_left(c.poss, byte_pos)
+        if j < len(c.poss) and c.poss[j] == byte_pos:
             return j
-        buf = self.buffers[self.buf_idx]
+        buf = self.buffers[c.buf_idx]
         tail = tokenize(buf.data[byte_pos:])
-        self.kinds = self.kinds[:j] + tail.kind.tolist()
-        self.counts = self.counts[:j] + tail.count.tolist()
-        self.payloads = self.payloads[:j] + tail.payload.tolist()
-        self.poss = self.poss[:j] + [p + byte_pos for p in tail.pos.tolist()]
+        c.kinds = c.kinds[:j] + tail.kind.tolist()
+        c.counts = c.counts[:j] + tail.count.tolist()
+        c.payloads = c.payloads[:j] + tail.payload.tolist()
+        c.poss = c.poss[:j] + [p + byte_pos for p in tail.pos.tolist()]
         return j
 
     def _sync(self) -> int:
         st = self.state
-        self.pge = False
-        self.continuous_period = False
-        self.have_last_ip = False
-        self.last_ip = 0
-        self.psb_ip = 0
-        self.ip = 0
+        f = self.flow
+        f.pge = False
+        self.counters.continuous_period = False
+        f.have_last_ip = False
+        f.last_ip = 0
+        f.psb_ip = 0
+        f.ip = 0
         self.stack.clear()
         err = self._scan_for_psb()
         if err:
             return err
-        self.have_last_ip = True
-        self.pkt_state = IN_SYNC  # perf 6.x: a PSB+ without an IP still leaves the decoder in sync
+        f.have_last_ip = True
+        f.pkt_state = IN_SYNC  # perf 6.x: a PSB+ without an IP still leaves the decoder in sync
         err = self._walk_psb()
         if err:
             return err
         st.type = T_PSB_EVT
-        st.from_ip = self.psb_ip
+        st.from_ip = f.psb_ip
         st.to_ip = 0
-        if self.ip:
-            self.pkt_state = RESAMPLE if self.p.quick else IN_SYNC  # hop: the PSB FUP ip as an instruction
+        if f.ip:
+            f.pkt_state = RESAMPLE if self.cfg.quick else IN_SYNC  # hop: the PSB FUP ip as an instruction
         return 0
 
     def _est_timestamp(self) -> int:
-        est = self.sample_insn_cnt << 1
-        if self.cbr and self.p.max_non_turbo_ratio:
-            est = est * self.p.max_non_turbo_ratio // self.cbr
-        return self.sample_timestamp + est
+        t = self.timing
+        est = t.sample_insn_cnt << 1
+        max_non_turbo_ratio = self.cfg.max_non_turbo_ratio
+        if t.cbr and max_non_turbo_ratio:
+            est = est * max_non_turbo_ratio // t.cbr
+        return t.sample_timestamp + est
 
     # ----------------------------------------------------------------- public
 
     def decode(self) -> State:
         """Decode up to the next sample-worthy state; ``state.err`` is set on errors."""
         st = self.state
+        f = self.flow
         while True:
             st.type = T_BRANCH
             st.flags = 0
-            ps = self.pkt_state
+            ps = f.pkt_state
             if ps == NO_PSB:
                 err = self._sync()
             elif ps in (NO_IP, ERR_RESYNC):
                 if ps == NO_IP:
-                    self.have_last_ip = False
-                    self.last_ip = 0
-                    self.ip = 0
+                    f.have_last_ip = False
+                    f.last_ip = 0
+                    f.ip = 0
                 err = self._sync_ip()
             elif ps == IN_SYNC:
                 err = self._walk_trace()
@@ -1745,9 +1941,9 @@ class PerfDecoder:
             elif ps == FUP_IN_PSB:
                 err = self._fup_in_psb()
             elif ps == RESAMPLE:
-                self.pkt_state = IN_SYNC
+                f.pkt_state = IN_SYNC
                 st.type = T_INSTRUCTION
-                st.from_ip = self.ip
+                st.from_ip = f.ip
                 st.to_ip = 0
                 err = 0
             else:
@@ -1755,38 +1951,40 @@ class PerfDecoder:
             if err != _ENOLINK:
                 break
         st.pos = self._abs_pos()
+        t = self.timing
+        n = self.counters
         if err:
             st.err = _ERRNO_TO_CODE.get(err, ERR_UNK)
             if err != _EOVERFLOW:
-                st.from_ip = self.ip
+                st.from_ip = f.ip
             self._update_sample_time()
-            self.sample_tot_cyc_cnt = self.tot_cyc_cnt
+            n.sample_tot_cyc_cnt = n.tot_cyc_cnt
             self._set_nr()
         else:
             st.err = 0
-            if self.cbr != self.cbr_seen:
-                self.cbr_seen = self.cbr
+            if t.cbr != t.cbr_seen:
+                t.cbr_seen = t.cbr
                 if not st.type:
-                    st.from_ip = self.ip
+                    st.from_ip = f.ip
                     st.to_ip = 0
                 st.type |= T_CBR_CHG
-                st.cbr_payload = self.cbr_payload
-                st.cbr = self.cbr
-            if self.pkt_state in (NO_PSB, NO_IP, ERR_RESYNC, IN_SYNC, TNT_CONT, RESAMPLE):
+                st.cbr_payload = t.cbr_payload
+                st.cbr = t.cbr
+            if f.pkt_state in (NO_PSB, NO_IP, ERR_RESYNC, IN_SYNC, TNT_CONT, RESAMPLE):
                 self._update_sample_time()
-                if self.sample_cyc:
-                    self.sample_tot_cyc_cnt = self.tot_cyc_cnt
+                if n.sample_cyc:
+                    n.sample_tot_cyc_cnt = n.tot_cyc_cnt
                     st.flags |= F_SAMPLE_IPC
-                    self.sample_cyc = False
-            if not self.have_cyc:
+                    n.sample_cyc = False
+            if not t.have_cyc:
                 st.flags |= F_SAMPLE_IPC
-        if (st.type & T_PSB_EVT) and self.tsc_timestamp:
-            self.sample_timestamp = self.tsc_timestamp
-        st.from_nr = self.nr
-        st.to_nr = self.next_nr
-        self.nr = self.next_nr
-        st.timestamp = self.sample_timestamp
+        if (st.type & T_PSB_EVT) and t.tsc_timestamp:
+            t.sample_timestamp = t.tsc_timestamp
+        st.from_nr = f.nr
+        st.to_nr = f.next_nr
+        f.nr = f.next_nr
+        st.timestamp = t.sample_timestamp
         st.est_timestamp = self._est_timestamp()
-        st.tot_insn_cnt = self.tot_insn_cnt
-        st.tot_cyc_cnt = self.sample_tot_cyc_cnt
+        st.tot_insn_cnt = n.tot_insn_cnt
+        st.tot_cyc_cnt = n.sample_tot_cyc_cnt
         return st

@@ -1,0 +1,189 @@
+"""``ptexport TRACE --db DB``: open a recording, decode it and run perf's db-export into a writer.
+
+The orchestration of one export, above the layers it joins (see docs/architecture.md):
+the perf.data reader (optionally with guests merged as ``perf inject --guest-data``
+does, :mod:`ptexport.session.guestdata`), the perf session that decodes it into
+sample batches (:mod:`ptexport.session.perfsession`: in-process, in a forked child,
+:mod:`ptexport.session.decode_proc`, or by ``--jobs`` workers), the writer
+(:func:`ptexport.writers.open_writer`) and perf's db-export
+(:class:`ptexport.dbexport.exporter.DbExporter`), with the sample loop picked here.
+
+What db-export needs from the trace itself (the VMCS and TSC offset of each VCPU
+thread, guest kernel code at VM exits) is read here and handed in
+(:class:`~ptexport.dbexport.vm.VmTrace`): db-export sees samples, never packets.
+"""
+
+from __future__ import annotations
+
+import os
+import time as _time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+from ptexport.dbexport import samples, samples_compiled
+from ptexport.dbexport.exporter import DbExporter, ExportConfig, RecordTee, SampleLoop
+from ptexport.dbexport.progress import AuxPosition, ProgressBatches, ProgressFn
+from ptexport.dbexport.vm import VmTrace
+from ptexport.decoder.guest import GuestSpaces
+from ptexport.errors import PtExportError
+from ptexport.perfdata import open_perf_data
+from ptexport.pt.vmtime import VmBuffer, VmTimeConfig, VmTimeCorrelator
+from ptexport.samples.columns import SampleColumns
+from ptexport.session.decode_proc import maybe_process
+from ptexport.session.guestdata import apply_guest_data
+from ptexport.session.perfsession import DecodeConfig, open_session
+from ptexport.writers import open_writer
+from ptexport.writers.leftovers import refuse_if_busy
+
+__all__ = ["ExportConfig", "ExportSummary", "export_trace", "measure_vmcs", "sample_loop"]
+
+#: Trace bytes per CPU read to find each VCPU's VMCS and TSC offset.
+MEASURE_BYTES = 4 << 20
+
+
+@dataclass
+class ExportSummary:
+    target: str
+    rows: dict[str, int] = field(default_factory=dict)
+    errors: int = 0
+    lost: int = 0  # data-loss events: lost records and samples, truncated or colliding AUX, overflows, lost data
+    losses: dict[str, int] = field(default_factory=dict)  # the stats rows of severity data_loss, by name
+    seconds: float = 0.0
+    decode_seconds: float = 0.0
+    leftovers: list[Any] = field(default_factory=list)  # temporaries of dead exports removed (writers/leftovers.py)
+    cut: Any = None  # where a cut recording ended (perfdata.reader.FileCut), None if it was whole
+
+
+def sample_loop(config: ExportConfig) -> SampleLoop:
+    """The loop the samples go through: the batch loop (numpy, Python work per change of thread or
+    sideband, not per sample), or with ``config.reference`` the per-sample loop written to read as
+    perf's db-export, its oracle (same rows, compared table by table in ``tests/export_fast/``)."""
+    return samples.export_samples if config.reference else samples_compiled.export_samples
+
+
+class _Timed:
+    """An iterator of sample batches that adds up the time spent producing them (decoding)."""
+
+    def __init__(self, it: Iterable[SampleColumns], seconds: float = 0.0) -> None:
+        self._it = iter(it)
+        self.seconds = seconds
+
+    def __iter__(self) -> Iterator[SampleColumns]:
+        return self
+
+    def __next__(self) -> SampleColumns:
+        t = _time.perf_counter()
+        try:
+            return next(self._it)
+        finally:
+            self.seconds += _time.perf_counter() - t
+
+
+def measure_vmcs(session: Any, limit: int = MEASURE_BYTES) -> dict[int, tuple[int, int, str]]:
+    """host tid -> (VMCS, TSC offset, source) from the first ``limit`` bytes of each CPU's trace: the
+    thread current on the CPU at a VMCS packet runs that VMCS; a guest TSC packet in a PSB+ (PIP
+    NR=1) measured against the MTC/TMA clock gives its offset ('measured'; 0 and 'none' when no guest
+    TSC was seen or the guest TSC packets equal the host's, as after perf inject --vm-time-correlation)."""
+    pd, tc = session.pd, session.tc
+    info = getattr(pd, "auxtrace_info", None)
+    if tc is None or info is None or not hasattr(pd, "aux_data"):
+        return {}
+    pt_attrs = [a for a in pd.attrs if a.type == info.pmu_type]
+    config = pt_attrs[0].config if pt_attrs else 0
+    bits = info.mtc_freq_bits or 0
+    mtc_period = (config & bits) >> ((bits & -bits).bit_length() - 1) if bits else 0
+    corr = VmTimeCorrelator(VmTimeConfig(mtc_period=mtc_period, tsc_ctc_ratio_n=info.tsc_ctc_ratio_n or 0,
+                                         tsc_ctc_ratio_d=info.tsc_ctc_ratio_d or 0))
+    try:
+        for key in sorted(k for k in session.streams if k[0] == "cpu"):
+            bufs, size = [], 0
+            for i, rec in enumerate(session.streams[key]):
+                data = bytes(pd.aux_data(rec))
+                bufs.append(VmBuffer(data, rec.reference, i > 0))
+                size += len(data)
+                if size >= limit:
+                    break
+            corr.run_queue(bufs, key)
+    except PtExportError:
+        return {}  # unreadable trace data: decode errors say where; no measurement
+    out: dict[int, tuple[int, int, str]] = {}
+    for queue, tsc, vmcs in corr.vmcs_seen:
+        tl = session.sb.host.cpus.get(queue[1])
+        hit = tl.at(tc.tsc_to_perf_time(tsc)) if tl is not None else None
+        if hit is None or hit[1] in out:
+            continue
+        vi = corr.vmcs_table.get(vmcs)
+        if vi is not None and vi.tsc_offset:
+            out[hit[1]] = (vmcs, vi.tsc_offset, "measured")
+        else:
+            out[hit[1]] = (vmcs, 0, "none")
+    return out
+
+
+def _guest_kcore(session: Any, guestkallsyms: str | None) -> Callable[[int], Any]:
+    """machine pid -> the guest kernel's code (kcore copies), the guest spaces found when first asked."""
+    spaces: GuestSpaces | None = None
+
+    def kcore(machine_pid: int) -> Any:
+        nonlocal spaces
+        if spaces is None:
+            spaces = GuestSpaces(session.pd, session.sb, guestkallsyms and os.path.dirname(guestkallsyms))
+        return spaces.kcore(machine_pid)
+
+    return kcore
+
+
+def vm_trace(session: Any, config: ExportConfig) -> VmTrace:
+    """What the VM export reads from the trace of ``session`` (read when it asks)."""
+    return VmTrace(measure_vmcs=lambda: measure_vmcs(session),
+                   guest_kcore=_guest_kcore(session, config.guestkallsyms))
+
+
+def export_trace(path: str, target: str, config: ExportConfig,
+                 progress: ProgressFn | None = None) -> ExportSummary:
+    """Decode ``path`` and write the database at ``target`` (SQLite path or postgresql:// URL).
+
+    ``progress(samples written, bytes of trace decoded, bytes in the trace or 0)`` is called as batches
+    go (dbexport/progress.py)."""
+    t0 = _time.perf_counter()
+    summary = ExportSummary(target)
+    refuse_if_busy(target)  # at once, not after the trace is opened
+    with open_perf_data(path, salvage=config.salvage) as pd:
+        guest_kcore = config.guest_kcore or (os.path.dirname(os.path.abspath(config.guestkallsyms))
+                                             if config.guestkallsyms else None)
+        if config.guest_data:  # the host recording as perf inject --guest-data would write it
+            pd = apply_guest_data(pd, config.guest_data)
+        session = open_session(RecordTee(pd) if getattr(pd, "is_pipe", False) else pd,
+                               DecodeConfig(itrace=config.itrace, symfs=config.symfs, buildid_dir=config.buildid_dir,
+                                            cpus=config.cpus, guest_kcore=guest_kcore, time=config.time,
+                                            pids=config.pids, tids=config.tids, guest_data=config.guest_data,
+                                            insn_fetch_marks=False))  # a script: no instruction fetches
+        # decoded as the export goes (optionally by a forked child process on another core)
+        # (with --jobs N > 1 worker processes decode ahead instead)
+        proc = maybe_process(session, config.decode_process) if config.jobs == 1 else None
+        batches = proc if proc is not None else _Timed(session.iter_batches(config.jobs),
+                                                      _time.perf_counter() - t0)
+        try:
+            with open_writer(target, force=config.force) as w:
+                summary.leftovers = list(getattr(w, "removed_leftovers", ()))
+                ex = DbExporter(session, w, config, vm_trace(session, config))
+                feed: Iterable[SampleColumns] = batches
+                if progress is not None:
+                    feed = ProgressBatches(batches, lambda: ex.n_samples,
+                                           AuxPosition(session.sb.aux_events, session.timeless), progress)
+                ex.run(feed, sample_loop(config))
+                if progress is not None:
+                    feed.finish()
+                summary.decode_seconds = batches.seconds
+                summary.rows = {t: w.row_counts[t] for t in w.schema.tables if w.row_counts.get(t)}
+                summary.errors = ex.n_errors
+                for name, _cpu, value, sev, _desc in ex.stats_rows:
+                    if sev == "data_loss":
+                        summary.losses[name] = summary.losses.get(name, 0) + value
+                summary.lost = sum(summary.losses.values())
+                summary.cut = getattr(pd, "cut", None)
+        finally:
+            if proc is not None:
+                proc.close()
+    summary.seconds = _time.perf_counter() - t0
+    return summary
