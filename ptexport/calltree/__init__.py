@@ -24,7 +24,7 @@ def make_call_tree(**kwargs):
     """The fastest call tree available: numba's when installed, else the reference one."""
     from ptexport.calltree import threadstack_compiled  # lazy: loads numba (start-up time)
 
-    if threadstack_compiled.HAVE_NUMBA:
+    if threadstack_compiled.numba is not None:
         kwargs.pop("call_paths", None)
         return threadstack_compiled.CallTree(**kwargs)
     return CallTree(**kwargs)

@@ -31,11 +31,9 @@ from ptexport.calltree.threadstack import (
 from ptexport.jit import numba
 from ptexport.samples.flags import IpFlag
 
-HAVE_NUMBA = numba is not None
 
 __all__ = [
     "CallTree",
-    "HAVE_NUMBA",
     "CALL_RETURN_NO_CALL",
     "CALL_RETURN_NO_RETURN",
     "CALL_RETURN_NON_CALL",
@@ -66,7 +64,7 @@ F_FROM_KERNEL = int(IpFlag.SYSCALLRET | IpFlag.INTERRUPT)
 
 ST_DONE, ST_GROW_E, ST_GROW_P, ST_GROW_O = 0, 1, 2, 3
 
-if HAVE_NUMBA:
+if numba is not None:
     @numba.njit(cache=True, nogil=True)
     def _ge_u(a, b):
         return np.uint64(a) >= np.uint64(b)
@@ -428,7 +426,7 @@ class CallTree:
         root_call_path_id: int = 0,
         capacity: int = 1024,
     ) -> None:
-        if not HAVE_NUMBA:  # pragma: no cover
+        if numba is None:  # pragma: no cover
             raise ImportError("the compiled CallTree needs numba (a dependency of ptexport: reinstall it)")
         capacity = max(int(capacity), 8)
         self.E = np.zeros((capacity, E_COLS), dtype=np.int64)

@@ -53,8 +53,6 @@ from ptexport.dbexport.payloads import evt_row, iflag_row
 from ptexport.dbexport.vm import ThreadMemo
 from ptexport.samples.flags import PERF_BRANCH_MASK, IpFlag
 
-HAVE_NUMBA = numba is not None
-
 _IN_TX = int(IpFlag.IN_TX)
 _SAMPLE = int(RecordType.SAMPLE)
 _MAX_SLOTS = 1 << 22  # the address cache starts over beyond this many entries (bounded memory)
@@ -120,7 +118,7 @@ def _rehash_py(tab_g, tab_a, tab_v, slot_g, slot_a, n):
         _slot_of(tab_g, tab_a, tab_v, slot_g, slot_a, s, slot_g[s], slot_a[s])
 
 
-if HAVE_NUMBA:
+if numba is not None:
     _slot_of = numba.njit(cache=True, nogil=True)(_slot_of)
     _sample_slots = numba.njit(cache=True, nogil=True)(_sample_slots_py)
     _rehash = numba.njit(cache=True, nogil=True)(_rehash_py)

@@ -40,7 +40,17 @@ from ptexport.decoder.constants import (
     OP_SYSRET,
     OP_VMENTRY,
 )
-from ptexport.decoder.reference.decoder import Insn
+
+
+@dataclass(slots=True)
+class Insn:
+    """One decoded instruction as the walker reports it."""
+
+    op: int = OP_OTHER
+    branch: int = BR_NO_BRANCH
+    length: int = 0
+    rel: int = 0
+
 
 _EINVAL = -22
 _INSN_BUF = 16

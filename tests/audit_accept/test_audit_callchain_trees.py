@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ptexport.calltree import CallTree
-from ptexport.calltree.threadstack_compiled import HAVE_NUMBA
+from ptexport.jit import available
 from ptexport.dbexport.callchains import chain_addresses
 from ptexport.samples.flags import IpFlag
 
@@ -23,7 +23,7 @@ def _batch(rows):
             for i, c in enumerate(cols)}
 
 
-@pytest.mark.skipif(not HAVE_NUMBA, reason="the compiled call tree needs numba")
+@pytest.mark.skipif(not available(), reason="the compiled call tree needs numba")
 def test_stacks_and_chain_paths_agree():
     from ptexport.calltree.threadstack_compiled import CallTree as FastCallTree
 

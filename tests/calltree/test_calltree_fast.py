@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from ptexport.calltree import CALLS_COLUMNS, CallTree
-from ptexport.calltree.threadstack_compiled import HAVE_NUMBA
+from ptexport.jit import available
 from ptexport.calltree.threadstack_compiled import CallTree as FastCallTree
 from ptexport.samples.flags import IpFlag
 
-pytestmark = pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed")
+pytestmark = pytest.mark.skipif(not available(), reason="numba not installed")
 
 B, C, R, O = IpFlag.BRANCH, IpFlag.CALL, IpFlag.RETURN, IpFlag.CONDITIONAL
 S, Y, I = IpFlag.SYSCALLRET, IpFlag.ASYNC, IpFlag.INTERRUPT

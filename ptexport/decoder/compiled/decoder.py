@@ -251,7 +251,7 @@ class _Tokens:
         return int(self.bi[b, K.BI_PSTART]) + max(j, 0)
 
     def retokenize(self, b: int, at: int) -> None:
-        """perfmode's ``_index_at``: the packets of buffer ``b`` from byte ``at`` re-tokenized."""
+        """the reference decoder's ``_index_at``: the packets of buffer ``b`` from byte ``at`` re-tokenized."""
         c = self.cols[b]
         j = int(np.searchsorted(c.pos, at, side="left"))
         tail = tokenize_fast(self.meta[b].data[at:])

@@ -38,6 +38,7 @@ from ptexport.decoder.constants import (
     T_BRANCH, T_CBR_CHG, T_EVT, T_EX_STOP, T_IFLAG_CHG, T_INSTRUCTION, T_MWAIT_OP, T_PSB_EVT, T_PTW, T_PWR_ENTRY,
     T_PWR_EXIT, T_TRACE_BEGIN, T_TRACE_END, T_TRANSACTION,
 )
+from ptexport.decoder.codewalk import Insn
 from ptexport.samples.columns import ERR_BADPKT, ERR_INTERN, ERR_MISMAT, ERR_NELOOP, ERR_NODATA, ERR_NOINSN, ERR_OVR, ERR_UNK
 from ptexport.pt.perfpkt import PSB_BYTES, PacketColumns, Pkt, tokenize
 
@@ -81,16 +82,6 @@ _PSB_ABORT = frozenset({
     Pkt.PTWRITE_IP, Pkt.EXSTOP, Pkt.EXSTOP_IP, Pkt.MWAIT, Pkt.PWRE, Pkt.PWRX, Pkt.BBP, Pkt.BIP,
     Pkt.BEP, Pkt.BEP_IP, Pkt.CFE, Pkt.CFE_IP, Pkt.EVD,
 })
-
-
-@dataclass(slots=True)
-class Insn:
-    """One decoded instruction as the walker reports it."""
-
-    op: int = OP_OTHER
-    branch: int = BR_NO_BRANCH
-    length: int = 0
-    rel: int = 0
 
 
 class InsnWalker(Protocol):
