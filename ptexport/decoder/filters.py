@@ -6,8 +6,8 @@ times): it fast-forwards to the last PSB before a start, synthesizes nothing for
 a state before the start (the queue's first state included, so a CBR event and
 IPC counts carry over to the first state kept), and stops a queue after the last
 end.  That part is :class:`TscRanges` / :class:`QueueTimeFilter` / :func:`fast_forward`,
-driven by :meth:`ptexport.session.perfsession.PerfSession.iter_queue` (the
-reference decoder) and by the compiled decoder's ``QueueDecoder`` (the kernel
+driven by :mod:`ptexport.decoder.reference.queue` (the
+reference backend) and by the compiled decoder's ``QueueDecoder`` (the kernel
 decides inside a range or before a start, this class at the edges; its fast
 forward works on byte offsets, :func:`psb_positions`).
 """
