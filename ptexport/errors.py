@@ -84,10 +84,6 @@ class ImageError(InputError):
     """A code image (ELF, kcore, raw binary) that cannot be loaded."""
 
 
-class DecodeError(PtExportError):
-    """Instruction-flow decoding cannot go on (only raised with --strict)."""
-
-
 class ExportError(PtExportError):
     """The database cannot be written."""
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import csv
 
-import numpy as np
-
 from ptexport.errors import UsageError
+from ptexport.samples import text
+from ptexport.samples.text import FIELDS
 
 NAME = "branches"
 HELP = "decode a perf.data trace into perf's branch samples (like perf script --itrace)"
@@ -45,10 +45,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--jobs", type=int, metavar="N",
                         help="decode in N worker processes (default: all cores for --count, else 1: in this "
                              "process); output streams in bounded memory either way")
-
-
-# perf script -F names this command prints (perf prints them in its own order, not the list's)
-FIELDS = ("machine_pid", "vcpu", "pid", "tid", "cpu", "time", "ip", "addr", "flags", "ipc")
 
 
 def parse_fields(text: str) -> frozenset[str]:
@@ -105,7 +101,7 @@ def add_filter_arguments(parser, export: bool = False) -> None:
 
 def filter_config(args) -> dict:
     """DecodeConfig/ExportConfig keywords for :func:`add_filter_arguments`' options."""
-    from ptexport.decoder.filters import parse_id_list
+    from ptexport.samples.filters import parse_id_list
 
     return {"time": args.time or None,
             "pids": parse_id_list(args.pid, "pid") if args.pid else None,
@@ -126,10 +122,6 @@ def parse_cpu_list(text: str | None) -> frozenset[int] | None:
     except ValueError:
         raise UsageError(f"bad CPU list {text!r}: expected e.g. 0,2-3") from None
     return frozenset(cpus)
-
-
-def _time(ns: int) -> str:
-    return f"{ns // 1_000_000_000:>5}.{ns % 1_000_000_000:09d}"
 
 
 def run(args, out) -> int:
@@ -173,153 +165,17 @@ def run(args, out) -> int:
             from ptexport.decoder.guest import VcpuAttribution
 
             vm = VcpuAttribution(session).enabled  # guest sideband: machine_pid,vcpu columns too
-            w.writerow(["time", "cpu", "pid", "tid", "ip", "addr", "flags", "event", "error"]
-                       + (["machine_pid", "vcpu"] if vm else []))
+            w.writerow(text.csv_header(vm))
             for cols in session.iter_batches(jobs):
-                _write_csv(w, session.vcpu_columns(cols) if vm else cols, vm)
+                w.writerows(text.csv_rows(session.vcpu_columns(cols) if vm else cols, vm))
         else:
+            # The compiled formatter where numba loads: the reference's lines at the decoder's speed.
+            # Imported here, not at the top: it loads numba, which `info` and `export` (importing
+            # this module's shared options) do not need.
+            from ptexport.samples import text_compiled
+
+            fmt = text_compiled if text_compiled.numba is not None else text
+            fields = text.DEFAULT_FIELDS if fields is None else fields
             for cols in session.iter_batches(jobs):
-                if fields is None:
-                    _write_text(out, session.vcpu_columns(cols))
-                else:
-                    _write_fields(out, session.vcpu_columns(cols), fields)
+                out.write(fmt.sample_lines(session.vcpu_columns(cols), fields))
     return 0
-
-
-def _lists(cols) -> tuple[list, ...]:
-    """The columns every line format prints, as Python lists (one conversion per batch)."""
-    return (cols.kind.tolist(), cols.time.tolist(), cols.cpu.tolist(), cols.pid.tolist(),
-            cols.tid.tolist(), cols.ip.tolist(), cols.addr.tolist(), cols.flags.tolist(),
-            cols.code.tolist())
-
-
-def _write_csv(w, cols, vm: bool = False) -> None:
-    from ptexport.samples.columns import EV_ERROR, EVENT_NAMES
-
-    kinds, times, cpus, pids, tids, ips, addrs, flags, codes = _lists(cols)
-    extra = list(zip(cols.machine_pid.tolist(), cols.vcpu.tolist())) if vm else None
-    for i, k in enumerate(kinds):
-        err = cols.error_message(codes[i]) if k == EV_ERROR else ""
-        row = [times[i], cpus[i], pids[i], tids[i], ips[i], addrs[i], flags[i], EVENT_NAMES[k], err]
-        w.writerow(row + list(extra[i]) if vm else row)
-
-
-def _error_line(ip: int, time: int, mp: int, vcpu: int, cpu: int, pid: int, tid: int, code: int,
-                msg: str) -> str:
-    """perf's line for a decoder error (whatever -F says)."""
-    # perf prints the ip with %#lx, which gives a bare "0" for zero.
-    ip_s = f"{ip:#x}" if ip else "0"
-    when = _time(time).lstrip() if time else "0"  # perf: "time 0" without a time
-    vm = f"machine_pid {mp} vcpu {vcpu} " if mp else ""
-    return (f" instruction trace error type 1 time {when} {vm}cpu {cpu} pid {pid} "
-            f"tid {tid} ip {ip_s} code {code}: {msg}\n")
-
-
-def _write_text(out, cols) -> None:
-    """perf script's lines of a batch, written by the compiled writer (errors formatted here)."""
-    from ptexport.samples.columns import EV_BRANCH, EV_ERROR
-    from ptexport.samples import text_compiled as textfast
-    from ptexport.samples.flags import format_flags_field
-
-    if textfast.numba is None:
-        _write_text_reference(out, cols)
-        return
-    n = len(cols.kind)
-    kind = np.asarray(cols.kind)
-    err = kind == EV_ERROR
-    mps = cols.machine_pid if cols.machine_pid is not None else np.zeros(n, np.int64)
-    vcpus = cols.vcpu if cols.vcpu is not None else np.full(n, -1, np.int64)
-    uniq, inv = np.unique(np.asarray(cols.flags), return_inverse=True)
-    texts = [format_flags_field(int(v)) for v in uniq]
-    errors = [_error_line(int(cols.ip[e]), int(cols.time[e]), int(mps[e]), int(vcpus[e]), int(cols.cpu[e]),
-                          int(cols.pid[e]), int(cols.tid[e]), int(cols.code[e]), cols.error_message(int(cols.code[e])))
-              for e in np.flatnonzero(err).tolist()]
-    out.write(textfast.sample_lines(
-        kind == EV_BRANCH, np.asarray(mps, np.int64), np.asarray(vcpus, np.int64), np.asarray(cols.pid, np.int64),
-        np.asarray(cols.tid, np.int64), np.asarray(cols.cpu, np.int64), np.asarray(cols.time, np.int64),
-        np.asarray(cols.ip).astype(np.uint64, copy=False), np.asarray(cols.addr).astype(np.uint64, copy=False),
-        inv.ravel().astype(np.int64), texts, err, errors))
-
-
-def _write_text_reference(out, cols) -> None:
-    """The same lines by f-strings (without numba; the compiled writer's oracle)."""
-    from ptexport.samples.columns import EV_BRANCH, EV_ERROR
-    from ptexport.samples.flags import format_flags_field
-
-    kinds, times, cpus, pids, tids, ips, addrs, flags, codes = _lists(cols)
-    # perf script -F machine_pid,vcpu,...: "VM:%5d VCPU:%03d " before guest samples (machine_pid != 0)
-    mps = cols.machine_pid.tolist() if cols.machine_pid is not None else [0] * len(kinds)
-    vcpus = cols.vcpu.tolist() if cols.vcpu is not None else [-1] * len(kinds)
-    lines = []
-    for i, k in enumerate(kinds):
-        if k == EV_ERROR:
-            lines.append(_error_line(ips[i], times[i], mps[i], vcpus[i], cpus[i], pids[i], tids[i], codes[i],
-                                     cols.error_message(codes[i])))
-            continue
-        # perf script: branch events print "ip => addr", other events "addr ip".
-        if k == EV_BRANCH:
-            tail = f"{ips[i]:>16x} => {addrs[i]:>16x}"
-        else:
-            tail = f"{addrs[i]:>16x} {ips[i]:>16x}"
-        vm = f"VM:{mps[i]:5d} VCPU:{vcpus[i]:03d} " if mps[i] else ""
-        lines.append(f"{vm}{pids[i]:>5}/{tids[i]:<5} [{cpus[i]:03d}] {_time(times[i])}: "
-                     f"{format_flags_field(flags[i])} {tail}\n")
-    out.write("".join(lines))
-
-
-def _ipc(insn: int, cyc: int) -> str:
-    """perf script's ipc field: whole hundredths (cut, not rounded), then the counts."""
-    if not insn or not cyc:
-        return ""
-    ipc = (insn * 100 // cyc) & 0xFFFFFFFF  # perf keeps it in an unsigned int
-    return f" \t IPC: {ipc // 100}.{ipc % 100:02d} ({insn}/{cyc}) "
-
-
-def _write_fields(out, cols, fields: frozenset[str]) -> None:
-    """Branch samples as ``perf script -F FIELDS --ns`` prints them (errors as by default)."""
-    from ptexport.samples.columns import EV_ERROR
-    from ptexport.samples.flags import format_flags_field
-
-    F = fields.__contains__
-    no_samples = fields == {"flags"}  # perf 6.1 prints no sample line for -F flags alone
-    kinds, times, cpus, pids, tids, ips, addrs, flags, codes = _lists(cols)
-    n = len(kinds)
-    none = [0] * n
-    insns = cols.insn_cnt.tolist() if F("ipc") else none
-    cycs = cols.cyc_cnt.tolist() if F("ipc") else none
-    mps = cols.machine_pid.tolist() if cols.machine_pid is not None else none
-    vcpus = cols.vcpu.tolist() if cols.vcpu is not None else [-1] * n
-    pid, tid = F("pid"), F("tid")
-    lines = []
-    for i, k in enumerate(kinds):
-        if k == EV_ERROR:
-            lines.append(_error_line(ips[i], times[i], mps[i], vcpus[i], cpus[i], pids[i], tids[i],
-                                     codes[i], cols.error_message(codes[i])))
-            continue
-        if no_samples:
-            continue
-        parts = []
-        if mps[i]:
-            if F("machine_pid"):
-                parts.append(f"VM:{mps[i]:5d} ")
-            if F("vcpu"):
-                parts.append(f"VCPU:{vcpus[i]:03d} ")
-        if pid and tid:
-            parts.append(f"{pids[i]:5d}/{tids[i]:<5d} ")
-        elif pid or tid:
-            parts.append(f"{(pids if pid else tids)[i]:5d} ")
-        if F("cpu"):
-            parts.append(f"[{cpus[i]:03d}] ")
-        if F("time"):
-            parts.append(f"{_time(times[i])}: ")
-        if F("flags"):
-            parts.append(format_flags_field(flags[i]))
-        if F("ip"):
-            parts.append(f" {ips[i]:16x}")
-        if F("addr"):
-            parts.append(f" => {addrs[i]:16x}")
-        if insns[i] and cycs[i]:
-            parts.append(_ipc(insns[i], cycs[i]))
-        parts.append("\n")
-        lines.append("".join(parts))
-    out.write("".join(lines))

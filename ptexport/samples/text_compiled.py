@@ -1,8 +1,10 @@
 """perf script's sample lines written by a compiled loop: ``dump branches`` text at the decoder's speed.
 
-``ptexport dump branches`` prints what ``perf script -F pid,tid,cpu,time,ip,addr,flags --ns``
-prints.  Formatting each line with Python f-strings cost more than decoding
-(~5 µs a line); :func:`sample_lines` writes the same bytes from the columns
+The compiled twin of :mod:`ptexport.samples.text` (same public names; that
+module is the reference the tests hold this one to, see docs/architecture.md).
+Formatting each line with Python f-strings cost more than decoding (~5 µs a
+line); :func:`sample_lines` writes the default lines (``perf script -F
+pid,tid,cpu,time,ip,addr,flags --ns`` with the VM prefix) from the columns
 into one buffer per batch.  The formats, as perf 6.1 prints them:
 
 - ``VM:%5d VCPU:%03d `` before a guest's sample (machine pid != 0);
@@ -10,10 +12,10 @@ into one buffer per batch.  The formats, as perf 6.1 prints them:
 - the flags field (``"  %-21s "``, given per row as an index into the batch's distinct texts);
 - branches ``%16lx => %16lx`` (ip, addr), other samples ``%16lx %16lx`` (addr, ip).
 
-Error lines are formatted by the caller (their messages are Python's) and
-copied in at their rows.
-The f-string formatter in ``cli/dump_branches.py`` (``_sample_line``) is the
-reference the tests hold this to.
+Error lines are the reference's :func:`~ptexport.samples.text.error_line`
+(their messages are Python's), copied in at their rows.  The ``-F`` subsets and
+the microsecond time are printed by the reference formatter (they are not on
+the hot path of a full dump).
 """
 
 from __future__ import annotations
@@ -21,6 +23,24 @@ from __future__ import annotations
 import numpy as np
 
 from ptexport.jit import numba
+from ptexport.samples import text as _reference
+from ptexport.samples.columns import EV_BRANCH, EV_ERROR, SampleColumns
+from ptexport.samples.flags import format_flags_field
+from ptexport.samples.text import (  # noqa: F401 - the twin's names that have no compiled form
+    CSV_COLUMNS,
+    CSV_VM_COLUMNS,
+    DEFAULT_FIELDS,
+    FIELDS,
+    csv_header,
+    csv_rows,
+    error_line,
+    error_lines,
+    ipc_field,
+    perf_time,
+    usec_time,
+)
+
+__all__ = _reference.__all__
 
 _LINE_MAX = 160  # bytes of one line at most: VM prefix 20, pid/tid/cpu/time ~48, flags 25, two addresses 36
 _VM, _VCPU, _ARROW = (np.frombuffer(t, np.uint8) for t in (b"VM:", b" VCPU:", b" => "))
@@ -153,14 +173,34 @@ def _packed(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(b"".join(enc) or b"\0", np.uint8), off
 
 
-def sample_lines(branch: np.ndarray, mp: np.ndarray, vcpu: np.ndarray, pid: np.ndarray, tid: np.ndarray,
+def _batch_lines(branch: np.ndarray, mp: np.ndarray, vcpu: np.ndarray, pid: np.ndarray, tid: np.ndarray,
                  cpu: np.ndarray, time: np.ndarray, ip: np.ndarray, addr: np.ndarray, flag_idx: np.ndarray,
                  flags_texts: list[str], given: np.ndarray, given_lines: list[str]) -> str:
     """The lines of a batch: ``flag_idx`` indexes ``flags_texts`` (the flags fields); rows where ``given``
-    is set print the next of ``given_lines`` instead (errors, formatted by the caller)."""
+    is set print the next of ``given_lines`` instead (errors, formatted by the reference)."""
     ftext, foff = _packed(flags_texts)
     gtext, goff = _packed(given_lines)
     width = _LINE_MAX + int(np.diff(foff).max(initial=0))
     buf = np.empty(len(branch) * width + len(gtext), np.uint8)
     n = _lines(given, branch, mp, vcpu, pid, tid, cpu, time, ip, addr, flag_idx, ftext, foff, gtext, goff, buf)
     return buf[:n].tobytes().decode("ascii")
+
+
+def sample_lines(cols: SampleColumns, fields: frozenset[str] = DEFAULT_FIELDS, *, nsec: bool = True) -> str:
+    """:func:`ptexport.samples.text.sample_lines`, the default lines by the compiled loop."""
+    if fields != DEFAULT_FIELDS or not nsec:
+        return _reference.sample_lines(cols, fields, nsec=nsec)
+    n = len(cols.kind)
+    kind = np.asarray(cols.kind)
+    err = kind == EV_ERROR
+    mps = cols.machine_pid if cols.machine_pid is not None else np.zeros(n, np.int64)
+    vcpus = cols.vcpu if cols.vcpu is not None else np.full(n, -1, np.int64)
+    uniq, inv = np.unique(np.asarray(cols.flags), return_inverse=True)
+    texts = [format_flags_field(int(v)) for v in uniq]
+    errors = error_lines(cols, np.flatnonzero(err).tolist(), np.asarray(mps).tolist(),
+                                     np.asarray(vcpus).tolist())
+    return _batch_lines(
+        kind == EV_BRANCH, np.asarray(mps, np.int64), np.asarray(vcpus, np.int64), np.asarray(cols.pid, np.int64),
+        np.asarray(cols.tid, np.int64), np.asarray(cols.cpu, np.int64), np.asarray(cols.time, np.int64),
+        np.asarray(cols.ip).astype(np.uint64, copy=False), np.asarray(cols.addr).astype(np.uint64, copy=False),
+        inv.ravel().astype(np.int64), texts, err, errors)

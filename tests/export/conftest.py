@@ -56,7 +56,7 @@ def pg_url(pg_admin):
 
 @pytest.fixture(scope="session")
 def fixture_sqlite(tmp_path_factory):
-    from ptexport.writers.fixture import build_fixture_db
+    from known_db import build_fixture_db
 
     path = tmp_path_factory.mktemp("fixture") / "fixture.db"
     expected = build_fixture_db(str(path))

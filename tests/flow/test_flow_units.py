@@ -11,6 +11,7 @@ from ptexport.raw.retstack import CAPACITY, RetStack, RetStackEmpty
 from ptexport.images.image import Image
 from ptexport.images.section import SectionCache
 from ptxtest import corpus_build, corpus_image
+from rawcolumns import flow_batches  # tests/flow/rawcolumns.py
 
 
 @pytest.mark.parametrize(
@@ -174,7 +175,6 @@ def test_flow_batches_equal_ptxed_lines(tmp_path):
     """The columnar form carries the same instructions, events and errors as the text."""
     import numpy as np
 
-    from ptexport.raw.columns import flow_batches
     from ptexport.raw.insn import InsnDecoder
     from ptexport.raw.ptxed import PtxedOptions, format_event, ptxed_lines
     from ptexport.raw.query import DecoderConfig

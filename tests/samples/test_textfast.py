@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 
-from ptexport.cli import dump_branches as D
+from ptexport.samples import text, text_compiled as textfast
 from ptexport.samples.columns import EV_BRANCH, EV_ERROR, SampleColumns
-from ptexport.samples import text_compiled as textfast
 pytestmark = pytest.mark.skipif(textfast.numba is None, reason="the compiled writer needs numba")
 
 
@@ -38,14 +35,10 @@ def _columns(n: int, seed: int, error_share: float, vm: bool) -> SampleColumns:
                                                  (4, 1.0, True), (5, 0.01, True)])
 def test_compiled_lines_equal_the_reference(seed, error_share, vm):
     cols = _columns(5000, seed, error_share, vm)
-    fast, ref = io.StringIO(), io.StringIO()
-    D._write_text(fast, cols)
-    D._write_text_reference(ref, cols)
-    assert fast.getvalue() == ref.getvalue()
-    assert fast.getvalue().count("\n") == 5000
+    fast, ref = textfast.sample_lines(cols), text.sample_lines(cols)
+    assert fast == ref
+    assert fast.count("\n") == 5000
 
 
 def test_an_empty_batch_writes_nothing():
-    fast = io.StringIO()
-    D._write_text(fast, _columns(0, 1, 0.0, False))
-    assert fast.getvalue() == ""
+    assert textfast.sample_lines(_columns(0, 1, 0.0, False)) == ""

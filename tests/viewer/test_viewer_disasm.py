@@ -101,7 +101,7 @@ def test_missing_object_names_what_was_tried(fixture_database):
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def shared_fixture(request, tmp_path_factory):
     """engineer F's fixture written by ptexport's own SQLite and PostgreSQL writers."""
-    fixture = pytest.importorskip("ptexport.writers.fixture")
+    fixture = pytest.importorskip("known_db")
     if request.param == "sqlite":
         path = tmp_path_factory.mktemp("shared") / "shared.db"
         yield path, fixture.build_fixture_db(str(path))

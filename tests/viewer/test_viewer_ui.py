@@ -514,7 +514,7 @@ def test_cancel_from_the_gui_thread(qtbot, fixture_database):
 
 def test_shared_fixture_through_the_ui(qtbot, tmp_path):
     """The database ptexport's own writer produces (engineer F's fixture), through the windows."""
-    fixture = pytest.importorskip("ptexport.writers.fixture")
+    fixture = pytest.importorskip("known_db")
     path = tmp_path / "shared.db"
     fixture.build_fixture_db(str(path))
     db = Database(path)

@@ -1,8 +1,8 @@
-"""A small but realistic database, written through the real writer, with known answers.
+"""Test fixture: a small but realistic database, written through the real writer, with known answers.
 
 For the viewer, cookbook and writer tests (SQLite and PostgreSQL alike)::
 
-    from ptexport.writers.fixture import build_fixture_db, EXPECTED
+    from known_db import build_fixture_db, EXPECTED   # tests/ is on sys.path
     build_fixture_db("/tmp/f.db")            # or "postgresql://postgres@127.0.0.1/name"
 
 Contents: a host (pid -1) and a guest machine (hypervisor pid 200, VCPU 0 run
@@ -29,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from ptexport.writers import Writer, open_writer
+from ptexport.writers.branch_types import branch_type_name
 from ptexport.writers.model import ExportModel
-from ptexport.writers.base import Writer, open_writer
 from ptexport.samples.flags import IpFlag
 
 B = IpFlag.BRANCH
@@ -86,8 +87,6 @@ def build_fixture_db(target: str, *, force: bool = False) -> dict[str, Any]:
     """Write the fixture database to ``target`` (SQLite path or PostgreSQL URL); returns EXPECTED."""
     with open_writer(target, force=force) as w:
         samples, tid_of, sym_name = _write(w)
-    from ptexport.writers.branch_types import branch_type_name
-
     expected = dict(EXPECTED)
     br = samples["evsel_id"] == 1
     mix = Counter(zip((tid_of[t] for t in samples["thread_id"][br]),
