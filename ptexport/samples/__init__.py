@@ -4,6 +4,5 @@
   (:func:`~.flags.format_flags`), perf 6.1's ``branch_types`` rows.
 - :mod:`.itrace` - ``--itrace`` parsing exactly as perf 6.1 (:func:`~.itrace.parse_itrace`),
   perf's defaults and the export default (``bep``).
-- :mod:`.select` - which branch samples perf synthesizes: filter, VM split, initial skip, IPC.
 - :mod:`.text` - perf script's line format and CSV lines for branch samples.
 """

@@ -52,7 +52,6 @@ from ptexport.decoder.codewalk import CodeObjects, default_kernel_start, sample_
 from ptexport.decoder.guest import GuestSpaces, VcpuAttribution, host_kcore
 from ptexport.decoder.filters import QueueTimeFilter, TscRanges
 from ptexport.samples.filters import TimeRange, parse_time_ranges, thread_kept, thread_mask, time_kept, time_mask
-from ptexport.samples.flags import IpFlag
 from ptexport.samples.itrace import ItraceOptions, PeriodType
 
 _INTEL_PT_CFG_EVT_EN = 1 << 31  # intel_pt/event_trace=1/
@@ -170,16 +169,10 @@ class PerfSession:
         self.time_ranges: list[TimeRange] | None = None  # perf script --time (samples/filters.py), perf times
         self._tsc_ranges: TscRanges | None = None
         self._obj_ids: dict[str, int] = {}
-        self._branches_filter = 0
         # Event Trace: perf's cap_event_trace (AUXTRACE_INFO) puts RFLAGS.IF in the flags of every
         # sample; 'evt' samples need the event_trace config bit (perf makes their attr only then).
         self.event_trace = bool(getattr(info, "cap_event_trace", None))
         self._evt_attr = any(a.type == info.pmu_type and a.config & _INTEL_PT_CFG_EVT_EN for a in pd.attrs)
-        it = config.itrace
-        if it.calls:
-            self._branches_filter |= int(IpFlag.CALL | IpFlag.ASYNC | IpFlag.TRACE_END)
-        if it.returns:
-            self._branches_filter |= int(IpFlag.RETURN | IpFlag.TRACE_BEGIN)
 
     # ----------------------------------------------------------- sideband views
 
@@ -270,7 +263,7 @@ class PerfSession:
         Built afresh on each call (cheap): it reads the session's attributes as they are now."""
         return DecodeContext(
             params=self.params, itrace=self.cfg.itrace, timeless=self.timeless, est_tsc=self._est_tsc,
-            kernel_start=self.kernel_start, branches_filter=self._branches_filter, event_trace=self.event_trace,
+            kernel_start=self.kernel_start, branches_filter=self.cfg.itrace.branches_filter, event_trace=self.event_trace,
             evt_attr=self._evt_attr, sb=self.sb, tc=self.tc, buffers=self._buffers, new_lookup=self._lookup,
             cpu_timeline=self._cpu_current, obj_id=self._obj_id, time_filter=self._queue_time_filter,
             perf_time=self._perf_time)
