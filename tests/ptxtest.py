@@ -139,7 +139,7 @@ def corpus_build(name: str, workdir: Path):
     """
     import sys
 
-    corpus = str(REPO / "tests" / "corpus")
+    corpus = str(REPO / "tests" / "oracle_libipt" / "corpus")
     if corpus not in sys.path:
         sys.path.insert(0, corpus)
     import corpuslib

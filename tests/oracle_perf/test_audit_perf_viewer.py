@@ -19,11 +19,11 @@ import pytest
 from ptxtest import REPO, needs_perf
 from ptexport.cli import main
 
-sys.path.insert(0, str(REPO / "tests" / "export"))
+sys.path.insert(0, str(REPO / "tests" / "helpers"))
 from exporttest import PERF_SCRIPTS, SYSTEM_PYTHON, have_system_pyside2, system_python_env  # noqa: E402
 
 VIEWER = PERF_SCRIPTS / "exported-sql-viewer.py"
-PROBE = REPO / "tests" / "export" / "perf_viewer_probe.py"
+PROBE = REPO / "tests" / "helpers" / "perf_viewer_probe.py"
 
 
 def _probe(db: Path) -> dict:

@@ -26,7 +26,7 @@ import pytest
 
 from ptxtest import needs_perf
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "corpus"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "oracle_libipt" / "corpus"))
 import corpuslib as C  # noqa: E402
 
 pytestmark = [needs_perf,

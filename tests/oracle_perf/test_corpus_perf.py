@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "oracle_libipt" / "corpus"))
 import corpuslib as C  # noqa: E402
 
 from ptxtest import needs_perf  # noqa: E402

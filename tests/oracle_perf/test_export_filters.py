@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 
-from pipeline.test_export_parity import PERF_TABLES, columns, needs_exporter, table_rows
+from oracle_perf.test_export_parity import PERF_TABLES, columns, needs_exporter, table_rows
 from ptxtest import QUIPPER, needs_perf, perf_python_env
 from ptexport.cli import main
 from ptexport.perfdata.constants import Feature

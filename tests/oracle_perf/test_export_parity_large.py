@@ -39,7 +39,7 @@ import uuid
 
 import pytest
 
-from pipeline.test_export_parity import EXPORTER, needs_exporter
+from oracle_perf.test_export_parity import EXPORTER, needs_exporter
 from ptxtest import needs_perf, perf_python_env
 from ptexport.cli import main
 

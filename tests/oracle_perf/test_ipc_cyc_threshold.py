@@ -26,8 +26,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from flow.test_perffast import assert_same_queues
-from pipeline.test_export_parity import EXPORTER, needs_exporter
+from decoder.test_perffast import assert_same_queues
+from oracle_perf.test_export_parity import EXPORTER, needs_exporter
 from ptxtest import needs_perf, perf_python_env
 from ptexport.cli import main
 from ptexport.decoder.compiled import decoder as perffast

@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from ipc.test_ipc_cyc_threshold import synth
+from oracle_perf.test_ipc_cyc_threshold import synth
 from ptexport.cli import main
 from ptxtest import needs_perf
 

@@ -163,7 +163,7 @@ def test_guest_attr_names_equal_perf_inject(tmp_path):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vm_guestdata"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
     from guestdatatest import make
 
     from ptexport.perfdata.reader import open_perf_data

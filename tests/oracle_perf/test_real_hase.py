@@ -66,7 +66,7 @@ def test_export_equals_perfs_export(folder, tmp_path):
     import sqlite3
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "export"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
     from exporttest import make_perf_db
 
     perf_db = make_perf_db(tmp_path / "perf.db", _recording(folder), "branches", "calls")

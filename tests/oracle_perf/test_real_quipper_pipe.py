@@ -145,7 +145,7 @@ def test_not_the_file_mode_recording():
 def test_export_equals_perfs_export_through_a_pipe(tmp_path):
     """Every table perf 6.1's export-to-sqlite.py writes from the pipe has the same rows in ours, exported by
     path and from standard input (a real pipe); 'cycles' is named as perf names the nameless attr."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "export"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
     from exporttest import PERF_SCRIPTS, have_system_pyside2, system_python_env
 
     if not have_system_pyside2():

@@ -34,7 +34,7 @@ from ptexport.session.perfsession import PerfSession
 from ptexport.samples.itrace import export_default
 from ptxtest import needs_perf, perf_python_env
 
-SRC = Path(__file__).parent / "src"
+SRC = Path(__file__).parent / "symbols_src"
 EXPORTER = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
 CFLAGS = ["-O1", "-nostdlib", "-fno-pie", "-no-pie", "-fcf-protection=none", "-fno-stack-protector",
           "-fno-asynchronous-unwind-tables", "-Wl,--build-id=sha1"]

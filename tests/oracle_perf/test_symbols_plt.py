@@ -34,7 +34,7 @@ from ptexport.images.symbols import _RBTree
 from ptxtest import HAVE_PERF, perf_python_env
 from test_symbols_perf import TABLES, _have_exporter, _have_tools, exports, perf_cols, rows, table
 
-SRC = Path(__file__).parent / "src"
+SRC = Path(__file__).parent / "symbols_src"
 CFLAGS = ["-O1", "-nostdlib", "-fno-stack-protector", "-fno-asynchronous-unwind-tables",
           "-Wl,--build-id=sha1"]
 NO_PIE = ["-fno-pie", "-no-pie"]

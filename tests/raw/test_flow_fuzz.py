@@ -23,7 +23,7 @@ from ptxtest import corpus_build, corpus_segments, mutate_trace
 
 ERROR_RE = re.compile(r"^\[([0-9a-f]+), ([0-9a-f]+): (?:sync |resync )?error: (.+)\]$")
 MAX_LINES = 200_000
-CASES_DIR = Path(__file__).resolve().parents[1] / "corpus" / "cases"
+CASES_DIR = Path(__file__).resolve().parents[1] / "oracle_libipt" / "corpus" / "cases"
 
 
 # The project's own corpus cases (tests/corpus/cases), built once per session.

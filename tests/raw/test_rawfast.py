@@ -27,7 +27,7 @@ from ptexport.raw import ptxed
 from ptexport.raw import insn_compiled as rawfast
 from ptexport.raw.backend import compiled_walker
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "corpus"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "oracle_libipt" / "corpus"))
 import corpuslib as C  # noqa: E402
 
 needs_numba = pytest.mark.skipif(rawfast._run_kernel is None, reason="numba not available")

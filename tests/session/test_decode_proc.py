@@ -14,7 +14,7 @@ from ptexport.dbexport.exporter import ExportConfig, export_trace
 from ptexport.session.perfsession import PerfSession
 from ptexport.samples.itrace import export_default
 
-from test_export_fast_vs_ref import dump
+from dbexport.test_export_fast_vs_ref import dump
 
 pytestmark = pytest.mark.skipif(not decode_proc.available(), reason="no fork on this platform")
 

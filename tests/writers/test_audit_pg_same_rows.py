@@ -148,7 +148,7 @@ def test_every_table_and_view_equal_in_postgres(admin, tmp_path, trace):
 def test_vm_export_every_table_and_view_equal_in_postgres(admin, tmp_path):
     if not HAVE_PERF:
         pytest.skip("perf inject makes the VM recording")
-    sys.path.insert(0, str(REPO / "tests" / "vm_export"))
+    sys.path.insert(0, str(REPO / "tests" / "helpers"))
     from vmexporttest import make_vm_trace
 
     vm = make_vm_trace(tmp_path / "vm", guest="mixed", seed=5, branches=6000)

@@ -13,7 +13,7 @@ from exporttest import PERF_SCRIPTS, SYSTEM_PYTHON, have_system_pyside2, system_
 from ptexport.cli import main
 
 VIEWER = PERF_SCRIPTS / "exported-sql-viewer.py"
-PROBE = Path(__file__).with_name("perf_viewer_probe.py")
+PROBE = Path(__file__).resolve().parents[1] / "helpers" / "perf_viewer_probe.py"
 
 
 @pytest.fixture(scope="module")
