@@ -51,6 +51,27 @@ def libipt_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def synth_trace(tmp_path_factory):
+    """``ptexport synth`` once per session for each argument list: ``synth_trace("--branches", "15000", ...)``
+    gives the output folder (perf.data, the programs, the ground truth), made on the first call with those
+    arguments (in that order) and shared by every later one, in any test file.  The folder is shared: a test
+    must not write into it or change its files (copy what it damages or patches)."""
+    from ptexport.cli import main  # not at import: the CLI loads every subcommand
+
+    made: dict[tuple[str, ...], Path] = {}
+
+    def make(*args: str) -> Path:
+        key = tuple(str(a) for a in args)
+        if key not in made:
+            d = tmp_path_factory.mktemp("synth")
+            out = io.StringIO()
+            assert main(["synth", "--out", str(d), *key], out=out) == 0, out.getvalue()[-2000:]
+            made[key] = d
+        return made[key]
+
+    return make
+
+@pytest.fixture(scope="session")
 def mixed(tmp_path_factory):
     """One generated VM recording (guest kernel and user space, two VCPUs on two host CPUs) run through
     perf's workflow, exported by perf and by ptexport (tests/dbexport, tests/oracle_perf)."""
@@ -67,3 +88,4 @@ def mixed(tmp_path_factory):
     out = io.StringIO()
     assert main([str(vm.data), "--db", str(ours), "-q"], out=out) == 0, out.getvalue()
     return vm, theirs, ours
+

@@ -13,13 +13,11 @@ cycles samples, errors) with and without kallsyms files.
 
 from __future__ import annotations
 
-import io
 import sqlite3
 
 import pytest
 
 from ptxtest import QUIPPER
-from ptexport.cli import main
 from ptexport.dbexport.exporter import ExportConfig, export_trace
 from ptexport.samples.itrace import export_default, parse_itrace
 
@@ -83,15 +81,13 @@ def _assert_equal(fast: dict, ref: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def trace(tmp_path_factory):
+def trace(synth_trace):
     made: dict[str, str] = {}
 
     def get(name: str) -> str:
         if name not in made:
             opts = TRACES[name]
-            d = tmp_path_factory.mktemp(name)
-            assert main(["synth", "--out", str(d), "--branches", _BRANCHES, "--seed", "11", *opts],
-                        out=io.StringIO()) == 0
+            d = synth_trace("--branches", _BRANCHES, "--seed", "11", *opts)  # some shared with test_audit_itrace_matrix
             made[name] = str(d) if "--kcore" in opts else str(d / "perf.data")
         return made[name]
 

@@ -15,13 +15,11 @@ included) are the ones ``dump branches`` prints only with perf's rules (with cap
 
 from __future__ import annotations
 
-import io
 import random
 
 import pytest
 
 from ptxtest import perf_branch_lines as _perf, our_branch_lines as _ours, first_difference as _diff, kernel_traced as _kernel_traced, damage_aux as _damage, needs_perf
-from ptexport.cli import main
 from ptexport.decoder.reference.decoder import BR_CONDITIONAL, BR_NO_BRANCH, OP_JCC, OP_OTHER
 from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import RecordType as RT
@@ -60,7 +58,7 @@ def test_bytes_capstone_accepts_unchanged(hexbytes, length):
     assert dec.decode(code, 0x1000, 64).length == length
 
 
-# The damage of tests/est_tsc (same generator, same seeds give the same files).
+# The damage of tests/oracle_perf/test_est_tsc_perf_times.py (same generator, same seeds give the same files).
 _VARIANTS = {
     "kernel-mtc-preempt-corrupt": (("--program", "calls", "--timing", "mtc", "--preempt", "700", "--corrupt", "2",
                                     "--psb-period", "1024", "--seed", "6"), True),
@@ -70,10 +68,9 @@ _VARIANTS = {
 
 @needs_perf
 @pytest.mark.parametrize("name,seed,rounds", [("kernel-mtc-preempt-corrupt", 18, 1), ("user-mtc", 4, 3)])
-def test_damaged_trace_equals_perf(tmp_path, monkeypatch, name, seed, rounds):
+def test_damaged_trace_equals_perf(tmp_path, monkeypatch, synth_trace, name, seed, rounds):
     opts, kernel = _VARIANTS[name]
-    assert main(["synth", "--out", str(tmp_path / "base"), "--branches", "15000", *opts], out=io.StringIO()) == 0
-    base = tmp_path / "base" / "perf.data"
+    base = synth_trace("--branches", "15000", *opts) / "perf.data"  # shared with tests/oracle_perf/test_est_tsc_*
     data = base.read_bytes()
     if kernel:
         data = _kernel_traced(data)

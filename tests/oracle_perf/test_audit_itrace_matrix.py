@@ -114,11 +114,10 @@ def _compare(path: str, pipe: bool, drop=lambda line: False) -> dict[str, int]:
 
 @needs_perf
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_every_itrace_kind_equals_perf(tmp_path, variant):
+def test_every_itrace_kind_equals_perf(synth_trace, variant):
     opts = VARIANTS[variant]
-    assert main(["synth", "--out", str(tmp_path), "--branches", _BRANCHES, "--seed", "11", *opts],
-                out=io.StringIO()) == 0
-    path = str(tmp_path) if "--kcore" in opts else str(tmp_path / "perf.data")
+    d = synth_trace("--branches", _BRANCHES, "--seed", "11", *opts)  # some shared with tests/dbexport/test_export_fast_vs_ref.py
+    path = str(d) if "--kcore" in opts else str(d / "perf.data")
     counts = _compare(path, "--pipe" in opts)
     assert counts["be"] > 1000 and counts["i1i"] > counts["be"] / 2  # the trace is decoded, not empty on both sides
     if "--ptwrite" in opts:

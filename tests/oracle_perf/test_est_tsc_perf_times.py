@@ -56,10 +56,9 @@ def _damaged(data: bytes, spans, seed: int, rounds: int = 1) -> bytes:
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
-def test_times_after_errors_equal_perf(tmp_path, monkeypatch, name):
+def test_times_after_errors_equal_perf(tmp_path, monkeypatch, synth_trace, name):
     opts, kernel = VARIANTS[name]
-    assert main(["synth", "--out", str(tmp_path / "base"), "--branches", "15000", *opts], out=io.StringIO()) == 0
-    base = tmp_path / "base" / "perf.data"
+    base = synth_trace("--branches", "15000", *opts) / "perf.data"  # the same for user-X and kernel-X
     data = base.read_bytes()
     if kernel:
         data = _kernel_traced(data)
@@ -140,9 +139,8 @@ def test_vm_kernel_and_user_times_after_errors_equal_perf(tmp_path, monkeypatch,
 
 
 @pytest.fixture(scope="module")
-def user_cyc(tmp_path_factory):
-    d = tmp_path_factory.mktemp("user_cyc")
-    assert main(["synth", "--out", str(d), "--branches", "15000", *VARIANTS["user-cyc"][0]], out=io.StringIO()) == 0
+def user_cyc(synth_trace):
+    d = synth_trace("--branches", "15000", *VARIANTS["user-cyc"][0])
     with open_perf_data(d / "perf.data") as pd:
         spans = [(r.data_offset, r.size) for r in pd.records(types=(RT.AUXTRACE,))]
     return (d / "perf.data").read_bytes(), spans
