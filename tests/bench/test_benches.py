@@ -294,6 +294,7 @@ def _png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", head[16:24])
 
 
+@pytest.mark.perf  # perf's export of the shared recording
 def test_screenshots(tmp_path):
     pytest.importorskip("PySide6")
     out = tmp_path / "shots"

@@ -12,12 +12,15 @@ import struct
 from pathlib import Path
 
 import numpy as np
+import pytest
 from ptexport.cli import main
 from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import RecordType
 from ptexport.synth.vm_verify import _run
 
 from vmexporttest import export_db, perf_branches
+
+pytestmark = pytest.mark.perf  # perf inject makes the VM recording (mixed)
 
 
 def _rows(db: Path, sql: str) -> list[tuple]:

@@ -79,6 +79,7 @@ def test_thread_memo_remembers_settled_threads():
     assert calls <= 6  # each key at most twice (its second ask after the others' rows settle), not 150
 
 
+@pytest.mark.perf  # perf inject makes the VM recording
 def test_guest_attribution_columns_equal_per_row(tmp_path):
     import shutil
 

@@ -78,6 +78,7 @@ def _host_switch_ins(vm) -> dict[int, list[int]]:
     return {c: sorted(int(s) for s, _e, _p, _t in tl.intervals()) for c, tl in sb.host.cpus.items()}
 
 
+@pytest.mark.perf  # perf inject makes the VM recording (mixed)
 def test_which_vcpu_ran_on_a_cpu(db, mixed):
     """(a): at the time of generated branches (VCPU known from the truth, tracing starts after the
     VCPU thread was switched in), the VCPU and its host thread; guest or host mode as perf's own
@@ -110,6 +111,7 @@ def test_which_vcpu_ran_on_a_cpu(db, mixed):
     assert db.run(sql) == []
 
 
+@pytest.mark.perf  # perf inject makes the VM recording (mixed)
 def test_guest_call_graph(db, mixed):
     """(b): every guest call path; the guest kernel's calls per function equal the generator's calls
     (and system calls) into it; the whole graph equals the same query on perf's exported database."""
@@ -140,6 +142,7 @@ def test_guest_call_graph(db, mixed):
     assert dict(got) == dict(want)
 
 
+@pytest.mark.perf  # perf inject makes the VM recording (mixed)
 def test_vm_exit_host_time_per_reason(db, mixed):
     """(c): exits per reason equal the truth's (reasons placed by the test: hlt/out/in, the rest
     asynchronous), host time per reason equals perf's own lines (host-side exit to the VCPU thread's
@@ -169,6 +172,7 @@ def test_vm_exit_host_time_per_reason(db, mixed):
     assert [r[3] for r in rows] == sorted((r[3] for r in rows), reverse=True)
 
 
+@pytest.mark.perf  # perf inject makes the VM recording (mixed)
 def test_timeline_interleaves_host_and_guest(db, mixed):
     """The timeline of CPU 0 in a window: its samples in perf's order with machine and VCPU as perf
     script prints them, and the context switches of that CPU and window (host and guest)."""

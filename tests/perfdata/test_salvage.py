@@ -143,6 +143,7 @@ def test_reader_stdin_cut(rec):
             (buf.cut.offset, buf.cut.records, buf.cut.aux_bytes, buf.cut.partial_offset)
 
 
+@pytest.mark.perf  # perf record / perf script
 @pytest.mark.skipif(not HAVE_PERF, reason="perf not installed")
 @pytest.mark.parametrize("kind", ["compressed", "pipe"])
 def test_reader_cut_perf_made(kind, tmp_path):
@@ -255,6 +256,7 @@ def _repair(full: bytes, n: int, mode: str) -> bytes:
     return bytes(out + feats)
 
 
+@pytest.mark.perf  # perf record / perf script
 @pytest.mark.skipif(not HAVE_PERF, reason="perf not installed")
 @pytest.mark.parametrize("mode", ["file"])
 def test_cut_payload_matches_perf_on_repaired_copy(rec, mode, tmp_path):

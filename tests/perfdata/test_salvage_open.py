@@ -157,6 +157,7 @@ def _repair_boundary(full: bytes, n: int) -> bytes:
     return bytes(out + feats)
 
 
+@pytest.mark.perf  # perf's export of a repaired copy
 def test_cut_before_the_first_sideband_exports_what_is_there(rec, tmp_path):
     """Cut inside the MMAP2 record after AUXTRACE_INFO, TIME_CONV and COMM: dump branches has no sample (one
     warning line); the export is complete-as-salvaged: the file_cut row at the cut, no decode error, and

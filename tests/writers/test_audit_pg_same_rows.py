@@ -144,6 +144,7 @@ def test_every_table_and_view_equal_in_postgres(admin, tmp_path, trace):
         assert counts["samples"] > counts["calls"]
 
 
+@pytest.mark.perf  # perf inject makes the VM recording
 @pytest.mark.postgres
 def test_vm_export_every_table_and_view_equal_in_postgres(admin, tmp_path):
     if not HAVE_PERF:

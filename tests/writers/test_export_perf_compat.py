@@ -26,6 +26,7 @@ def _cols(c: sqlite3.Connection, name: str) -> list[str]:
     return [r[1] for r in c.execute(f"PRAGMA table_info({name})")]
 
 
+@pytest.mark.perf  # perf's export-to-sqlite.py makes the database
 def test_every_perf_table_and_view_has_the_same_columns_in_the_same_order(perf_db, fixture_sqlite):
     perf = sqlite3.connect(perf_db)
     ours = sqlite3.connect(fixture_sqlite[0])
@@ -42,6 +43,7 @@ def test_every_perf_table_and_view_has_the_same_columns_in_the_same_order(perf_d
     assert dict(perf.execute("SELECT id, name FROM branch_types")) == PERF_BRANCH_TYPES
 
 
+@pytest.mark.perf  # perf's export-to-sqlite.py makes the database
 def test_upgrade_of_a_perf_database_keeps_data_and_adds_the_extensions(perf_db, tmp_path):
     db = tmp_path / "perf.db"
     shutil.copy(perf_db, db)
@@ -83,6 +85,7 @@ def test_upgrade_of_a_perf_database_keeps_data_and_adds_the_extensions(perf_db, 
     assert "already up to date" in out.getvalue()
 
 
+@pytest.mark.perf  # perf's export-to-sqlite.py makes the database
 def test_upgrade_adds_names_for_branch_types_perf_left_out(perf_db, tmp_path):
     db = tmp_path / "perf.db"
     shutil.copy(perf_db, db)
@@ -115,6 +118,7 @@ def test_upgrade_of_a_current_database_changes_nothing(fixture_sqlite, tmp_path)
     assert "already up to date" in out.getvalue()
 
 
+@pytest.mark.perf  # perf's export-to-sqlite.py makes the database
 @pytest.mark.postgres
 def test_upgrade_of_a_perf_style_postgres_database(pg_url, perf_db):
     """A PostgreSQL database with perf's layout (no extensions) upgrades in one transaction."""
@@ -145,6 +149,7 @@ def test_upgrade_of_a_perf_style_postgres_database(pg_url, perf_db):
         assert c.execute("SELECT DISTINCT vcpu FROM samples").fetchall() == [(-1,)]
 
 
+@pytest.mark.perf  # perf's export-to-sqlite.py makes the database
 def test_upgrade_of_a_perf_database_with_all_columns_and_no_calls(tmp_path, quipper):
     """perf's other layout: samples with period/weight/transaction_/data_src, no calls tables."""
     from exporttest import make_perf_db

@@ -15,6 +15,8 @@ from ptexport.cli import main
 VIEWER = PERF_SCRIPTS / "exported-sql-viewer.py"
 PROBE = Path(__file__).resolve().parents[1] / "helpers" / "perf_viewer_probe.py"
 
+pytestmark = pytest.mark.perf  # perf's exported-sql-viewer.py, perf's export
+
 
 @pytest.fixture(scope="module")
 def probe():
