@@ -1,6 +1,6 @@
 """Issue #5 safety, through the real command line: ``ptexport TRACE --db DB`` interrupted by SIGINT.
 
-tests/export/test_export_interrupt.py interrupts a script that drives the writer directly; this
+tests/writers/test_export_interrupt.py interrupts a script that drives the writer directly; this
 module interrupts the ``ptexport`` process itself at random moments of a real export (decode and
 write running), the way Ctrl-C at a terminal does (SIGINT to the whole process group) and the way
 ``kill -INT PID`` does (the process only), and checks what the issue asks: no database that looks

@@ -2,7 +2,7 @@
 
 ``make(base, name)`` generates one VM variant (``ptexport synth --vm``), applies perf's
 ``--vm-time-correlation`` to a copy of the host recording (work/host.data) and merges the guest
-with ``perf inject --guest-data`` (work/inj.data), as tests/vm* do; ``--guest-data`` on
+with ``perf inject --guest-data`` (work/inj.data), as the VM tests do; ``--guest-data`` on
 work/host.data must then read like work/inj.data.
 """
 

@@ -1,6 +1,6 @@
 # perf script -s: every sample, one JSON list per line: [event name, time, cpu, pid, tid, flags, ip, addr].
 #
-# Run by perf's embedded Python (tests/real/test_real_quipper_pipe.py). perf 6.1 cannot print
+# Run by perf's embedded Python (tests/oracle_perf/test_real_quipper_pipe.py). perf 6.1 cannot print
 # -F pid,tid,cpu,time,ip,addr,flags from a pipe whose first hardware event ('cycles') has no ADDR (and
 # -F hw:... silently drops cpu and addr), so those two come from perf's sample dictionaries; time is
 # written as perf prints it with --ns.

@@ -2,7 +2,7 @@
 
 The issue asks for ``dump branches`` == ``perf script --itrace=K -F time,cpu,pid,tid,ip,addr,flags``
 for K in be, cr, i1i, p, w "on every generator variant and on the perf-quipper recording".
-tests/pipeline/test_perf_parity_variants.py checks each variant only for the kinds that print
+tests/oracle_perf/test_perf_parity_variants.py checks each variant only for the kinds that print
 something there, and i100 instead of i1i; this module runs the full matrix: where perf prints
 nothing for a kind, ours must print nothing too.  The generator variants are those of
 test_perf_parity_variants.py plus the encodings and layouts it leaves out (preemption, event trace,

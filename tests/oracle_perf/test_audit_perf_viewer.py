@@ -1,6 +1,6 @@
 """Issue #5 acceptance: perf's exported-sql-viewer.py (offscreen) on a database ptexport exported from a trace.
 
-tests/export/test_export_perf_viewer.py opens the hand-made fixture database and perf's own (upgraded)
+tests/writers/test_export_perf_viewer.py opens the hand-made fixture database and perf's own (upgraded)
 export; here the database comes from ``ptexport TRACE --db`` on a generated multi-thread, two-CPU
 recording, and the viewer's call graph and call tree must be exactly the ones it shows for perf's
 export-to-sqlite.py database of the same recording.

@@ -1,6 +1,6 @@
 """Issue #4 bad input on perf.data: seeded corruption of the AUX data, decoded by ptexport and by perf 6.1.
 
-tests/flow/test_perffast.py damages AUX buffers in memory and compares our two decoders; here the damage is
+tests/decoder/test_perffast.py damages AUX buffers in memory and compares our two decoders; here the damage is
 written into the perf.data file (bytes flipped, PAD runs, short runs of garbage, all inside AUXTRACE
 payloads, so the file stays well formed) and ``dump branches --itrace=be`` must equal perf's output line
 for line (perf's recovery: error records at the same offsets, decoding resumed at the next IP packet), with

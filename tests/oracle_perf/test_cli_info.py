@@ -291,7 +291,7 @@ def test_bad_input_gives_one_line_typed_error(quipper, tmp_path, kind):
     path = tmp_path / f"{kind}.data"
     path.write_bytes(_bad_inputs(quipper.read_bytes())[kind])
     cmd = [sys.executable, "-c", "import sys; from ptexport.cli import main; sys.exit(main())", "info", str(path)]
-    if kind == "truncated_data":  # a cut file is described up to the cut (tests/cli_info/test_info_cut.py)
+    if kind == "truncated_data":  # a cut file is described up to the cut (tests/perfdata/test_info_cut.py)
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0 and "# CUT" in r.stdout and "Traceback" not in r.stderr
         assert r.stderr.startswith(f"ptexport: {path} cut at offset {path.stat().st_size}: ")

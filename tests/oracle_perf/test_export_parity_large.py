@@ -25,7 +25,7 @@ The PostgreSQL export of one variant is checked against the SQLite one too (issu
 same export into PostgreSQL gives the same rows as the SQLite one").
 
 The perf-quipper recording goes through the same comparison here; its particulars are checked in
-tests/pipeline/test_export_quipper.py.
+tests/oracle_perf/test_export_quipper.py.
 """
 
 from __future__ import annotations
@@ -272,7 +272,7 @@ def test_export_equals_perf_at_one_million_branches(exported, variant):
 @needs_perf
 @needs_exporter
 def test_quipper_equals_perf_export_with_types_and_every_view(quipper, tmp_path):
-    """The real recording through the same comparison (tests/pipeline/test_export_quipper.py checks
+    """The real recording through the same comparison (tests/oracle_perf/test_export_quipper.py checks
     its particulars): every table with SQLite types, every view, samples_view included."""
     theirs, ours = tmp_path / "perf.db", tmp_path / "ours.db"
     subprocess.run(["perf", "script", "-i", str(quipper), "--itrace=bep", "-s", EXPORTER, str(theirs), "branches",

@@ -6,7 +6,7 @@ Variants of ``ptexport synth --vm``: guest kernel only, guest user only, both, t
 CPUs, an explicit TSC offset, TSC scaling 2.0 and 0.5 (with another offset). Also: the record stream
 perf inject writes, record for record; a wrong offset gives what perf inject with that offset gives.
 
-Two guests in one host recording: tests/vm_guestdata/test_guestdata_two_guests.py.
+Two guests in one host recording: tests/oracle_perf/test_guestdata_two_guests.py.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ MAX_LINES = 200_000
 CASES_DIR = Path(__file__).resolve().parents[1] / "oracle_libipt" / "corpus" / "cases"
 
 
-# The project's own corpus cases (tests/corpus/cases), built once per session.
+# The project's own corpus cases (tests/oracle_libipt/corpus/cases), built once per session.
 _CASES = {}
 
 

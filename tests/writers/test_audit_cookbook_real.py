@@ -1,6 +1,6 @@
 """Issue #5 item 6: the README cookbook's SQL (docs/cookbook.md) on a real export, SQLite and PostgreSQL.
 
-tests/export/test_export_cookbook.py checks every query's answer on the hand-made fixture database; here
+tests/writers/test_export_cookbook.py checks every query's answer on the hand-made fixture database; here
 the same queries run on an export of a generated two-CPU trace with timing (CYC, for IPC) and overflows,
 written into both backends: every query runs, gives the same rows on both, and the analysts' core queries
 answer something (hottest functions, call paths, branch mix, IPC, decode errors).

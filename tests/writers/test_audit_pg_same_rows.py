@@ -1,6 +1,6 @@
 """Issue #5 acceptance: "the same export into PostgreSQL gives the same rows as the SQLite one".
 
-tests/pipeline/test_export_postgres.py checks the perf tables on one small single-thread trace; here
+tests/writers/test_export_postgres.py checks the perf tables on one small single-thread trace; here
 every table and every view of the SQLite database (perf's and ptexport's extensions: stats,
 decode_errors, payload tables, vcpus, vm_exits, timeline_view ...) must hold the same rows in
 PostgreSQL, on traces that fill them: two CPUs with overflows, corruption and truncated AUX;

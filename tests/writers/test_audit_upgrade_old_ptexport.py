@@ -1,6 +1,6 @@
 """Issue #5 item 7: ``ptexport upgrade DB`` on a database written by an *older ptexport*.
 
-tests/export/test_export_perf_compat.py upgrades perf's own databases; here an older ptexport
+tests/writers/test_export_perf_compat.py upgrades perf's own databases; here an older ptexport
 (commit fa9fe8d: migrations 0001-0005, before the VM tables of 0006) exports a generated trace, and
 after ``ptexport upgrade`` the database has exactly the schema of a current export (tables, columns
 in order, views, indexes), the same rows in every table both versions fill, and its new views run.

@@ -57,7 +57,7 @@ def check(name: str, rows: list[tuple], expected: dict) -> None:
         assert [tuple(r) for r in rows] == [(200, 0, 200, 201, "host")]
     elif name == "vm_guest_call_graph":  # the guest's calls only (its gmain -> gwork)
         assert [tuple(r) for r in rows] == [(200, "gmain", 1, 800), (200, "gmain/gwork", 1, 600)]
-    elif name in ("vm_exit_host_time", "vm_timeline"):  # no VM exits, no events at those times: see tests/vm_export
+    elif name in ("vm_exit_host_time", "vm_timeline"):  # no VM exits, no events at those times: see tests/dbexport/test_vm_export_queries.py
         assert rows == []
     else:  # pragma: no cover
         raise AssertionError(f"no expected answer for cookbook query {name!r}: add one here")

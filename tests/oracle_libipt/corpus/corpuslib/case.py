@@ -23,7 +23,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent.parent     # tests/corpus
+HERE = Path(__file__).resolve().parent.parent     # tests/oracle_libipt/corpus
 CASES = HERE / "cases"
 
 # Scripted events: name -> function(truth, event, ip) -> new ip or None ("@at"), and

@@ -2,7 +2,7 @@
 
 A case marked ``@perf`` is also wrapped into a per-thread perf.data (:func:`wrap_perf`: its code as a
 static ELF mapped by MMAP2, its PT stream as one AUXTRACE buffer) and compared with ``perf script``
-(test_corpus_perf.py, tests/audit_accept/test_audit_tsx_perf.py).
+(tests/oracle_perf/test_corpus_perf.py, tests/oracle_perf/test_audit_tsx_perf.py).
 
 What it models: the ground truth's executed flow (``Truth.flow``, ``Built.flow``: a list of
 :class:`Step`, every executed instruction and hardware event in order, with whether its packets were
