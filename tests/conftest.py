@@ -93,7 +93,10 @@ def mixed(tmp_path_factory):
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection sees the marks
 def pytest_collection_modifyitems(config, items):
     """A test guarded by ``needs_perf`` runs perf: it carries the ``perf`` mark (tests/oracle_perf/conftest.py
-    marks that whole folder; other tests that run perf without the guard carry the mark by hand)."""
+    marks that whole folder; other tests that run perf without the guard carry the mark by hand).  A ``soak``
+    test is ``slow`` too."""
     for item in items:
         if any(m == needs_perf.mark for m in item.iter_markers("skipif")):
             item.add_marker(pytest.mark.perf)
+        if item.get_closest_marker("soak"):  # soak tests are slow ones too: -m "not slow" (which replaces the
+            item.add_marker(pytest.mark.slow)  # default -m 'not soak') leaves them out

@@ -63,6 +63,7 @@ def _samples(db) -> int:
         return c.execute("SELECT COUNT(*) FROM samples WHERE id > 0").fetchone()[0]  # id 0: perf's unknown row
 
 
+@pytest.mark.slow
 def test_progress_on_a_terminal(trace, tmp_path):
     db = tmp_path / "t.db"
     rc, out, shown = _on_a_terminal([*PTEXPORT, str(trace), "--db", str(db)])
@@ -77,6 +78,7 @@ def test_progress_on_a_terminal(trace, tmp_path):
     assert f"samples {n}" in out
 
 
+@pytest.mark.slow
 def test_silent_when_not_a_tty_and_summary_at_the_end(trace, tmp_path):
     db = tmp_path / "t.db"
     r = subprocess.run([*PTEXPORT, str(trace), "--db", str(db)], capture_output=True, text=True, timeout=600)
@@ -92,12 +94,14 @@ def test_silent_when_not_a_tty_and_summary_at_the_end(trace, tmp_path):
     assert re.search(r"; [\d.]+ s \(decode [\d.]+ s\)$", line), line  # wall time
 
 
+@pytest.mark.slow
 def test_quiet_is_silent_even_on_a_terminal(trace, tmp_path):
     rc, out, shown = _on_a_terminal([*PTEXPORT, str(trace), "--db", str(tmp_path / "t.db"), "-q"])
     assert rc == 0
     assert out == "" and shown.strip() == ""
 
 
+@pytest.mark.slow
 def test_summary_names_every_table_and_the_lost_data(trace, tmp_path):
     """The summary line: every non-empty table with its rows (id-0 rows not counted), the decode errors
     and what was lost (the OVF overflows here)."""
@@ -123,6 +127,7 @@ def test_summary_names_every_table_and_the_lost_data(trace, tmp_path):
     assert f"; lost: {overflows} overflows;" in line
 
 
+@pytest.mark.slow
 def test_progress_shows_bytes_and_eta(trace, tmp_path):
     """The bar counts bytes of trace decoded (of the AUX data the recording announces), with tqdm's ETA,
     and ends at all of them."""

@@ -17,7 +17,7 @@ import sqlite3
 
 import pytest
 
-from ptxtest import QUIPPER
+from ptxtest import QUIPPER, slow_after
 from ptexport.dbexport.exporter import ExportConfig, export_trace
 from ptexport.samples.itrace import export_default, parse_itrace
 
@@ -94,7 +94,7 @@ def trace(synth_trace):
     return get
 
 
-@pytest.mark.parametrize("name,itrace,calls", CASES, ids=[f"{t}-{i or 'default'}{'' if c else '-nocalls'}"
+@pytest.mark.parametrize("name,itrace,calls", slow_after(CASES, unpack=True), ids=[f"{t}-{i or 'default'}{'' if c else '-nocalls'}"
                                                             for t, i, c in CASES])
 def test_fast_export_equals_reference(trace, tmp_path, name, itrace, calls):
     fast, ref = _export_both(trace(name), tmp_path, itrace, calls)

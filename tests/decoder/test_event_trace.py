@@ -51,6 +51,7 @@ def _ours(path, *args) -> str:
     return out.getvalue()
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_event_trace_equals_perf(traces, variant):

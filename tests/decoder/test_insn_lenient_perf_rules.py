@@ -66,6 +66,7 @@ _VARIANTS = {
 }
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("name,seed,rounds", [("kernel-mtc-preempt-corrupt", 18, 1), ("user-mtc", 4, 3)])
 def test_damaged_trace_equals_perf(tmp_path, monkeypatch, synth_trace, name, seed, rounds):

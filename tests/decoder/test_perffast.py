@@ -14,7 +14,7 @@ import random
 import numpy as np
 import pytest
 
-from ptxtest import QUIPPER
+from ptxtest import QUIPPER, slow_after
 from ptexport.cli import main
 from ptexport.decoder.compiled import decoder as perffast
 from ptexport.pt.perfpkt_compiled import tokenize_fast
@@ -99,17 +99,17 @@ def assert_same_queues(path, itrace="be", mutate=None):
         return total
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(x.strip("-") for x in v))
+@pytest.mark.parametrize("variant", slow_after(VARIANTS), ids=lambda v: "-".join(x.strip("-") for x in v))
 def test_fast_equals_reference_on_generated(traces, variant):
     assert assert_same_queues(traces(variant)) > 7000
 
 
-@pytest.mark.parametrize("itrace", ["b", "e", "ce", "re", "cre", "be-o", "be-l", "bep", "p"])
+@pytest.mark.parametrize("itrace", slow_after(["b", "e", "ce", "re", "cre", "be-o", "be-l", "bep", "p"]))
 def test_fast_equals_reference_itrace(traces, itrace):
     assert_same_queues(traces(("threads", "--ovf", "3", "--corrupt", "3", "--truncate", "2")), itrace)
 
 
-@pytest.mark.parametrize("itrace", ["bep", "pe", "bwe", "we", "bxwpe"])
+@pytest.mark.parametrize("itrace", slow_after(["bep", "pe", "bwe", "we", "bxwpe"]))
 def test_fast_equals_reference_power_events(traces, itrace):
     n = assert_same_queues(traces(("calls", "--ptwrite", "fup", "--power", "--cbr", "30")), itrace)
     assert n >= (7000 if "b" in itrace else 0)
@@ -121,20 +121,20 @@ def test_fast_equals_reference_power_events(traces, itrace):
 FAULTY_SMALL = ("threads", "--ovf", "3", "--corrupt", "3", "--truncate", "2")
 
 
-@pytest.mark.parametrize("itrace", ["i1i", "i7i", "i2", "i", "i30ns", "i10t", "bei5i", "ce-oi3i", "bepi3i"])
+@pytest.mark.parametrize("itrace", slow_after(["i1i", "i7i", "i2", "i", "i30ns", "i10t", "bei5i", "ce-oi3i", "bepi3i"]))
 def test_fast_equals_reference_instructions(traces, itrace):
     n = assert_same_queues(traces(FAULTY_SMALL, 2000), itrace)
     assert n > (2000 if itrace in ("i1i", "i2", "ce-oi3i", "bepi3i", "bei5i") else 0)
 
 
-@pytest.mark.parametrize("variant, itrace", [
+@pytest.mark.parametrize("variant, itrace", slow_after([
     (("calls", "--timing", "cyc", "--cbr", "30"), "i10t"),  # tick periods on CYC-refined timestamps
     (("calls", "--timing", "cyc", "--cbr", "30"), "bei4i"),
     (("calls", "--mtc-period", "9", "--psb-period", "1024"), "i20ns"),
     (("calls", "--ptwrite", "fup", "--power"), "bpwxei3i"),
     (("calls", "--kcore"), "i3i"),
     (("calls", "--no-retcomp", "--ip-compression", "mixed", "--tnt", "long"), "i1i"),
-], ids=lambda v: v if isinstance(v, str) else "-".join(x.strip("-") for x in v))
+], unpack=True), ids=lambda v: v if isinstance(v, str) else "-".join(x.strip("-") for x in v))
 def test_fast_equals_reference_instructions_variants(traces, variant, itrace):
     assert assert_same_queues(traces(variant, 1500), itrace) > 0
 
@@ -164,7 +164,7 @@ def test_block_rests_equal_decoded_blocks(traces, monkeypatch):
     assert sum(v[0] > 1 for v in derived.values()) > 10
 
 
-@pytest.mark.parametrize("itrace", ["i100", "bei3i"])
+@pytest.mark.parametrize("itrace", slow_after(["i100", "bei3i"]))
 def test_fast_equals_reference_instructions_on_quipper(itrace):
     assert assert_same_queues(QUIPPER, itrace) > 0
 
@@ -173,7 +173,7 @@ def test_fast_equals_reference_on_quipper():
     assert assert_same_queues(QUIPPER) > 0
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", slow_after(range(8)))
 def test_fast_equals_reference_on_damaged_aux(traces, seed):
     rng = random.Random(seed)
     path = traces(("calls",)) if seed % 2 else QUIPPER
@@ -272,6 +272,7 @@ def _queues_equal(a_parts, b_parts):
         assert a.setup_failures == b.setup_failures
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", SEGMENTED + [None], ids=lambda v: "quipper" if v is None else "-".join(
     x.strip("-") for x in v))
 def test_segments_decoded_in_parallel_equal_serial(traces, variant):

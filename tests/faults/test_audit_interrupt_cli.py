@@ -86,6 +86,7 @@ def _assert_interrupted(r: subprocess.CompletedProcess) -> None:
     assert "interrupted" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed,group", [(1, True), (2, False), (3, True)])
 def test_sigint_at_a_random_moment_leaves_nothing(trace, tmp_path, seed, group):
     data, wall, want = trace
@@ -109,6 +110,7 @@ def _digest(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_existing_database_survives_refusal_and_interrupted_force(trace, tmp_path):
     data, wall, want = trace
     target = tmp_path / "t.db"
@@ -134,6 +136,7 @@ def test_existing_database_survives_refusal_and_interrupted_force(trace, tmp_pat
     assert _looks_complete(target) and _counts(target) == want
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_sigint_of_a_postgres_export_leaves_no_database_and_rerun_succeeds(trace):
     psycopg = pytest.importorskip("psycopg")

@@ -137,6 +137,7 @@ def _run(tiny_trace, pg_admin, pg_name, monkeypatch, capsys, at: int, other: boo
     assert pg_samples(pg_name) == samples
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", seeds(1))
 def test_backend_terminated_before_a_random_statement(tiny_trace, statements, pg_admin, pg_name, monkeypatch, capsys,
                                                        seed):

@@ -84,6 +84,7 @@ def _check_signalled(r, case: Case) -> None:
 
 
 # ------------------------------------------------------------ SQLite
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", seeds(1))
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_sqlite_signal_at_a_random_moment(small_trace, sqlite_calibration, tmp_path, capsys, sig, seed):
@@ -134,6 +135,7 @@ def test_sqlite_signal_at_a_random_moment(small_trace, sqlite_calibration, tmp_p
 
 
 # ------------------------------------------------------------ PostgreSQL
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.parametrize("seed", seeds(1))
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)

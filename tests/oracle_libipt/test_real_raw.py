@@ -26,6 +26,8 @@ from ptexport.cli import main
 
 REAL = TESTDATA / "real"
 XDC = sorted(p for p in REAL.glob("libxdc-*") if p.is_dir()) if REAL.exists() else []
+# the biggest dumps (more than 3 s each): only in the default run, not in the quick loop (-m "not slow")
+XDC_CASES = [pytest.param(d, marks=pytest.mark.slow) if d.name in ("libxdc-qemu", "libxdc-mruby") else d for d in XDC]
 
 
 def _trace(d):
@@ -42,7 +44,7 @@ def _norm(lines):
     return [" ".join(ln.split()) for ln in lines if ln.strip()]
 
 
-@pytest.mark.parametrize("folder", XDC, ids=[d.name for d in XDC])
+@pytest.mark.parametrize("folder", XDC_CASES, ids=[d.name for d in XDC])
 def test_libxdc_packets_equal_ptdump(folder):
     got = _run(["dump", "packets", "--raw", str(_trace(folder)), "--no-pad", "--lastip"])
     with gzip.open(folder / "ptdump.txt.gz", "rt") as f:
@@ -50,13 +52,14 @@ def test_libxdc_packets_equal_ptdump(folder):
     assert _norm(got) == _norm(exp)
 
 
-@pytest.mark.parametrize("folder", XDC, ids=[d.name for d in XDC])
+@pytest.mark.parametrize("folder", XDC_CASES, ids=[d.name for d in XDC])
 def test_libxdc_insns_run_to_the_end(folder):
     lines = _run(["dump", "insns", "--raw", str(_trace(folder)), "--quiet", "--stat"])
     assert lines[-1].startswith("insn: ")
     assert all(ln.startswith("[") or ln.startswith("insn:") for ln in lines)
 
 
+@pytest.mark.slow
 def test_simplept_adl_packets_and_flow():
     raw = REAL / "simplept-adl" / "ptout.0"
     if not raw.exists():

@@ -30,6 +30,7 @@ TRACES = {
 }
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("itrace", ["be", "cr"])
 @pytest.mark.parametrize("trace", sorted(TRACES))

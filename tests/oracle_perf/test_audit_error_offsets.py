@@ -57,6 +57,7 @@ def perf_error_offsets(data, cwd) -> list[tuple[int, int, int]]:
     return out
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_error_offsets_equal_perfs_decoder_log(tmp_path, variant):

@@ -64,6 +64,7 @@ def trace(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cpu", ["0", "1"])
 def test_cpu_equals_perf_script_C(trace, tmp_path, cpu):
     theirs, ours = tmp_path / "perf.db", tmp_path / "ours.db"
@@ -74,6 +75,7 @@ def test_cpu_equals_perf_script_C(trace, tmp_path, cpu):
         assert {r[0] for r in c.execute("SELECT DISTINCT cpu FROM samples WHERE id > 0")} == {int(cpu)}
 
 
+@pytest.mark.slow
 def test_no_calls_equals_perf_branches_only(trace, tmp_path):
     theirs, ours = tmp_path / "perf.db", tmp_path / "ours.db"
     perf_export(trace / "perf.data", theirs, calls=False)
@@ -97,6 +99,7 @@ def _moved(trace, tmp_path):
     return d, recorded, keep
 
 
+@pytest.mark.slow
 def test_symfs_equals_perf_symfs(trace, tmp_path):
     d, recorded, keep = _moved(trace, tmp_path)
     try:
@@ -153,6 +156,7 @@ def big_trace(tmp_path_factory):
     return d / "perf.data"
 
 
+@pytest.mark.slow
 def test_jobs_gives_the_same_database(big_trace, tmp_path, monkeypatch):
     """--jobs 3: queues decoded by worker processes (16 KB PSB segments), every table equal to --jobs 1's."""
     from ptexport.session import parallel
@@ -203,6 +207,7 @@ CHAIN_VARIANTS = {
 CHAIN_ITRACE = {"calls-deep-g4": "bepg4"}  # chains cut at 4 entries (context, ip, 3 returns); else bepg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", sorted(CHAIN_VARIANTS))
 def test_callchains_equal_perfs(tmp_path, variant):
     """--callchains: the database of perf script --itrace=bepg -s export-to-sqlite.py DB branches calls

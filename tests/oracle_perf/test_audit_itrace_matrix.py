@@ -112,6 +112,7 @@ def _compare(path: str, pipe: bool, drop=lambda line: False) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_itrace_kind_equals_perf(synth_trace, variant):

@@ -41,6 +41,7 @@ def perf_events(data, itrace: str) -> list[tuple[str, int, int, str]]:
     return out
 
 
+@pytest.mark.slow
 @needs_perf
 def test_psb_rows_carry_perfs_offsets(trace, tmp_path):
     db = tmp_path / "t.db"
@@ -61,6 +62,7 @@ _EVD = re.compile(r"\b(PFA|VMXQ|VMXR): (0x[0-9a-f]+)")
 _EVD_TYPES = {"PFA": 0, "VMXQ": 1, "VMXR": 2}
 
 
+@pytest.mark.slow
 @needs_perf
 def test_event_trace_rows_equal_perfs_samples(trace, tmp_path):
     """--itrace=bepI: one evt row per perf "evt" sample (CFE type, vector, IP bit, EVD count at its cpu and
@@ -101,6 +103,7 @@ def test_event_trace_rows_equal_perfs_samples(trace, tmp_path):
     assert names == {"evt"}
 
 
+@pytest.mark.slow
 def test_event_trace_rows_through_workers_and_the_decode_process(trace, tmp_path, monkeypatch):
     """The EVDs travel with their batches: a forked decode process and --jobs 2 give the same rows."""
     dbs = {}

@@ -38,6 +38,7 @@ def _count(nodes) -> int:
     return sum(1 + _count(children) for _, children in nodes)
 
 
+@pytest.mark.slow
 @needs_perf
 def test_perf_viewer_shows_the_same_call_graph_on_ptexport_and_perf_databases(tmp_path):
     if not VIEWER.exists() or not have_system_pyside2():

@@ -55,6 +55,7 @@ def _ours(path) -> list[str]:
     return _collapse(r.stdout)
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("seed", SEEDS)
 def test_damaged_aux_equals_perf(base, tmp_path, seed):

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from ptxtest import HAVE_PERF, needs_perf
+from ptxtest import HAVE_PERF, needs_perf, slow_after
 from ptexport.cli import main
 from ptexport.perfdata.constants import AttrFlag
 from ptexport.sideband.summary import AUXTRACE_INFO_FIELDS
@@ -211,7 +211,7 @@ def recordings(tmp_path_factory):
 
 
 @needs_perf
-@pytest.mark.parametrize("name", [*RECORDINGS, "pipe", "inject"])
+@pytest.mark.parametrize("name", slow_after([*RECORDINGS, "pipe", "inject"]))
 def test_record_counts_equal_perf_report_stats(recordings, name):
     if isinstance(recordings[name], str):
         pytest.skip(recordings[name])
@@ -286,7 +286,7 @@ def _bad_inputs(src: bytes) -> dict[str, bytes]:
     }
 
 
-@pytest.mark.parametrize("kind", ["garbage", "empty", "short_header", "truncated_data", "bad_record_size"])
+@pytest.mark.parametrize("kind", slow_after(["garbage", "empty", "short_header", "truncated_data", "bad_record_size"]))
 def test_bad_input_gives_one_line_typed_error(quipper, tmp_path, kind):
     path = tmp_path / f"{kind}.data"
     path.write_bytes(_bad_inputs(quipper.read_bytes())[kind])

@@ -42,7 +42,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "oracle_libipt" / "corpus"))
 import corpuslib as C  # noqa: E402
 
-from ptxtest import needs_perf  # noqa: E402
+from ptxtest import needs_perf, slow_after  # noqa: E402
 
 pytestmark = [needs_perf,
               pytest.mark.skipif(shutil.which("as") is None or shutil.which("ld") is None,
@@ -71,7 +71,7 @@ def _diff(a: list[str], b: list[str], na: str, nb: str) -> str:
 
 
 @pytest.mark.parametrize("itrace", ["be", "i1i"])
-@pytest.mark.parametrize("case", PERF_CASES, ids=[c.name for c in PERF_CASES])
+@pytest.mark.parametrize("case", slow_after(PERF_CASES, keep=4), ids=[c.name for c in PERF_CASES])
 def test_corpus_perf_mode(case, itrace, tmp_path_factory):
     b, path = wrapped(case, tmp_path_factory)
     truth = C.perf_samples(b, itrace)

@@ -55,6 +55,7 @@ def _damaged(data: bytes, spans, seed: int, rounds: int = 1) -> bytes:
     return data
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_times_after_errors_equal_perf(tmp_path, monkeypatch, synth_trace, name):
     opts, kernel = VARIANTS[name]
@@ -104,6 +105,7 @@ def _dump_vm(inj) -> list[str]:
     return out.getvalue().splitlines()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cyc", [False, True], ids=["mtc", "cyc"])
 def test_vm_kernel_and_user_times_after_errors_equal_perf(tmp_path, monkeypatch, cyc):
     from ptexport.synth.vm import VmOptions, synthesize_vm

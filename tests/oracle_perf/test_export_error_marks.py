@@ -52,6 +52,7 @@ def _our_errors(trace: str, tmp_path) -> list[tuple]:
         con.close()
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.skipif(not QUIPPER.exists(), reason="shared quipper recording not found")
 def test_export_errors_are_the_ones_perf_gives_a_script(tmp_path):

@@ -21,7 +21,7 @@ import subprocess
 import pytest
 
 from oracle_perf.test_export_parity import PERF_TABLES, columns, needs_exporter, table_rows
-from ptxtest import QUIPPER, needs_perf, perf_python_env
+from ptxtest import QUIPPER, needs_perf, perf_python_env, slow_after
 from ptexport.cli import main
 from ptexport.perfdata.constants import Feature
 
@@ -108,7 +108,7 @@ DUMP_CASES = [
 
 
 @needs_perf
-@pytest.mark.parametrize("name,itrace,form,extra", DUMP_CASES,
+@pytest.mark.parametrize("name,itrace,form,extra", slow_after(DUMP_CASES, unpack=True),
                          ids=[f"{n}-{i}-{f or ''}{'-'.join(e)}" for n, i, f, e in DUMP_CASES])
 def test_dump_branches_filters_equal_perf_script(trace, name, itrace, form, extra):
     path = trace(name)
@@ -127,7 +127,7 @@ REFERENCE_CASES = [c for c in DUMP_CASES if c[2] in ("two-ranges", "open-start",
 
 
 @needs_perf
-@pytest.mark.parametrize("name,itrace,form,extra", REFERENCE_CASES,
+@pytest.mark.parametrize("name,itrace,form,extra", slow_after(REFERENCE_CASES, unpack=True),
                          ids=[f"{n}-{i}-{f or ''}{'-'.join(e)}" for n, i, f, e in REFERENCE_CASES])
 def test_reference_decoder_filters_equal_perf_script(trace, monkeypatch, name, itrace, form, extra):
     """The time filter in the reference decoder (the compiled one's oracle) gives perf's lines too."""
@@ -236,7 +236,7 @@ EXPORT_CASES = [
 
 @needs_perf
 @needs_exporter
-@pytest.mark.parametrize("name,opt,value", EXPORT_CASES, ids=[f"{n}{o}-{v}" for n, o, v in EXPORT_CASES])
+@pytest.mark.parametrize("name,opt,value", slow_after(EXPORT_CASES, unpack=True), ids=[f"{n}{o}-{v}" for n, o, v in EXPORT_CASES])
 def test_export_filters_equal_perf_export(trace, tmp_path, name, opt, value):
     path = trace(name)
     if opt == "--time":

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from ptxtest import needs_perf, perf_python_env
+from ptxtest import needs_perf, perf_python_env, slow_after
 from ptexport.cli import main
 
 EXPORTER = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
@@ -55,7 +55,7 @@ def columns(db, table: str) -> list[str]:
 
 @needs_perf
 @needs_exporter
-@pytest.mark.parametrize("program", ["calls", "threads"])
+@pytest.mark.parametrize("program", slow_after(["calls", "threads"]))
 def test_export_equals_perf_export(tmp_path, program):
     d = tmp_path / "trace"
     assert main(["synth", "--out", str(d), "--program", program, "--branches", "20000"], out=io.StringIO()) == 0

@@ -269,6 +269,7 @@ def test_export_equals_perf_at_one_million_branches(exported, variant):
         con.close()
 
 
+@pytest.mark.slow
 @needs_perf
 @needs_exporter
 def test_quipper_equals_perf_export_with_types_and_every_view(quipper, tmp_path):

@@ -98,8 +98,10 @@ def _cyc_counts(path, threshold: int | None) -> np.ndarray:
 
 @pytest.mark.skipif(not perffast.available(), reason="numba not installed")
 @pytest.mark.parametrize("opts", ["--program calls --cyc-thresh 3 --mtc-period 0 --psb-period 1024",
-                                  "--program loops --cyc-thresh 1 --mtc-period 2 --cbr 30",
-                                  "--program threads --cpus 2 --preempt 500 --cyc-thresh 6 --mtc-period 1"])
+                                  pytest.param("--program loops --cyc-thresh 1 --mtc-period 2 --cbr 30",
+                                               marks=pytest.mark.slow),
+                                  pytest.param("--program threads --cpus 2 --preempt 500 --cyc-thresh 6 --mtc-period 1",
+                                               marks=pytest.mark.slow)])
 def test_fast_equals_reference_with_cyc_threshold(tmp_path, opts):
     synth(tmp_path, opts, "8000")
     path = tmp_path / "perf.data"
@@ -192,6 +194,7 @@ def sweep(tmp_path_factory):
     return _export_both(tmp_path_factory, SWEEP, "100k")
 
 
+@pytest.mark.slow
 @needs_perf
 @needs_exporter
 @pytest.mark.parametrize("variant", list(SWEEP))

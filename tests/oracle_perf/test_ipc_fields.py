@@ -17,7 +17,7 @@ import pytest
 
 from oracle_perf.test_ipc_cyc_threshold import synth
 from ptexport.cli import main
-from ptxtest import needs_perf
+from ptxtest import needs_perf, slow_after
 
 pytestmark = needs_perf
 
@@ -88,9 +88,9 @@ def test_default_fields_unchanged(traces, jobs):
     assert _ours(data, "-F", DEFAULT, "--jobs", jobs) == got
 
 
-@pytest.mark.parametrize("fields", ["tid,pid,ip,addr,flags,ipc,time,cpu", "tid,time,ip", "ip,addr", "time,addr",
+@pytest.mark.parametrize("fields", slow_after(["tid,pid,ip,addr,flags,ipc,time,cpu", "tid,time,ip", "ip,addr", "time,addr",
                                     "cpu,ip,flags,ipc", "tid,flags,addr", "time,ipc", "ipc", "flags,ipc",
-                                    "flags", "pid,tid"])
+                                    "flags", "pid,tid"]))
 def test_field_subsets_equal_perf(traces, fields):
     data = traces["threads-ovf"]
     want = _perf(data, fields)

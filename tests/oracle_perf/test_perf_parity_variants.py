@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from ptxtest import needs_perf
+from ptxtest import needs_perf, slow_after
 from ptexport.cli import main
 
 _FIELDS = ["-F", "pid,tid,cpu,time,ip,addr,flags", "--ns"]
@@ -89,7 +89,7 @@ def _perf(path: str, pipe: bool, itrace: str) -> list[str]:
 
 
 @needs_perf
-@pytest.mark.parametrize("variant,itrace", CASES, ids=[f"{v}-{k}" for v, k in CASES])
+@pytest.mark.parametrize("variant,itrace", slow_after(CASES, keep=5, unpack=True), ids=[f"{v}-{k}" for v, k in CASES])
 def test_variant_equals_perf(trace, variant, itrace):
     path, pipe = trace(variant)
     theirs = _perf(path, pipe, itrace)

@@ -142,6 +142,7 @@ def test_not_the_file_mode_recording():
     assert max(float(t[1]) for t in filed) < min(float(t[1]) for t in pipe)
 
 
+@pytest.mark.slow
 def test_export_equals_perfs_export_through_a_pipe(tmp_path):
     """Every table perf 6.1's export-to-sqlite.py writes from the pipe has the same rows in ours, exported by
     path and from standard input (a real pipe); 'cycles' is named as perf names the nameless attr."""

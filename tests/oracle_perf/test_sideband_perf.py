@@ -195,6 +195,7 @@ ts = [threading.Thread(target=vcpu, args=(i,)) for i in range(2)]
 """
 
 
+@pytest.mark.slow
 @needs_perf
 def test_guest_machine_from_perf_inject_guest_data(tmp_path):
     """perf inject --guest-data merges a guest's sideband (ID_INDEX machine_pid/vcpu, guest cpumode).

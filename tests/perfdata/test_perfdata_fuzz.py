@@ -105,6 +105,7 @@ def _alarm(seconds: int):
     return old
 
 
+@pytest.mark.slow
 @pytest.mark.perf  # a base file made by perf record
 def test_fuzz_files_only_typed_errors_with_offsets(bases):
     rng = random.Random(SEED)

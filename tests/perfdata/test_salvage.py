@@ -90,6 +90,7 @@ def _by_cpu(csv_text: str) -> dict[str, list[str]]:
 # ------------------------------------------------------------------------------------------ reader
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["file", "pipe"])
 def test_reader_cut_everywhere(rec, mode):
     """Every cut offset: whole records before the cut, the present part of a cut payload, a FileCut
@@ -180,6 +181,7 @@ def test_reader_cut_perf_made(kind, tmp_path):
 # -------------------------------------------------------------------------------- dump branches
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["file", "pipe"])
 def test_dump_branches_cut_prefix(rec, mode, tmp_path):
     """Cut anywhere: no traceback; exit 0 with one warning line where there is anything to decode (a
@@ -308,6 +310,7 @@ def _export(path, db) -> tuple[int, str, sqlite3.Connection]:
     return rc, err, sqlite3.connect(db) if rc == 0 else None
 
 
+@pytest.mark.slow
 def test_export_cut_file(rec, tmp_path):
     """The export of cut copies: exit 0, the warning, a ('file_cut', -1, offset) stats row, a no_data
     decode error at the end of the partial buffer (its queue's stream offset), and every CPU's samples a
@@ -378,6 +381,7 @@ def test_export_data_size_zero(rec, tmp_path):
     assert rc == 0 and db.execute("select value from stats where name = 'file_cut'").fetchone() == (d_end,)
 
 
+@pytest.mark.slow
 def test_no_traceback_in_a_subprocess(rec, tmp_path):
     """The entry point on a cut file, decoding in two worker processes (they reopen the file): the
     warning on stderr, no traceback, the lines of the in-process decode."""

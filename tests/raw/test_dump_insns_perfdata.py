@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 
-from ptxtest import REPO
+from ptxtest import REPO, slow_after
 from ptexport.cli import main
 
 SAMPLES = REPO / "sample_data"
@@ -41,7 +41,7 @@ def _flow(perf_data) -> tuple[dict[int, list[int]], list[str]]:
     return got, errors
 
 
-@pytest.mark.parametrize("name", ["loops", "threads", "forkexec"])
+@pytest.mark.parametrize("name", slow_after(["loops", "threads", "forkexec"]))
 def test_flow_equals_ground_truth(name):
     d = SAMPLES / name
     if not (d / "perf.data").exists():

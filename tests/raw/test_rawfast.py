@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ptxtest import TESTDATA
+from ptxtest import TESTDATA, slow_after
 from ptexport.cli import dump_insns as D
 from ptexport.cli import main
 from ptexport.raw import ptxed
@@ -95,7 +95,7 @@ needs_binutils = pytest.mark.skipif(shutil.which("as") is None or shutil.which("
 
 
 @needs_binutils
-@pytest.mark.parametrize("case", C.all_cases(), ids=lambda c: c.name)
+@pytest.mark.parametrize("case", slow_after(C.all_cases(), keep=4), ids=lambda c: c.name)
 def test_corpus_compiled_equals_reference(case, tmp_path):
     _corpus(case, tmp_path, OPTION_SETS)
 

@@ -116,6 +116,7 @@ def test_branch_ipc_reference_loop_agrees():
     assert got_i.tolist() == exp_i and got_c.tolist() == exp_c
 
 
+@pytest.mark.slow
 @needs_perf
 def test_filters_match_perf_on_generated_trace(tmp_path):
     """--itrace=c / r / cr from the --itrace=b samples equal what perf itself synthesizes."""

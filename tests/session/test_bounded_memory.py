@@ -18,6 +18,7 @@ import sys
 import numpy as np
 import pytest
 
+from ptxtest import slow_after
 from ptexport.cli import main
 from ptexport.perfdata import open_perf_data
 from ptexport.session import parallel
@@ -69,7 +70,7 @@ def _check(path: str, itrace: str, monkeypatch) -> int:
     return len(whole)
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("variant", slow_after(sorted(VARIANTS)))
 def test_streamed_equals_whole(traces, variant, monkeypatch):
     n = 0
     for kind in KINDS:
@@ -115,6 +116,7 @@ def peak_rss_kb(args: list[str]) -> int:
     return int(kb)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
 def test_peak_rss_does_not_grow_with_trace(tmp_path):
     from ptexport.decoder.compiled import decoder as perffast

@@ -24,6 +24,8 @@ from ptexport.session.perfsession import DecodeConfig, open_session
 from ptexport.samples.columns import OUT_COLUMNS as _OUT_COLUMNS, concat_columns
 from ptexport.samples.itrace import parse_itrace
 
+from ptxtest import slow_after
+
 VARIANTS = {
     "calls-mtc": ("--program", "calls", "--timing", "mtc", "--mtc-period", "5", "--psb-period", "1024"),
     "threads-2cpus-cyc": ("--program", "threads", "--cpus", "2", "--timing", "cyc", "--psb-period", "1024"),
@@ -71,7 +73,7 @@ def _streamed(path: str, itrace: str, jobs: int, batch_rows: int = 1 << 16):
         return list(open_session(pd, DecodeConfig(itrace=parse_itrace(itrace))).iter_batches(jobs, batch_rows))
 
 
-@pytest.mark.parametrize("variant,itrace", CASES, ids=[f"{v}-{k}" for v, k in CASES])
+@pytest.mark.parametrize("variant,itrace", slow_after(CASES, unpack=True), ids=[f"{v}-{k}" for v, k in CASES])
 def test_jobs2_equals_serial_whole(traces, variant, itrace, tiny):
     whole = _whole(traces[variant], itrace)
     batches = _streamed(traces[variant], itrace, 2, batch_rows=500)
@@ -94,6 +96,7 @@ def test_dump_text_jobs2_equals_jobs1(traces, tiny):
         assert out["1"] == out["2"] and out["1"].count("\n") > 1000
 
 
+@pytest.mark.slow
 def test_parent_holds_few_rows(traces, tmp_path, tiny, monkeypatch):
     """With workers decoding ahead, the parent never holds more than a few segments' rows, and a
     queue's undelivered rows stay within a few chunks: far below the trace's rows."""

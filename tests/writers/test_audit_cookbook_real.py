@@ -42,6 +42,7 @@ def _norm(rows) -> list[tuple]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_cookbook_on_a_real_export_same_on_both_backends(tmp_path):
     psycopg = pytest.importorskip("psycopg")

@@ -130,6 +130,7 @@ def _export_both(admin, trace, tmp_path, extra=()):
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.parametrize("trace", sorted(TRACES))
 def test_every_table_and_view_equal_in_postgres(admin, tmp_path, trace):
@@ -144,6 +145,7 @@ def test_every_table_and_view_equal_in_postgres(admin, tmp_path, trace):
         assert counts["samples"] > counts["calls"]
 
 
+@pytest.mark.slow
 @pytest.mark.perf  # perf inject makes the VM recording
 @pytest.mark.postgres
 def test_vm_export_every_table_and_view_equal_in_postgres(admin, tmp_path):

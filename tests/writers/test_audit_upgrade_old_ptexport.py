@@ -72,6 +72,7 @@ def _rows(c, table: str, cols: list[str]) -> list[tuple]:
     return list(c.execute(f"SELECT {','.join(chr(34) + x + chr(34) for x in cols)} FROM {table} ORDER BY 1"))
 
 
+@pytest.mark.slow
 def test_upgrade_of_an_older_ptexport_sqlite_database(trace, tmp_path):
     old, new = tmp_path / "old.db", tmp_path / "new.db"
     _old_export(trace, str(old))
@@ -102,6 +103,7 @@ def test_upgrade_of_an_older_ptexport_sqlite_database(trace, tmp_path):
     assert main(["upgrade", str(old)], out=out) == 0 and "up to date" in out.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_upgrade_of_an_older_ptexport_postgres_database(trace):
     psycopg = pytest.importorskip("psycopg")

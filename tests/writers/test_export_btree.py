@@ -120,6 +120,7 @@ def _index_db(tmp_path, n, page_size, keys):
     return sqlite3.connect(p)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page_size", [512, 1024])
 def test_index_pages_are_valid_for_every_size_around_page_breaks(tmp_path, page_size):
     """Leaf/interior breaks, the last-entry edge case and several interior levels."""

@@ -50,6 +50,7 @@ def _looks_complete(path) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_sigint_mid_export_leaves_nothing_and_rerun_succeeds(tmp_path, seed):
     target = tmp_path / "trace.db"

@@ -123,6 +123,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 @needs_numba
 def test_an_export_in_a_child_process_is_checked_too(small_trace, tmp_path):
     """The switch reaches ptexport run as a process (inherited environment): exit 70, one line."""

@@ -151,6 +151,7 @@ def test_postgres_has_the_same_rows_as_sqlite(fixture_sqlite, pg_url):
     assert "VCPU" in doc
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_postgres_existing_database_needs_force_and_failed_export_cleans_up(pg_url, pg_admin):
     url = pg_url()
