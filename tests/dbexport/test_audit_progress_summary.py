@@ -148,6 +148,7 @@ def test_progress_shows_bytes_and_eta(trace, tmp_path):
     assert len({re.search(r"\| ([\d.]+k?)B/", u)[1] for u in updates if re.search(r"\| ([\d.]+k?)B/", u)}) >= 2
 
 
+@pytest.mark.slow
 def test_stats_count_the_overflows(trace, tmp_path):
     db = tmp_path / "t.db"
     assert main([str(trace), "--db", str(db), "-q"], out=io.StringIO()) == 0

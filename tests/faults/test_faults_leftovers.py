@@ -33,6 +33,7 @@ def _kill_while_spooling(trace, target, jobs: int = 1) -> list[str]:
     return left
 
 
+@pytest.mark.slow
 def test_next_export_removes_what_a_killed_one_left(big_trace, small_trace, tmp_path, capsys):
     target = tmp_path / "t.db"
     left = _kill_while_spooling(big_trace, target)

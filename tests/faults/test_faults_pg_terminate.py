@@ -157,6 +157,7 @@ LAST = ["the check that the target exists", "ending the sessions on the previous
         "renaming the previous one to the temporary's name", "dropping the previous database"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", [pytest.param(k, id=LAST[k].replace(" ", "-"),
                                                marks=() if k in (3, 5) else pytest.mark.soak)
                                   for k in range(len(LAST))])

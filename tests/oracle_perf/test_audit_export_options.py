@@ -120,6 +120,7 @@ def test_symfs_equals_perf_symfs(trace, tmp_path):
         shutil.move(str(keep), trace / "threads")
 
 
+@pytest.mark.slow
 def test_buildid_dir_equals_perf_buildid_dir(trace, tmp_path):
     d, recorded, keep = _moved(trace, tmp_path)
     try:

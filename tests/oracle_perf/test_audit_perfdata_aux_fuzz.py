@@ -67,6 +67,7 @@ def test_damaged_aux_equals_perf(base, tmp_path, seed):
     assert mine == theirs, _diff(mine, theirs)
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("cpuid", ["GenuineIntel,6,92,9", "GenuineIntel,6,133,0", "AuthenticAMD,23,49,0"])
 def test_wrong_cpu_model_in_the_header_equals_perf(base, tmp_path, cpuid):

@@ -124,6 +124,7 @@ def test_calls_match_perf_on_generated_call_heavy_trace(tmp_path):
     assert sum(r[12] for r in perf_calls) > 0 and sum(r[13] for r in perf_calls) > 0  # CYC: insn/cycle counts
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("program,cpus,per_thread", [("threads", 2, False), ("forkexec", 1, False), ("threads", 1, True)])
 def test_calls_match_perf_with_threads_cpus_and_exec(tmp_path, program, cpus, per_thread):

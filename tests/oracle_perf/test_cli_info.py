@@ -210,6 +210,7 @@ def recordings(tmp_path_factory):
     return files
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("name", slow_after([*RECORDINGS, "pipe", "inject"]))
 def test_record_counts_equal_perf_report_stats(recordings, name):
@@ -226,6 +227,7 @@ def test_record_counts_equal_perf_report_stats(recordings, name):
         assert recordings[name].is_dir() and r["records"]["SAMPLE"] >= 1
 
 
+@pytest.mark.slow  # the recordings fixture runs perf record ~7 s
 @needs_perf
 def test_sideband_summary_of_perf_made_files(recordings):
     r = info_json(recordings["switch"])
@@ -243,6 +245,7 @@ def test_sideband_summary_of_perf_made_files(recordings):
     assert r["records"]["FORK"] >= host["threads"] - host["processes"]
 
 
+@pytest.mark.slow  # the recordings fixture runs perf record ~7 s
 @needs_perf
 def test_stdin_pipe_mode(recordings, monkeypatch):
     data = recordings["pipe"].read_bytes()
@@ -258,6 +261,7 @@ def test_stdin_pipe_mode(recordings, monkeypatch):
     assert counts == perf_stats(recordings["pipe"])
 
 
+@pytest.mark.slow
 @needs_perf
 def test_real_pipe_from_perf_record():
     cmd = (f"perf record -q -e task-clock -o - -- true 2>/dev/null | "
@@ -330,6 +334,7 @@ def test_record_type_names_are_perfs():
     assert record_type_name(99) == "UNKNOWN_99"
 
 
+@pytest.mark.slow  # the recordings fixture runs perf record ~7 s
 @needs_perf
 def test_truncated_pipe_on_stdin_salvaged_or_one_line_error(recordings):
     from ptexport.perfdata import open_perf_data

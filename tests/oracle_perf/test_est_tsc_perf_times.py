@@ -162,6 +162,7 @@ def _both_decoders_equal_perf(path, monkeypatch) -> list[str]:
     return theirs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [11, 24, 27])
 def test_sample_dated_back_keeps_the_later_thread(user_cyc, tmp_path, monkeypatch, seed):
     """A "tr strt" dated back by the estimate, before a context switch its queue has already passed:

@@ -255,6 +255,7 @@ def test_export_filters_equal_perf_export(trace, tmp_path, name, opt, value):
     assert 1 < counts["samples"] < n_whole
 
 
+@pytest.mark.slow
 @needs_perf
 @needs_exporter
 @pytest.mark.skipif(not QUIPPER.exists(), reason="shared quipper recording not found")
@@ -269,6 +270,7 @@ def test_export_filters_real_recording(tmp_path, opt, value):
     assert 100 < counts["samples"] < 647  # the whole export has 647 rows
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.skipif(not QUIPPER.exists(), reason="shared quipper recording not found")
 @pytest.mark.parametrize("extra", [["--tid", "3174"], ["--time", "641.257226151,641.257631470"],

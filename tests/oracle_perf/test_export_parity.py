@@ -53,6 +53,7 @@ def columns(db, table: str) -> list[str]:
         con.close()
 
 
+@pytest.mark.slow
 @needs_perf
 @needs_exporter
 @pytest.mark.parametrize("program", slow_after(["calls", "threads"]))

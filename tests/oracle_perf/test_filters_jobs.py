@@ -69,6 +69,7 @@ def _window(lines: list[str]) -> str:
     return ",".join(f"{t // 10**9}.{t % 10**9:09d}" for t in (lo, hi))
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_tid_and_time_with_jobs_equal_perf(trace, tiny, jobs):

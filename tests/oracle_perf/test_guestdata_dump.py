@@ -22,6 +22,7 @@ from guestdatatest import VARIANTS, dump, make
 from ptxtest import needs_perf
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_dump_equals_injected(tmp_path, name):

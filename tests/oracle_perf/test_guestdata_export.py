@@ -36,6 +36,7 @@ def _tables(db) -> dict[str, list[tuple]]:
         con.close()
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("name", ["mixed", "kernel", "scale2", "vcpus3"])
 def test_export_equals_injected(tmp_path, name):

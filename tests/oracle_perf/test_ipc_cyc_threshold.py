@@ -96,6 +96,7 @@ def _cyc_counts(path, threshold: int | None) -> np.ndarray:
                                for q, (key, bufs) in enumerate(s.queues())])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not perffast.available(), reason="numba not installed")
 @pytest.mark.parametrize("opts", ["--program calls --cyc-thresh 3 --mtc-period 0 --psb-period 1024",
                                   pytest.param("--program loops --cyc-thresh 1 --mtc-period 2 --cbr 30",

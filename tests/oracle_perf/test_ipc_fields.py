@@ -61,6 +61,7 @@ def _first_diff(got: list[str], want: list[str]) -> str:
     return f"lengths: ours {len(got)} perf {len(want)}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs", ["1", "2"])
 @pytest.mark.parametrize("trace", list(TRACES))
 def test_ipc_field_equals_perf(traces, trace, jobs):
@@ -78,6 +79,7 @@ def test_ipc_field_equals_perf(traces, trace, jobs):
     assert errors > 0 if trace == "threads-ovf" else errors == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_default_fields_unchanged(traces, jobs):
     data = traces["calls"]

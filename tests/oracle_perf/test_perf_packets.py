@@ -117,6 +117,7 @@ def ours_dump(path) -> dict[tuple[int, int], dict[int, tuple]]:
     return bufs
 
 
+@pytest.mark.slow
 @needs_perf
 def test_quipper_packets_match_perf_script_D(quipper):
     want = perf_dump(quipper)
@@ -139,6 +140,7 @@ def test_quipper_dump_header_and_first_packets(quipper):
     assert sum(1 for ln in lines if ln.startswith("# aux cpu")) == 2
 
 
+@pytest.mark.slow
 def test_quipper_per_cpu_stream(quipper):
     per_buf, per_cpu = io.StringIO(), io.StringIO()
     assert main(["dump", "packets", str(quipper)], per_buf) == 0

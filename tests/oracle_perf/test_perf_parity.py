@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from ptxtest import QUIPPER, needs_perf
+from ptxtest import needs_perf
 from ptexport.cli import main
 
 _ERR = re.compile(r"instruction trace error type 1 time (\S+) cpu (-?\d+) pid (-?\d+) tid (-?\d+) ip (\S+) code (\d+): (.*)")
@@ -69,6 +69,7 @@ def generated(tmp_path_factory):
     return make
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("program", ["loops", "calls", "threads"])
 def test_generated_branches_equal_perf(generated, program):
@@ -115,6 +116,7 @@ def _collapse(text: str) -> list[str]:
     return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("itrace", ["cr", "i1i", "p", "bep"])
 @pytest.mark.parametrize("program", ["calls", "threads"])

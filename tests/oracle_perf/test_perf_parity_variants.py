@@ -118,6 +118,7 @@ def test_fault_variants_report_errors(trace, variant):
     assert _collapse(out.getvalue()) == theirs
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("itrace", ["bep", "cr", "s3be", "beq", "iq"])
 def test_quipper_kinds_equal_perf(quipper, itrace):

@@ -15,7 +15,8 @@ from ptxtest import HAVE_PERF, REPO
 import perf_oracle as P
 from ptexport.perfdata import open_perf_data
 
-pytestmark = [pytest.mark.perf, pytest.mark.skipif(not HAVE_PERF, reason="perf (Debian linux-perf) is not installed")]
+pytestmark = [pytest.mark.perf, pytest.mark.slow,  # slow: one fixture records ~9 s with perf for all of them
+              pytest.mark.skipif(not HAVE_PERF, reason="perf (Debian linux-perf) is not installed")]
 
 WORK = ["ls", "-R", "/usr/lib/python3"]  # a short busy command (faults, mmaps, context switches)
 REC = ["perf", "record", "-q", "-e", "task-clock", "-c", "100000", "--switch-events"]

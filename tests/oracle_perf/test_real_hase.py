@@ -60,6 +60,7 @@ def test_folders_present():
     assert len(FOLDERS) == 4, f"HASE recordings not found under {REAL}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
 def test_export_equals_perfs_export(folder, tmp_path):
     """Every table of perf 6.1's export-to-sqlite.py (branches calls) has the same rows in ours."""

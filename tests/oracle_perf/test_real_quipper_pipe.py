@@ -108,6 +108,7 @@ def _perf_lines(itrace: str) -> list:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("itrace", ["be", pytest.param("cr", marks=pytest.mark.slow)])
 def test_branches_equal_perf_through_a_pipe(itrace):
     """perf's branch samples and errors equal ``dump branches``, by path and on standard input (a real pipe)."""

@@ -85,6 +85,7 @@ def _record(tmp_path, name, *args):
     return out
 
 
+@pytest.mark.slow
 @needs_perf
 def test_switch_timeline_gives_the_tid_of_every_sample(tmp_path):
     data = _record(tmp_path, "sw.data", "-a", "--switch-events", "-e", "cpu-clock", "-c", "100000", "--", "sleep", "0.05")
@@ -109,6 +110,7 @@ def test_switch_timeline_gives_the_tid_of_every_sample(tmp_path):
         assert not wrong, wrong[:5]
 
 
+@pytest.mark.slow
 @needs_perf
 def test_maps_resolve_every_sample_like_perf_script(tmp_path):
     data = _record(tmp_path, "m.data", "-e", "cpu-clock", "-c", "20000", "--",
@@ -145,6 +147,7 @@ def test_maps_resolve_every_sample_like_perf_script(tmp_path):
 EXPORT_TO_SQLITE = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
 
 
+@pytest.mark.slow
 @needs_perf
 def test_sample_comms_match_perf_export_to_sqlite(tmp_path):
     """perf's export gives each sample the main thread's exec comm at that time; so must the model."""

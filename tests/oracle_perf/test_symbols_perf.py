@@ -114,6 +114,7 @@ def traces(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     return {v: exports(trace(tmp, f"sym_{v}", *VARIANTS[v])) for v in VARIANTS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_tables_equal_perf(traces, variant):
     theirs, ours = traces[variant]
@@ -240,6 +241,7 @@ def lastfind(tmp_path_factory) -> dict[str, tuple[Path, Path, Path]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", list(LASTFIND))
 def test_last_lookup_cache_equals_perf(lastfind, variant):
     """symbols, samples, calls and call_paths equal perf's, from the batch and the per-sample export."""
@@ -264,6 +266,7 @@ def test_last_lookup_cache_is_exercised(lastfind):
     assert _cached_unknowns(theirs, "to_"), "a trace-begin sample's addr answered from the cache"
 
 
+@pytest.mark.slow
 def test_last_lookup_cache_across_batches(lastfind, monkeypatch):
     """Batches of 3 samples: the cache's answer outlives the batch whose branch started it
     (export_fast.DsoLastFind.pending), and the export still equals perf's."""

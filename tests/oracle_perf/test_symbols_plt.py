@@ -117,6 +117,7 @@ def symbols_by_dso(db: Path) -> dict[str, set[str]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", PARAMS)
 def test_tables_equal_perf(traces, variant):
     theirs, ours = traces[variant]

@@ -219,6 +219,7 @@ def test_info_cut_entry_point_no_traceback(rec, tmp_path):
             assert "AUX bytes before it; cut inside the payload of data record" in r.stderr
 
 
+@pytest.mark.slow
 @needs_perf
 @pytest.mark.parametrize("mode", ["file", "pipe"])
 def test_info_cut_compressed_perf_recording(tmp_path, mode):

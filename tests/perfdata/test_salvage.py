@@ -144,6 +144,7 @@ def test_reader_stdin_cut(rec):
             (buf.cut.offset, buf.cut.records, buf.cut.aux_bytes, buf.cut.partial_offset)
 
 
+@pytest.mark.slow
 @pytest.mark.perf  # perf record / perf script
 @pytest.mark.skipif(not HAVE_PERF, reason="perf not installed")
 @pytest.mark.parametrize("kind", ["compressed", "pipe"])

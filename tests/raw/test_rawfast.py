@@ -136,6 +136,7 @@ def _synth_raw(tmp: Path, program: str, extra: list[str], seed: int) -> tuple[Pa
     return raw, tmp / program
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", [pytest.param(i, marks=[pytest.mark.slow] if i in (0, 2) else [])
                                for i in range(len(SYNTH))], ids=SYNTH_IDS)
 def test_synth_compiled_equals_reference(i, tmp_path):
@@ -175,6 +176,7 @@ def _prefix(src: Path, dst: Path, n: int) -> Path:
     return dst
 
 
+@pytest.mark.slow
 def test_simplept_adl_random_code(tmp_path):
     raw = REAL / "simplept-adl" / "ptout.0"
     if not raw.exists():

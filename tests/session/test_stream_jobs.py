@@ -16,6 +16,7 @@ import io
 import numpy as np
 import pytest
 
+from ptxtest import slow_after
 from ptexport.cli import main
 from ptexport.decoder.compiled import decoder as perffast
 from ptexport.perfdata import open_perf_data
@@ -23,8 +24,6 @@ from ptexport.session import parallel
 from ptexport.session.perfsession import DecodeConfig, open_session
 from ptexport.samples.columns import OUT_COLUMNS as _OUT_COLUMNS, concat_columns
 from ptexport.samples.itrace import parse_itrace
-
-from ptxtest import slow_after
 
 VARIANTS = {
     "calls-mtc": ("--program", "calls", "--timing", "mtc", "--mtc-period", "5", "--psb-period", "1024"),
