@@ -23,6 +23,21 @@ HAVE_PERF = shutil.which("perf") is not None
 needs_perf = pytest.mark.skipif(not HAVE_PERF, reason="perf (Debian linux-perf) is not installed")
 
 
+def slow_after(values, keep: int = 1, unpack: bool = False) -> list:
+    """The cases of a parametrized matrix with all but the first ``keep`` marked ``slow``: the quick loop
+    (``-m "not slow"``) runs one representative, the default run (and CI) every case.  ``unpack``: each
+    value is a tuple of several argnames' values.  Ids are the ones the bare values get."""
+    out = []
+    for i, v in enumerate(values):
+        if i < keep:
+            out.append(v)
+        elif isinstance(v, type(pytest.param(0))):
+            out.append(pytest.param(*v.values, marks=[*v.marks, pytest.mark.slow], id=v.id))
+        else:
+            out.append(pytest.param(*(v if unpack else (v,)), marks=pytest.mark.slow))
+    return out
+
+
 def perf_python_env() -> dict[str, str]:
     """Environment for perf's embedded (Debian) Python, e.g. for export-to-sqlite.py.
 
@@ -139,7 +154,7 @@ def corpus_build(name: str, workdir: Path):
     """
     import sys
 
-    corpus = str(REPO / "tests" / "corpus")
+    corpus = str(REPO / "tests" / "oracle_libipt" / "corpus")
     if corpus not in sys.path:
         sys.path.insert(0, corpus)
     import corpuslib

@@ -30,6 +30,7 @@ def test_the_build_has_what_compiling_ahead_runs():
     assert run <= build, run - build
 
 
+@pytest.mark.slow
 def test_every_warm_up_command_runs(tmp_path):
     """A command that fails at install compiles nothing, silently: each must succeed."""
     samples = tmp_path / "samples"
@@ -118,6 +119,7 @@ def test_a_first_compile_is_announced_on_a_terminal(monkeypatch, capsys, tmp_pat
     assert "compiling" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_installed_package_takes_the_compiled_path_with_its_cache_prepared(tmp_path):
     """What `pip install .` put in site-packages (CI installs so): numba loads and the kernels were compiled
     at install, so the first run loads them.  Skipped where ptexport is the checkout (editable installs)."""

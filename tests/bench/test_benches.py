@@ -86,6 +86,7 @@ def refused_then_forced(tool: str, tiny: list[str], tmp_path: Path) -> dict:
 # ---------------------------------------------------------------- bench/ tools with perf
 
 
+@pytest.mark.slow
 @needs_perf
 def test_bench_decode(tmp_path):
     rep = refused_then_forced("bench/bench_decode.py", ["--tiny"], tmp_path)
@@ -97,6 +98,7 @@ def test_bench_decode(tmp_path):
     assert rep["ratio_wall"] == pytest.approx(rep["perf"]["wall_s"] / rep["ptexport"]["wall_s"])
 
 
+@pytest.mark.slow
 @needs_perf
 def test_bench_export_keep_dir(tmp_path):
     """--keep DIR: refused when DIR exists; with --force the run's files in it are replaced, others kept."""
@@ -152,6 +154,7 @@ def test_bench_records(tmp_path):
     assert rep["runs"]["perf report --stats"]["ratio_wall"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 @needs_perf
 def test_bench_vm(tmp_path):
     rep = refused_then_forced("bench/bench_vm.py", ["--tiny"], tmp_path)
@@ -167,6 +170,7 @@ def test_bench_vm(tmp_path):
     assert positive(ref["ratio"]) and positive(ref["reference_s"]) and positive(ref["compiled_s"])
 
 
+@pytest.mark.slow
 @needs_perf
 def test_bench_matrix(tmp_path):
     """The matrix at --tiny (no fresh venv): every part ran on one input each, counts equal perf's."""
@@ -208,6 +212,7 @@ def test_bench_matrix(tmp_path):
 # ---------------------------------------------------------------- bench/ tools without perf
 
 
+@pytest.mark.slow
 def test_bench_rawdump(tmp_path):
     rep = refused_then_forced("bench/bench_rawdump.py", ["--tiny"], tmp_path)
     assert rep["raw_bytes"] > 1000
@@ -220,6 +225,7 @@ def test_bench_rawdump(tmp_path):
         assert positive(d["insns_per_s"]) and positive(d["mb_per_s"]) and positive(d["insns_per_s_ratio_to_ptxed"])
 
 
+@pytest.mark.slow
 def test_bench_viewer_db(tmp_path):
     """The user's report: --db on an existing database overwrote it, then failed on the schema."""
     db = sentinel(tmp_path / "EXISTING.sqlite")
@@ -259,6 +265,7 @@ def test_bench_viewer_db(tmp_path):
     assert "as it is (--reuse)" in r.stdout and "generated" not in r.stdout
 
 
+@pytest.mark.slow
 def test_bench_writer(tmp_path):
     rep = refused_then_forced("bench/bench_writer.py", ["--tiny"], tmp_path)
     assert rep["samples"] == 5000
@@ -294,6 +301,8 @@ def _png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", head[16:24])
 
 
+@pytest.mark.slow
+@pytest.mark.perf  # perf's export of the shared recording
 def test_screenshots(tmp_path):
     pytest.importorskip("PySide6")
     out = tmp_path / "shots"

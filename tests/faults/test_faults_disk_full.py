@@ -26,6 +26,8 @@ from ptexport.cli import main
 from ptexport.errors import StorageError
 from ptexport.writers import _btree
 from ptexport.writers import sqlite as sqlite_writer
+from ptxtest import slow_after
+
 CAUSE = {errno.ENOSPC: "no space left on device (ENOSPC)", errno.EDQUOT: "disk quota exceeded (EDQUOT)",
          errno.EIO: "input/output error (EIO)"}
 
@@ -138,6 +140,7 @@ SITES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("site", list(SITES))
 def test_storage_fault_is_one_line_and_leaves_nothing(small_trace, tmp_path, monkeypatch, capsys, site):
     inject, cause = SITES[site]
@@ -175,7 +178,8 @@ def small_tmpfs(tmp_path):
         subprocess.run(["umount", "-l", str(d)], capture_output=True)
 
 
-@pytest.mark.parametrize("size,when", [("2m", "writing"), ("16m", "finishing the database")])
+@pytest.mark.slow
+@pytest.mark.parametrize("size,when", slow_after([("2m", "writing"), ("16m", "finishing the database")], unpack=True))
 def test_a_real_full_file_system(small_trace, small_tmpfs, size, when):
     """A 200 K-branch export needs about 25 MB at its peak (a 14 MB database): a 2 MB tmpfs fills while
     pages are written, a 16 MB one while they are spliced into the database."""

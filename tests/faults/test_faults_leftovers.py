@@ -33,6 +33,7 @@ def _kill_while_spooling(trace, target, jobs: int = 1) -> list[str]:
     return left
 
 
+@pytest.mark.slow
 def test_next_export_removes_what_a_killed_one_left(big_trace, small_trace, tmp_path, capsys):
     target = tmp_path / "t.db"
     left = _kill_while_spooling(big_trace, target)
@@ -48,6 +49,7 @@ def test_next_export_removes_what_a_killed_one_left(big_trace, small_trace, tmp_
     assert looks_complete(target)
 
 
+@pytest.mark.slow
 def test_clean_lists_then_removes(big_trace, tmp_path, capsys):
     target = tmp_path / "t.db"
     left = _kill_while_spooling(big_trace, target, jobs=2)
@@ -79,6 +81,7 @@ def test_clean_lists_then_removes(big_trace, tmp_path, capsys):
     assert r.stdout == f"{tmp_path}: nothing to clean\n"
 
 
+@pytest.mark.slow
 def test_two_exports_at_once_the_second_refuses(big_trace, small_trace, tmp_path, capsys):
     target = tmp_path / "t.db"
     first = start([str(big_trace), "--db", str(target)])

@@ -70,6 +70,7 @@ def _used(d: Path) -> int:
     return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size,when", [("8m", "writing samples"), ("13m", "finishing the database")])
 def test_server_disk_really_full(tiny_trace, small_tablespace, pg_admin, pg_name, capsys, size, when):
     space, d, resize = small_tablespace

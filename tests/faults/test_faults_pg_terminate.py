@@ -137,6 +137,7 @@ def _run(tiny_trace, pg_admin, pg_name, monkeypatch, capsys, at: int, other: boo
     assert pg_samples(pg_name) == samples
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", seeds(1))
 def test_backend_terminated_before_a_random_statement(tiny_trace, statements, pg_admin, pg_name, monkeypatch, capsys,
                                                        seed):
@@ -156,6 +157,7 @@ LAST = ["the check that the target exists", "ending the sessions on the previous
         "renaming the previous one to the temporary's name", "dropping the previous database"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", [pytest.param(k, id=LAST[k].replace(" ", "-"),
                                                marks=() if k in (3, 5) else pytest.mark.soak)
                                   for k in range(len(LAST))])

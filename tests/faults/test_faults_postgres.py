@@ -30,6 +30,7 @@ def _other_session():
     return psycopg.connect(f"{PG_BASE}/postgres", autocommit=True)
 
 
+@pytest.mark.slow
 def test_next_export_drops_a_dead_exports_temporary_database(pg_admin, pg_name, small_trace, capsys):
     from ptexport.writers.leftovers import advisory_key, pg_tmp_name
 

@@ -16,7 +16,7 @@ import signal
 
 import pytest
 
-from faultstest import finish, start, tmp_files, wait_for
+from faultstest import finish, start, wait_for
 
 LINES = {signal.SIGTERM: "ptexport: terminated", signal.SIGHUP: "ptexport: hangup"}
 
@@ -55,6 +55,7 @@ def _moment(p, directory, name, moment):
     return wait_for(p, lambda: _pages(directory, name) is None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,moment,jobs,group", [
     (signal.SIGTERM, "loading", 1, False),
     # slow: SIGINT and SIGTERM at random moments (test_faults_sweep_signals.py) cover these by default
@@ -62,7 +63,7 @@ def _moment(p, directory, name, moment):
     pytest.param(signal.SIGTERM, "finishing", 1, False, marks=pytest.mark.slow),
     (signal.SIGTERM, "spooling", 2, True),  # as systemd or `kill -TERM -PGID` does: the workers get it too
     pytest.param(signal.SIGHUP, "spooling", 2, False, marks=pytest.mark.slow),  # the parent alone: it stops its workers
-    (signal.SIGHUP, "finishing", 1, True),  # the terminal went away: the whole process group
+    pytest.param(signal.SIGHUP, "finishing", 1, True, marks=pytest.mark.slow),  # the terminal went away: the whole process group
 ])
 def test_signal_ends_the_export_cleanly(big_trace, tmp_path, sig, moment, jobs, group):
     target = tmp_path / "t.db"
@@ -82,6 +83,7 @@ def test_signal_ends_the_export_cleanly(big_trace, tmp_path, sig, moment, jobs, 
     assert list(tmp_path.iterdir()) == [], "temporary files and the lock file are removed"
 
 
+@pytest.mark.slow
 def test_rerun_after_sigterm_succeeds_without_force(small_trace, tmp_path):
     """Nothing is left that would make the next export refuse (an existing target, a held lock)."""
     target = tmp_path / "t.db"

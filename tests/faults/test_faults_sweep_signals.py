@@ -84,6 +84,7 @@ def _check_signalled(r, case: Case) -> None:
 
 
 # ------------------------------------------------------------ SQLite
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", seeds(1))
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_sqlite_signal_at_a_random_moment(small_trace, sqlite_calibration, tmp_path, capsys, sig, seed):
@@ -134,6 +135,7 @@ def test_sqlite_signal_at_a_random_moment(small_trace, sqlite_calibration, tmp_p
 
 
 # ------------------------------------------------------------ PostgreSQL
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.parametrize("seed", seeds(1))
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
@@ -191,6 +193,7 @@ def _complete(name: str) -> bool:
 
 
 # ------------------------------------------------------------ after the database is in place
+@pytest.mark.slow
 def test_sqlite_signal_once_the_rename_is_decided_ends_nothing(small_trace, sqlite_calibration, tmp_path, monkeypatch,
                                                                capsys):
     """SIGTERM as the temporary is renamed over the previous database: the run has succeeded (exit
@@ -216,6 +219,7 @@ def test_sqlite_signal_once_the_rename_is_decided_ends_nothing(small_trace, sqli
     assert sqlite_samples(target) == sqlite_calibration.samples
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_postgres_signal_while_the_replaced_database_is_dropped_ends_nothing(tiny_trace, pg_calibration, pg_admin,
                                                                              pg_name, monkeypatch, capsys):

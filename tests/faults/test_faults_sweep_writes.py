@@ -36,6 +36,7 @@ CAUSES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", seeds(2))
 def test_sqlite_write_fails_at_a_random_point(small_trace, sqlite_calibration, injector, tmp_path, seed):
     cal = sqlite_calibration
@@ -117,6 +118,7 @@ def copy_chunks(tiny_trace, pg_admin):
     return seen[0]
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.parametrize("seed", seeds(1))
 def test_postgres_copy_chunk_fails_at_a_random_point(tiny_trace, copy_chunks, pg_admin, pg_name, monkeypatch, capsys,

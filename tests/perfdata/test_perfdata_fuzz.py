@@ -105,6 +105,8 @@ def _alarm(seconds: int):
     return old
 
 
+@pytest.mark.slow
+@pytest.mark.perf  # a base file made by perf record
 def test_fuzz_files_only_typed_errors_with_offsets(bases):
     rng = random.Random(SEED)
     per_base = 3600 // len(bases)
@@ -131,6 +133,7 @@ def test_fuzz_files_only_typed_errors_with_offsets(bases):
     assert errors > cases // 10  # the mutations do hit the checks
 
 
+@pytest.mark.perf  # a base file made by perf record
 def test_fuzz_streams(bases):
     rng = random.Random(SEED + 1)
     data = bases["pipe"]
@@ -147,6 +150,7 @@ def test_fuzz_streams(bases):
         signal.signal(signal.SIGALRM, old)
 
 
+@pytest.mark.perf  # a base file made by perf record
 def test_every_truncation_of_a_small_file_names_offset_and_record(bases):
     data = bases["kernel"]
     start = struct.unpack_from("<Q", data, 40)[0]

@@ -136,6 +136,7 @@ def test_letters_round_trip():
         assert parse_itrace(o.letters()) == o
 
 
+@pytest.mark.slow
 @needs_perf
 def test_random_strings_accepted_or_rejected_like_perf():
     import random

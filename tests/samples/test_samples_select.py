@@ -62,8 +62,8 @@ def test_quipper_counts_from_perf():
     assert counts == {"b": 619, "c": 5, "r": 614, "cr": 619, "ce": 5}
 
 
+@pytest.mark.slow
 @needs_perf
-@pytest.mark.perf
 def test_filters_match_perf_on_generated_trace(tmp_path):
     """--itrace=c / r / cr are the --itrace=b samples that pass branches_filter, as perf itself synthesizes
     them; and ptexport's export of --itrace=c / r / cr / cs10 (the backends' rule and initial skip) equals perf's."""

@@ -78,8 +78,8 @@ def _build(tmp_path, name, body, static=True):
      "system call 39 at 0x"),
     ("ud2", '#include "rt.h"\nint main(void){ __asm__ volatile("ud2"); return 0; }\n',
      "the emulator cannot run it"),
-    ("spin", '#include "rt.h"\nint main(void){ for(;;) __asm__ volatile(""); }\n',
-     "endless loop"),
+    pytest.param("spin", '#include "rt.h"\nint main(void){ for(;;) __asm__ volatile(""); }\n',
+                 "endless loop", marks=pytest.mark.slow),
 ])
 def test_programs_the_emulator_cannot_run(tmp_path, capsys, name, body, needle):
     exe = _build(tmp_path, name, body)

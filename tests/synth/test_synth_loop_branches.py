@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ptxtest import first_difference, needs_perf, our_branch_lines, perf_branch_lines
+from ptxtest import first_difference, needs_perf, our_branch_lines, perf_branch_lines, slow_after
 from ptexport.synth.generate import KIND_JCC, SynthOptions, synthesize
 from ptexport.synth.verify import (compare_branches, compare_instructions, load_truth,
                                    parse_branches, perf_script)
@@ -64,7 +64,7 @@ def program(tmp_path_factory) -> Path:
     return prog
 
 
-@pytest.mark.parametrize("tnt,preempt", [("long", 0), ("short", 0), ("long", 53)])
+@pytest.mark.parametrize("tnt,preempt", slow_after([("long", 0), ("short", 0), ("long", 53)], unpack=True))
 def test_loop_jcxz_trace_matches_perf_and_truth(tmp_path, program, tnt, preempt):
     """``preempt``: timer interrupts every 53 instructions, some right after a branch to the
     next instruction (the emulator tells taken from the registers as it stops there)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ptxtest import needs_perf
+from ptxtest import needs_perf, slow_after
 from ptexport.synth.generate import KIND_CALL, KIND_RET, SynthOptions, synthesize
 from ptexport.synth.verify import compare_branches, load_truth, parse_branches, perf_script
 
@@ -45,7 +45,7 @@ VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(VARIANTS))
+@pytest.mark.parametrize("name", slow_after(sorted(VARIANTS)))
 def test_variant_matches_perf(tmp_path, name):
     opts = VARIANTS[name]
     opts.branches = 30_000
@@ -71,6 +71,7 @@ def perf_data_config(out):
     raise AssertionError(proc.stdout[:2000])
 
 
+@pytest.mark.slow
 def test_million_branches_match_perf(tmp_path):
     """1 M branches of real emulation: 4 threads on 4 CPUs, switches and migrations."""
     res = synthesize(tmp_path, SynthOptions(program="threads", branches=1_000_000, cpus=4,
@@ -91,7 +92,7 @@ TIMING = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(TIMING))
+@pytest.mark.parametrize("name", slow_after(sorted(TIMING)))
 def test_timing_variant(tmp_path, name):
     opts = TIMING[name]
     opts.branches = 20_000
@@ -112,7 +113,7 @@ def test_timing_variant(tmp_path, name):
         assert f"CBR {opts.cbr:#x}" in proc.stdout or f"CBR {opts.cbr}" in proc.stdout
 
 
-@pytest.mark.parametrize("cpus", [1, 2, 4])
+@pytest.mark.parametrize("cpus", slow_after([1, 2, 4]))
 def test_threads_on_cpus(tmp_path, cpus):
     synthesize(tmp_path, SynthOptions(program="threads", branches=20_000, cpus=cpus))
     truth, meta, perf = _check(tmp_path)
@@ -125,7 +126,7 @@ def test_threads_on_cpus(tmp_path, cpus):
     assert len(switches) > 20
 
 
-@pytest.mark.parametrize("prog,cpus", [("calls", 1), ("threads", 2)])
+@pytest.mark.parametrize("prog,cpus", slow_after([("calls", 1), ("threads", 2)], unpack=True))
 def test_instructions_match_perf(tmp_path, prog, cpus):
     from ptexport.synth.verify import compare_instructions
 
@@ -149,7 +150,7 @@ def test_per_thread_layout(tmp_path):
     assert cmp.mismatches == 0, cmp.first_mismatch
 
 
-@pytest.mark.parametrize("cpus", [1, 2])
+@pytest.mark.parametrize("cpus", slow_after([1, 2]))
 def test_fork_exec(tmp_path, cpus):
     synthesize(tmp_path, SynthOptions(program="forkexec", branches=20_000, cpus=cpus))
     truth, meta, perf = _check(tmp_path)
@@ -166,7 +167,7 @@ def test_fork_exec(tmp_path, cpus):
     assert child.sum() > 1000 and (perf.tid == 1000).sum() > 10
 
 
-@pytest.mark.parametrize("prog,cpus,retcomp", [("calls", 1, True), ("threads", 2, False)])
+@pytest.mark.parametrize("prog,cpus,retcomp", slow_after([("calls", 1, True), ("threads", 2, False)], unpack=True))
 def test_error_variants(tmp_path, prog, cpus, retcomp):
     from ptexport.synth.verify import aux_truncations, dump_offsets, parse_errors, perf_dump
 
@@ -199,6 +200,7 @@ def test_error_variants(tmp_path, prog, cpus, retcomp):
     assert len(perr) == len(errs) + len(follow)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prog,timing", [("calls", "mtc"), ("loops", "cyc")])
 def test_replay_million_branches_match_perf(tmp_path, prog, timing):
     """The fast method (one round encoded, replayed behind fresh PSB+) against perf."""
@@ -224,7 +226,7 @@ def test_replay_rate(tmp_path):
     assert (tmp_path / "perf.data").stat().st_size > 20_000_000
 
 
-@pytest.mark.parametrize("pipe,kcore", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("pipe,kcore", slow_after([(True, False), (False, True), (True, True)], unpack=True))
 def test_pipe_mode_and_kcore_dir(tmp_path, pipe, kcore):
     from ptexport.synth.verify import is_pipe_format
 
@@ -289,7 +291,7 @@ MATRIX = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(MATRIX))
+@pytest.mark.parametrize("name", slow_after(sorted(MATRIX)))
 def test_variant_matrix_cr_and_instructions(tmp_path, name):
     from ptexport.synth.generate import KIND_JCC, KIND_JMP, KIND_NAMES
     from ptexport.synth.verify import compare_instructions

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from ptxtest import REPO, needs_perf
+from ptxtest import REPO, needs_perf, slow_after
 from ptexport.synth.emulate import Program, run_program
 from ptexport.synth.verify import (compare_branches, compare_instructions, load_truth,
                                    parse_branches, perf_script)
@@ -28,7 +28,7 @@ def test_samples_are_small():
 
 @needs_perf
 @pytest.mark.perf
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", slow_after(NAMES))
 def test_sample_decodes_in_perf(name):
     d = SAMPLES / name
     proc = perf_script(d / "perf.data", "be")     # runs in the folder: ELFs by bare name

@@ -324,6 +324,7 @@ def test_file_is_never_written(fixture_path):
     assert fixture_path.read_bytes() == before
 
 
+@pytest.mark.perf  # perf's export-to-sqlite.py makes the database
 def test_perf_exported_database(perf_export_path):
     """perf's own export-to-sqlite.py output, read as it is."""
     d = Database(perf_export_path)

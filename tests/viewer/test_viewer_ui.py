@@ -395,7 +395,7 @@ def test_font_size(qtbot, window):
     assert rep.view.font().pointSizeF() == pytest.approx(size + 2)
 
 
-@pytest.mark.parametrize("source", ["postgres", "perf"])
+@pytest.mark.parametrize("source", ["postgres", pytest.param("perf", marks=pytest.mark.perf)])
 def test_reports_on_other_databases(qtbot, request, source, tmp_path):
     target = request.getfixturevalue("pg_url" if source == "postgres" else "perf_export_path")
     db = Database(target)

@@ -67,7 +67,7 @@ def with_calls_only(rows: list[list]) -> list[list]:
     return kept
 
 
-@pytest.mark.parametrize("source", ["perf", "fixture", "plain"])
+@pytest.mark.parametrize("source", [pytest.param("perf", marks=pytest.mark.perf), "fixture", "plain"])
 def test_same_rows_as_perfs_viewer(request, source, qapp):
     path = {"perf": "perf_export_path", "fixture": "fixture_path", "plain": "plain_fixture_path"}[source]
     db_path = request.getfixturevalue(path)

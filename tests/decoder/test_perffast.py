@@ -1,0 +1,376 @@
+"""The compiled perf-mode decoder equals the reference (perfmode + PerfSession.decode_queue).
+
+Differential: every column of every row, the setup failures and the per-step
+items of each queue, on generated traces of every program and encoding
+variant, on the quipper recording, and on seeded random corruptions and
+truncations of their AUX data.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+
+import numpy as np
+import pytest
+
+from ptxtest import QUIPPER, slow_after
+from ptexport.cli import main
+from ptexport import jit
+from ptexport.decoder import backend
+from ptexport.decoder.compiled import decoder as perffast
+from ptexport.pt import perfpkt_compiled
+from ptexport.perfdata import open_perf_data
+from ptexport.session.perfsession import DecodeConfig, open_session
+from ptexport.samples.columns import COLUMNS as _COLUMNS
+from ptexport.pt.perfpkt import tokenize
+from ptexport.samples.itrace import parse_itrace
+
+pytestmark = pytest.mark.skipif(not jit.available(), reason="numba not installed")
+
+_MASK = (1 << 64) - 1
+
+VARIANTS = [
+    ("loops",),
+    ("calls",),
+    ("threads",),
+    ("forkexec",),
+    ("calls", "--timing", "cyc", "--cbr", "30"),
+    ("loops", "--timing", "tsc"),
+    ("calls", "--mtc-period", "9", "--psb-period", "1024"),
+    ("threads", "--ovf", "3", "--corrupt", "3", "--truncate", "2"),
+    ("threads", "--per-thread"),
+    ("threads", "--cpus", "2"),
+    ("calls", "--ptwrite", "fup", "--power"),
+    ("loops", "--ptwrite", "nofup"),
+    ("calls", "--kcore"),
+    ("loops", "--pipe"),
+    ("calls", "--no-retcomp", "--ip-compression", "mixed", "--tnt", "long"),
+]
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    made = {}
+
+    def make(variant, branches=8000):
+        if (variant, branches) not in made:
+            d = tmp_path_factory.mktemp("synth")
+            assert main(["synth", "--out", str(d), "--branches", str(branches), "--program", *variant],
+                        out=io.StringIO()) == 0
+            made[(variant, branches)] = d / "perf.data" if (d / "perf.data").exists() else d  # --kcore: a dir
+        return made[(variant, branches)]
+
+    return make
+
+
+def _norm(v):
+    seq = v.tolist() if isinstance(v, np.ndarray) else list(v)  # lists: no float detour in numpy
+    return [int(x) & _MASK for x in seq]
+
+
+def assert_same_queues(path, itrace="be", mutate=None):
+    with open_perf_data(str(path)) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace)))
+        assert perffast.supported(s.decode_context()) is None
+        if mutate is not None:
+            orig = s._buffers
+            done: dict[bytes, bytes] = {}  # the same damage for both decoders
+
+            def buffers(bufs):
+                out = orig(bufs)
+                for b in out:
+                    data = bytes(b.data)
+                    if data not in done:
+                        done[data] = mutate(data)
+                    b.data = done[data]
+                return out
+
+            s._buffers = buffers
+        total = 0
+        for q, (key, bufs) in enumerate(s.queues()):
+            ref = s.decode_queue(q, key, bufs)
+            fast = perffast.decode_queue(s.decode_context(), q, key, bufs)
+            assert len(fast) == len(ref), key
+            for c in _COLUMNS:
+                assert _norm(fast.cols[c]) == _norm(ref.cols[c]), (key, c)
+            assert fast.setup_failures == ref.setup_failures
+            assert fast.items_err.tolist() == list(ref.items_err)
+            assert fast.items_ts.tolist() == list(ref.items_ts)
+            total += len(ref)
+        return total
+
+
+@pytest.mark.parametrize("variant", slow_after(VARIANTS), ids=lambda v: "-".join(x.strip("-") for x in v))
+def test_fast_equals_reference_on_generated(traces, variant):
+    assert assert_same_queues(traces(variant)) > 7000
+
+
+@pytest.mark.parametrize("itrace", slow_after(["b", "e", "ce", "re", "cre", "be-o", "be-l", "bep", "p"]))
+def test_fast_equals_reference_itrace(traces, itrace):
+    assert_same_queues(traces(("threads", "--ovf", "3", "--corrupt", "3", "--truncate", "2")), itrace)
+
+
+@pytest.mark.parametrize("itrace", slow_after(["bep", "pe", "bwe", "we", "bxwpe"]))
+def test_fast_equals_reference_power_events(traces, itrace):
+    n = assert_same_queues(traces(("calls", "--ptwrite", "fup", "--power", "--cbr", "30")), itrace)
+    assert n >= (7000 if "b" in itrace else 0)
+
+
+# Instruction samples: periods in instructions (iNi, iN), in TSC ticks (iNt) and in time (iNus/iNns:
+# ticks too), alone and with branches/errors/power events (their order in a state), on small traces
+# (the reference decodes i1i at ~3 K samples/s).
+FAULTY_SMALL = ("threads", "--ovf", "3", "--corrupt", "3", "--truncate", "2")
+
+
+@pytest.mark.parametrize("itrace", slow_after(["i1i", "i7i", "i2", "i", "i30ns", "i10t", "bei5i", "ce-oi3i", "bepi3i"]))
+def test_fast_equals_reference_instructions(traces, itrace):
+    n = assert_same_queues(traces(FAULTY_SMALL, 2000), itrace)
+    assert n > (2000 if itrace in ("i1i", "i2", "ce-oi3i", "bepi3i", "bei5i") else 0)
+
+
+@pytest.mark.parametrize("variant, itrace", slow_after([
+    (("calls", "--timing", "cyc", "--cbr", "30"), "i10t"),  # tick periods on CYC-refined timestamps
+    (("calls", "--timing", "cyc", "--cbr", "30"), "bei4i"),
+    (("calls", "--mtc-period", "9", "--psb-period", "1024"), "i20ns"),
+    (("calls", "--ptwrite", "fup", "--power"), "bpwxei3i"),
+    (("calls", "--kcore"), "i3i"),
+    (("calls", "--no-retcomp", "--ip-compression", "mixed", "--tnt", "long"), "i1i"),
+], unpack=True), ids=lambda v: v if isinstance(v, str) else "-".join(x.strip("-") for x in v))
+def test_fast_equals_reference_instructions_variants(traces, variant, itrace):
+    assert assert_same_queues(traces(variant, 1500), itrace) > 0
+
+
+def test_block_rests_equal_decoded_blocks(traces, monkeypatch):
+    """The blocks where walks go on after an instruction sample (rests of known blocks, taken from their
+    boundaries) are the blocks decoding the code there gives."""
+    path = traces(FAULTY_SMALL, 2000)
+
+    def blocks():
+        with open_perf_data(str(path)) as pd:
+            s = open_session(pd, DecodeConfig(itrace=parse_itrace("i3i")))
+            out = {}
+            for q, (key, bufs) in enumerate(s.queues()):
+                qd = perffast.QueueDecoder(s.decode_context(), q, key, bufs)
+                qd.run()
+                b = qd.blocks
+                for k, row in b.index.items():
+                    cnt, nbytes, op, br, ln, rel, b0, n = b.bk[row].tolist()
+                    out[k] = (cnt, nbytes, op, br, ln, rel, b.bnd[b0:b0 + n].tolist())
+            return out
+
+    derived = blocks()
+    monkeypatch.setattr(perffast._Blocks, "rest", lambda self, name, offset, room: None)
+    decoded = blocks()
+    assert derived == decoded
+    assert sum(v[0] > 1 for v in derived.values()) > 10
+
+
+@pytest.mark.parametrize("itrace", slow_after(["i100", "bei3i"]))
+def test_fast_equals_reference_instructions_on_quipper(itrace):
+    assert assert_same_queues(QUIPPER, itrace) > 0
+
+
+def test_fast_equals_reference_on_quipper():
+    assert assert_same_queues(QUIPPER) > 0
+
+
+@pytest.mark.parametrize("seed", slow_after(range(8)))
+def test_fast_equals_reference_on_damaged_aux(traces, seed):
+    rng = random.Random(seed)
+    path = traces(("calls",)) if seed % 2 else QUIPPER
+    itrace = "bei7i" if seed >= 6 else "be"  # instruction periods through errors and resyncs
+
+    def mutate(data: bytes) -> bytes:
+        b = bytearray(data)
+        if not b:
+            return data
+        for _ in range(rng.randint(1, 12)):
+            i = rng.randrange(len(b))
+            if rng.random() < 0.3:
+                del b[i:i + rng.randint(1, 64)]
+            else:
+                b[i] = rng.randrange(256)
+        if rng.random() < 0.5:
+            b = b[:rng.randrange(len(b) + 1)]
+        return bytes(b)
+
+    assert_same_queues(path, itrace, mutate=mutate)
+
+
+def test_tokenizer_equals_reference(traces):
+    rng = random.Random(7)
+    with open_perf_data(str(traces(("calls", "--timing", "cyc", "--cbr", "30")))) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("be")))
+        datas = [bytes(pd.aux_data(b)) for _, bufs in s.queues() for b in bufs]
+    # (Random bytes are left out: the reference tokenizer raises OverflowError on a CYC
+    # packet whose payload passes 64 bits; the compiled one wraps it like perf's u64.)
+    datas.append(bytes(b ^ (rng.randrange(256) if rng.random() < 0.01 else 0) for b in datas[0]))
+    for data in datas:
+        for d in (data, data[: len(data) // 3], data[5:]):
+            a, b = tokenize(d), perfpkt_compiled.tokenize(d)
+            for c in ("kind", "count", "payload", "pos", "size"):
+                assert np.array_equal(getattr(a, c), getattr(b, c)), c
+
+
+# ---------------------------------------------------------------- session level
+
+def _session_cols(path, itrace="be", jobs=1):
+    with open_perf_data(str(path)) as pd:
+        cols = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace))).decode(jobs)
+    # optional columns (the EVD rows of event-trace sessions) are None in both or equal
+    return {c: None if getattr(cols, c) is None else _norm(getattr(cols, c)) for c in cols.__dataclass_fields__}
+
+
+MULTI = ("threads", "--cpus", "2", "--ovf", "2", "--corrupt", "2", "--truncate", "2")
+
+
+def test_session_fast_order_and_pool_equal_reference(traces, monkeypatch):
+    """decode(): compiled queues + compiled heap order + worker pool == pure-Python reference."""
+    path = traces(MULTI)
+    fast = _session_cols(path)
+    pooled = _session_cols(path, jobs=2)
+    from ptexport.session import queues_compiled as perffast_order
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")  # the reference backend (decoder/backend.py)
+    monkeypatch.setattr(perffast_order, "numba", None)
+    ref = _session_cols(path)
+    assert len(ref["kind"]) > 7000
+    assert fast == ref
+    assert pooled == ref
+
+
+@pytest.mark.parametrize("itrace", ["b", "be", "ce", "bei9i"])
+def test_dump_count_equals_dump_lines(traces, itrace):
+    path = traces(MULTI)
+    lines, counted, pooled = io.StringIO(), io.StringIO(), io.StringIO()
+    assert main(["dump", "branches", str(path), f"--itrace={itrace}", "--jobs", "1"], out=lines) == 0
+    assert main(["dump", "branches", "--count", str(path), f"--itrace={itrace}", "--jobs", "1"], out=counted) == 0
+    assert main(["dump", "branches", "--count", str(path), f"--itrace={itrace}", "--jobs", "2"], out=pooled) == 0
+    text = lines.getvalue().splitlines()
+    n_err = sum("instruction trace error" in t for t in text)
+    assert counted.getvalue() == f"{len(text) - n_err} samples, {n_err} errors\n"
+    assert pooled.getvalue() == counted.getvalue()
+
+
+# ------------------------------------------------------- PSB segments in parallel
+
+SEGMENTED = [  # short PSB periods: many places to cut
+    ("calls", "--psb-period", "1024"),
+    ("calls", "--timing", "cyc", "--cbr", "30", "--psb-period", "1024"),
+    ("calls", "--no-retcomp", "--ip-compression", "mixed", "--tnt", "long", "--psb-period", "1024"),
+    MULTI + ("--psb-period", "512"),
+    ("calls", "--ovf", "3", "--corrupt", "3", "--truncate", "2", "--psb-period", "1024"),
+    ("calls", "--power", "--cbr", "30", "--timing", "cyc", "--psb-period", "1024"),
+]
+
+
+def _queues_equal(a_parts, b_parts):
+    assert len(a_parts) == len(b_parts)
+    for a, b in zip(a_parts, b_parts):
+        for c in _COLUMNS:
+            assert _norm(a.cols[c]) == _norm(b.cols[c]), c
+        assert np.asarray(a.items_err).tolist() == np.asarray(b.items_err).tolist()
+        assert np.asarray(a.items_ts).tolist() == np.asarray(b.items_ts).tolist()
+        assert a.setup_failures == b.setup_failures
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", SEGMENTED + [None], ids=lambda v: "quipper" if v is None else "-".join(
+    x.strip("-") for x in v))
+def test_segments_decoded_in_parallel_equal_serial(traces, variant):
+    """Queues cut at PSBs (small segments: many joins), decoded by 4 workers, stitched == serial."""
+    from ptexport.session import parallel
+    path = QUIPPER if variant is None else traces(variant)
+    stats = []  # each session's DecodeStats
+    with open_perf_data(str(path)) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("be")))
+        serial = parallel.decode_queues(s, 1)
+        par = parallel.decode_queues(s, 4, min_segment_bytes=600)
+        _queues_equal(serial, par)
+        stats.append(s.decode_stats)
+    with open_perf_data(str(path)) as pd:  # with power events (export's default: bep)
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("bep")))
+        serial = parallel.decode_queues(s, 1)
+        par = parallel.decode_queues(s, 4, min_segment_bytes=600)
+        _queues_equal(serial, par)
+        assert parallel.count_samples(s, 4, min_segment_bytes=600) == parallel.count_samples(s, 1)
+        stats.append(s.decode_stats)
+    # the joins agreed (no segment decoded twice); not with CBR+CYC: since perf 6.1.y restarts CYC
+    # counting at a CBR change, a decoder started at a PSB times CYC packets from that PSB's CBR,
+    # the serial one from its last MTC, and the two can stay apart for a whole segment.
+    if variant is not None and "--cbr" not in variant:
+        assert sum(st.matched for st in stats) > 0
+        assert sum(st.redone for st in stats) == 0
+
+
+def test_instruction_queues_whole_in_worker_pool(traces, monkeypatch):
+    """Instruction samples: no PSB segments (the period count carries across PSBs), compiled whole
+    queues in workers == serial == the reference."""
+    from ptexport.session import parallel
+    path = traces(MULTI + ("--psb-period", "512"), 3000)
+    with open_perf_data(str(path)) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("bei7i")))
+        assert backend.compiled_for(s.decode_context()) and not backend.segmentable(s.decode_context())
+        serial = parallel.decode_queues(s, 1)
+        par = parallel.decode_queues(s, 4, min_segment_bytes=600)
+        _queues_equal(serial, par)
+        assert parallel.count_samples(s, 4, min_segment_bytes=600) == parallel.count_samples(s, 1)
+    fast = _session_cols(path, "bei7i", jobs=2)
+    assert fast["kind"].count(2) > 1000  # instruction samples (EV_INSTRUCTION)
+    from ptexport.session import queues_compiled as perffast_order
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")  # the reference backend (decoder/backend.py)
+    monkeypatch.setattr(perffast_order, "numba", None)
+    assert _session_cols(path, "bei7i") == fast
+
+
+def test_reference_queues_in_worker_pool(traces):
+    """Options the compiled decoder does not cover (sN: initial skip): whole queues in workers == serial."""
+    from ptexport.session import parallel
+    with open_perf_data(str(traces(MULTI))) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("bei10000is3")))
+        assert perffast.supported(s.decode_context()) is not None
+        serial = parallel.decode_queues(s, 1)
+        pooled = parallel.decode_queues(s, 2)
+        assert len(serial) == 2
+        for a, b in zip(serial, pooled):
+            for c in _COLUMNS:
+                assert _norm(a.cols[c]) == _norm(b.cols[c]), c
+
+
+def test_token_window_slides(traces, monkeypatch):
+    """A one-buffer token window (memory bound) gives the same rows as the reference."""
+    monkeypatch.setattr(perffast, "_WINDOW", 1)
+    path = traces(("calls", "--ovf", "2", "--truncate", "2", "--branches", "20000"))
+    with open_perf_data(str(path)) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("be")))
+        assert max(len(b) for _, b in s.queues()) > 1
+    assert_same_queues(path)
+
+
+def test_backends_have_the_same_entry_points():
+    """Both backends take a DecodeContext through the same entry points (decoder/backend.py calls either)."""
+    import inspect
+
+    from ptexport.decoder.reference import queue as reference_queue
+
+    for name in ("supported", "decode_queue"):
+        ref, comp = inspect.signature(getattr(reference_queue, name)), inspect.signature(getattr(perffast, name))
+        assert [(p.name, p.default) for p in ref.parameters.values()] == \
+            [(p.name, p.default) for p in comp.parameters.values()], name
+
+
+def test_backend_choice_says_why(traces, monkeypatch):
+    """decoder/backend.py takes the compiled backend, else says why the reference."""
+    with open_perf_data(str(traces(("loops",)))) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("be")))
+        assert backend.choose(s.decode_context()) == backend.Choice(True)
+        skip = open_session(pd, DecodeConfig(itrace=parse_itrace("bes3")))
+        choice = backend.choose(skip.decode_context())
+        assert not choice.compiled and "sN" in choice.reason and choice.module.__name__.endswith("reference.queue")
+        monkeypatch.setenv("PTEXPORT_REFERENCE", "1")
+        choice = backend.choose(s.decode_context())
+        assert not choice.compiled and "PTEXPORT_REFERENCE" in choice.reason
+        monkeypatch.delenv("PTEXPORT_REFERENCE")
+        monkeypatch.setattr(jit, "numba", None)
+        monkeypatch.setattr(jit, "PROBLEM", "numba cannot be imported (test)")
+        assert backend.choose(s.decode_context()) == backend.Choice(False, "numba cannot be imported (test)")

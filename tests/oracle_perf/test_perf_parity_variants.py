@@ -1,0 +1,152 @@
+"""perf parity over every kind of trace ``ptexport synth`` makes, for each --itrace kind.
+
+Each variant (timing, layout, encoding, faults, ptwrite, power events, pipe
+mode, the kcore directory form) is generated once per module, small, and
+decoded by perf 6.1 and by ``ptexport dump branches``; the outputs must be
+equal line for line (runs of blanks aside).  The itrace kinds tested per
+variant are the ones that print something there: branches and errors (be),
+calls/returns (cr), instructions every 100 (i100), PSB/CBR/power events (p),
+ptwrite (w); q and qq (hop and leap modes); sN (skip the first N samples) with p, where perf holds CBR events back.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+
+import pytest
+
+from ptxtest import needs_perf, slow_after
+from ptexport.cli import main
+
+_FIELDS = ["-F", "pid,tid,cpu,time,ip,addr,flags", "--ns"]
+_BRANCHES = "4000"
+
+# id -> (synth options, itrace kinds)
+VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "loops-tsc-only": (("--program", "loops", "--timing", "tsc"), ("be", "i100")),
+    "calls-mtc": (("--program", "calls", "--timing", "mtc", "--mtc-period", "5"), ("be", "cr", "i100", "p", "beq", "iq",
+                                                                                 "iqq")),
+    "calls-cyc-cbr": (("--program", "calls", "--timing", "cyc", "--cbr", "18"), ("be", "i100", "p", "s7bep")),
+    "calls-noretcomp-mixed-ip": (("--program", "calls", "--no-retcomp", "--ip-compression", "mixed", "--tnt", "long"),
+                                 ("be", "cr")),
+    "threads-2cpus-cyc": (("--program", "threads", "--cpus", "2", "--timing", "cyc"), ("be", "cr", "i100", "p", "s5bep")),
+    "threads-per-thread": (("--program", "threads", "--per-thread"), ("be", "i100", "p")),
+    "forkexec-2cpus": (("--program", "forkexec", "--cpus", "2"), ("be", "cr", "bq", "iq")),
+    "calls-ovf": (("--program", "calls", "--ovf", "3"), ("be", "i100", "beq", "iq")),
+    "threads-ovf-cyc": (("--program", "threads", "--cpus", "2", "--ovf", "4", "--timing", "cyc"), ("be",)),
+    "calls-truncated": (("--program", "calls", "--truncate", "2", "--psb-period", "1024"), ("be", "i100")),
+    "threads-per-thread-truncated": (("--program", "threads", "--per-thread", "--truncate", "2", "--psb-period", "1024"),
+                                     ("be",)),
+    "forkexec-corrupt": (("--program", "forkexec", "--cpus", "2", "--corrupt", "3", "--timing", "cyc",
+                                          "--psb-period", "1024"), ("be",)),
+    "events-ptwrite-fup": (("--program", "events", "--ptwrite", "fup"), ("be", "w", "i100")),
+    "events-ptwrite-nofup": (("--program", "events", "--ptwrite", "nofup"), ("be", "w")),
+    "events-ptwrite-ovf": (("--program", "events", "--ptwrite", "fup", "--ovf", "2"), ("be", "w")),
+    "events-power": (("--program", "events", "--power"), ("be", "p", "i100", "ipwq")),
+    "events-power-cyc": (("--program", "events", "--power", "--timing", "cyc", "--cbr", "18"), ("be", "p")),
+    "threads-pipe": (("--program", "threads", "--cpus", "2", "--pipe"), ("be", "cr", "bi100")),
+    "calls-pipe-faults": (("--program", "calls", "--pipe", "--ovf", "2", "--truncate", "1",
+                                            "--psb-period", "1024"), ("be",)),
+    "threads-kcore": (("--program", "threads", "--cpus", "2", "--kcore"), ("be", "cr")),
+}
+
+CASES = [(v, k) for v, (_, kinds) in VARIANTS.items() for k in kinds]
+
+
+def _collapse(text: str) -> list[str]:
+    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    made: dict[str, tuple[str, bool]] = {}
+
+    def get(variant: str) -> tuple[str, bool]:
+        if variant not in made:
+            opts = VARIANTS[variant][0]
+            d = tmp_path_factory.mktemp(variant)
+            assert main(["synth", "--out", str(d), "--branches", _BRANCHES, "--seed", "7", *opts],
+                        out=io.StringIO()) == 0
+            path = str(d) if "--kcore" in opts else str(d / "perf.data")
+            made[variant] = (path, "--pipe" in opts)
+        return made[variant]
+
+    return get
+
+
+def _perf(path: str, pipe: bool, itrace: str) -> list[str]:
+    cmd = ["perf", "script", "-i", "-" if pipe else path, f"--itrace={itrace}", *_FIELDS]
+    if pipe:  # perf reads pipe-mode Intel PT correctly only from a real pipe
+        with open(path, "rb") as f:
+            cat = subprocess.Popen(["cat"], stdin=f, stdout=subprocess.PIPE)
+            proc = subprocess.run(cmd, stdin=cat.stdout, capture_output=True, text=True, check=True)
+            cat.stdout.close()
+            cat.wait()
+    else:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return _collapse(proc.stdout)
+
+
+@needs_perf
+@pytest.mark.parametrize("variant,itrace", slow_after(CASES, keep=5, unpack=True), ids=[f"{v}-{k}" for v, k in CASES])
+def test_variant_equals_perf(trace, variant, itrace):
+    path, pipe = trace(variant)
+    theirs = _perf(path, pipe, itrace)
+    out = io.StringIO()
+    assert main(["dump", "branches", path, f"--itrace={itrace}"], out=out) == 0
+    mine = _collapse(out.getvalue())
+    assert theirs, "perf printed nothing: the variant does not exercise this kind"
+    if mine != theirs:
+        first = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+        pytest.fail(f"{len(mine)} lines vs perf's {len(theirs)}; first difference at line {first}:\n"
+                    f"  ours: {mine[first] if first < len(mine) else None}\n"
+                    f"  perf: {theirs[first] if first < len(theirs) else None}")
+    assert mine == theirs
+
+
+@needs_perf
+@pytest.mark.parametrize("variant", ["calls-ovf", "calls-truncated", "forkexec-corrupt", "events-ptwrite-ovf",
+                                     "calls-pipe-faults"])
+def test_fault_variants_report_errors(trace, variant):
+    """The fault variants really make perf report decoder errors (and we report the same ones)."""
+    path, pipe = trace(variant)
+    theirs = [line for line in _perf(path, pipe, "e") if "instruction trace error" in line]
+    out = io.StringIO()
+    assert main(["dump", "branches", path, "--itrace=e"], out=out) == 0
+    assert theirs
+    assert _collapse(out.getvalue()) == theirs
+
+
+@pytest.mark.slow
+@needs_perf
+@pytest.mark.parametrize("itrace", ["bep", "cr", "s3be", "beq", "iq"])
+def test_quipper_kinds_equal_perf(quipper, itrace):
+    """The real Skylake recording (binaries missing: errors, out-of-decoder failure marks)."""
+    theirs = [line for line in _perf(str(quipper), False, itrace) if "[-01]" not in line]  # its 'cycles' samples
+    out = io.StringIO()
+    assert main(["dump", "branches", str(quipper), f"--itrace={itrace}"], out=out) == 0
+    assert theirs
+    assert _collapse(out.getvalue()) == theirs
+
+
+def _drop_time(line: str) -> str:
+    """A sample line without its time field (perf cannot print time with --itrace=Z)."""
+    if line.startswith("instruction trace error"):
+        return line
+    parts = line.split(" ")
+    return " ".join(parts[:2] + parts[3:])
+
+
+@needs_perf
+@pytest.mark.parametrize("variant", ["calls-ovf", "threads-2cpus-cyc", "threads-per-thread", "calls-truncated"])
+def test_timeless_decoding_equals_perf(trace, variant):
+    """--itrace=Z: queues decoded whole (per-thread ones at their EXIT), thread and maps of the end."""
+    path, _ = trace(variant)
+    proc = subprocess.run(["perf", "script", "-i", path, "--itrace=beZ", "-F", "pid,tid,cpu,ip,addr,flags"],
+                          capture_output=True, text=True, check=True)
+    theirs = _collapse(proc.stdout)
+    out = io.StringIO()
+    assert main(["dump", "branches", path, "--itrace=beZ"], out=out) == 0
+    assert theirs
+    assert [_drop_time(line) for line in _collapse(out.getvalue())] == theirs

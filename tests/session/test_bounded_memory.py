@@ -1,0 +1,140 @@
+"""Streaming decode (``PerfSession.iter_batches``): perf's order, bounded memory.
+
+``iter_batches`` decodes each queue a chunk at a time and runs perf's queue
+heap incrementally; its batches must concatenate to exactly what decoding
+every queue whole and ordering afterwards gives (``_decode_whole``), with
+tiny chunks and batches so every join is exercised.  Peak RSS of
+``dump branches --count`` and of the text output must not grow with the
+trace (1 M vs 4 M branches).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ptxtest import slow_after
+from ptexport.cli import main
+from ptexport.perfdata import open_perf_data
+from ptexport.session import parallel
+from ptexport.session.perfsession import DecodeConfig, open_session
+from ptexport.samples.columns import OUT_COLUMNS as _OUT_COLUMNS, concat_columns
+from ptexport.samples.itrace import parse_itrace
+
+VARIANTS = {
+    "calls-mtc": ("--program", "calls", "--timing", "mtc", "--mtc-period", "5"),
+    "threads-2cpus-cyc": ("--program", "threads", "--cpus", "2", "--timing", "cyc"),
+    "threads-per-thread": ("--program", "threads", "--per-thread"),
+    "forkexec-2cpus": ("--program", "forkexec", "--cpus", "2"),
+    "threads-ovf-cyc": ("--program", "threads", "--cpus", "2", "--ovf", "4", "--timing", "cyc"),
+    "calls-truncated": ("--program", "calls", "--truncate", "2", "--psb-period", "1024"),
+    "forkexec-corrupt": ("--program", "forkexec", "--cpus", "2", "--corrupt", "3", "--timing", "cyc",
+                         "--psb-period", "1024"),
+    "events-power": ("--program", "events", "--power"),
+    "threads-pipe": ("--program", "threads", "--cpus", "2", "--pipe"),
+}
+KINDS = ("be", "cr", "bep", "i100")
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    made = {}
+    for name, opts in VARIANTS.items():
+        d = tmp_path_factory.mktemp(name)
+        assert main(["synth", "--out", str(d), "--branches", "6000", "--seed", "7", *opts], out=io.StringIO()) == 0
+        made[name] = str(d / "perf.data")
+    return made
+
+
+def _same(a, b) -> None:
+    assert len(a) == len(b)
+    for c in _OUT_COLUMNS:
+        assert np.array_equal(getattr(a, c), getattr(b, c)), c
+
+
+def _check(path: str, itrace: str, monkeypatch) -> int:
+    cfg = DecodeConfig(itrace=parse_itrace(itrace))
+    with open_perf_data(path) as pd:
+        whole = open_session(pd, cfg)._decode_whole(1)
+    monkeypatch.setattr(parallel, "STREAM_CHUNK", 64)
+    for batch_rows in (7, 1 << 16):
+        with open_perf_data(path) as pd:
+            batches = list(open_session(pd, cfg).iter_batches(1, batch_rows=batch_rows))
+        assert all(0 < len(b) <= batch_rows for b in batches)
+        _same(concat_columns(batches), whole)
+    return len(whole)
+
+
+@pytest.mark.parametrize("variant", slow_after(sorted(VARIANTS)))
+def test_streamed_equals_whole(traces, variant, monkeypatch):
+    n = 0
+    for kind in KINDS:
+        n += _check(traces[variant], kind, monkeypatch)
+    assert n > 1000
+
+
+@pytest.mark.parametrize("itrace", ["be", "cr", "bep"])
+def test_streamed_equals_whole_quipper(quipper, itrace, monkeypatch):
+    assert _check(str(quipper), itrace, monkeypatch) > 50
+
+
+def test_dump_streams_same_text(traces):
+    path = traces["threads-2cpus-cyc"]
+    cfg = DecodeConfig(itrace=parse_itrace("be"))
+    with open_perf_data(path) as pd:
+        whole = open_session(pd, cfg)._decode_whole(1)
+    out = io.StringIO()
+    assert main(["dump", "branches", path], out=out) == 0
+    assert len(out.getvalue().splitlines()) == len(whole)
+    count = io.StringIO()
+    assert main(["dump", "branches", "--count", "--jobs", "1", path], out=count) == 0
+    n_err = int((whole.kind == 1).sum())
+    assert count.getvalue() == f"{len(whole) - n_err} samples, {n_err} errors\n"
+
+
+_RSS = """
+import os, sys
+from ptexport.cli import main
+with open(os.devnull, "w") as out:
+    rc = main(sys.argv[1:], out=out)
+# VmHWM is this process's own peak (ru_maxrss would include the forking parent's).
+hwm = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")][0]
+print(rc, hwm)
+"""
+
+
+def peak_rss_kb(args: list[str]) -> int:
+    """Peak RSS (KB) of ``ptexport ARGS`` run in a fresh interpreter, output discarded."""
+    r = subprocess.run([sys.executable, "-c", _RSS, *args], capture_output=True, text=True, check=True)
+    rc, kb = r.stdout.split()[-2:]
+    assert rc == "0", r.stderr
+    return int(kb)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_peak_rss_does_not_grow_with_trace(tmp_path):
+    from ptexport import jit
+    if not jit.available():
+        pytest.skip("bounded memory needs the compiled decoder (numba)")
+    rss = {}
+    for n in ("1M", "4M"):
+        d = tmp_path / n
+        assert main(["synth", "--out", str(d), "--program", "calls", "--branches", n, "--elf-path", "."],
+                    out=io.StringIO()) == 0
+        cwd = os.getcwd()
+        os.chdir(d)
+        try:
+            rss[n] = (peak_rss_kb(["dump", "branches", "--count", "--jobs", "1", "perf.data"]),
+                      peak_rss_kb(["dump", "branches", "perf.data"]))
+        finally:
+            os.chdir(cwd)
+    print("peak RSS KB (count, text):", rss)
+    for i in range(2):
+        assert rss["4M"][i] - rss["1M"][i] < 64 * 1024, rss
+        assert rss["4M"][i] < 1024 * 1024, rss

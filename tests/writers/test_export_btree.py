@@ -1,0 +1,222 @@
+"""The direct B-tree path of the SQLite writer: valid files, the same rows as SQLite's own INSERT."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pytest
+from dbdump import sqlite_dump
+
+from ptexport.writers import _btree
+from ptexport.writers import open_writer
+
+pytestmark = pytest.mark.skipif(not _btree.available(), reason="numba is not installed")
+
+
+def _columns(rng, ids):
+    k = ids.size
+    big = rng.integers(-(1 << 63), (1 << 63) - 1, k, dtype=np.int64)
+    pick = rng.integers(0, 8, k)
+    # every integer storage class: 0, 1, 1/2/3/4/6/8-byte values, negatives
+    vals = np.choose(pick, [np.zeros(k, np.int64), np.ones(k, np.int64), rng.integers(-128, 128, k),
+                            rng.integers(-32768, 32768, k), rng.integers(-(1 << 23), 1 << 23, k),
+                            rng.integers(-(1 << 31), 1 << 31, k), rng.integers(-(1 << 47), 1 << 47, k), big])
+    return {"id": ids, "ip": vals, "to_ip": big, "time": ids * 1000 + 7, "branch_type": pick,
+            "call_path_id": np.roll(vals, 1), "thread_id": rng.integers(0, 300, k)}
+
+
+def _write(path, mode, batches, **kw):
+    with open_writer(str(path), mode=mode, **kw) as w:
+        if mode == "btree":
+            assert w.mode == "btree"
+        for ids in batches:
+            rng = np.random.default_rng(int(ids[0]))
+            w.write_samples(_columns(rng, ids))
+            w.write_calls({"id": ids, "call_time": ids * 3, "return_time": ids * 3 + 2, "parent_id": ids // 2})
+        return w
+
+
+def _check(path):
+    c = sqlite3.connect(path)
+    assert c.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    # the index built by SQLite on the spliced table agrees with the table
+    assert c.execute("SELECT COUNT(*) FROM calls WHERE parent_id = 7").fetchone() == (2,)
+    c.close()
+
+
+@pytest.mark.parametrize("page_size", [512, 4096])
+def test_btree_path_writes_the_same_rows_as_sqlite_insert(tmp_path, page_size):
+    batches = [np.arange(1, 4001), np.arange(4001, 4002), np.arange(4002, 9000)]
+    _write(tmp_path / "b.db", "btree", batches, page_size=page_size)
+    _write(tmp_path / "s.db", "executemany", batches, page_size=page_size)
+    _check(tmp_path / "b.db")
+    assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
+    c = sqlite3.connect(tmp_path / "b.db")
+    assert c.execute("PRAGMA page_size").fetchone() == (page_size,)
+    if page_size == 512:  # deep enough for three levels of interior pages
+        assert c.execute("SELECT COUNT(*) FROM samples").fetchone()[0] > 33 * 33 * 2
+
+
+def test_out_of_order_batch_is_spliced_then_continues_through_sql(tmp_path):
+    batches = [np.arange(100, 200), np.arange(1, 100), np.arange(200, 300)]
+    _write(tmp_path / "b.db", "btree", batches)
+    _write(tmp_path / "s.db", "executemany", batches)
+    _check(tmp_path / "b.db")
+    assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
+
+
+def test_bind_path_matches_too(tmp_path):
+    batches = [np.arange(1, 3000)]
+    _write(tmp_path / "b.db", "bind", batches)
+    _write(tmp_path / "s.db", "executemany", batches)
+    assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
+
+
+def test_pending_byte_page_is_skipped(tmp_path, monkeypatch):
+    """The page holding the 1 GiB lock byte is never used; pretend it is near the start."""
+    monkeypatch.setattr(_btree, "PENDING_BYTE", 59 * 4096 + 100)  # page 60: among the samples leaves
+    batches = [np.arange(1, 6000)]
+    _write(tmp_path / "b.db", "btree", batches)
+    _write(tmp_path / "s.db", "executemany", batches)
+    assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
+    c = sqlite3.connect(tmp_path / "b.db")
+    assert c.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert c.execute("PRAGMA page_count").fetchone()[0] > 70
+    # no B-tree uses page 60 and it is all zero; its neighbours are samples leaves
+    used = dict(c.execute("SELECT pageno, name FROM dbstat WHERE pageno BETWEEN 59 AND 61"))
+    assert used == {59: "samples", 61: "samples"}
+    assert (tmp_path / "b.db").read_bytes()[59 * 4096: 60 * 4096] == bytes(4096)
+
+
+def test_spool_files_are_removed_on_abort(tmp_path):
+    with pytest.raises(RuntimeError):
+        with open_writer(str(tmp_path / "x.db"), mode="btree") as w:
+            w.write_samples({"id": np.arange(1, 1000)})
+            raise RuntimeError
+    assert list(tmp_path.iterdir()) == []
+
+
+def _index_db(tmp_path, n, page_size, keys):
+    """A table filled and indexed through the page builders; returns the connection."""
+    from pathlib import Path
+
+    p = tmp_path / f"ix{n}_{page_size}.db"
+    c = sqlite3.connect(p, isolation_level=None)
+    c.execute(f"PRAGMA page_size = {page_size}")
+    c.execute("CREATE TABLE t (id integer PRIMARY KEY, k integer)")
+    c.execute("CREATE INDEX ti ON t (k)")
+    roots = dict(c.execute("SELECT name, rootpage FROM sqlite_master"))
+    c.close()
+    ps = _btree.check_file(p)
+    assert ps == page_size
+    ids = np.arange(1, n + 1, dtype=np.int64)
+    sp = _btree.LeafSpool(Path(f"{p}.pages"), 2, ps)
+    sp.reserve(ids)
+    sp.add(np.column_stack([ids, keys]))
+    _btree.splice(p, roots["t"], sp)
+    sp.remove()
+    _btree.splice_index(p, roots["ti"], ps, keys, ids)
+    return sqlite3.connect(p)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page_size", [512, 1024])
+def test_index_pages_are_valid_for_every_size_around_page_breaks(tmp_path, page_size):
+    """Leaf/interior breaks, the last-entry edge case and several interior levels."""
+    rng = np.random.default_rng(page_size)
+    sizes = sorted({*range(1, 80), *rng.integers(80, 40000, 12).tolist(), 25000})
+    for n in sizes:
+        keys = rng.integers(-3, 1 << 40, n, dtype=np.int64)
+        keys[rng.random(n) < 0.3] = 7  # many duplicates: entries then ordered by rowid
+        c = _index_db(tmp_path, n, page_size, keys)
+        assert c.execute("PRAGMA integrity_check").fetchall() == [("ok",)], n
+        assert c.execute("SELECT COUNT(*) FROM t INDEXED BY ti WHERE k = 7").fetchone()[0] == int((keys == 7).sum())
+        got = [r[0] for r in c.execute("SELECT k FROM t INDEXED BY ti WHERE k > -100 ORDER BY k, id")]
+        assert got == sorted(keys.tolist())
+        c.close()
+
+
+def test_index_record_matches_the_kernel():
+    for key, rowid in ((0, 1), (1, 0), (-1, 300), (1 << 40, 2), (-(1 << 63), (1 << 62))):
+        cell = np.zeros(24, dtype=np.uint8)
+        end = _btree._index_record(cell, 0, np.int64(key), np.int64(rowid))
+        assert bytes(cell[:end]) == _btree.index_record(key, rowid)
+
+
+@pytest.mark.parametrize("page_size", [512, 4096])
+def test_index_entries_beyond_memory_go_to_sorted_runs_and_merge(tmp_path, monkeypatch, page_size):
+    """More index entries than INDEX_RUN_ROWS: sorted runs in a file, merged block by block into the
+    index pages (duplicate keys across runs, e.g. parent_call_path_id 0, ordered by rowid)."""
+    from ptexport.writers import sqlite as sqlite_writer
+    monkeypatch.setattr(sqlite_writer, "INDEX_RUN_ROWS", 700)
+    batches = [np.arange(1, 2000), np.arange(2000, 2001), np.arange(2001, 6000), np.arange(6000, 6500)]
+    w = _write(tmp_path / "b.db", "btree", batches, page_size=page_size)
+    assert not list(tmp_path.glob("*.runs"))  # run files removed
+    _write(tmp_path / "s.db", "executemany", batches, page_size=page_size)
+    _check(tmp_path / "b.db")  # integrity_check compares every index entry with its table
+    assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
+    c = sqlite3.connect(tmp_path / "b.db")
+    assert {"pcpid_idx", "pid_idx"} <= w._built_indexes
+    got = c.execute("SELECT parent_id, id FROM calls INDEXED BY pid_idx WHERE parent_id >= 0").fetchall()
+    assert got == sorted([(0, 0)] + [(i // 2, i) for i in range(1, 6500)])  # row 0: the unknown call
+    c.close()
+
+
+def test_calls_returning_after_their_callees_stay_on_the_page_path(tmp_path):
+    """Call ids are given at call time and rows come at return time: parents arrive late."""
+    rng = np.random.default_rng(5)
+    ids = np.arange(1, 20001)
+    # emit in "return order": blocks of children first, then a few parents from earlier blocks
+    order = []
+    pending = []
+    for block in np.array_split(ids, 40):
+        parents, children = block[:3], block[3:]
+        order.extend(rng.permutation(children).tolist())
+        order.extend(pending)
+        pending = parents.tolist()
+    order.extend(pending)
+    batches = [np.array(b) for b in np.array_split(np.array(order), 25)]
+    w = _write(tmp_path / "b.db", "btree", batches)
+    assert "calls" not in w._late and w.mode == "executemany"  # finished: everything spliced
+    _write(tmp_path / "s.db", "executemany", batches)
+    _check(tmp_path / "b.db")
+    assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
+
+
+def test_too_many_late_rows_fall_back_to_sql(tmp_path, monkeypatch):
+    from ptexport.writers import sqlite as sqlite_writer
+    monkeypatch.setattr(sqlite_writer, "LATE_MAX_ROWS", 50)
+    batches = [np.arange(1000, 2000), np.arange(1, 400), np.arange(400, 1000), np.arange(2000, 2100)]
+    _write(tmp_path / "b.db", "btree", batches)
+    _write(tmp_path / "s.db", "executemany", batches)
+    _check(tmp_path / "b.db")
+    assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
+
+
+@pytest.mark.parametrize("page_size", [512, 4096, 65536])
+def test_table_interior_kernel_writes_the_python_pages(page_size):
+    """The compiled interior-page builder lays down the same bytes as _interior_page, group by group."""
+    rng = np.random.default_rng(page_size)
+    fanout = (page_size - 12) // (2 + 4 + 9)
+    for n in (2, fanout, fanout + 1, 3 * fanout + 1):
+        keys = np.cumsum(rng.integers(1, 1 << 40, n)).astype(np.int64)
+        keys[: n // 3] = np.arange(n // 3)  # one-byte varints too
+        pgnos = rng.integers(2, 1 << 31, n).astype(np.int64)
+        starts = _btree._group_starts(n, fanout)
+        groups = _btree._groups(list(zip(pgnos.tolist(), keys.tolist())), fanout)
+        assert [len(g) for g in groups] == np.diff(starts).tolist()
+        out = np.zeros((len(starts) - 1) * page_size, dtype=np.uint8)
+        _btree._build_table_interiors(pgnos, keys, starts, page_size, out)
+        for g, items in enumerate(groups):
+            assert bytes(out[g * page_size:(g + 1) * page_size]) == _btree._interior_page(page_size, items)
+
+
+def test_splice_without_copy_file_range(tmp_path, monkeypatch):
+    """Where the kernel cannot copy between the files, the leaves are copied through user space."""
+    monkeypatch.delattr(_btree.os, "copy_file_range", raising=False)
+    batches = [np.arange(1, 3000), np.arange(3000, 6000)]
+    _write(tmp_path / "b.db", "btree", batches, page_size=512)
+    _write(tmp_path / "s.db", "executemany", batches, page_size=512)
+    _check(tmp_path / "b.db")
+    assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
