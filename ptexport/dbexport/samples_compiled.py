@@ -2,7 +2,7 @@
 
 :func:`export_samples` gives the same database as the per-sample loop of
 :mod:`ptexport.dbexport.samples` (its oracle, compared table by table in
-``tests/export_fast/``), with Python work per *change* instead of per sample:
+``tests/dbexport/``), with Python work per *change* instead of per sample:
 
 * a batch is cut where a sideband record is due (the first sample whose TSC
   reaches the record's, as perf's queues deliver it: ``np.searchsorted`` over

@@ -1,6 +1,6 @@
 """Which perf decoder backend decodes a session, and why: the one place that decides.
 
-Two backends give the same rows for a queue (``tests/flow/test_perffast.py``
+Two backends give the same rows for a queue (``tests/decoder/test_perffast.py``
 holds them equal): the reference (:mod:`ptexport.decoder.reference.queue`,
 plain Python, the oracle) and the compiled one
 (:mod:`ptexport.decoder.compiled.decoder`, numba).  Both have the same entry

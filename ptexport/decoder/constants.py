@@ -3,7 +3,7 @@
 The reference decoder (:mod:`ptexport.decoder.reference.decoder`) and the
 compiled kernel (:mod:`ptexport.decoder.compiled.kernel`) import their packet
 states, state type bits, state flags, instruction classes and period kinds
-from here, so the two cannot drift apart (``tests/flow/test_constants.py``
+from here, so the two cannot drift apart (``tests/decoder/test_constants.py``
 checks every name they both define).  perf's error codes (``ERR_*``) and the
 sample kinds (``EV_*``) belong to the decode -> export contract and live in
 :mod:`ptexport.samples.columns`.  See docs/architecture.md.

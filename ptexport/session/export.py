@@ -57,7 +57,7 @@ class ExportSummary:
 def sample_loop(config: ExportConfig) -> SampleLoop:
     """The loop the samples go through: the batch loop (numpy, Python work per change of thread or
     sideband, not per sample), or with ``config.reference`` the per-sample loop written to read as
-    perf's db-export, its oracle (same rows, compared table by table in ``tests/export_fast/``)."""
+    perf's db-export, its oracle (same rows, compared table by table in ``tests/dbexport/``)."""
     return samples.export_samples if config.reference else samples_compiled.export_samples
 
 

@@ -9,7 +9,7 @@ power events (``p``: PSB, CBR, MWAIT, PWRE, EXSTOP, PWRX) and errors (``e``,
 with ``-o``/``-l``) - everything but skips (``s``), ``q`` and Event Trace; the
 decoder itself is :mod:`ptexport.decoder.compiled.kernel`, a port of
 :mod:`ptexport.decoder.reference.decoder` (which stays the readable reference; the
-differential tests in ``tests/flow/test_perffast.py`` hold them equal).
+differential tests in ``tests/decoder/test_perffast.py`` hold them equal).
 
 How code is read.  The kernel answers perf's ``walk_insn`` from a table of
 basic blocks keyed by IP.  IP -> code depends on the address space the

@@ -62,7 +62,7 @@ else:  # pragma: no cover - exercised where numba is missing: the functions stay
 
 
 # ---------------------------------------------------------------- state layout
-# Indices into S, in this order (tests/flow/test_constants.py checks they count 0, 1, 2, ...).
+# Indices into S, in this order (tests/decoder/test_constants.py checks they count 0, 1, 2, ...).
 # The packet being read: index in PK, step to the next, buffer, kind, count, payload; the previous kind
 IDX = 0
 STEP = 1
@@ -268,7 +268,7 @@ K_SETUP_FAIL = -2  # a failure before the first timestamp
 R_DONE, R_NEED, R_RETOK, R_CTX, R_OUTFULL, R_STOP, R_STEP, R_MORE, R_TF = range(9)
 PH_SETUP, PH_RUN, PH_DONE = 0, 1, 2  # PH_DONE: --time stopped the queue after its last range
 
-# Internal outcomes (perf's negative errnos, as the reference; tests/flow/test_constants.py compares them).
+# Internal outcomes (perf's negative errnos, as the reference; tests/decoder/test_constants.py compares them).
 _RETURN = 1
 _EAGAIN = -11
 _ENOLINK = -67

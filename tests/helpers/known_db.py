@@ -2,7 +2,7 @@
 
 For the viewer, cookbook and writer tests (SQLite and PostgreSQL alike)::
 
-    from known_db import build_fixture_db, EXPECTED   # tests/ is on sys.path
+    from known_db import build_fixture_db, EXPECTED   # tests/helpers/ is on sys.path (tests/conftest.py)
     build_fixture_db("/tmp/f.db")            # or "postgresql://postgres@127.0.0.1/name"
 
 Contents: a host (pid -1) and a guest machine (hypervisor pid 200, VCPU 0 run
