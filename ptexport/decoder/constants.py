@@ -49,3 +49,17 @@ BR_NO_BRANCH, BR_INDIRECT, BR_CONDITIONAL, BR_UNCONDITIONAL = range(4)
 
 # Period kinds for instruction samples.
 PERIOD_NONE, PERIOD_INSTRUCTIONS, PERIOD_TICKS, PERIOD_MTC = range(4)
+
+# Outcomes inside the decoders: perf's negative errnos (intel-pt-decoder.c returns them), and a walk that
+# stopped at a branch it handled.
+WALK_RETURN = 1
+EAGAIN = -11
+ENOLINK = -67
+EILSEQ = -84
+ENOENT = -2
+EINVAL = -22
+EBADMSG = -74
+ENODATA = -61
+EOVERFLOW = -75
+ELOOP = -40
+ENOSYS = -38

@@ -30,11 +30,12 @@ from __future__ import annotations
 import numpy as np
 
 from ptexport.decoder.constants import (
-    BR_CONDITIONAL, BR_INDIRECT, BR_NO_BRANCH, BR_UNCONDITIONAL, ERR_RESYNC, F_ABORT_TX, F_ASYNC, F_FUP_IP, F_IN_TX,
-    F_SAMPLE_IPC, FUP_IN_PSB, FUP_NO_TIP, IN_SYNC, NO_IP, NO_PSB, OP_CALL, OP_INT, OP_IRET, OP_JCC, OP_JMP, OP_LOOP,
-    OP_OTHER, OP_RET, OP_SYSCALL, OP_SYSRET, OP_VMENTRY, PERIOD_INSTRUCTIONS, PERIOD_MTC, PERIOD_TICKS,
-    T_BLK_ITEMS, T_BRANCH, T_CBR_CHG, T_EX_STOP, T_INSTRUCTION, T_MWAIT_OP, T_PSB_EVT, T_PTW, T_PWR_ENTRY, T_PWR_EXIT,
-    T_TRACE_BEGIN, T_TRACE_END, T_TRANSACTION, TNT_CONT,
+    BR_CONDITIONAL, BR_INDIRECT, BR_NO_BRANCH, BR_UNCONDITIONAL, EAGAIN, EBADMSG, EILSEQ, EINVAL, ELOOP, ENODATA,
+    ENOENT, ENOLINK, ENOSYS, EOVERFLOW, ERR_RESYNC, F_ABORT_TX, F_ASYNC, F_FUP_IP, F_IN_TX, F_SAMPLE_IPC,
+    FUP_IN_PSB, FUP_NO_TIP, IN_SYNC, NO_IP, NO_PSB, OP_CALL, OP_INT, OP_IRET, OP_JCC, OP_JMP, OP_LOOP, OP_OTHER,
+    OP_RET, OP_SYSCALL, OP_SYSRET, OP_VMENTRY, PERIOD_INSTRUCTIONS, PERIOD_MTC, PERIOD_TICKS, T_BLK_ITEMS, T_BRANCH,
+    T_CBR_CHG, T_EX_STOP, T_INSTRUCTION, T_MWAIT_OP, T_PSB_EVT, T_PTW, T_PWR_ENTRY, T_PWR_EXIT, T_TRACE_BEGIN,
+    T_TRACE_END, T_TRANSACTION, TNT_CONT, WALK_RETURN,
 )
 # The packet kinds TNT, TIP, TIP_PGD and FUP (below) take those names here: their packet states get an _ST suffix.
 from ptexport.decoder.constants import FUP as FUP_ST, TIP as TIP_ST, TIP_PGD as TIP_PGD_ST, TNT as TNT_ST
@@ -268,18 +269,6 @@ K_SETUP_FAIL = -2  # a failure before the first timestamp
 R_DONE, R_NEED, R_RETOK, R_CTX, R_OUTFULL, R_STOP, R_STEP, R_MORE, R_TF = range(9)
 PH_SETUP, PH_RUN, PH_DONE = 0, 1, 2  # PH_DONE: --time stopped the queue after its last range
 
-# Internal outcomes (perf's negative errnos, as the reference; tests/decoder/test_constants.py compares them).
-_RETURN = 1
-_EAGAIN = -11
-_ENOLINK = -67
-_EILSEQ = -84
-_ENOENT = -2
-_EINVAL = -22
-_EBADMSG = -74
-_ENODATA = -61
-_EOVERFLOW = -75
-_ELOOP = -40
-_ENOSYS = -38
 W_NEED = -1000
 W_RETOK = -1001
 W_MORE = -1002  # the next buffer is not in the loaded window
@@ -312,7 +301,7 @@ def _get_data(S, BI, reposition):
         S[BUF] = nb
         S[IDX] = 0
         S[STEP] = 0
-        return _ENODATA
+        return ENODATA
     if BI[nxt, BI_PSTART] < 0:
         S[MORE_BUF] = nxt
         return W_MORE
@@ -328,7 +317,7 @@ def _get_data(S, BI, reposition):
         S[HAVE_TMA] = 0
         S[REF_TIMESTAMP] = BI[nxt, BI_REF]
         S[ST_TRACE_NR] = BI[nxt, BI_TRACE_NR]
-        return _ENOLINK
+        return ENOLINK
     return 0
 
 
@@ -369,7 +358,7 @@ def _get_next_packet(S, PK, BI):
         if k == BAD:
             S[TX_FLAGS] = 0
             S[HAVE_TMA] = 0
-            return _EBADMSG
+            return EBADMSG
         if k != PAD:
             return 0
 
@@ -437,7 +426,7 @@ def _update_sample_time(S):
 @_jit
 def _bug(S):
     S[PKT_STATE] = NO_PSB
-    return _ENOSYS
+    return ENOSYS
 
 
 # ----------------------------------------------------------------------- timing
@@ -691,7 +680,7 @@ def _walk(S, HK, HV, GK, GV, BK, BND, ip, to_ip, max_insn, nr):
         return S[INJ_ERR], S[INJ_CNT], S[INJ_NEWIP], S[INJ_OP], S[INJ_BR], S[INJ_LEN], S[INJ_REL]
     if not nr and not S[HAVE_THREAD] and _ult(ip, S[P_KERNEL_START]):
         S[LASTFAIL] = -1
-        return _EINVAL, 0, ip, OP_OTHER, BR_NO_BRANCH, 0, 0
+        return EINVAL, 0, ip, OP_OTHER, BR_NO_BRANCH, 0, 0
     # guest (non-root) code has its own table: the guest's address space of the context
     b = tab_find(GK, GV, ip) if nr else tab_find(HK, HV, ip)
     if b < 0:
@@ -821,9 +810,9 @@ def _walk_insn(S, STK, HK, HV, GK, GV, BK, BND, to_ip):
     if err:
         S[NO_PROGRESS] = 0
         S[PKT_STATE] = NO_IP
-        return _ENOLINK if err == _ENOENT else _EILSEQ
+        return ENOLINK if err == ENOENT else EILSEQ
     if to_ip and S[IP] == to_ip:
-        result = _EAGAIN
+        result = EAGAIN
     else:
         if max_insn_cnt and insn_cnt >= max_insn_cnt:
             _sample_insn(S)
@@ -832,7 +821,7 @@ def _walk_insn(S, STK, HK, HV, GK, GV, BK, BND, to_ip):
             S[ST_FROM_IP] = S[IP]
             S[ST_TO_IP] = 0
             S[IP] += ln
-            result = _RETURN
+            result = WALK_RETURN
         else:
             if op == OP_CALL:
                 if br != BR_UNCONDITIONAL or rel:
@@ -845,7 +834,7 @@ def _walk_insn(S, STK, HK, HV, GK, GV, BK, BND, to_ip):
                 S[ST_FROM_IP] = S[IP]
                 S[IP] = S[IP] + ln + rel
                 S[ST_TO_IP] = S[IP]
-                result = _RETURN
+                result = WALK_RETURN
                 if cnt:
                     if cnt == 1:
                         S[STUCK_IP] = S[ST_TO_IP]
@@ -855,7 +844,7 @@ def _walk_insn(S, STK, HK, HV, GK, GV, BK, BND, to_ip):
                         S[PKT_STATE] = ERR_RESYNC
                         S[NO_PROGRESS] = 0
                         _finish_walk(S)
-                        return _ELOOP
+                        return ELOOP
                     else:
                         S[STUCK_IP_CNT] -= 1
                         if not S[STUCK_IP_CNT]:
@@ -945,21 +934,21 @@ def _walk_fup(S, STK, HK, HV, GK, GV, BK, BND):
         err = _walk_insn(S, STK, HK, HV, GK, GV, BK, BND, ip)
         if err == W_NEED:
             return err
-        if err == _RETURN:
+        if err == WALK_RETURN:
             return 0
-        if err == _EAGAIN or (S[P_FUP_NLIP] and not err and S[INS_BR] == BR_INDIRECT
+        if err == EAGAIN or (S[P_FUP_NLIP] and not err and S[INS_BR] == BR_INDIRECT
                               and ip == S[IP] + S[INS_LEN]):
             no_tip = S[PKT_STATE] != FUP_ST
             S[PKT_STATE] = IN_SYNC
             if _fup_event(S) and no_tip:
                 return 0
-            return _EAGAIN
+            return EAGAIN
         S[SET_FUP_TX] = 0
         if err:
             return err
         if S[INS_BR] == BR_INDIRECT or S[INS_BR] == BR_CONDITIONAL:
             S[PKT_STATE] = ERR_RESYNC
-            return _ENOENT
+            return ENOENT
         return _bug(S)
 
 
@@ -969,7 +958,7 @@ def _walk_tip(S, STK, HK, HV, GK, GV, BK, BND):
     err = _walk_insn(S, STK, HK, HV, GK, GV, BK, BND, 0)
     if err == W_NEED:
         return err
-    if err == _RETURN:
+    if err == WALK_RETURN:
         return 0
     if err:
         return err
@@ -989,7 +978,7 @@ def _walk_tip(S, STK, HK, HV, GK, GV, BK, BND):
         return 0
     if S[INS_BR] == BR_CONDITIONAL:
         S[PKT_STATE] = ERR_RESYNC
-        return _ENOENT
+        return ENOENT
     return _bug(S)
 
 
@@ -1000,7 +989,7 @@ def _walk_tnt(S, PK, BI, STK, HK, HV, GK, GV, BK, BND):
         err = _walk_insn(S, STK, HK, HV, GK, GV, BK, BND, 0)
         if err == W_NEED:
             return err
-        if err == _RETURN:
+        if err == WALK_RETURN:
             return 0
         if err:
             return err
@@ -1009,7 +998,7 @@ def _walk_tnt(S, PK, BI, STK, HK, HV, GK, GV, BK, BND):
         if op == OP_RET:
             if not S[P_RETCOMP] or not S[RET_ADDR] or not (S[TNT_PAYLOAD] & _BIT63):
                 S[PKT_STATE] = ERR_RESYNC
-                return _ENOENT
+                return ENOENT
             S[TNT_COUNT] -= 1
             S[PKT_STATE] = TNT_CONT if S[TNT_COUNT] else IN_SYNC
             S[TNT_PAYLOAD] = S[TNT_PAYLOAD] << 1
@@ -1024,7 +1013,7 @@ def _walk_tnt(S, PK, BI, STK, HK, HV, GK, GV, BK, BND):
             if S[KIND] != TIP or S[COUNT] == 0:
                 S[PKT_STATE] = ERR_RESYNC
                 S[STEP] = 0
-                return _ENOENT
+                return ENOENT
             _set_last_ip(S)
             S[ST_FROM_IP] = S[IP]
             S[ST_TO_IP] = S[LAST_IP]
@@ -1051,7 +1040,7 @@ def _walk_tnt(S, PK, BI, STK, HK, HV, GK, GV, BK, BND):
             S[IP] += S[INS_LEN]
             if not S[TNT_COUNT]:
                 _update_sample_time(S)
-                return _EAGAIN
+                return EAGAIN
             S[TNT_PAYLOAD] = S[TNT_PAYLOAD] << 1
             continue
         return _bug(S)
@@ -1091,7 +1080,7 @@ def _overflow(S):
     S[SET_FUP_EXSTOP] = 0
     S[SET_FUP_BEP] = 0
     S[OVERFLOW] = 1
-    return _EOVERFLOW
+    return EOVERFLOW
 
 
 # -------------------------------------------------------------------- PSB walks
@@ -1147,7 +1136,7 @@ def _walk_psbend(S, F, PK, BI):
             break
         if _is_psb_abort(k):
             S[HAVE_TMA] = 0
-            err = _EAGAIN
+            err = EAGAIN
             break
         if k == OVF:
             err = _overflow(S)
@@ -1173,7 +1162,7 @@ def _walk_psb(S, F, PK, BI):
                 or k == BEP_IP):
             if k == TIP_PGD:
                 S[CONT_PERIOD] = 0
-            err = _ENOENT
+            err = ENOENT
             break
         if k == TRACESTOP or k == TNT:
             if k == TRACESTOP:
@@ -1182,7 +1171,7 @@ def _walk_psb(S, F, PK, BI):
                 S[TX_FLAGS] = 0
             S[HAVE_TMA] = 0
             S[PKT_STATE] = IN_SYNC if S[IP] else ERR_RESYNC
-            err = _ENOENT
+            err = ENOENT
             break
         if k == OVF:
             err = _overflow(S)
@@ -1211,7 +1200,7 @@ def _psb(S, F, PK, BI):
 def _fup_in_psb(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
     if S[IP] != S[LAST_IP]:
         err = _walk_fup(S, STK, HK, HV, GK, GV, BK, BND)
-        if not err or err != _EAGAIN:
+        if not err or err != EAGAIN:
             return err
     S[PKT_STATE] = IN_SYNC
     err = _psb(S, F, PK, BI)
@@ -1219,7 +1208,7 @@ def _fup_in_psb(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
         return err
     if err:
         S[PKT_STATE] = ERR_RESYNC
-        return _ENOENT
+        return ENOENT
     return 0
 
 
@@ -1307,7 +1296,7 @@ def _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
                 S[TNT_PAYLOAD] = S[PAYLOAD]
                 S[PKT_STATE] = TNT_ST
                 err = _walk_tnt(S, PK, BI, STK, HK, HV, GK, GV, BK, BND)
-                if err != _EAGAIN:
+                if err != EAGAIN:
                     return err
         elif k == TIP_PGD:
             if S[COUNT]:
@@ -1347,7 +1336,7 @@ def _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
                         no_tip = True
                     S[PKT_STATE] = FUP_NO_TIP if no_tip else FUP_ST
                     err = _walk_fup(S, STK, HK, HV, GK, GV, BK, BND)
-                    if err != _EAGAIN:
+                    if err != EAGAIN:
                         return err
                     if not no_tip:
                         return _walk_fup_tip(S, F, PK, BI)
@@ -1364,7 +1353,7 @@ def _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
             if done:
                 return err
             err = _psb(S, F, PK, BI)
-            if err == _EAGAIN:
+            if err == EAGAIN:
                 continue
             return err
         elif k == PIP:
@@ -1482,7 +1471,7 @@ def _walk_fup_tip(S, F, PK, BI):
                 or k == MWAIT or k == PWRE or k == PWRX or k == BBP or k == BIP or k == BEP or k == BEP_IP):
             S[PKT_STATE] = ERR_RESYNC
             S[STEP] = 0
-            return _ENOENT
+            return ENOENT
         if k == CBR:
             _calc_cbr(S, F)
         elif k == OVF:
@@ -1705,19 +1694,19 @@ def _sync(S, F, PK, BI, BD):
 
 @_jit
 def _errno_to_code(err):
-    if err == _ENOSYS:
+    if err == ENOSYS:
         return ERR_INTERN
-    if err == _EBADMSG:
+    if err == EBADMSG:
         return ERR_BADPKT
-    if err == _ENODATA:
+    if err == ENODATA:
         return ERR_NODATA
-    if err == _EILSEQ:
+    if err == EILSEQ:
         return ERR_NOINSN
-    if err == _ENOENT:
+    if err == ENOENT:
         return ERR_MISMAT
-    if err == _EOVERFLOW:
+    if err == EOVERFLOW:
         return ERR_OVR
-    if err == _ELOOP:
+    if err == ELOOP:
         return ERR_NELOOP
     return ERR_UNK
 
@@ -1741,17 +1730,17 @@ def _decode(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
             err = _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND)
         elif ps == TNT_ST or ps == TNT_CONT:
             err = _walk_tnt(S, PK, BI, STK, HK, HV, GK, GV, BK, BND)
-            if err == _EAGAIN:
+            if err == EAGAIN:
                 err = _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND)
         elif ps == TIP_ST or ps == TIP_PGD_ST:
             err = _walk_tip(S, STK, HK, HV, GK, GV, BK, BND)
         elif ps == FUP_ST:
             err = _walk_fup(S, STK, HK, HV, GK, GV, BK, BND)
-            if err == _EAGAIN:
+            if err == EAGAIN:
                 err = _walk_fup_tip(S, F, PK, BI)
         elif ps == FUP_NO_TIP:
             err = _walk_fup(S, STK, HK, HV, GK, GV, BK, BND)
-            if err == _EAGAIN:
+            if err == EAGAIN:
                 err = _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND)
         elif ps == FUP_IN_PSB:
             err = _fup_in_psb(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND)
@@ -1759,12 +1748,12 @@ def _decode(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
             err = _bug(S)
         if err == W_NEED or err == W_RETOK or err == W_MORE:
             return err
-        if err != _ENOLINK:
+        if err != ENOLINK:
             break
     S[ST_POS] = _abs_pos(S, PK, BI)
     if err:
         S[ST_ERR] = _errno_to_code(err)
-        if err != _EOVERFLOW:
+        if err != EOVERFLOW:
             S[ST_FROM_IP] = S[IP]
         _update_sample_time(S)
         S[SAMPLE_TOT_CYC_CNT] = S[TOT_CYC_CNT]

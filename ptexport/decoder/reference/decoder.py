@@ -32,11 +32,12 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from ptexport.decoder.constants import (
-    BR_CONDITIONAL, BR_INDIRECT, BR_NO_BRANCH, BR_UNCONDITIONAL, ERR_RESYNC, FUP, FUP_IN_PSB, FUP_NO_TIP,
-    F_ABORT_TX, F_ASYNC, F_FUP_IP, F_IN_TX, F_SAMPLE_IPC, IN_SYNC, NO_IP, NO_PSB, OP_CALL, OP_OTHER, OP_RET,
-    PERIOD_INSTRUCTIONS, PERIOD_MTC, PERIOD_NONE, PERIOD_TICKS, RESAMPLE, TIP, TIP_PGD, TNT, TNT_CONT, T_BLK_ITEMS,
-    T_BRANCH, T_CBR_CHG, T_EVT, T_EX_STOP, T_IFLAG_CHG, T_INSTRUCTION, T_MWAIT_OP, T_PSB_EVT, T_PTW, T_PWR_ENTRY,
-    T_PWR_EXIT, T_TRACE_BEGIN, T_TRACE_END, T_TRANSACTION,
+    BR_CONDITIONAL, BR_INDIRECT, BR_NO_BRANCH, BR_UNCONDITIONAL, EAGAIN, EBADMSG, EILSEQ, ELOOP, ENODATA, ENOENT,
+    ENOLINK, ENOSYS, EOVERFLOW, ERR_RESYNC, F_ABORT_TX, F_ASYNC, F_FUP_IP, F_IN_TX, F_SAMPLE_IPC, FUP, FUP_IN_PSB,
+    FUP_NO_TIP, IN_SYNC, NO_IP, NO_PSB, OP_CALL, OP_OTHER, OP_RET, PERIOD_INSTRUCTIONS, PERIOD_MTC, PERIOD_NONE,
+    PERIOD_TICKS, RESAMPLE, T_BLK_ITEMS, T_BRANCH, T_CBR_CHG, T_EVT, T_EX_STOP, T_IFLAG_CHG, T_INSTRUCTION,
+    T_MWAIT_OP, T_PSB_EVT, T_PTW, T_PWR_ENTRY, T_PWR_EXIT, T_TRACE_BEGIN, T_TRACE_END, T_TRANSACTION, TIP, TIP_PGD,
+    TNT, TNT_CONT, WALK_RETURN,
 )
 from ptexport.decoder.codewalk import Insn
 from ptexport.samples.columns import ERR_BADPKT, ERR_INTERN, ERR_MISMAT, ERR_NELOOP, ERR_NODATA, ERR_NOINSN, ERR_OVR, ERR_UNK
@@ -48,27 +49,15 @@ _HOP_PROCESS, _HOP_IGNORE, _HOP_RETURN, _HOP_AGAIN = range(4)
 _IFLAG = 1 << 2  # MODE.Exec: RFLAGS.IF (the packet's count)
 _MAX_EVDS = 64
 
-# Internal outcomes (perf's negative errnos).
-_RETURN = 1  # walk_insn stopped at a branch it handled
-_EAGAIN = -11
-_ENOLINK = -67
-_EILSEQ = -84
-_ENOENT = -2
-_EINVAL = -22
-_EBADMSG = -74
-_ENODATA = -61
-_EOVERFLOW = -75
-_ELOOP = -40
-_ENOSYS = -38
 
 _ERRNO_TO_CODE = {
-    _ENOSYS: ERR_INTERN,
-    _EBADMSG: ERR_BADPKT,
-    _ENODATA: ERR_NODATA,
-    _EILSEQ: ERR_NOINSN,
-    _ENOENT: ERR_MISMAT,
-    _EOVERFLOW: ERR_OVR,
-    _ELOOP: ERR_NELOOP,
+    ENOSYS: ERR_INTERN,
+    EBADMSG: ERR_BADPKT,
+    ENODATA: ERR_NODATA,
+    EILSEQ: ERR_NOINSN,
+    ENOENT: ERR_MISMAT,
+    EOVERFLOW: ERR_OVR,
+    ELOOP: ERR_NELOOP,
 }
 
 _MASK64 = (1 << 64) - 1
@@ -476,7 +465,7 @@ class PerfDecoder:
             c.kinds = []
             c.idx = 0
             c.step = 0
-            return _ENODATA
+            return ENODATA
         first = c.buf_idx < 0
         self._load_buffer(nxt)
         buf = bufs[nxt]
@@ -490,7 +479,7 @@ class PerfDecoder:
             t.have_tma = False
             t.ref_timestamp = buf.ref_timestamp
             self.state.trace_nr = buf.trace_nr
-            return _ENOLINK
+            return ENOLINK
         return 0
 
     def _abs_pos(self) -> int:
@@ -523,7 +512,7 @@ class PerfDecoder:
         # perf (non-strict) keeps the current packet state and steps one byte.
         self.flow.tx_flags = 0
         self.timing.have_tma = False
-        return _EBADMSG
+        return EBADMSG
 
     def _lookahead(self):
         """Yield (kind, count, payload, pos) of the packets after the current one in this buffer."""
@@ -582,7 +571,7 @@ class PerfDecoder:
 
     def _bug(self) -> int:
         self.flow.pkt_state = NO_PSB
-        return _ENOSYS
+        return ENOSYS
 
     # ----------------------------------------------------------------- timing
 
@@ -860,9 +849,9 @@ class PerfDecoder:
         if err:
             f.no_progress = 0
             f.pkt_state = NO_IP
-            return _ENOLINK if err == _ENOENT else _EILSEQ
+            return ENOLINK if err == ENOENT else EILSEQ
         if to_ip and f.ip == to_ip:
-            result = _EAGAIN
+            result = EAGAIN
         else:
             if max_insn_cnt and insn_cnt >= max_insn_cnt:
                 self._sample_insn()
@@ -871,7 +860,7 @@ class PerfDecoder:
                 st.from_ip = f.ip
                 st.to_ip = 0
                 f.ip += insn.length
-                result = _RETURN
+                result = WALK_RETURN
             else:
                 if insn.op == OP_CALL:
                     if insn.branch != BR_UNCONDITIONAL or insn.rel:  # zero-length calls excluded
@@ -884,7 +873,7 @@ class PerfDecoder:
                     st.from_ip = f.ip
                     f.ip = (f.ip + insn.length + insn.rel) & _MASK64
                     st.to_ip = f.ip
-                    result = _RETURN
+                    result = WALK_RETURN
                     if cnt:
                         if cnt == 1:
                             f.stuck_ip = st.to_ip
@@ -894,7 +883,7 @@ class PerfDecoder:
                             f.pkt_state = ERR_RESYNC
                             f.no_progress = 0
                             self._finish_walk(insn)
-                            return _ELOOP
+                            return ELOOP
                         else:
                             f.stuck_ip_cnt -= 1
                             if not f.stuck_ip_cnt:
@@ -1071,9 +1060,9 @@ class PerfDecoder:
         ip = f.last_ip
         while True:
             err = self._walk_insn(insn, ip)
-            if err == _RETURN:
+            if err == WALK_RETURN:
                 return 0
-            if err == _EAGAIN or (
+            if err == EAGAIN or (
                 self.cfg.fup_with_nlip and not err and insn.branch == BR_INDIRECT
                 and ip == f.ip + insn.length
             ):
@@ -1081,20 +1070,20 @@ class PerfDecoder:
                 f.pkt_state = IN_SYNC
                 if self._fup_event(no_tip) and no_tip:
                     return 0
-                return _EAGAIN
+                return EAGAIN
             self.pending.set_fup_tx_flags = False
             if err:
                 return err
             if insn.branch in (BR_INDIRECT, BR_CONDITIONAL):
                 f.pkt_state = ERR_RESYNC
-                return _ENOENT
+                return ENOENT
             return self._bug()
 
     def _walk_tip(self) -> int:
         st = self.state
         insn = Insn()
         err = self._walk_insn(insn, 0)
-        if err == _RETURN:
+        if err == WALK_RETURN:
             return 0
         if err:
             return err
@@ -1116,7 +1105,7 @@ class PerfDecoder:
             return 0
         if insn.branch == BR_CONDITIONAL:
             f.pkt_state = ERR_RESYNC
-            return _ENOENT
+            return ENOENT
         return self._bug()
 
     def _walk_tnt(self) -> int:
@@ -1125,14 +1114,14 @@ class PerfDecoder:
         insn = Insn()
         while True:
             err = self._walk_insn(insn, 0)
-            if err == _RETURN:
+            if err == WALK_RETURN:
                 return 0
             if err:
                 return err
             if insn.op == OP_RET:
                 if not self.cfg.return_compression or not f.ret_addr or not (f.tnt_payload & _BIT63):
                     f.pkt_state = ERR_RESYNC
-                    return _ENOENT
+                    return ENOENT
                 f.tnt_count -= 1
                 f.pkt_state = TNT_CONT if f.tnt_count else IN_SYNC
                 f.tnt_payload = (f.tnt_payload << 1) & _MASK64
@@ -1148,7 +1137,7 @@ class PerfDecoder:
                 if self.kind != Pkt.TIP or self.count == 0:
                     f.pkt_state = ERR_RESYNC
                     self.cur.step = 0
-                    return _ENOENT
+                    return ENOENT
                 self._set_last_ip()
                 st.from_ip = f.ip
                 st.to_ip = f.last_ip
@@ -1176,7 +1165,7 @@ class PerfDecoder:
                 f.ip += insn.length
                 if not f.tnt_count:
                     self._update_sample_time()
-                    return _EAGAIN
+                    return EAGAIN
                 f.tnt_payload = (f.tnt_payload << 1) & _MASK64
                 continue
             return self._bug()
@@ -1209,7 +1198,7 @@ class PerfDecoder:
         f.pge = False
         self._clear_fup_event()
         f.overflow = True
-        return _EOVERFLOW
+        return EOVERFLOW
 
     # --------------------------------------------------------------- PSB walks
 
@@ -1227,7 +1216,7 @@ class PerfDecoder:
                     return 0
                 if k in _PSB_ABORT:
                     self.timing.have_tma = False
-                    return _EAGAIN
+                    return EAGAIN
                 if k == Pkt.OVF:
                     return self._overflow()
                 self._psb_common(k, psb_walk=False)
@@ -1281,7 +1270,7 @@ class PerfDecoder:
                          Pkt.CFE, Pkt.CFE_IP, Pkt.EVD):
                     if k == Pkt.TIP_PGD:
                         self.counters.continuous_period = False
-                    return _ENOENT
+                    return ENOENT
                 if k in (Pkt.TRACESTOP, Pkt.TNT):
                     if k == Pkt.TRACESTOP:
                         f.pge = False
@@ -1289,7 +1278,7 @@ class PerfDecoder:
                         f.tx_flags = 0
                     self.timing.have_tma = False
                     f.pkt_state = IN_SYNC if f.ip else ERR_RESYNC
-                    return _ENOENT
+                    return ENOENT
                 if k == Pkt.OVF:
                     return self._overflow()
                 self._psb_common(k, psb_walk=True)
@@ -1315,12 +1304,12 @@ class PerfDecoder:
         f = self.flow
         if f.ip != f.last_ip:
             err = self._walk_fup()
-            if not err or err != _EAGAIN:
+            if not err or err != EAGAIN:
                 return err
         f.pkt_state = IN_SYNC
         if self._psb():
             f.pkt_state = ERR_RESYNC
-            return _ENOENT
+            return ENOENT
         return 0
 
     def _psb_with_fup(self) -> tuple[bool, int]:
@@ -1408,7 +1397,7 @@ class PerfDecoder:
                     f.tnt_payload = self.payload
                     f.pkt_state = TNT
                     err = self._walk_tnt()
-                    if err != _EAGAIN:
+                    if err != EAGAIN:
                         return err
             elif k == Pkt.TIP_PGD:
                 if self.count:
@@ -1451,7 +1440,7 @@ class PerfDecoder:
                             no_tip = True
                         f.pkt_state = FUP_NO_TIP if no_tip else FUP
                         err = self._walk_fup()
-                        if err != _EAGAIN:
+                        if err != EAGAIN:
                             return err
                         if not no_tip:
                             return self._walk_fup_tip()
@@ -1468,7 +1457,7 @@ class PerfDecoder:
                 if done:
                     return err
                 err = self._psb()
-                if err == _EAGAIN:
+                if err == EAGAIN:
                     continue  # re-examine the packet that ended PSB+
                 return err
             elif k == Pkt.PIP:
@@ -1520,7 +1509,7 @@ class PerfDecoder:
                 continue  # the FUP (or whatever came instead) next
             elif k == Pkt.EVD:
                 if len(e.evd) >= _MAX_EVDS:
-                    return _ENOSYS  # perf: "Too many EVD packets"
+                    return ENOSYS  # perf: "Too many EVD packets"
                 e.evd.append((self.count, self.payload))
             elif k == Pkt.MODE_TSX:
                 if not f.pge or f.in_psb:
@@ -1654,7 +1643,7 @@ class PerfDecoder:
             f.last_ip = 0
             f.have_last_ip = True
             err = self._walk_psbend()
-            if err == _EAGAIN:
+            if err == EAGAIN:
                 return _HOP_AGAIN, 0, no_tip
             if err:
                 return _HOP_RETURN, err, no_tip
@@ -1686,7 +1675,7 @@ class PerfDecoder:
                      Pkt.PWRE, Pkt.PWRX, Pkt.BBP, Pkt.BIP, Pkt.BEP, Pkt.BEP_IP, Pkt.CFE, Pkt.CFE_IP, Pkt.EVD):
                 f.pkt_state = ERR_RESYNC
                 self.cur.step = 0
-                return _ENOENT
+                return ENOENT
             if k == Pkt.CBR:
                 self._calc_cbr()
             elif k == Pkt.OVF:
@@ -1917,17 +1906,17 @@ class PerfDecoder:
                 err = self._walk_trace()
             elif ps in (TNT, TNT_CONT):
                 err = self._walk_tnt()
-                if err == _EAGAIN:
+                if err == EAGAIN:
                     err = self._walk_trace()
             elif ps in (TIP, TIP_PGD):
                 err = self._walk_tip()
             elif ps == FUP:
                 err = self._walk_fup()
-                if err == _EAGAIN:
+                if err == EAGAIN:
                     err = self._walk_fup_tip()
             elif ps == FUP_NO_TIP:
                 err = self._walk_fup()
-                if err == _EAGAIN:
+                if err == EAGAIN:
                     err = self._walk_trace()
             elif ps == FUP_IN_PSB:
                 err = self._fup_in_psb()
@@ -1939,14 +1928,14 @@ class PerfDecoder:
                 err = 0
             else:
                 err = self._bug()
-            if err != _ENOLINK:
+            if err != ENOLINK:
                 break
         st.pos = self._abs_pos()
         t = self.timing
         n = self.counters
         if err:
             st.err = _ERRNO_TO_CODE.get(err, ERR_UNK)
-            if err != _EOVERFLOW:
+            if err != EOVERFLOW:
                 st.from_ip = f.ip
             self._update_sample_time()
             n.sample_tot_cyc_cnt = n.tot_cyc_cnt
