@@ -227,7 +227,8 @@ class DbExporter:
         self.pt = host.pt  # the host's thread table
         if config.kallsyms:
             host.kallsyms  # an explicit --kallsyms is read (and its errors raised) at once; else when needed
-        self._evsel: dict[Any, int] = {}
+        self._evsel: dict[Any, int] = {}  # event kind, or ("attr", id of a recorded attr) -> evsel id
+        self._evsel_names: dict[int, str] = {}  # evsel id -> name, of the recording's own events
         self.calltree = make_call_tree(kernel_start=session.kernel_start) if config.calls else None
         if self.calltree is not None:
             self.m.call_paths.pending.clear()  # the call tree numbers call paths, root included
@@ -381,13 +382,13 @@ class DbExporter:
         if evsel_id is None:
             evsel_id = self.m.evsel(self.s.pd.event_name(attr))
             self._evsel[("attr", id(attr))] = evsel_id
-            self._evsel[("name", evsel_id)] = self.s.pd.event_name(attr)
+            self._evsel_names[evsel_id] = self.s.pd.event_name(attr)
         pid = rec.pid if rec.pid is not None else -1
         tid = rec.tid if rec.tid is not None else -1
         time = rec.time or 0
         thread_id, comm_id = self.threads(pid, tid, time)
         if self.vm.active:  # a kvm:kvm_exit tracepoint names its VM exit's reason
-            self.vm.sample_record(rec, self._evsel.get(("name", evsel_id), ""), thread_id)
+            self.vm.sample_record(rec, self._evsel_names.get(evsel_id, ""), thread_id)
         ip = rec.ip or 0
         cpumode = rec.misc & 7
         dso, sym, sym_off, _ = self.resolve(pid, ip, time, kernel=cpumode in (1, 4))
@@ -513,10 +514,12 @@ class DbExporter:
         self.w.write_rows("stats", [(first + i, *row) for i, row in enumerate(self.stats_rows)])
 
     def _write_calls(self) -> None:
-        paths = self.calltree.take_call_paths()
+        tree = self.calltree
+        assert tree is not None  # called with --calls only
+        paths = tree.take_call_paths()
         if len(paths.get("id", ())):
             self.w.write_call_paths(paths)
-        calls = self.calltree.take_calls()
+        calls = tree.take_calls()
         if len(calls["id"]):
             self.w.write_calls(calls)
 

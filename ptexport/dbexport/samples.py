@@ -66,6 +66,7 @@ def export_samples(ex: DbExporter, batches: Iterable[SampleColumns],
                    progress: Callable[[int, int], None] | None, total: int) -> None:
     """Export ``batches`` through ``ex`` one sample at a time (host machine only: samples carry no machine yet)."""
     feed = ex.feed
+    assert feed is not None  # DbExporter.run sets it before it runs the loop
     st = ex.machines[0]
     tree: dict[str, list[int]] | None = {k: [] for k in TREE_KEYS} if ex.calltree is not None else None
     samples: dict[str, list[int]] = {k: [] for k in SAMPLE_KEYS}

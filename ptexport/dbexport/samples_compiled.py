@@ -600,10 +600,12 @@ class _Batch:
                 out["exstop"] = list(zip(sid, (pl != 0).tolist()))
             elif k == EV_EVT:
                 out["evt"] = [evt_row(s, p) for s, p in zip(sid, pl.tolist())]
-                if cols.evd_row is not None and len(cols.evd_row):  # their EVD packets, in order
+                evd_row, evd_type, evd_payload = cols.evd_row, cols.evd_type, cols.evd_payload
+                if evd_row is not None and len(evd_row):  # their EVD packets, in order
+                    assert evd_type is not None and evd_payload is not None  # set with evd_row
                     n0 = self.ex.n_evd
                     out["evd"] = [(n0 + j + 1, s, t, p) for j, (s, t, p) in enumerate(zip(
-                        self.sid[cols.evd_row].tolist(), cols.evd_type.tolist(), cols.evd_payload.tolist()))]
+                        self.sid[evd_row].tolist(), evd_type.tolist(), evd_payload.tolist()))]
                     self.ex.n_evd += len(out["evd"])
             elif k == EV_IFLAG:
                 out["iflag"] = [iflag_row(s, p) for s, p in zip(sid, pl.tolist())]
@@ -614,6 +616,7 @@ def export_samples(ex: DbExporter, batches: Iterable[SampleColumns],
                    progress: Callable[[int, int], None] | None, total: int) -> None:
     """Export ``batches`` (perf's order) through ``ex``; sideband records from ``ex.feed``."""
     feed = ex.feed
+    assert feed is not None  # DbExporter.run sets it before it runs the loop
     cache = AddressCache()  # (group, address) -> DSO and symbol ids, for the whole run
     done = 0
     for cols in batches:

@@ -151,7 +151,11 @@ def csv_rows(cols: SampleColumns, vm: bool = False) -> Iterator[list]:
     kinds, times, cpus, pids, tids = (cols.kind.tolist(), cols.time.tolist(), cols.cpu.tolist(),
                                       cols.pid.tolist(), cols.tid.tolist())
     ips, addrs, flags, codes = cols.ip.tolist(), cols.addr.tolist(), cols.flags.tolist(), cols.code.tolist()
-    extra = list(zip(cols.machine_pid.tolist(), cols.vcpu.tolist())) if vm else None
+    extra: list[tuple[int, int]] = []
+    if vm:
+        mpids, vcpus = cols.machine_pid, cols.vcpu
+        assert mpids is not None and vcpus is not None  # vm: the batch has its guest columns
+        extra = list(zip(mpids.tolist(), vcpus.tolist()))
     for i, k in enumerate(kinds):
         err = cols.error_message(codes[i]) if k == EV_ERROR else ""
         row = [times[i], cpus[i], pids[i], tids[i], ips[i], addrs[i], flags[i], EVENT_NAMES[k], err]

@@ -11,6 +11,8 @@ result is the row permutation.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from ptexport.jit import numba
@@ -157,7 +159,8 @@ if numba is not None:
     _row_ranks = numba.njit(cache=True)(_row_ranks)
 
 
-def perf_order(items: list[tuple[np.ndarray, np.ndarray]], event_tscs: list[tuple[int, bool]], n_lost: int,
+def perf_order(items: Sequence[tuple[Sequence[bool] | np.ndarray, Sequence[int] | np.ndarray]],
+               event_tscs: list[tuple[int, bool]], n_lost: int,
                queue: np.ndarray, step: np.ndarray, lost_base: int) -> np.ndarray:
     """Row permutation in perf's output order (see ``PerfSession._perf_order``)."""
     sizes = [len(ts) for _, ts in items]

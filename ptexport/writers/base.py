@@ -178,9 +178,9 @@ class Writer:
         if table in TIME_BLOCK_COLUMNS:
             self._note_time_blocks(table, full, n)
         if table == "samples":
-            bt = full["branch_type"]
-            vals = distinct(np.asarray(bt, dtype=np.int64)) if not np.isscalar(bt) else [bt]
-            self.branch_type_values.update(int(v) for v in vals)
+            # the column, or its default (a scalar, broadcast by the writer) as one value
+            bt = np.asarray(full["branch_type"], dtype=np.int64).reshape(-1)
+            self.branch_type_values.update(distinct(bt).tolist())
         self._insert_columns(table, full, n)
         self.row_counts[table] = self.row_counts.get(table, 0) + n
 

@@ -75,7 +75,7 @@ class PostgresWriter(Writer):
         self.target = _redacted(self.params)
         self.tmp_name = pg_tmp_name(self.dbname, os.getpid())
         self._exporting = False
-        self.conn = None
+        self.conn: psycopg.Connection | None = None  # the temporary database's session
         self._pool: ThreadPoolExecutor | None = None
         self._pending: deque[Future[None]] = deque()
         #: temporary databases of exports to this target that died, dropped
@@ -130,7 +130,11 @@ class PostgresWriter(Writer):
             self._exporting = False
             export_ended()
 
-    def _connect(self, dbname: str, **options: Any):
+    def _conn(self) -> psycopg.Connection:
+        assert self.conn is not None  # open from __init__ until the end (finish or abort)
+        return self.conn
+
+    def _connect(self, dbname: str, **options: Any) -> psycopg.Connection:
         params = dict(self.params, dbname=dbname)
         for k, v in options.items():
             params.setdefault(k, v)
@@ -165,7 +169,7 @@ class PostgresWriter(Writer):
 
     def _copy_rows(self, table: str, rows: list[tuple[Any, ...]]) -> None:
         try:
-            with self.conn.cursor() as cur, cur.copy(self._copy_sql(table, False)) as cp:
+            with self._conn().cursor() as cur, cur.copy(self._copy_sql(table, False)) as cp:
                 for r in rows:
                     cp.write_row(r)
         except psycopg.Error as e:
@@ -173,7 +177,7 @@ class PostgresWriter(Writer):
 
     def _copy_binary(self, table: str, chunks: list[bytes]) -> None:
         try:
-            with self.conn.cursor() as cur, cur.copy(self._copy_sql(table, True)) as cp:
+            with self._conn().cursor() as cur, cur.copy(self._copy_sql(table, True)) as cp:
                 cp.write(COPY_HEADER)
                 for chunk in chunks:
                     cp.write(chunk)
@@ -211,7 +215,7 @@ class PostgresWriter(Writer):
                 rec[f"l{j}"] = _BINARY[c.type][1]
                 v = cols[c.name]
                 if np.isscalar(v):
-                    rec[f"v{j}"] = int(v)
+                    rec[f"v{j}"] = v  # a column's default (an int), broadcast
                 else:
                     a = np.asarray(v[start:stop])
                     rec[f"v{j}"] = (a != 0) if c.type == "boolean" else a.astype(np.int64, copy=False)
@@ -225,7 +229,8 @@ class PostgresWriter(Writer):
             self._pool.shutdown(wait=True)
             self._pool = None
         try:
-            with self.conn.cursor() as cur:
+            conn = self._conn()
+            with conn.cursor() as cur:
                 for s in self.schema.primary_key_sql():
                     cur.execute(s)
                 cur.execute("UPDATE comms SET has_calls = TRUE WHERE id IN (SELECT DISTINCT comm_id FROM calls)")
@@ -234,7 +239,7 @@ class PostgresWriter(Writer):
                 cur.execute("INSERT INTO schema_version VALUES (%s, %s, %s)", self._version_row())
                 cur.executemany("INSERT INTO ptexport_migrations VALUES (%s, %s)", self._migration_rows())
                 cur.execute("ANALYZE")
-            self.conn.close()
+            conn.close()
             self.conn = None
             if self._database_exists(self.dbname):  # only with force (checked at open)
                 self._swap_with_previous()

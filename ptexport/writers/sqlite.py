@@ -119,7 +119,7 @@ class SqliteWriter(Writer):
         self._pools: dict[str, ThreadPoolExecutor] = {}  # one thread per table: in order within a table
         self._pending: deque[tuple[Future[None], int]] = deque()
         self._pending_rows = 0
-        self._handle = None
+        self._handle: int | None = None  # the sqlite3* for the bind loop (_fastsqlite)
         self._want_bind = mode in ("btree", "bind")
         self.conn: sqlite3.Connection | None = None
         #: temporaries of exports to this target that died (and of an earlier process of this PID), removed
@@ -358,8 +358,10 @@ class SqliteWriter(Writer):
         mat = np.empty((len(cdefs), stop - start), dtype=np.int64)
         for j, c in enumerate(cdefs):
             v = cols[c.name]
-            if np.isscalar(v) or isinstance(v, np.ndarray):
-                mat[j] = v if np.isscalar(v) else v[start:stop]  # uint64 wraps to two's complement, as astype
+            if isinstance(v, np.ndarray):
+                mat[j] = v[start:stop]  # uint64 wraps to two's complement, as astype
+            elif np.isscalar(v):
+                mat[j] = v
             else:
                 mat[j] = np.asarray(v[start:stop]).astype(np.int64, copy=False)
         return mat.T
@@ -368,7 +370,8 @@ class SqliteWriter(Writer):
         cdefs = self.schema.tables[table]
         if table == "calls":
             v = cols["comm_id"]
-            self._call_comms.update([int(v)] if np.isscalar(v) else distinct(np.asarray(v, dtype=np.int64)).tolist())
+            # the column, or its default (a scalar, broadcast by the writer) as one value
+            self._call_comms.update(distinct(np.asarray(v, dtype=np.int64).reshape(-1)).tolist())
         has_text = any(is_text_type(c.type) for c in cdefs)
         try:
             if table in self._spools:

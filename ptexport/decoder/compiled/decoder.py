@@ -48,7 +48,7 @@ from ptexport.decoder.compiled import kernel as K
 from ptexport import jit
 from ptexport.decoder.codewalk import PerfCodeWalker
 from ptexport.decoder.context import DecodeContext
-from ptexport.decoder.filters import psb_positions
+from ptexport.decoder.filters import QueueTimeFilter, psb_positions
 from ptexport.pt.perfpkt import PacketColumns
 from ptexport.pt.perfpkt_compiled import tokenize as tokenize_fast
 from ptexport.decoder.constants import BR_NO_BRANCH, PERIOD_INSTRUCTIONS, PERIOD_NONE, PERIOD_TICKS
@@ -298,6 +298,7 @@ class QueueDecoder:
             t = self.ctx.sb.thread(self.qtid)
             return (t.pid if t is not None else -1), self.qtid, -(1 << 63), _I64_MAX
         c = self.cur
+        assert c is not None  # a per-CPU queue has its CPU's timeline
         i = int(np.searchsorted(c.tsc, np.uint64(tsc), side="right")) - 1
         lo = int(c.tsc[i]) if i >= 0 else -(1 << 63)
         hi = int(c.tsc[i + 1]) if i + 1 < len(c.tsc) else _I64_MAX
@@ -580,12 +581,12 @@ class QueueDecoder:
         gkey = self._guest_context(pid, -1, 0, 0, 0)[0]
         self._select(("setup", pid, have_thread), ("setup",) + gkey)
         # --time: perf's decoder-side time filter (not for PSB segments: sessions with ranges are not cut)
-        self.tf = self.ctx.time_filter() if at is None else None
-        if self.tf is not None:
+        tf = self.tf = self.ctx.time_filter() if at is None else None
+        if tf is not None:
             S[K.TF_ON] = 1
-            self._tf_sync()
-            if self.tf.sel_start and self.tf.sel_timestamp:
-                self._fast_forward(self.tf.sel_timestamp)  # perf's setup: to the last PSB before the start
+            self._tf_sync(tf)
+            if tf.sel_start and tf.sel_timestamp:
+                self._fast_forward(tf.sel_timestamp)  # perf's setup: to the last PSB before the start
         if at is not None:
             b, byte = at
             tok = self.tokens
@@ -602,18 +603,19 @@ class QueueDecoder:
 
     # ------------------------------------------------------------ --time
 
-    def _tf_sync(self) -> None:
-        S, tf = self.S, self.tf
+    def _tf_sync(self, tf: QueueTimeFilter) -> None:
+        S = self.S
         S[K.SEL_START] = int(tf.sel_start)
         S[K.SEL_TS] = tf.sel_timestamp
 
     def time_filter(self) -> None:
         """R_TF: perf's intel_pt_time_filter for the state just decoded (start or end passed, or a fast
         forward due); the kernel then samples it or not (HAVE_SAMPLE) or ends the queue (PH_DONE)."""
-        S = self.S
-        verdict, ff = self.tf.filter(int(S[K.PTQ_TS]), int(S[K.FF_TS]))
+        S, tf = self.S, self.tf
+        assert tf is not None  # the kernel asks only with a --time filter (TF_ON)
+        verdict, ff = tf.filter(int(S[K.PTQ_TS]), int(S[K.FF_TS]))
         S[K.FF_TS] = ff
-        self._tf_sync()
+        self._tf_sync(tf)
         if verdict == "stop":
             S[K.PHASE] = K.PH_DONE
         else:
@@ -769,6 +771,7 @@ class QueueDecoder:
         who = o[K.O_WHO_TSC].astype(np.uint64)
         if self.per_cpu:
             c = self.cur
+            assert c is not None  # a per-CPU queue has its CPU's timeline
             idx = np.searchsorted(c.tsc, who, side="right") - 1
             ok = idx >= 0
             pid = np.full(n, -1, np.int64)
