@@ -4,6 +4,12 @@ A parser takes ``(ctx, buf, off, size)`` where ``buf[off:off+size]`` is the whol
 included) and returns the record object; the caller has already checked that the record lies inside
 its buffer.  Parsers raise :class:`BadRecord` with a cause; the reader turns it into a
 :class:`~ptexport.errors.PerfDataError` naming the file, the absolute offset and the record kind.
+
+Layouts are declared once, as plain data (pyelftools' ``structs.py`` way): :data:`SAMPLE_ID_LAYOUT` and
+:data:`SAMPLE_HEAD_LAYOUT` list each sample_type bit's struct format and field names, :data:`FIXED_SPECS`
+each fixed-layout kind's struct and the function naming its fields.  The per-attr parsers (trailer,
+SAMPLE head, fixed kind + trailer in one unpack) are closures built from those declarations by ordinary
+code; nothing is generated as source text.
 """
 
 from __future__ import annotations
@@ -99,37 +105,67 @@ class SampleId(tuple):
         return tuple(self)
 
 
+#: The sample_id fields as perf writes them (struct layout declared once): sample_type bit, struct format,
+#: field names.  The trailer of non-sample records (attr.sample_id_all) holds the present ones in this order.
+SAMPLE_ID_LAYOUT: tuple[tuple[int, str, tuple[str, ...]], ...] = (
+    (int(SampleType.TID), "ii", ("pid", "tid")),
+    (int(SampleType.TIME), "Q", ("time",)),
+    (int(SampleType.ID), "Q", ("id",)),
+    (int(SampleType.STREAM_ID), "Q", ("stream_id",)),
+    (int(SampleType.CPU), "I4x", ("cpu",)),
+    (int(SampleType.IDENTIFIER), "Q", ("identifier",)),
+)
+
+_NONE = (None,)  # appended to unpacked values: the index of an absent field
+
+
+def layout_of(table, sample_type: int) -> tuple[str, tuple[str, ...]]:
+    """The struct format (without byte order) and field names of the entries of ``table`` (a
+    ``(bit, format, names)`` declaration) whose bit is set in ``sample_type``."""
+    fmt, names = "", []
+    for bit, f, ns in table:
+        if sample_type & bit:
+            fmt += f
+            names.extend(ns)
+    return fmt, tuple(names)
+
+
+def sample_id_positions(names: tuple[str, ...], base: int = 0) -> tuple[int, ...]:
+    """Where :class:`SampleId`'s fields are, in its order, in ``values + (None,)`` when ``values[base:]`` are
+    ``names``' values and nothing follows them: absent fields read the trailing None, ``id`` reads
+    ``identifier`` without PERF_SAMPLE_ID."""
+    absent = base + len(names)
+    where = {n: base + i for i, n in enumerate(names)}
+    where.setdefault("id", where.get("identifier", absent))
+    return tuple(where.get(f, absent) for f in SampleId._fields)
+
+
+def sample_id_getter(names: tuple[str, ...], base: int = 0) -> Callable[[tuple], tuple]:
+    """:func:`sample_id_positions` as one getter of ``values + (None,)``."""
+    return _itemgetter(*sample_id_positions(names, base))
+
+
 class TrailerLayout:
     """How to read the sample_id_all trailer of one sample_type (precomputed per attr)."""
 
     __slots__ = ("size", "parse", "fmt", "names")
 
     def __init__(self, sample_type: int):
-        fmt = "<"
-        vals = {}
-        n = 0
-        for bit, f, names in ((SampleType.TID, "ii", ("pid", "tid")), (SampleType.TIME, "Q", ("time",)),
-                              (SampleType.ID, "Q", ("id",)), (SampleType.STREAM_ID, "Q", ("stream_id",)),
-                              (SampleType.CPU, "I4x", ("cpu",)), (SampleType.IDENTIFIER, "Q", ("identifier",))):
-            if sample_type & bit:
-                fmt += f
-                for nm in names:
-                    vals[nm] = f"v[{n}]"
-                    n += 1
-        if "id" not in vals and "identifier" in vals:
-            vals["id"] = vals["identifier"]
-        st = struct.Struct(fmt)
-        self.size = st.size
-        self.fmt = fmt[1:]  # without "<"
-        self.names = tuple(k for k in ("pid", "tid", "time", "id", "stream_id", "cpu", "identifier")
-                           if k in vals and not (k == "id" and not sample_type & SampleType.ID))
-        args = ", ".join(vals.get(k, "None") for k in SampleId._fields)
-        # one specialised function per layout: unpack and build the SampleId in one go
-        src = (f"def parse(buf, end):\n    v = unpack(buf, end - {st.size})\n"
-               f"    return tnew(SampleId, ({args}))\n")
-        ns = {"unpack": st.unpack_from, "SampleId": SampleId, "tnew": _tuple_new}
-        exec(src, ns)  # noqa: S102 - generated from the fixed field table above, no input involved
-        self.parse = ns["parse"]
+        fmt, names = layout_of(SAMPLE_ID_LAYOUT, sample_type)
+        st = struct.Struct("<" + fmt)
+        self.size = size = st.size
+        self.fmt = fmt  # without "<"
+        self.names = names
+        unpack = st.unpack_from
+        # SampleId's fields by plain (non-negative) indexes: cheaper per record than an itemgetter
+        a, b, c, d, e, f, g = sample_id_positions(names)
+
+        def parse(buf, end):
+            """The trailer of the record ending at ``end``."""
+            v = unpack(buf, end - size) + _NONE
+            return _tuple_new(SampleId, (v[a], v[b], v[c], v[d], v[e], v[f], v[g]))
+
+        self.parse = parse
 
 
 # --------------------------------------------------------------------------------------------------
@@ -579,8 +615,9 @@ class ParseContext:
 
 
 def _new(cls, rtype, misc, size):
-    # inner_offset / src stay unset (they read as None) unless the reader sets them
-    r = cls.__new__(cls)
+    # inner_offset / src stay unset (they read as None) unless the reader sets them; the record classes
+    # have no __init__, so cls() is a bare instance (cheaper than cls.__new__(cls))
+    r = cls()
     r.type = rtype
     r.misc = misc
     r.size = size
@@ -771,42 +808,51 @@ _S_HEAD_BITS = int(SampleType.IDENTIFIER | SampleType.IP | SampleType.TID | Samp
 _S_ALL_BITS = (1 << 25) - 1
 
 
+#: The fixed-size leading fields of a SAMPLE record, declared once as :data:`SAMPLE_ID_LAYOUT`.
+SAMPLE_HEAD_LAYOUT: tuple[tuple[int, str, tuple[str, ...]], ...] = (
+    (int(SampleType.IDENTIFIER), "Q", ("identifier",)),
+    (int(SampleType.IP), "Q", ("ip",)),
+    (int(SampleType.TID), "ii", ("pid", "tid")),
+    (int(SampleType.TIME), "Q", ("time",)),
+    (int(SampleType.ADDR), "Q", ("addr",)),
+    (int(SampleType.ID), "Q", ("id",)),
+    (int(SampleType.STREAM_ID), "Q", ("stream_id",)),
+    (int(SampleType.CPU), "I4x", ("cpu",)),
+    (int(SampleType.PERIOD), "Q", ("period",)),
+)
+
+
+def _set_sample_head(r, v) -> None:
+    """Every :data:`SAMPLE_HEAD_LAYOUT` field of a SAMPLE record, in that order (None where absent)."""
+    r.identifier, r.ip, r.pid, r.tid, r.time, r.addr, r.id, r.stream_id, r.cpu, r.period = v
+
+
 class _SampleHead:
     """The fixed-size leading fields of a SAMPLE for one sample_type: one struct unpack."""
 
     __slots__ = ("size", "unpack", "names", "tail", "has_period", "fill")
 
     def __init__(self, st: int):
-        fmt, names = "<", []
-        for bit, f, ns in (
-            (SampleType.IDENTIFIER, "Q", ("identifier",)), (SampleType.IP, "Q", ("ip",)),
-            (SampleType.TID, "ii", ("pid", "tid")), (SampleType.TIME, "Q", ("time",)),
-            (SampleType.ADDR, "Q", ("addr",)), (SampleType.ID, "Q", ("id",)),
-            (SampleType.STREAM_ID, "Q", ("stream_id",)), (SampleType.CPU, "I4x", ("cpu",)),
-            (SampleType.PERIOD, "Q", ("period",)),
-        ):
-            if st & bit:
-                fmt += f
-                names.extend(ns)
-        S = struct.Struct(fmt)
+        fmt, names = layout_of(SAMPLE_HEAD_LAYOUT, st)
+        S = struct.Struct("<" + fmt)
         self.size = S.size
-        self.unpack = S.unpack_from
-        self.names = tuple(names)
-        # a generated function assigns the head fields and builds the SampleId without touching unset slots
-        have = set(names)
-        idv = "id" if "id" in have else ("identifier" if "identifier" in have else "None")
-        sid = ", ".join(n if n in have else "None" for n in ("pid", "tid", "time")) + f", {idv}, " + ", ".join(
-            n if n in have else "None" for n in ("stream_id", "cpu", "identifier"))
-        lines = ["def fill(r, buf, off):"]
-        if names:
-            lines.append(f"    {', '.join(names)}, = unpack(buf, off)")
-            lines += [f"    r.{n} = {n}" for n in names]
-        if "id" not in have and "identifier" in have:
-            lines.append("    r.id = identifier")
-        lines.append(f"    r.sample_id = tnew(SampleId, ({sid}))")
-        ns = {"unpack": S.unpack_from, "tnew": _tuple_new, "SampleId": SampleId}
-        exec("\n".join(lines), ns)  # noqa: S102 - generated from the fixed field table above, no input involved
-        self.fill = ns["fill"]
+        self.unpack = unpack = S.unpack_from
+        self.names = names
+        # the head fields and SampleId's by plain indexes into values + (None,) (absent ones: the None)
+        absent = len(names)
+        where = {n: i for i, n in enumerate(names)}
+        where.setdefault("id", where.get("identifier", absent))
+        h0, h1, h2, h3, h4, h5, h6, h7, h8, h9 = (where.get(n, absent)
+                                                  for _bit, _f, ns in SAMPLE_HEAD_LAYOUT for n in ns)
+        a, b, c, d, e, f, g = sample_id_positions(names)
+
+        def fill(r, buf, off):
+            """The head fields of ``r`` from ``buf[off:]`` (absent ones None, read as unset) and its sample_id."""
+            v = unpack(buf, off) + _NONE
+            _set_sample_head(r, (v[h0], v[h1], v[h2], v[h3], v[h4], v[h5], v[h6], v[h7], v[h8], v[h9]))
+            r.sample_id = _tuple_new(SampleId, (v[a], v[b], v[c], v[d], v[e], v[f], v[g]))
+
+        self.fill = fill
         self.tail = bool(st & _S_ALL_BITS & ~_S_HEAD_BITS)
         self.has_period = bool(st & SampleType.PERIOD)
 
@@ -1254,56 +1300,220 @@ def p_unknown(ctx, buf, off, size, rtype, misc):
     return r
 
 
-def _fixed_parser(cls, label: str, fixed: int, fmt: str = "", names: tuple[str, ...] = ()):
-    """A generated parser for a record kind with only fixed-size fields (plus the sample_id trailer):
-    the hot sideband kinds (SWITCH*, FORK/EXIT, AUX, ITRACE_START, LOST...)."""
-    lines = [
-        "def parse(ctx, buf, off, size, rtype, misc):",
-        f"    if size < {fixed}:",
-        f"        raise BadRecord(f'size {{size}} is too small for the {label} fields ({fixed} bytes)')",
-        "    r = new(cls)",
-        "    r.type = rtype",
-        "    r.misc = misc",
-        "    r.size = size",
-    ]
-    if names:
-        lines.append(f"    {', '.join('r.' + n for n in names)}, = unpack(buf, off + 8)")
-    lines += [
-        "    ut = ctx.utrailer",
-        "    if ut is not None:",
-        f"        if size - ut.size < {fixed}:",
-        f"            raise BadRecord(f'size {{size}} is too small for the {label} fields ({fixed} bytes) and the '",
-        "                            f'{ut.size}-byte sample_id trailer')",
-        "        r.sample_id = ut.parse(buf, off + size)",
-        "    else:",
-        f"        r.sample_id = ctx.sample_id(buf, off, size, {fixed})",
-        "    return r",
-    ]
-    ns = {"BadRecord": BadRecord, "new": cls.__new__, "cls": cls,
-          "unpack": struct.Struct("<" + fmt).unpack_from if fmt else None}
-    exec("\n".join(lines), ns)  # noqa: S102 - generated from the fixed tables below, no input involved
-    return ns["parse"]
+def _fixed_parser(cls, label: str, fixed: int, layout: struct.Struct, set_fields):
+    """The parser of a record kind with only fixed-size fields (plus the sample_id trailer), from its
+    :data:`FIXED_SPECS` layout: the hot sideband kinds (SWITCH*, FORK/EXIT, AUX, ITRACE_START, LOST...)."""
+    unpack = layout.unpack_from
+
+    def parse(ctx, buf, off, size, rtype, misc):
+        if size < fixed:
+            raise BadRecord(f"size {size} is too small for the {label} fields ({fixed} bytes)")
+        r = cls()  # no __init__: a bare instance
+        r.type = rtype
+        r.misc = misc
+        r.size = size
+        set_fields(r, unpack(buf, off + 8))
+        ut = ctx.utrailer
+        if ut is not None:
+            if size - ut.size < fixed:
+                raise BadRecord(f"size {size} is too small for the {label} fields ({fixed} bytes) and the "
+                                f"{ut.size}-byte sample_id trailer")
+            r.sample_id = ut.parse(buf, off + size)
+        else:
+            r.sample_id = ctx.sample_id(buf, off, size, fixed)
+        return r
+
+    return parse
 
 
-#: the fixed-layout kinds: type -> (class, label, fixed size, struct format after the header, field names)
+# The fixed-layout kinds' fields after the header: each struct beside the function that names its
+# fields in order (the statements take the first values of a longer tuple too: body then trailer).
+_FORK = struct.Struct("<iiiiQ")
+
+
+def _set_fork(r, v):
+    r.pid = v[0]
+    r.ppid = v[1]
+    r.tid = v[2]
+    r.ptid = v[3]
+    r.time = v[4]
+
+
+_LOST = struct.Struct("<QQ")
+
+
+def _set_lost(r, v):
+    r.lost_id = v[0]
+    r.lost = v[1]
+
+
+_THROTTLE = struct.Struct("<QQQ")
+
+
+def _set_throttle(r, v):
+    r.time = v[0]
+    r.throttle_id = v[1]
+    r.stream_id = v[2]
+
+
+_AUX = struct.Struct("<QQQ")
+
+
+def _set_aux(r, v):
+    r.aux_offset = v[0]
+    r.aux_size = v[1]
+    r.flags = v[2]
+
+
+_ITRACE_START = struct.Struct("<ii")
+
+
+def _set_itrace_start(r, v):
+    r.pid = v[0]
+    r.tid = v[1]
+
+
+_LOST_SAMPLES = struct.Struct("<Q")
+
+
+def _set_lost_samples(r, v):
+    r.lost = v[0]
+
+
+_SWITCH = struct.Struct("<")
+
+
+def _set_switch(r, v):
+    pass
+
+
+_SWITCH_CPU_WIDE = struct.Struct("<ii")
+
+
+def _set_switch_cpu_wide(r, v):
+    r.next_prev_pid = v[0]
+    r.next_prev_tid = v[1]
+
+
+_AUX_OUTPUT_HW_ID = struct.Struct("<Q")
+
+
+def _set_aux_output_hw_id(r, v):
+    r.hw_id = v[0]
+
+
+#: the fixed-layout kinds: type -> (class, label, fixed size, struct after the header, its fields' setter)
 FIXED_SPECS = {
-    int(RecordType.EXIT): (ExitRecord, "EXIT", 32, "iiiiQ", ("pid", "ppid", "tid", "ptid", "time")),
-    int(RecordType.FORK): (ForkRecord, "FORK", 32, "iiiiQ", ("pid", "ppid", "tid", "ptid", "time")),
-    int(RecordType.LOST): (LostRecord, "LOST", 24, "QQ", ("lost_id", "lost")),
-    int(RecordType.THROTTLE): (ThrottleRecord, "THROTTLE", 32, "QQQ", ("time", "throttle_id", "stream_id")),
-    int(RecordType.UNTHROTTLE): (ThrottleRecord, "UNTHROTTLE", 32, "QQQ", ("time", "throttle_id", "stream_id")),
-    int(RecordType.AUX): (AuxRecord, "AUX", 32, "QQQ", ("aux_offset", "aux_size", "flags")),
-    int(RecordType.ITRACE_START): (ItraceStartRecord, "ITRACE_START", 16, "ii", ("pid", "tid")),
-    int(RecordType.LOST_SAMPLES): (LostSamplesRecord, "LOST_SAMPLES", 16, "Q", ("lost",)),
-    int(RecordType.SWITCH): (SwitchRecord, "SWITCH", 8, "", ()),
-    int(RecordType.SWITCH_CPU_WIDE): (SwitchRecord, "SWITCH_CPU_WIDE", 16, "ii", ("next_prev_pid", "next_prev_tid")),
-    int(RecordType.AUX_OUTPUT_HW_ID): (AuxOutputHwIdRecord, "AUX_OUTPUT_HW_ID", 16, "Q", ("hw_id",)),
+    int(RecordType.EXIT): (ExitRecord, "EXIT", 32, _FORK, _set_fork),
+    int(RecordType.FORK): (ForkRecord, "FORK", 32, _FORK, _set_fork),
+    int(RecordType.LOST): (LostRecord, "LOST", 24, _LOST, _set_lost),
+    int(RecordType.THROTTLE): (ThrottleRecord, "THROTTLE", 32, _THROTTLE, _set_throttle),
+    int(RecordType.UNTHROTTLE): (ThrottleRecord, "UNTHROTTLE", 32, _THROTTLE, _set_throttle),
+    int(RecordType.AUX): (AuxRecord, "AUX", 32, _AUX, _set_aux),
+    int(RecordType.ITRACE_START): (ItraceStartRecord, "ITRACE_START", 16, _ITRACE_START, _set_itrace_start),
+    int(RecordType.LOST_SAMPLES): (LostSamplesRecord, "LOST_SAMPLES", 16, _LOST_SAMPLES, _set_lost_samples),
+    int(RecordType.SWITCH): (SwitchRecord, "SWITCH", 8, _SWITCH, _set_switch),
+    int(RecordType.SWITCH_CPU_WIDE): (SwitchRecord, "SWITCH_CPU_WIDE", 16, _SWITCH_CPU_WIDE, _set_switch_cpu_wide),
+    int(RecordType.AUX_OUTPUT_HW_ID): (AuxOutputHwIdRecord, "AUX_OUTPUT_HW_ID", 16, _AUX_OUTPUT_HW_ID,
+                                       _set_aux_output_hw_id),
 }
 
-_FAST = {rtype: _fixed_parser(cls, label, fixed, fmt, names)
-         for rtype, (cls, label, fixed, fmt, names) in FIXED_SPECS.items()}
+_FAST = {rtype: _fixed_parser(*spec) for rtype, spec in FIXED_SPECS.items()}
 
 _COMBINED: dict = {}
+
+# The combined parsers, one factory per SampleId shape: the trailers perf writes (TID|TIME, with CPU for
+# system-wide recordings, with IDENTIFIER when there are several events, as with Intel PT) spell their
+# SampleId out, for they are on every sideband record; any other trailer indexes the None appended to its
+# values for the absent fields.  ``a``..``g``: where SampleId's fields are (sample_id_positions).
+
+
+def _combined_any(cls, total, unpack, set_fields, generic, a, b, c, d, e, f, g):
+    def parse(ctx, buf, off, size, rtype, misc):
+        if size != total:
+            return generic(ctx, buf, off, size, rtype, misc)
+        r = cls()  # no __init__: a bare instance (cheaper than cls.__new__(cls))
+        r.type = rtype
+        r.misc = misc
+        r.size = size
+        v = unpack(buf, off + 8) + _NONE
+        set_fields(r, v)
+        r.sample_id = _tuple_new(SampleId, (v[a], v[b], v[c], v[d], v[e], v[f], v[g]))
+        return r
+
+    return parse
+
+
+def _combined_tid_time_cpu(cls, total, unpack, set_fields, generic, a, b, c, d, e, f, g):
+    def parse(ctx, buf, off, size, rtype, misc):
+        if size != total:
+            return generic(ctx, buf, off, size, rtype, misc)
+        r = cls()
+        r.type = rtype
+        r.misc = misc
+        r.size = size
+        v = unpack(buf, off + 8)
+        set_fields(r, v)
+        r.sample_id = _tuple_new(SampleId, (v[a], v[b], v[c], None, None, v[f], None))
+        return r
+
+    return parse
+
+
+def _combined_tid_time_cpu_identifier(cls, total, unpack, set_fields, generic, a, b, c, d, e, f, g):
+    def parse(ctx, buf, off, size, rtype, misc):
+        if size != total:
+            return generic(ctx, buf, off, size, rtype, misc)
+        r = cls()
+        r.type = rtype
+        r.misc = misc
+        r.size = size
+        v = unpack(buf, off + 8)
+        set_fields(r, v)
+        r.sample_id = _tuple_new(SampleId, (v[a], v[b], v[c], v[g], None, v[f], v[g]))
+        return r
+
+    return parse
+
+
+def _combined_tid_time_identifier(cls, total, unpack, set_fields, generic, a, b, c, d, e, f, g):
+    def parse(ctx, buf, off, size, rtype, misc):
+        if size != total:
+            return generic(ctx, buf, off, size, rtype, misc)
+        r = cls()
+        r.type = rtype
+        r.misc = misc
+        r.size = size
+        v = unpack(buf, off + 8)
+        set_fields(r, v)
+        r.sample_id = _tuple_new(SampleId, (v[a], v[b], v[c], v[g], None, None, v[g]))
+        return r
+
+    return parse
+
+
+def _combined_tid_time(cls, total, unpack, set_fields, generic, a, b, c, d, e, f, g):
+    def parse(ctx, buf, off, size, rtype, misc):
+        if size != total:
+            return generic(ctx, buf, off, size, rtype, misc)
+        r = cls()
+        r.type = rtype
+        r.misc = misc
+        r.size = size
+        v = unpack(buf, off + 8)
+        set_fields(r, v)
+        r.sample_id = _tuple_new(SampleId, (v[a], v[b], v[c], None, None, None, None))
+        return r
+
+    return parse
+
+
+_TRAILER_SHAPES = {
+    ("pid", "tid", "time", "cpu"): _combined_tid_time_cpu,
+    ("pid", "tid", "time", "cpu", "identifier"): _combined_tid_time_cpu_identifier,
+    ("pid", "tid", "time", "identifier"): _combined_tid_time_identifier,
+    ("pid", "tid", "time"): _combined_tid_time,
+}
 
 
 def _combined_parser(rtype: int, spec, trailer: TrailerLayout):
@@ -1313,28 +1523,15 @@ def _combined_parser(rtype: int, spec, trailer: TrailerLayout):
     fn = _COMBINED.get(key)
     if fn is not None:
         return fn
-    cls, _label, fixed, fmt, names = spec
-    have = set(trailer.names)
-    idv = "t_id" if "id" in have else ("t_identifier" if "identifier" in have else "None")
-    sid = ", ".join(("t_" + n) if n in have else "None" for n in ("pid", "tid", "time")) + f", {idv}, " + \
-        ", ".join(("t_" + n) if n in have else "None" for n in ("stream_id", "cpu", "identifier"))
-    targets = [f"f_{n}" for n in names] + [f"t_{n}" for n in trailer.names]
-    lines = [
-        "def parse(ctx, buf, off, size, rtype, misc):",
-        f"    if size != {fixed + trailer.size}:",
-        "        return generic(ctx, buf, off, size, rtype, misc)",
-        "    r = new(cls)",
-        "    r.type = rtype",
-        "    r.misc = misc",
-        "    r.size = size",
-        f"    {', '.join(targets)}, = unpack(buf, off + 8)",
-    ]
-    lines += [f"    r.{n} = f_{n}" for n in names]
-    lines += [f"    r.sample_id = tnew(SampleId, ({sid}))", "    return r"]
-    ns = {"generic": _FAST[rtype], "new": cls.__new__, "cls": cls, "tnew": _tuple_new, "SampleId": SampleId,
-          "unpack": struct.Struct("<" + fmt + trailer.fmt).unpack_from}
-    exec("\n".join(lines), ns)  # noqa: S102 - generated from FIXED_SPECS and the trailer table, no input involved
-    fn = _COMBINED[key] = ns["parse"]
+    cls, _label, fixed, layout, set_fields = spec
+    generic, total = _FAST[rtype], fixed + trailer.size
+    unpack = struct.Struct(layout.format + trailer.fmt).unpack_from
+    # the trailer's values follow the body's: SampleId's fields by plain indexes (absent ones index the None
+    # appended to the values, except in the trailers perf writes: see _TRAILER_SHAPES)
+    a, b, c, d, e, f, g = sample_id_positions(trailer.names, len(layout.unpack(bytes(layout.size))))
+    parse = _TRAILER_SHAPES.get(trailer.names, _combined_any)(cls, total, unpack, set_fields, generic,
+                                                              a, b, c, d, e, f, g)
+    fn = _COMBINED[key] = parse
     return fn
 
 
@@ -1370,7 +1567,7 @@ PARSERS: dict[int, Callable] = {
     RecordType.FINISHED_INIT: p_plain(FinishedInitRecord),
     RecordType.COMPRESSED2: p_compressed,
 }
-PARSERS.update(_FAST)  # the fixed-layout kinds (generated parsers)
+PARSERS.update(_FAST)  # the fixed-layout kinds
 # plain int keys for a fast dict lookup
 PARSERS = {int(k): v for k, v in PARSERS.items()}
 

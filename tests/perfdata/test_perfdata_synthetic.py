@@ -670,3 +670,22 @@ def test_one_unpack_parsers_equal_the_generic_ones(monkeypatch):
     fast = snap()
     monkeypatch.setattr(R, "FIXED_SPECS", {})
     assert snap() == fast and len(fast) == 30
+
+
+def test_declared_layouts_name_the_record_fields_in_order():
+    """Each fixed-layout kind's struct fills its class's own fields in slot order (the trailer's values after the
+    body's are ignored), and its fixed size is the header plus that struct; the SAMPLE head statement names
+    SAMPLE_HEAD_LAYOUT's fields in order."""
+    from ptexport.perfdata import records as R
+
+    for cls, label, fixed, layout, set_fields in R.FIXED_SPECS.values():
+        n = len(layout.unpack(bytes(layout.size)))
+        own = list(cls.__slots__) if cls.__slots__ else list(cls.__mro__[1].__slots__)
+        r = cls.__new__(cls)
+        set_fields(r, tuple(range(100, 100 + n)) + (7, 8))
+        assert fixed == 8 + layout.size, label
+        assert [getattr(r, f) for f in own] == (list(range(100, 100 + n)) if n else [None] * len(own)), label
+    head = [n for _bit, _fmt, names in R.SAMPLE_HEAD_LAYOUT for n in names]
+    r = R.SampleRecord.__new__(R.SampleRecord)
+    R._set_sample_head(r, tuple(head))
+    assert [getattr(r, f) for f in head] == head
