@@ -29,6 +29,7 @@ import numpy as np
 
 from ptexport.errors import PtExportError
 from ptexport.samples.columns import SampleColumns
+from ptexport.session.parallel import ignore_stop_signals
 
 _FIELDS = [f.name for f in dataclasses.fields(SampleColumns)]
 
@@ -39,6 +40,7 @@ def available() -> bool:
 
 
 def _child(session: Any, conn: Any, batch_rows: int) -> None:
+    ignore_stop_signals()
     try:
         t0 = time.perf_counter()
         for cols in session.iter_batches(batch_rows=batch_rows):
@@ -101,7 +103,7 @@ class DecodeProcess:
         if self._proc is None:
             return
         if not self._done and self._proc.is_alive():
-            self._proc.terminate()
+            self._proc.kill()  # it ignores the stop signals (ignore_stop_signals)
         self._conn.close()
         self._proc.join()
         self._proc = None

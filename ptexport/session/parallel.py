@@ -23,6 +23,7 @@ with the trace with any number of jobs.
 from __future__ import annotations
 
 import os
+import signal
 from collections import deque
 from typing import Any
 
@@ -44,6 +45,19 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
+#: Signals a terminal, ``kill -TERM -PGID`` or systemd send to the whole process group.  A worker
+#: ignores them: killed while it sends a result, it would leave half a message in the pool's
+#: result pipe, on which the pool's manager thread (and so the parent's clean-up) would wait
+#: forever.  The parent alone handles them and stops its workers (``shutdown``, ``kill``).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def ignore_stop_signals() -> None:
+    """In a worker process, first thing: leave the stop signals to the parent."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def _pool(jobs: int, session: Any | None = None) -> Any:
     """A process pool whose workers are forked from this process.
 
@@ -63,7 +77,7 @@ def _pool(jobs: int, session: Any | None = None) -> Any:
             qd.setup()
             qd.drive(single=True)
             qd.position()
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"))
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"), initializer=ignore_stop_signals)
 
 
 def _decode_one(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any], count_only: bool = False) -> Any:
@@ -735,6 +749,7 @@ def _reference_streams(session: Any, jobs: int, chunk: int) -> list[Any]:
 
 def _reference_worker(cls: Any, path: str, config: Any, qnum: int, chunk: int, out: Any) -> None:
     """In a worker process: decode queue ``qnum`` with the reference decoder, a chunk at a time."""
+    ignore_stop_signals()
     try:
         session = _worker_session(cls, path, config)
         key, bufs = session.queues()[qnum]
@@ -773,7 +788,7 @@ def _reference_stream(session: Any, qnum: int, chunk: int):
         proc.join()
     finally:
         if started and proc.is_alive():
-            proc.terminate()
+            proc.kill()  # it ignores the stop signals (ignore_stop_signals)
             proc.join()
 
 

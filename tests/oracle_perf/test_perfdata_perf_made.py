@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from collections import Counter
@@ -18,7 +19,9 @@ from ptexport.perfdata import open_perf_data
 pytestmark = [pytest.mark.perf, pytest.mark.slow,  # slow: one fixture records ~9 s with perf for all of them
               pytest.mark.skipif(not HAVE_PERF, reason="perf (Debian linux-perf) is not installed")]
 
-WORK = ["ls", "-R", "/usr/lib/python3"]  # a short busy command (faults, mmaps, context switches)
+# A short busy command (faults, mmaps) that also blocks once, so every recording has context switches
+# (a cached `ls -R` alone may run its whole time slice untouched on a loaded machine: no SWITCH record).
+WORK = ["sh", "-c", "ls -R /usr/lib/python3 > /dev/null; sleep 0.02"]
 REC = ["perf", "record", "-q", "-e", "task-clock", "-c", "100000", "--switch-events"]
 
 
@@ -181,7 +184,7 @@ def test_stdin_pipe_from_perf_record(made, tmp_path):
             "names = [a.name for a in pd.attrs]\n"
             "n = sum(1 for _ in pd.records())\n"
             "print(json.dumps({'stats': dict(pd.stats), 'n': n, 'names': names, 'pipe': pd.is_pipe}))\n")
-    cmd = " ".join(REC + ["-o", "-", "--"] + WORK) + f" 2>/dev/null | tee {copy} | {sys.executable} -c \"{code}\""
+    cmd = shlex.join(REC + ["-o", "-", "--"] + WORK) + f" 2>/dev/null | tee {copy} | {sys.executable} -c \"{code}\""
     r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, cwd=REPO)
     if r.returncode != 0 and not copy.stat().st_size:
         pytest.skip("perf record -o - cannot record here")
