@@ -200,12 +200,23 @@ def _databases_placed() -> int:
 
 
 def _signalled(signum: int) -> int:
-    """The line and the exit code of a run ended by ``signum``."""
+    """The line and the exit code of a run ended by ``signum``.
+
+    The signal may have cut a library in the middle of building an object (numba's LLVM binding
+    while the kernels load): its ``__del__`` then fails when the object is collected, and Python
+    prints that as "Exception ignored ... Traceback" at exit.  The run is over and its cleanup done,
+    so those unraisable errors are the signal's echo, not news: they are not printed.
+    """
+    sys.unraisablehook = _quiet_unraisable
     try:
         print(f"ptexport: {FATAL_SIGNALS.get(signum, 'killed')}", file=sys.stderr)
     except (OSError, ValueError):  # SIGHUP: the terminal may be gone
         pass
     return 128 + signum
+
+
+def _quiet_unraisable(unraisable: object) -> None:
+    """sys.unraisablehook after a fatal signal: say nothing (see :func:`_signalled`)."""
 
 
 _NO_DECODE = {"info", "upgrade", "synth", "vm-time-correlation", "clean"}
@@ -235,4 +246,9 @@ def _warn_reference_path(args) -> None:
 
 def entry() -> None:
     """Console-script entry point."""
-    sys.exit(main())
+    code = main()
+    if code > 128:  # ended by a signal: collect what it cut short while the quiet hook is in place
+        import gc
+
+        gc.collect()
+    sys.exit(code)

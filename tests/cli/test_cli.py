@@ -55,3 +55,34 @@ def test_reference_path_is_announced_on_stderr(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(cli, "_warned", False)
     assert cli.main(["info", str(trace)], io.StringIO()) in (0, 1, 2, 3, 4)
     assert "slow reference path" not in capsys.readouterr().err
+
+
+def test_a_run_ended_by_a_signal_prints_no_unraisable_traceback(tmp_path):
+    """A signal can cut a library while it builds an object (numba's LLVM binding loading the
+    kernels); the half-built object's ``__del__`` then fails at collection.  The run ends with the
+    one ``interrupted`` line, not with "Exception ignored ... Traceback" (CI saw it once)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys\n"
+        "from ptexport import cli\n"
+        "class HalfBuilt:\n"
+        "    def __del__(self):\n"
+        "        raise AttributeError('no _as_parameter_')\n"
+        "def interrupted(argv, out, guard):\n"
+        "    a = HalfBuilt(); a.me = a  # a cycle: collected by the gc, not at once\n"
+        "    raise KeyboardInterrupt\n"
+        "cli._main = interrupted\n"
+        "cli.entry()\n"
+    )
+    import os
+    from pathlib import Path
+
+    import ptexport
+
+    env = {**os.environ, "PYTHONPATH": str(Path(ptexport.__file__).parents[1])}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 130, r.stderr
+    assert r.stderr == "ptexport: interrupted\n"
