@@ -7,7 +7,7 @@ Each subcommand lives in its own module of this package, which defines
     def add_arguments(parser): ...
     def run(args, out) -> int: ... # ``out`` is a text stream (stdout in real use)
 
-and is listed in ``SUBCOMMANDS``.  ``ptexport TRACE --db DB`` (no subcommand
+and is listed in ``SUBCOMMANDS`` (word -> module; only the word given is imported).  ``ptexport TRACE --db DB`` (no subcommand
 word) is the export subcommand.  Library errors become one-line messages and
 exit codes here, in one place.
 
@@ -30,17 +30,19 @@ from typing import IO, Sequence
 from ptexport import __version__
 from ptexport.errors import PtExportError
 
-# Module names under ptexport.cli, in --help order.
-SUBCOMMANDS: tuple[str, ...] = (
-    "export",
-    "dump",
-    "upgrade",
-    "info",
-    "synth",
-    "vm_time_correlation",
-    "clean",
-    "check",
-)
+#: The word on the command line -> its module under ptexport.cli, in --help order (each module's
+#: NAME is its word: tests/cli/test_cli.py checks).  Only the module of the word given is imported:
+#: some import much (the viewer's queries, the generator), and a run should not pay for them.
+SUBCOMMANDS: dict[str, str] = {
+    "export": "export",
+    "dump": "dump",
+    "upgrade": "upgrade",
+    "info": "info",
+    "synth": "synth",
+    "vm-time-correlation": "vm_time_correlation",
+    "clean": "clean",
+    "check": "check",
+}
 
 # The subcommand used when the first argument is not a subcommand word.
 DEFAULT_SUBCOMMAND = "export"
@@ -50,23 +52,22 @@ def _load(name: str):
     return importlib.import_module(f"{__name__}.{name}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every subcommand, or with ``only`` (a word) that one alone."""
     parser = argparse.ArgumentParser(
         prog="ptexport",
         description="Decode Intel PT recordings and export them into SQL databases.",
     )
     parser.add_argument("--version", action="version", version=f"ptexport {__version__}")
     sub = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
-    for name in SUBCOMMANDS:
+    for word, name in SUBCOMMANDS.items():
+        if only is not None and word != only:
+            continue
         mod = _load(name)
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser
-
-
-def _subcommand_words() -> set[str]:
-    return {_load(name).NAME for name in SUBCOMMANDS}
 
 
 def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
@@ -89,11 +90,11 @@ def _main(argv: Sequence[str] | None, out: IO[str] | None, guard: "_SignalGuard"
     if (
         argv
         and not argv[0].startswith("-")
-        and argv[0] not in _subcommand_words()
+        and argv[0] not in SUBCOMMANDS
         and DEFAULT_SUBCOMMAND in SUBCOMMANDS
     ):
-        argv.insert(0, _load(DEFAULT_SUBCOMMAND).NAME)
-    parser = build_parser()
+        argv.insert(0, DEFAULT_SUBCOMMAND)
+    parser = build_parser(argv[0] if argv and argv[0] in SUBCOMMANDS else None)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse already printed the message

@@ -43,8 +43,10 @@ def add_arguments(parser) -> None:
     add_guest_data_argument(parser)
     add_strict_argument(parser)
     parser.add_argument("--jobs", type=int, metavar="N",
-                        help="decode in N worker processes (default: all cores for --count, else 1: in this "
-                             "process); output streams in bounded memory either way")
+                        help="processes to use (default: the cores here): --count decodes in N workers; "
+                             "text and CSV decode in a child process (with N - 1 workers of its own when N > 2) "
+                             "while this one formats (1: all in this process); output streams in bounded "
+                             "memory either way")
 
 
 def parse_fields(text: str) -> frozenset[str]:
@@ -157,25 +159,41 @@ def run(args, out) -> int:
                 n_samples, n_err = count_samples(session, args.jobs)
             out.write(f"{n_samples} samples, {n_err} errors\n")
             return 0
-        # Text and CSV stream batches in perf's order: memory stays bounded (one process by
-        # default; with --jobs N > 1 workers decode a few PSB segments or chunks ahead).
-        jobs = 1 if args.jobs is None else args.jobs
-        if args.csv:
-            w = csv.writer(out, lineterminator="\n")
-            from ptexport.decoder.guest import VcpuAttribution
+        # Text and CSV stream batches in perf's order: memory stays bounded.  --jobs 1 decodes and
+        # formats in this process; N >= 2 decodes in a child (with N - 1 workers of its own when N > 2).
+        from ptexport.session import default_jobs
+        from ptexport.session.decode_proc import maybe_process
 
-            vm = VcpuAttribution(session).enabled  # guest sideband: machine_pid,vcpu columns too
-            w.writerow(text.csv_header(vm))
-            for cols in session.iter_batches(jobs):
-                w.writerows(text.csv_rows(session.vcpu_columns(cols) if vm else cols, vm))
-        else:
-            # The compiled formatter where numba loads: the reference's lines at the decoder's speed.
-            # Imported here, not at the top: it loads numba, which `info` and `export` (importing
-            # this module's shared options) do not need.
-            from ptexport.samples import text_compiled
+        jobs = default_jobs() if args.jobs is None else args.jobs
+        proc = maybe_process(session, jobs)
+        batches = proc if proc is not None else session.iter_batches(jobs)
+        try:
+            if args.csv:
+                w = csv.writer(out, lineterminator="\n")
+                from ptexport.decoder.guest import VcpuAttribution
 
-            fmt = text_compiled if text_compiled.numba is not None else text
-            fields = text.DEFAULT_FIELDS if fields is None else fields
-            for cols in session.iter_batches(jobs):
-                out.write(fmt.sample_lines(session.vcpu_columns(cols), fields))
+                vm = VcpuAttribution(session).enabled  # guest sideband: machine_pid,vcpu columns too
+                w.writerow(text.csv_header(vm))
+                for cols in batches:
+                    w.writerows(text.csv_rows(session.vcpu_columns(cols) if vm else cols, vm))
+            else:
+                # The compiled formatter where numba loads: the reference's lines at the decoder's speed.
+                # Imported here, not at the top: it loads numba, which `info` and `export` (importing
+                # this module's shared options) do not need.  Bytes go to a binary stdout as they are.
+                from ptexport.samples import text_compiled
+
+                fields = text.DEFAULT_FIELDS if fields is None else fields
+                raw = getattr(out, "buffer", None) if text_compiled.numba is not None else None
+                if raw is not None:
+                    out.flush()
+                    for cols in batches:
+                        raw.write(text_compiled.sample_bytes(session.vcpu_columns(cols), fields))
+                    raw.flush()
+                else:
+                    fmt = text_compiled if text_compiled.numba is not None else text
+                    for cols in batches:
+                        out.write(fmt.sample_lines(session.vcpu_columns(cols), fields))
+        finally:
+            if proc is not None:
+                proc.close()
     return 0

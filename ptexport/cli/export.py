@@ -36,8 +36,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--callchains", action="store_true",
                         help="samples.call_path_id from the call chain of each synthesized sample (perf's "
                              "export-to-sqlite.py 'callchains' with --itrace=...g: all but branch samples)")
-    parser.add_argument("--jobs", type=int, default=1, metavar="N",
-                        help="decode in N worker processes (default 1: in this process); the same rows either way")
+    parser.add_argument("--jobs", type=int, metavar="N",
+                        help="processes to use (default: the cores here): 1 decodes and exports in this one; "
+                             "N >= 2 decodes in a child process (with N - 1 workers of its own when N > 2) "
+                             "while this one exports; the same rows either way")
     add_guest_data_argument(parser)
     add_strict_argument(parser)
     parser.add_argument("-f", "--force", action="store_true", help="replace an existing database")
@@ -52,6 +54,10 @@ def run(args, out) -> int:
     from ptexport.session.guestdata import parse_guest_data_list
     from ptexport.samples.itrace import DEFAULT_CALLCHAIN_SZ, export_default, parse_itrace
 
+    from ptexport.session import default_jobs
+
+    if args.jobs is None:
+        args.jobs = default_jobs()
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: expected 1 or more")
     itrace = parse_itrace(args.itrace) if args.itrace else export_default()

@@ -113,12 +113,12 @@ class ExportConfig:
     tids: frozenset[int] | None = None
     time: str | None = None  # perf script --time ranges, as perf writes them (samples/filters.py)
     reference: bool = False  # the per-sample loop (dbexport/samples.py), the oracle of the batch loop
-    decode_process: bool = False  # decode in a forked child process (session/decode_proc.py), see there
+    decode_process: bool | None = None  # decode in a forked child (session/decode_proc.py): None = with jobs >= 2
     guestkallsyms: str | None = None  # perf's default guest's kallsyms (guest code without guest sideband)
     guest_kcore: str | None = None  # the default guest's kcore_dir (default: --guestkallsyms' folder)
     guestmount: str | None = None  # guests' root directories: GUESTMOUNT/PID
     guest_data: tuple = ()  # --guest-data specs (session/guestdata.py): guests merged as perf inject does
-    jobs: int = 1  # decode workers (session.iter_batches): the same rows as 1
+    jobs: int = 1  # processes (1: this one; N >= 2: a decoding child with N - 1 workers): the same rows as 1
     callchains: bool = False  # samples.call_path_id from perf's --itrace=g call chains (dbexport/callchains.py)
     salvage: bool = True  # a cut recording: export what is before the cut (perfdata reader's FileCut), else an error
 

@@ -183,13 +183,18 @@ def _batch_lines(branch: np.ndarray, mp: np.ndarray, vcpu: np.ndarray, pid: np.n
     width = _LINE_MAX + int(np.diff(foff).max(initial=0))
     buf = np.empty(len(branch) * width + len(gtext), np.uint8)
     n = _lines(given, branch, mp, vcpu, pid, tid, cpu, time, ip, addr, flag_idx, ftext, foff, gtext, goff, buf)
-    return buf[:n].tobytes().decode("ascii")
+    return memoryview(buf[:n])
 
 
 def sample_lines(cols: SampleColumns, fields: frozenset[str] = DEFAULT_FIELDS, *, nsec: bool = True) -> str:
     """:func:`ptexport.samples.text.sample_lines`, the default lines by the compiled loop."""
+    return bytes(sample_bytes(cols, fields, nsec=nsec)).decode("ascii")
+
+
+def sample_bytes(cols: SampleColumns, fields: frozenset[str] = DEFAULT_FIELDS, *, nsec: bool = True) -> bytes | memoryview:
+    """:func:`sample_lines` as ASCII bytes, for a binary stream (no str made and encoded again)."""
     if fields != DEFAULT_FIELDS or not nsec:
-        return _reference.sample_lines(cols, fields, nsec=nsec)
+        return _reference.sample_lines(cols, fields, nsec=nsec).encode("ascii")
     n = len(cols.kind)
     kind = np.asarray(cols.kind)
     err = kind == EV_ERROR

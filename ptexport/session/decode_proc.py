@@ -10,11 +10,11 @@ batch k+1 while the parent exports batch k, never further ahead, so memory
 stays bounded.  An error in the child (a typed :class:`PtExportError`) is sent
 over and raised in the parent; closing the iterator early ends the child.
 
-Off by default (``ExportConfig(decode_process=True)`` or ``PTEXPORT_DECODE_PROCESS=1``
-turn it on): measured on the shared 2-core machine (load 6), a 10 M-branch
-export took 43 s with it against 34 s without (14.7 vs 14.0 CPU seconds): with
-both cores busy anyway, the hand-off of each batch between two processes costs
-more than the overlap gains.  On an idle multi-core machine it is worth trying.
+``--jobs N`` (N >= 2) turns it on (:func:`maybe_process`): the child decodes, with N - 1
+processes of its own when N > 2 (PSB segments, :mod:`ptexport.session.parallel`), and this process
+exports or formats.  ``--jobs 1`` is one process.  Measured on this 2-core machine, 10 M branches:
+``ptexport TRACE --db`` 10.4 s with ``--jobs 1`` against 9.0 s with the decoding child; the
+segment workers alone (the parent merging, joining and exporting) took 13.4 s.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 
 from ptexport.errors import PtExportError
 from ptexport.samples.columns import SampleColumns
-from ptexport.session.parallel import ignore_stop_signals
+from ptexport.session.parallel import die_with_parent, ignore_stop_signals
 
 _FIELDS = [f.name for f in dataclasses.fields(SampleColumns)]
 
@@ -39,11 +39,12 @@ def available() -> bool:
     return "fork" in multiprocessing.get_all_start_methods()
 
 
-def _child(session: Any, conn: Any, batch_rows: int) -> None:
+def _child(session: Any, conn: Any, batch_rows: int, jobs: int) -> None:
     ignore_stop_signals()
+    die_with_parent()
     try:
         t0 = time.perf_counter()
-        for cols in session.iter_batches(batch_rows=batch_rows):
+        for cols in session.iter_batches(jobs, batch_rows=batch_rows):
             parts = [(name, np.ascontiguousarray(a)) for name in _FIELDS
                      if (a := getattr(cols, name)) is not None]
             conn.send(("batch", [(name, a.dtype.str, a.shape[0]) for name, a in parts]))
@@ -59,13 +60,33 @@ def _child(session: Any, conn: Any, batch_rows: int) -> None:
         conn.close()
 
 
-class DecodeProcess:
-    """The session's sample batches, decoded by a forked child; ``seconds`` = the child's decode time."""
+#: Bytes a pipe holds (Linux's F_SETPIPE_SZ; 64 KiB by default, /proc/sys/fs/pipe-max-size is 1 MiB by
+#: default): a batch is several MB of columns, and each pipe-full is a read and a write system call.
+PIPE_BYTES = 1 << 20
 
-    def __init__(self, session: Any, batch_rows: int = 1 << 16) -> None:
+
+def _widen(conn: Any) -> None:
+    try:
+        import fcntl
+
+        fcntl.fcntl(conn.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    except (OSError, ImportError):  # an unprivileged lower limit, not Linux: the default size
+        pass
+
+
+class DecodeProcess:
+    """The session's sample batches, decoded by a forked child; ``seconds`` = the child's decode time.
+
+    With ``jobs`` > 1 the child decodes with that many worker processes of its own (it is then not
+    a daemon process, which multiprocessing forbids to have children; it and its workers end with
+    this process: :func:`die_with_parent`)."""
+
+    def __init__(self, session: Any, batch_rows: int = 1 << 16, jobs: int = 1) -> None:
         ctx = multiprocessing.get_context("fork")
+        self.jobs = jobs
         self._conn, child_conn = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_child, args=(session, child_conn, batch_rows), daemon=True,
+        _widen(child_conn)
+        self._proc = ctx.Process(target=_child, args=(session, child_conn, batch_rows, jobs), daemon=jobs <= 1,
                                  name="ptexport-decode")
         self._proc.start()
         child_conn.close()
@@ -115,9 +136,16 @@ class DecodeProcess:
             pass
 
 
-def maybe_process(session: Any, enabled: bool) -> Any:
-    """A :class:`DecodeProcess` when wanted and possible, else None (decode in-process)."""
-    enabled = enabled or os.environ.get("PTEXPORT_DECODE_PROCESS", "") not in ("", "0")
+def maybe_process(session: Any, jobs: int, enabled: bool | None = None) -> Any:
+    """A :class:`DecodeProcess` for ``--jobs jobs`` when possible, else None (decode in-process).
+
+    ``enabled`` True or False overrides ``jobs`` >= 2 (as does ``PTEXPORT_DECODE_PROCESS=1`` or ``0``);
+    a pipe-mode recording is decoded in-process (the child could not read on from the pipe)."""
+    env = os.environ.get("PTEXPORT_DECODE_PROCESS", "")
+    if enabled is None and env:
+        enabled = env != "0"
+    if enabled is None:
+        enabled = jobs >= 2
     if not enabled or not available() or getattr(session.pd, "is_pipe", False):
         return None
-    return DecodeProcess(session)
+    return DecodeProcess(session, jobs=max(1, jobs - 1))

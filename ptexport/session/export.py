@@ -158,9 +158,9 @@ def export_trace(path: str, target: str, config: ExportConfig,
                                             cpus=config.cpus, guest_kcore=guest_kcore, time=config.time,
                                             pids=config.pids, tids=config.tids, guest_data=config.guest_data,
                                             insn_fetch_marks=False))  # a script: no instruction fetches
-        # decoded as the export goes (optionally by a forked child process on another core)
-        # (with --jobs N > 1 worker processes decode ahead instead)
-        proc = maybe_process(session, config.decode_process) if config.jobs == 1 else None
+        # decoded as the export goes: here with --jobs 1, else by a forked child process on another
+        # core (which with --jobs N > 2 has N - 1 workers of its own)
+        proc = maybe_process(session, config.jobs, config.decode_process)
         batches = proc if proc is not None else _Timed(session.iter_batches(config.jobs),
                                                       _time.perf_counter() - t0)
         try:

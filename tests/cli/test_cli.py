@@ -86,3 +86,25 @@ def test_a_run_ended_by_a_signal_prints_no_unraisable_traceback(tmp_path):
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 130, r.stderr
     assert r.stderr == "ptexport: interrupted\n"
+
+
+def test_subcommand_words_are_the_modules_names_and_only_the_one_given_is_imported():
+    import subprocess
+    import sys
+
+    from ptexport import cli
+
+    for word, name in cli.SUBCOMMANDS.items():
+        assert cli._load(name).NAME == word
+    code = ("import contextlib, io, sys\n"
+            "from ptexport.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n"
+            "        main(['dump', 'branches', '--help'])\n"
+            "    except SystemExit:\n"
+            "        pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('ptexport.cli.')))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    loaded = r.stdout.strip()
+    assert "ptexport.cli.dump_branches" in loaded, r.stderr
+    assert "ptexport.cli.info" not in loaded and "ptexport.cli.synth" not in loaded, loaded

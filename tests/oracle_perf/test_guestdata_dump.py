@@ -148,8 +148,11 @@ def test_jobs_workers_read_guest_data(tmp_path, monkeypatch):
     used = []
     orig = parallel._segment_streams
     monkeypatch.setattr(parallel, "_segment_streams", lambda *a: used.append(orig(*a)) or used[-1])
+    monkeypatch.setenv("PTEXPORT_DECODE_PROCESS", "0")  # the workers in this process (not a decoding child)
     assert dump(t.host, "--guest-data", t.spec, "--jobs", "2") == want
     assert used and used[0] is not None  # segments went to workers
+    monkeypatch.delenv("PTEXPORT_DECODE_PROCESS")
+    assert dump(t.host, "--guest-data", t.spec, "--jobs", "3") == want  # a decoding child with 2 workers
 
 
 @needs_perf

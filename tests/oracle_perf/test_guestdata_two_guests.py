@@ -13,8 +13,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-import pytest
-
 from ptexport.perfdata.constants import RecordType
 
 from guestdatatest import dump, make, run, tables

@@ -85,3 +85,96 @@ def test_closing_early_ends_the_child(trace):
         it.close()  # the consumer stops (e.g. an export error)
     assert not child.is_alive()
     assert proc._proc is None
+
+
+@pytest.fixture(scope="module")
+def bigger(tmp_path_factory):
+    """Big enough for PSB segments of 256 bytes (40 K branches, ~12 KB of trace per CPU)."""
+    d = tmp_path_factory.mktemp("decproc40k")
+    assert main(["synth", "--out", str(d), "--branches", "40000", "--seed", "5", "--program", "threads", "--cpus", "2"],
+                out=io.StringIO()) == 0
+    return str(d / "perf.data")
+
+
+def test_jobs_pick_the_decoding_child(trace, monkeypatch):
+    """--jobs 1: one process; N >= 2: a decoding child (N - 1 workers of its own); the environment overrides."""
+    from ptexport.perfdata import open_perf_data
+    from ptexport.session.perfsession import DecodeConfig, open_session
+
+    monkeypatch.delenv("PTEXPORT_DECODE_PROCESS", raising=False)
+    with open_perf_data(trace) as pd:
+        session = open_session(pd, DecodeConfig(itrace=export_default()))
+        assert decode_proc.maybe_process(session, 1) is None
+        for jobs, args in ((2, 1), (4, 3)):
+            proc = decode_proc.maybe_process(session, jobs)
+            assert proc is not None and proc.jobs == args and proc._proc.daemon == (args == 1)
+            proc.close()
+        assert decode_proc.maybe_process(session, 2, enabled=False) is None
+        monkeypatch.setenv("PTEXPORT_DECODE_PROCESS", "0")
+        assert decode_proc.maybe_process(session, 2) is None
+        monkeypatch.setenv("PTEXPORT_DECODE_PROCESS", "1")
+        proc = decode_proc.maybe_process(session, 1)
+        assert proc is not None
+        proc.close()
+
+
+def _small_segments(monkeypatch):
+    from ptexport.session import parallel
+
+    monkeypatch.setattr(parallel, "MIN_SEGMENT_BYTES", 1 << 8)  # the forked child inherits these
+    monkeypatch.setattr(parallel, "STREAM_SEGMENT_BYTES", 1 << 8)
+
+
+def test_a_decoding_child_with_workers_gives_the_same_database(bigger, tmp_path, monkeypatch):
+    _small_segments(monkeypatch)
+    dbs = []
+    for jobs in (1, 3):
+        db = tmp_path / f"j{jobs}.sqlite"
+        export_trace(bigger, str(db), ExportConfig(itrace=export_default(), jobs=jobs))
+        dbs.append(dump(db))
+    assert dbs[0] == dbs[1]
+
+
+def test_workers_end_with_the_decoding_child(bigger, monkeypatch):
+    """The child is killed when the consumer stops; its workers (PR_SET_PDEATHSIG) end with it."""
+    import time
+
+    from ptexport.perfdata import open_perf_data
+    from ptexport.session.perfsession import DecodeConfig, open_session
+
+    _small_segments(monkeypatch)
+
+    def children(pid):
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                return [int(x) for x in f.read().split()]
+        except OSError:
+            return []
+
+    with open_perf_data(bigger) as pd:
+        session = open_session(pd, DecodeConfig(itrace=export_default()))
+        proc = decode_proc.DecodeProcess(session, batch_rows=50, jobs=2)
+        it = iter(proc)
+        next(it)
+        workers = children(proc._proc.pid)
+        it.close()
+    assert workers, "the child decodes with workers of its own"
+    deadline = time.monotonic() + 10
+    try:
+        while any(_state(w) != "Z" for w in workers):
+            assert time.monotonic() < deadline, "workers outlived the decoding child"
+            time.sleep(0.05)
+    finally:
+        for w in workers:  # a failed check leaves no orphans (they ignore SIGTERM)
+            try:
+                os.kill(w, 9)
+            except OSError:
+                pass
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
