@@ -22,6 +22,10 @@ import numpy as np
 
 from ptexport.decoder.codewalk import CodeObjects
 
+# The perf time at which a timeless session's maps are read: perf decodes timeless queues late (a
+# per-thread queue at its thread's EXIT, the others at the end), when every map has been seen.
+TIMELESS_MAP_TIME = 1 << 62
+
 if TYPE_CHECKING:  # types only
     from ptexport.decoder.filters import QueueTimeFilter
     from ptexport.decoder.reference.decoder import Buffer, Params
@@ -127,3 +131,11 @@ class DecodeContext:
     obj_id: Callable[[str], int]  # the session's id of an object (by name) whose code read failed
     time_filter: Callable[[], QueueTimeFilter | None]  # a queue's --time filter (None: no ranges)
     perf_time: Callable[[int], int]  # TSC -> perf time (0 in timeless sessions)
+
+    def end_who(self, cpu: int) -> tuple[int, int]:
+        """(pid, tid) current on host CPU ``cpu`` at the end of the recording ((-1, -1): none): the
+        thread of a timeless CPU queue (perf decodes it at the end and follows no context switch)."""
+        tl = self.sb.host.cpus.get(cpu)
+        if tl is None or not len(tl):
+            return -1, -1
+        return int(tl.pids[-1]), int(tl.tids[-1])

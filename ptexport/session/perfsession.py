@@ -23,11 +23,10 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from ptexport.decoder.constants import PERIOD_INSTRUCTIONS, PERIOD_TICKS
-from ptexport.decoder.context import CpuTimeline, DecodeContext, MapLookup
+from ptexport.decoder.context import TIMELESS_MAP_TIME as _TIMELESS_MAP_TIME, CpuTimeline, DecodeContext, MapLookup
 from ptexport.decoder.reference import queue as reference_queue
 from ptexport.decoder.reference.decoder import Buffer, Params
 from ptexport.decoder.reference.queue import EVD_ROW as _EVD_ROW
-from ptexport.decoder.reference.queue import TIMELESS_MAP_TIME as _TIMELESS_MAP_TIME
 from ptexport.decoder.reference.queue import Rows as _Rows
 from ptexport.samples.columns import (
     COLUMNS,

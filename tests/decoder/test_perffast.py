@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -345,6 +346,137 @@ def test_token_window_slides(traces, monkeypatch):
         s = open_session(pd, DecodeConfig(itrace=parse_itrace("be")))
         assert max(len(b) for _, b in s.queues()) > 1
     assert_same_queues(path)
+
+
+# ------------------------------------------------- timeless decoding (no TSC, or --itrace=Z)
+#
+# perf decodes a timeless queue late (a per-thread queue at its thread's EXIT, the others at the end):
+# the thread of a CPU queue is the one current on its CPU at the end (no context switch is followed),
+# code is read in the maps of the end, no time filter runs and samples have no time.
+
+
+@pytest.mark.parametrize("variant", slow_after(VARIANTS), ids=lambda v: "-".join(x.strip("-") for x in v))
+def test_fast_equals_reference_timeless(traces, variant):
+    # (forkexec: the code of the processes that exec'd is not in the maps of the end: mostly errors)
+    assert assert_same_queues(traces(variant), "beZ") > (100 if variant[0] == "forkexec" else 7000)
+
+
+@pytest.mark.parametrize("variant, itrace", slow_after([
+    (MULTI, "bepZ"),
+    (MULTI, "ceZ"),
+    (MULTI, "creZ"),
+    (MULTI, "be-oZ"),
+    (MULTI, "be-lZ"),
+    (("forkexec", "--cpus", "2"), "beZ"),  # exec: the maps of the end are not those of the start
+    (("forkexec", "--per-thread"), "beZ"),
+    (("threads", "--per-thread", "--ovf", "2", "--truncate", "2"), "bepZ"),
+    (("calls", "--ptwrite", "fup", "--power", "--cbr", "30"), "bxwpeZ"),
+    (("calls", "--timing", "cyc", "--cbr", "30"), "bepZ"),
+], unpack=True), ids=lambda v: v if isinstance(v, str) else "-".join(x.strip("-") for x in v))
+def test_fast_equals_reference_timeless_itrace(traces, variant, itrace):
+    assert assert_same_queues(traces(variant), itrace) > 100
+
+
+@pytest.mark.parametrize("variant, itrace", slow_after([
+    (FAULTY_SMALL, "bei5iZ"),
+    (FAULTY_SMALL, "i3iZ"),
+    (FAULTY_SMALL, "i10tZ"),
+    (("threads", "--per-thread"), "i7iZ"),
+], unpack=True), ids=lambda v: v if isinstance(v, str) else "-".join(x.strip("-") for x in v))
+def test_fast_equals_reference_timeless_instructions(traces, variant, itrace):
+    assert assert_same_queues(traces(variant, 2000), itrace) > 0
+
+
+def test_timeless_cpu_queue_has_the_thread_of_the_end(traces):
+    """The inputs above do exercise it: a timed CPU queue changes threads, a timeless one has the
+    thread current on its CPU at the end throughout, and no time."""
+    path = traces(("threads", "--cpus", "2"))
+    with open_perf_data(str(path)) as pd:
+        timed = open_session(pd, DecodeConfig(itrace=parse_itrace("be")))
+        tl = open_session(pd, DecodeConfig(itrace=parse_itrace("beZ")))
+        assert tl.timeless and not timed.timeless
+        for q, (key, bufs) in enumerate(tl.queues()):
+            assert key[0] == "cpu"
+            a = perffast.decode_queue(timed.decode_context(), q, key, bufs)
+            b = perffast.decode_queue(tl.decode_context(), q, key, bufs)
+            assert len(set(a.cols["tid"].tolist())) > 1
+            assert set(zip(b.cols["pid"].tolist(), b.cols["tid"].tolist())) == {tl.decode_context().end_who(key[1])}
+            assert not b.cols["time"].any() and a.cols["time"].all()
+
+
+@pytest.fixture(scope="module")
+def no_tsc(tmp_path_factory):
+    """Recordings whose intel_pt event has no TSC (config without the TSC bit: perf's timeless decoding
+    without Z).  ``ptexport synth`` has no such option (its traces always carry TSC): the generator's
+    pt_config is patched, so the trace keeps its TSC packets and only the recording says "no TSC"."""
+    from ptexport.perfdata.constants import IntelPTConfig
+    from ptexport.synth import sideband
+
+    made = {}
+
+    def make(*variant):
+        if variant not in made:
+            d = tmp_path_factory.mktemp("notsc")
+            orig = sideband.pt_config
+            with pytest.MonkeyPatch.context() as m:
+                m.setattr(sideband, "pt_config", lambda opts: orig(opts) & ~(1 << IntelPTConfig.TSC))
+                assert main(["synth", "--out", str(d), "--branches", "6000", "--program", *variant],
+                            out=io.StringIO()) == 0
+            made[variant] = d / "perf.data"
+        return made[variant]
+
+    return make
+
+
+@pytest.mark.parametrize("variant", [("threads", "--cpus", "2", "--ovf", "2", "--truncate", "1"),
+                                     ("threads", "--per-thread")], ids=["cpus", "per-thread"])
+def test_fast_equals_reference_without_tsc(no_tsc, variant, monkeypatch):
+    path = no_tsc(*variant)
+    with open_perf_data(str(path)) as pd:
+        assert open_session(pd, DecodeConfig(itrace=parse_itrace("be"))).timeless
+    assert assert_same_queues(path, "bep") > 5000
+    # dump branches: the compiled path prints what the reference prints
+    fast, ref = io.StringIO(), io.StringIO()
+    assert main(["dump", "branches", str(path), "--itrace=be"], out=fast) == 0
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")
+    assert main(["dump", "branches", str(path), "--itrace=be"], out=ref) == 0
+    assert fast.getvalue() == ref.getvalue() and len(fast.getvalue().splitlines()) > 5000
+
+
+@pytest.mark.parametrize("variant", [MULTI, ("threads", "--per-thread", "--ovf", "2", "--truncate", "2")],
+                         ids=["cpus", "per-thread"])
+def test_session_timeless_equals_reference(traces, variant, monkeypatch):
+    """decode() and dump branches, --itrace=bepZ: compiled (serial, worker pool, PSB segments) == reference."""
+    from ptexport.session import parallel
+    path = traces(variant)
+    with open_perf_data(str(path)) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("bepZ")))
+        assert backend.choose(s.decode_context()) == backend.Choice(True)
+        _queues_equal(parallel.decode_queues(s, 1), parallel.decode_queues(s, 4, min_segment_bytes=600))
+    fast = _session_cols(path, "bepZ")
+    pooled = _session_cols(path, "bepZ", jobs=2)
+    text = io.StringIO()
+    assert main(["dump", "branches", str(path), "--itrace=bepZ"], out=text) == 0
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")  # the reference backend (decoder/backend.py)
+    ref = _session_cols(path, "bepZ")
+    ref_text = io.StringIO()
+    assert main(["dump", "branches", str(path), "--itrace=bepZ"], out=ref_text) == 0
+    assert len(ref["kind"]) > 7000
+    assert fast == ref
+    assert pooled == ref
+    assert text.getvalue() == ref_text.getvalue()
+
+
+@pytest.mark.slow
+@pytest.mark.perf
+@pytest.mark.skipif(shutil.which("perf") is None, reason="perf inject makes the VM recording")
+def test_fast_equals_reference_timeless_vm(tmp_path):
+    """Guest code (kernel and user, guest sideband injected by perf) decoded timeless: the guest
+    thread on the VCPU thread of the end, the guest maps of the end."""
+    from vmexporttest import make_vm_trace
+    vm = make_vm_trace(tmp_path, guest="mixed", seed=3, branches=4000)
+    assert assert_same_queues(vm.data, "beZ") > 3000
+    assert assert_same_queues(vm.data, "bepZ") > 3000
 
 
 def test_backends_have_the_same_entry_points():

@@ -75,8 +75,8 @@ def trace(tmp_path_factory):
     return get
 
 
-def _perf(path: str, pipe: bool, itrace: str) -> list[str]:
-    cmd = ["perf", "script", "-i", "-" if pipe else path, f"--itrace={itrace}", *_FIELDS]
+def _perf(path: str, pipe: bool, itrace: str, fields: list[str] = _FIELDS) -> list[str]:
+    cmd = ["perf", "script", "-i", "-" if pipe else path, f"--itrace={itrace}", *fields]
     if pipe:  # perf reads pipe-mode Intel PT correctly only from a real pipe
         with open(path, "rb") as f:
             cat = subprocess.Popen(["cat"], stdin=f, stdout=subprocess.PIPE)
@@ -138,15 +138,46 @@ def _drop_time(line: str) -> str:
     return " ".join(parts[:2] + parts[3:])
 
 
+# Not here: forkexec with Z (ptexport, either backend, stops at a failed code read in the exec'd
+# child where perf reports "Trace doesn't match instruction" and goes on).  (perf 6.1 rejects "i100Z":
+# after a period, Z follows its unit.)
+TIMELESS_CASES = [("calls-ovf", "beZ"), ("threads-2cpus-cyc", "beZ"), ("threads-per-thread", "beZ"),
+                  ("calls-truncated", "beZ"), ("threads-2cpus-cyc", "crZ"), ("threads-2cpus-cyc", "pZ"),
+                  ("threads-per-thread", "i100iZ"), ("threads-2cpus-cyc", "bi100iZ"), ("events-ptwrite-ovf", "bewZ"),
+                  ("events-power", "bepZ"), ("threads-pipe", "beZ"), ("threads-kcore", "beZ")]
+
+
 @needs_perf
-@pytest.mark.parametrize("variant", ["calls-ovf", "threads-2cpus-cyc", "threads-per-thread", "calls-truncated"])
-def test_timeless_decoding_equals_perf(trace, variant):
+@pytest.mark.parametrize("variant,itrace", slow_after(TIMELESS_CASES, keep=4, unpack=True),
+                         ids=[f"{v}-{k}" for v, k in TIMELESS_CASES])
+def test_timeless_decoding_equals_perf(trace, variant, itrace):
     """--itrace=Z: queues decoded whole (per-thread ones at their EXIT), thread and maps of the end."""
-    path, _ = trace(variant)
-    proc = subprocess.run(["perf", "script", "-i", path, "--itrace=beZ", "-F", "pid,tid,cpu,ip,addr,flags"],
-                          capture_output=True, text=True, check=True)
-    theirs = _collapse(proc.stdout)
+    path, pipe = trace(variant)
+    theirs = _perf(path, pipe, itrace, ["-F", "pid,tid,cpu,ip,addr,flags"])
     out = io.StringIO()
-    assert main(["dump", "branches", path, "--itrace=beZ"], out=out) == 0
+    assert main(["dump", "branches", path, f"--itrace={itrace}"], out=out) == 0
     assert theirs
+    assert [_drop_time(line) for line in _collapse(out.getvalue())] == theirs
+
+
+@needs_perf
+@pytest.mark.parametrize("opts", [("--program", "threads", "--cpus", "2", "--ovf", "2", "--truncate", "1"),
+                                  ("--program", "threads", "--per-thread")], ids=["cpus", "per-thread"])
+def test_recording_without_tsc_equals_perf(tmp_path, opts):
+    """A recording whose intel_pt event has no TSC (config without the TSC bit) is decoded timeless
+    without Z.  ``ptexport synth`` makes no such recording (its traces always carry TSC): its pt_config
+    is patched, so only the recording says "no TSC" (the trace keeps its TSC packets)."""
+    from ptexport.perfdata.constants import IntelPTConfig
+    from ptexport.synth import sideband
+
+    orig = sideband.pt_config
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(sideband, "pt_config", lambda o: orig(o) & ~(1 << IntelPTConfig.TSC))
+        assert main(["synth", "--out", str(tmp_path), "--branches", _BRANCHES, "--seed", "7", *opts],
+                    out=io.StringIO()) == 0
+    path = str(tmp_path / "perf.data")
+    theirs = _perf(path, False, "be", ["-F", "pid,tid,cpu,ip,addr,flags"])
+    out = io.StringIO()
+    assert main(["dump", "branches", path, "--itrace=be"], out=out) == 0
+    assert len(theirs) > 3000
     assert [_drop_time(line) for line in _collapse(out.getvalue())] == theirs

@@ -6,8 +6,9 @@ session's merge needs) for ``--itrace`` selections made of branches (``b``,
 ``c``, ``r``), instructions (``i`` with a period in instructions ``iN``/``iNi``
 or in time ``iNt``/``iNus``/``iNns``), transactions (``x``), ptwrite (``w``),
 power events (``p``: PSB, CBR, MWAIT, PWRE, EXSTOP, PWRX) and errors (``e``,
-with ``-o``/``-l``) - everything but skips (``s``), ``q`` and Event Trace; the
-decoder itself is :mod:`ptexport.decoder.compiled.kernel`, a port of
+with ``-o``/``-l``), timed or timeless (no TSC, or ``Z``: one context per
+queue, the thread and maps of the end) - everything but skips (``s``), ``q``
+and Event Trace; the decoder itself is :mod:`ptexport.decoder.compiled.kernel`, a port of
 :mod:`ptexport.decoder.reference.decoder` (which stays the readable reference; the
 differential tests in ``tests/decoder/test_perffast.py`` hold them equal).
 
@@ -47,7 +48,7 @@ import numpy as np
 from ptexport.decoder.compiled import kernel as K
 from ptexport import jit
 from ptexport.decoder.codewalk import PerfCodeWalker
-from ptexport.decoder.context import DecodeContext
+from ptexport.decoder.context import TIMELESS_MAP_TIME, DecodeContext
 from ptexport.decoder.filters import QueueTimeFilter, psb_positions
 from ptexport.pt.perfpkt import PacketColumns
 from ptexport.pt.perfpkt_compiled import tokenize as tokenize_fast
@@ -72,9 +73,6 @@ def supported(ctx: DecodeContext) -> str | None:
         return "--itrace=sN (held-back CBR events are decided in perf order) is not compiled yet"
     if it.quick:
         return "--itrace=q (perf's hop/leap modes) is not compiled yet"
-    if ctx.timeless:
-        # the queue's thread and maps are those of the end (perf decodes timeless queues late)
-        return "timeless decoding (no TSC, or --itrace=Z) is not compiled yet"
     if it.intr_events or ctx.event_trace:
         # Event Trace (CFE/EVD samples, RFLAGS.IF in every sample's flags)
         return "Event Trace (CFE/EVD samples, RFLAGS.IF in the flags) is not compiled yet"
@@ -278,7 +276,12 @@ class QueueDecoder:
         self.lookup = ctx.new_lookup()
         self.walker = PerfCodeWalker(self.lookup, ctx.kernel_start)
         self.tokens = _Tokens(ctx.buffers(bufs), window)  # window: bytes tokenized at a time
-        self.cur = ctx.cpu_timeline(self.cpu) if self.per_cpu else None
+        self.timeless = ctx.timeless
+        self.cur = ctx.cpu_timeline(self.cpu) if self.per_cpu and not ctx.timeless else None
+        # Timeless decoding: perf decodes the queue late (at its thread's EXIT or at the end), with the
+        # maps of then and, for a CPU queue, the thread current on the CPU then: one context throughout.
+        self.end_who = ctx.end_who(self.cpu) if self.per_cpu and ctx.timeless else (-1, -1)
+        self.map_time = TIMELESS_MAP_TIME if ctx.timeless else 0
         self.blocks = _Blocks()
         self.tables: dict[tuple, _Table] = {}
         self.gtables: dict[tuple, _Table] = {}  # guest code, per guest context
@@ -297,6 +300,8 @@ class QueueDecoder:
         if not self.per_cpu:
             t = self.ctx.sb.thread(self.qtid)
             return (t.pid if t is not None else -1), self.qtid, -(1 << 63), _I64_MAX
+        if self.timeless:
+            return self.end_who[0], self.end_who[1], -(1 << 63), _I64_MAX
         c = self.cur
         assert c is not None  # a per-CPU queue has its CPU's timeline
         i = int(np.searchsorted(c.tsc, np.uint64(tsc), side="right")) - 1
@@ -385,8 +390,8 @@ class QueueDecoder:
         """Point the walker and the kernel at the context of a sample at ``tsc``."""
         pid, tid, lo, hi = self._who(tsc)
         have_thread = tid >= 0 or not self.per_cpu
-        if self.ctx.timeless:
-            time = 0
+        if self.timeless:
+            time = self.map_time  # maps as perf has them when it decodes the queue (the end): one generation
             gen = -1
         else:
             time = self.ctx.perf_time(tsc)
@@ -568,18 +573,21 @@ class QueueDecoder:
         self.ichunks: list[np.ndarray] = []
         self.rows_before = 0  # rows and items handed out by take()
         self.items_before = 0
-        # perf's setup: no thread for a CPU queue; a per-thread queue has its thread.
-        if self.per_cpu:
+        # perf's setup: no thread for a CPU queue (timeless: the one current at the end); a per-thread
+        # queue has its thread.
+        if self.per_cpu and not self.timeless:
             pid, have_thread = -1, False
         else:
-            pid, have_thread = self._who(0)[0], True
+            pid, tid = self._who(0)[:2]
+            have_thread = tid >= 0 or not self.per_cpu
         self.lookup.pid = pid
         self.lookup.tid = -1
-        self.lookup.time = 0
+        self.lookup.time = self.map_time
         self.walker.have_thread = have_thread
         S[K.HAVE_THREAD] = int(have_thread)
-        gkey = self._guest_context(pid, -1, 0, 0, 0)[0]
-        self._select(("setup", pid, have_thread), ("setup",) + gkey)
+        gkey = self._guest_context(pid, -1, self.map_time, 0, 0)[0]
+        # (timeless: the host table of the whole queue; the guest one may differ, by the VCPU thread)
+        self._select((pid, have_thread, -1) if self.timeless else ("setup", pid, have_thread), ("setup",) + gkey)
         # --time: perf's decoder-side time filter (not for PSB segments: sessions with ranges are not cut)
         tf = self.tf = self.ctx.time_filter() if at is None else None
         if tf is not None:
@@ -769,9 +777,12 @@ class QueueDecoder:
         n = o.shape[1]
         tsc = o[K.O_TSC].astype(np.uint64)
         who = o[K.O_WHO_TSC].astype(np.uint64)
-        if self.per_cpu:
+        if self.per_cpu and self.timeless:
+            pid = np.full(n, self.end_who[0], np.int64)
+            tid = np.full(n, self.end_who[1], np.int64)
+        elif self.per_cpu:
             c = self.cur
-            assert c is not None  # a per-CPU queue has its CPU's timeline
+            assert c is not None  # a timed per-CPU queue has its CPU's timeline
             idx = np.searchsorted(c.tsc, who, side="right") - 1
             ok = idx >= 0
             pid = np.full(n, -1, np.int64)

@@ -60,7 +60,7 @@ from ptexport.decoder.constants import (
     T_TRANSACTION,
 )
 from ptexport.decoder.codewalk import PerfCodeWalker
-from ptexport.decoder.context import DecodeContext
+from ptexport.decoder.context import TIMELESS_MAP_TIME, DecodeContext
 from ptexport.decoder.filters import fast_forward
 from ptexport.decoder.reference.decoder import PerfDecoder
 from ptexport.samples.columns import (
@@ -86,7 +86,6 @@ from ptexport.samples.columns import (
 from ptexport.samples.flags import IpFlag
 
 EVD_ROW = -2  # an EVD of the evt row after it (dropped with the budget marks, kept as SampleColumns.evd_*)
-TIMELESS_MAP_TIME = 1 << 62  # maps as perf sees them when a timeless queue is decoded (late)
 
 _F = IpFlag
 OP_FLAGS = {k: int(v) for k, v in {
@@ -383,11 +382,7 @@ class _QueueRun:
         # the end, with the maps of that moment and, for a CPU queue, the thread current on the CPU
         # then (it follows no context switch while decoding).
         self.map_time = TIMELESS_MAP_TIME if ctx.timeless else None
-        self.end_who = (-1, -1)
-        if per_cpu and ctx.timeless:
-            tl = ctx.sb.host.cpus.get(cpu)
-            if tl is not None and len(tl):
-                self.end_who = (int(tl.pids[-1]), int(tl.tids[-1]))
+        self.end_who = ctx.end_who(cpu) if per_cpu and ctx.timeless else (-1, -1)
         # --time: perf's decoder-side filter (intel_pt_time_filter), not in timeless sessions.
         self.tf = ctx.time_filter()
         self.ff_timestamp = 0
