@@ -295,7 +295,22 @@ def test_session_fast_order_and_pool_equal_reference(traces, monkeypatch):
     assert pooled == ref
 
 
-@pytest.mark.parametrize("itrace", ["b", "be", "ce", "bei9i", "beq", "biqq"])
+@pytest.mark.parametrize("itrace", ["bepq", "beipqq"])
+def test_session_hop_leap_equal_reference(traces, monkeypatch, itrace):
+    """decode() in hop/leap mode: compiled queues, heap order and worker pool == the reference."""
+    path = traces(MULTI + ("--psb-period", "512"))
+    fast = _session_cols(path, itrace)
+    pooled = _session_cols(path, itrace, jobs=2)
+    from ptexport.session import queues_compiled as perffast_order
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")
+    monkeypatch.setattr(perffast_order, "numba", None)
+    ref = _session_cols(path, itrace)
+    assert len(ref["kind"]) > 10
+    assert fast == ref
+    assert pooled == ref
+
+
+@pytest.mark.parametrize("itrace", ["b", "be", "ce", "bei9i", "beq", "bipqq"])
 def test_dump_count_equals_dump_lines(traces, itrace):
     path = traces(MULTI)
     lines, counted, pooled = io.StringIO(), io.StringIO(), io.StringIO()
