@@ -48,8 +48,8 @@ def test_both_backends_take_the_shared_tables_from_the_constants_module():
         mine = _ints(mod)
         assert {n: (v, mine[n]) for n, v in shared.items() if n in mine and n not in _STATES_RENAMED
                 and mine[n] != v} == {}
-    # The kernel knows every packet state but RESAMPLE (hop mode runs in the reference only).
-    states = ("NO_PSB", "NO_IP", "ERR_RESYNC", "IN_SYNC", "TNT_CONT", "FUP_NO_TIP", "FUP_IN_PSB")
+    # The kernel knows every packet state (RESAMPLE: hop and leap modes, --itrace=q/qq).
+    states = ("NO_PSB", "NO_IP", "ERR_RESYNC", "IN_SYNC", "TNT_CONT", "FUP_NO_TIP", "FUP_IN_PSB", "RESAMPLE")
     assert set(states) <= set(_ints(K))
 
 

@@ -59,7 +59,8 @@ def traces(tmp_path_factory):
             d = tmp_path_factory.mktemp("synth")
             assert main(["synth", "--out", str(d), "--branches", str(branches), "--program", *variant],
                         out=io.StringIO()) == 0
-            made[(variant, branches)] = d / "perf.data" if (d / "perf.data").exists() else d  # --kcore: a dir
+            # --kcore: a directory; --vm: the host's recording (its guest code unread: non-root ips only)
+            made[(variant, branches)] = next((d / n for n in ("perf.data", "host.data") if (d / n).exists()), d)
         return made[(variant, branches)]
 
     return make
@@ -140,6 +141,61 @@ def test_fast_equals_reference_instructions(traces, itrace):
 ], unpack=True), ids=lambda v: v if isinstance(v, str) else "-".join(x.strip("-") for x in v))
 def test_fast_equals_reference_instructions_variants(traces, variant, itrace):
     assert assert_same_queues(traces(variant, 1500), itrace) > 0
+
+
+# Hop and leap modes (--itrace=q, qq: perf's intel_pt_hop_trace; ips from FUP/TIP/PSB+ only, no code
+# walked), with branches, errors, instructions (period 1) and power events, over the generator's
+# programs, layouts, timings, faults and VMs.
+HOP_VARIANTS = [
+    ("loops",),
+    ("calls", "--timing", "cyc", "--cbr", "30"),
+    ("calls", "--mtc-period", "9", "--psb-period", "1024"),
+    ("threads", "--cpus", "2", "--preempt", "500"),
+    ("threads", "--per-thread"),
+    FAULTY_SMALL,
+    ("forkexec", "--cpus", "2", "--ovf", "3", "--corrupt", "3", "--psb-period", "1024"),
+    ("calls", "--ptwrite", "fup", "--power"),
+    ("events", "--power", "--ovf", "2"),
+    ("calls", "--no-retcomp", "--ip-compression", "mixed", "--tnt", "long"),
+    ("calls", "--vm", "mixed"),
+    ("calls", "--kcore"),
+]
+
+
+@pytest.mark.parametrize("variant", slow_after(HOP_VARIANTS, keep=3), ids=lambda v: "-".join(x.strip("-") for x in v))
+@pytest.mark.parametrize("quick", ["q", "qq"])
+def test_fast_equals_reference_hop_leap(traces, variant, quick):
+    path = traces(variant)
+    n = 0
+    for kinds in ("b", "bei", "bepwx"):
+        n += assert_same_queues(path, kinds + quick)
+    assert n > (50 if quick == "q" else 1)  # (leap: about a sample per PSB)
+
+
+@pytest.mark.parametrize("itrace", slow_after(["bq", "beqq", "ceq", "iq", "beiqq", "be-oq", "pq"]))
+def test_fast_equals_reference_hop_leap_itrace(traces, itrace):
+    assert_same_queues(traces(MULTI), itrace) > 0
+
+
+@pytest.mark.parametrize("seed", slow_after(range(4), keep=1))
+def test_fast_equals_reference_hop_leap_on_damaged_aux(traces, seed):
+    """Hop and leap through errors: a leap scans for a PSB from inside a packet (re-tokenizing)."""
+    rng = random.Random(100 + seed)
+    path = traces(("calls",)) if seed % 2 else QUIPPER
+
+    def mutate(data: bytes) -> bytes:
+        b = bytearray(data)
+        if not b:
+            return data
+        for _ in range(rng.randint(1, 12)):
+            i = rng.randrange(len(b))
+            if rng.random() < 0.3:
+                del b[i:i + rng.randint(1, 64)]
+            else:
+                b[i] = rng.randrange(256)
+        return bytes(b)
+
+    assert_same_queues(path, "beiqq" if seed >= 2 else "beiq", mutate=mutate)
 
 
 def test_block_rests_equal_decoded_blocks(traces, monkeypatch):
@@ -240,7 +296,22 @@ def test_session_fast_order_and_pool_equal_reference(traces, monkeypatch):
     assert pooled == ref
 
 
-@pytest.mark.parametrize("itrace", ["b", "be", "ce", "bei9i"])
+@pytest.mark.parametrize("itrace", ["bepq", "beipqq"])
+def test_session_hop_leap_equal_reference(traces, monkeypatch, itrace):
+    """decode() in hop/leap mode: compiled queues, heap order and worker pool == the reference."""
+    path = traces(MULTI + ("--psb-period", "512"))
+    fast = _session_cols(path, itrace)
+    pooled = _session_cols(path, itrace, jobs=2)
+    from ptexport.session import queues_compiled as perffast_order
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")
+    monkeypatch.setattr(perffast_order, "numba", None)
+    ref = _session_cols(path, itrace)
+    assert len(ref["kind"]) > 10
+    assert fast == ref
+    assert pooled == ref
+
+
+@pytest.mark.parametrize("itrace", ["b", "be", "ce", "bei9i", "beq", "bipqq"])
 def test_dump_count_equals_dump_lines(traces, itrace):
     path = traces(MULTI)
     lines, counted, pooled = io.StringIO(), io.StringIO(), io.StringIO()
@@ -302,6 +373,26 @@ def test_segments_decoded_in_parallel_equal_serial(traces, variant):
     if variant is not None and "--cbr" not in variant:
         assert sum(st.matched for st in stats) > 0
         assert sum(st.redone for st in stats) == 0
+
+
+@pytest.mark.parametrize("itrace", ["beq", "beqq", "bepq"])
+@pytest.mark.parametrize("variant", [SEGMENTED[0], SEGMENTED[3], SEGMENTED[4]], ids=["calls", "multi", "faults"])
+def test_hop_leap_segments_decoded_in_parallel_equal_serial(traces, variant, itrace):
+    """Hop and leap modes in PSB segments: stitched == serial, and the joins agree (segmentable).
+
+    A segment decoded from its PSB reports that PSB and then its ip (perf's resample) where the serial
+    decoder hops over the PSB in one state, so a join agrees from the next PSB on (leap) or the next
+    packet (hop): segments here hold several PSBs."""
+    from ptexport.session import parallel
+    with open_perf_data(str(traces(variant, 40000))) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace)))
+        assert backend.compiled_for(s.decode_context()) and backend.segmentable(s.decode_context())
+        serial = parallel.decode_queues(s, 1)
+        par = parallel.decode_queues(s, 4, min_segment_bytes=4000)
+        _queues_equal(serial, par)
+        assert parallel.count_samples(s, 4, min_segment_bytes=4000) == parallel.count_samples(s, 1)
+        st = s.decode_stats
+        assert st.matched > 0 and st.redone == 0
 
 
 def test_instruction_queues_whole_in_worker_pool(traces, monkeypatch):

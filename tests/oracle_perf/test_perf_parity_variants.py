@@ -106,6 +106,39 @@ def test_variant_equals_perf(trace, variant, itrace):
 
 
 @needs_perf
+@pytest.mark.parametrize("variant", slow_after(["forkexec-2cpus", "calls-ovf", "threads-2cpus-cyc", "forkexec-corrupt",
+                                                "events-power", "threads-per-thread-truncated", "calls-pipe-faults",
+                                                "threads-kcore"]))
+@pytest.mark.parametrize("itrace", ["bq", "beq", "bipqq"])
+def test_hop_leap_compiled_equals_reference_and_perf(trace, variant, itrace, monkeypatch):
+    """Hop and leap modes (q, qq) decode on the compiled path; its text equals the reference's and perf's.
+    (Leap mode gives no branch samples between PSBs: its PSB and instruction samples are compared.)"""
+    from ptexport import jit
+    from ptexport.decoder import backend
+    from ptexport.perfdata import open_perf_data
+    from ptexport.samples.itrace import parse_itrace
+    from ptexport.session.perfsession import DecodeConfig, open_session
+
+    path, pipe = trace(variant)
+    if pipe:  # perf script cannot synthesize power events from a pipe ("failed to synthesize 'cbr'")
+        itrace = itrace.replace("p", "")
+    else:
+        with open_perf_data(path) as pd:
+            ctx = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace))).decode_context()
+            assert backend.choose(ctx).compiled or not jit.available()
+    out = io.StringIO()
+    assert main(["dump", "branches", path, f"--itrace={itrace}"], out=out) == 0
+    compiled = out.getvalue()
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")
+    out = io.StringIO()
+    assert main(["dump", "branches", path, f"--itrace={itrace}"], out=out) == 0
+    assert compiled == out.getvalue()
+    theirs = _perf(path, pipe, itrace)
+    assert theirs or itrace == "bipqq"  # (no FUP in any PSB+ of a short trace: nothing to leap to)
+    assert _collapse(compiled) == theirs
+
+
+@needs_perf
 @pytest.mark.parametrize("variant", ["calls-ovf", "calls-truncated", "forkexec-corrupt", "events-ptwrite-ovf",
                                      "calls-pipe-faults"])
 def test_fault_variants_report_errors(trace, variant):

@@ -7,8 +7,9 @@ session's merge needs) for ``--itrace`` selections made of branches (``b``,
 or in time ``iNt``/``iNus``/``iNns``), transactions (``x``), ptwrite (``w``),
 power events (``p``: PSB, CBR, MWAIT, PWRE, EXSTOP, PWRX) and errors (``e``,
 with ``-o``/``-l``), timed or timeless (no TSC, or ``Z``: one context per
-queue, the thread and maps of the end) - everything but skips (``s``), ``q``
-and Event Trace; the decoder itself is :mod:`ptexport.decoder.compiled.kernel`, a port of
+queue, the thread and maps of the end), in perf's hop and leap modes too (``q``,
+``qq``: no code walked) - everything but skips (``s``) and Event Trace; the
+decoder itself is :mod:`ptexport.decoder.compiled.kernel`, a port of
 :mod:`ptexport.decoder.reference.decoder` (which stays the readable reference; the
 differential tests in ``tests/decoder/test_perffast.py`` hold them equal).
 
@@ -71,8 +72,6 @@ def supported(ctx: DecodeContext) -> str | None:
     it = ctx.itrace
     if it.initial_skip:
         return "--itrace=sN (held-back CBR events are decided in perf order) is not compiled yet"
-    if it.quick:
-        return "--itrace=q (perf's hop/leap modes) is not compiled yet"
     if it.intr_events or ctx.event_trace:
         # Event Trace (CFE/EVD samples, RFLAGS.IF in every sample's flags)
         return "Event Trace (CFE/EVD samples, RFLAGS.IF in the flags) is not compiled yet"
@@ -92,6 +91,11 @@ def segmentable(ctx: DecodeContext) -> bool:
     Not with instruction samples: their period counter carries across PSBs
     (perf resets it only at a sample), so a segment decoded from its PSB
     samples other instructions than the serial decoder and never joins.
+    Hop and leap modes (``q``, ``qq``) are: their state is all in the kernel's
+    state array as every mode's is.  A segment decoded from its PSB reports
+    that PSB and then its ip (perf's resample) where the serial decoder hops
+    over the PSB in one state; the two agree from the next packet with an ip
+    (hop) or the next PSB (leap), where the join takes over.
     """
     return not ctx.itrace.instructions
 
@@ -540,6 +544,7 @@ class QueueDecoder:
         S[K.P_INSNS] = int(it.instructions)
         S[K.P_FUP_NLIP] = int(p.fup_with_nlip)
         S[K.P_CYC_THRESH] = p.cyc_threshold
+        S[K.P_QUICK] = p.quick
         S[K.P_KERNEL_START] = _i64(ctx.kernel_start)
         S[K.P_FILTER] = ctx.branches_filter
         S[K.P_BRANCHES] = int(it.branches)

@@ -1,7 +1,8 @@
 """The perf-mode decoder (:mod:`ptexport.decoder.reference.decoder`) as numba code over arrays.
 
-This is a line-for-line port of ``PerfDecoder`` plus the session's sample
-loop (``PerfSession.decode_queue``; not its Event Trace samples), written so that it
+This is a line-for-line port of ``PerfDecoder`` (its hop and leap modes,
+``--itrace=q``/``qq``, too) plus the session's sample loop
+(``PerfSession.decode_queue``; not its Event Trace samples), written so that it
 can stop and resume at any decode step:
 
 * all decoder state lives in one int64 array ``S`` (plus ``F`` for the three
@@ -33,7 +34,8 @@ from ptexport.decoder.constants import (
     BR_CONDITIONAL, BR_INDIRECT, BR_NO_BRANCH, BR_UNCONDITIONAL, EAGAIN, EBADMSG, EILSEQ, EINVAL, ELOOP, ENODATA,
     ENOENT, ENOLINK, ENOSYS, EOVERFLOW, ERR_RESYNC, F_ABORT_TX, F_ASYNC, F_FUP_IP, F_IN_TX, F_SAMPLE_IPC,
     FUP_IN_PSB, FUP_NO_TIP, IN_SYNC, NO_IP, NO_PSB, OP_CALL, OP_INT, OP_IRET, OP_JCC, OP_JMP, OP_LOOP, OP_OTHER,
-    OP_RET, OP_SYSCALL, OP_SYSRET, OP_VMENTRY, PERIOD_INSTRUCTIONS, PERIOD_MTC, PERIOD_TICKS, T_BLK_ITEMS, T_BRANCH,
+    OP_RET, OP_SYSCALL, OP_SYSRET, OP_VMENTRY, PERIOD_INSTRUCTIONS, PERIOD_MTC, PERIOD_TICKS, RESAMPLE, T_BLK_ITEMS,
+    T_BRANCH,
     T_CBR_CHG, T_EX_STOP, T_INSTRUCTION, T_MWAIT_OP, T_PSB_EVT, T_PTW, T_PWR_ENTRY, T_PWR_EXIT, T_TRACE_BEGIN,
     T_TRACE_END, T_TRANSACTION, TNT_CONT, WALK_RETURN,
 )
@@ -226,30 +228,31 @@ P_SINGLE = 147
 P_STOP_BUF = 148
 P_STOP_BYTE = 149
 P_CYC_THRESH = 150
+P_QUICK = 151  # --itrace=q: 1 hop (FUP/TIP ips, no code walk), 2 leap (PSB to PSB)
 # Exchange with Python: thread and context range, requests (NEED_*, RETOK_*, MORE_BUF), output counts
-HAVE_THREAD = 151
-CTX_LO = 152
-CTX_HI = 153
-NEED_IP = 154
-NEED_TO = 155
-NEED_MAX = 156
-NEED_NR = 157
-RETOK_BUF = 158
-RETOK_POS = 159
-NOUT = 160
-NITEM = 161
-STEP_NR = 162
-NBRANCH = 163
-MORE_BUF = 164
+HAVE_THREAD = 152
+CTX_LO = 153
+CTX_HI = 154
+NEED_IP = 155
+NEED_TO = 156
+NEED_MAX = 157
+NEED_NR = 158
+RETOK_BUF = 159
+RETOK_POS = 160
+NOUT = 161
+NITEM = 162
+STEP_NR = 163
+NBRANCH = 164
+MORE_BUF = 165
 # The time filter (--time): on, its selection, the verdict Python gives back
-TF_ON = 165
-SEL_START = 166
-SEL_TS = 167
-FF_TS = 168
-TF_PENDING = 169
-HAVE_SAMPLE = 170
+TF_ON = 166
+SEL_START = 167
+SEL_TS = 168
+FF_TS = 169
+TF_PENDING = 170
+HAVE_SAMPLE = 171
 # The length of S
-S_SIZE = 171
+S_SIZE = 172
 
 # Indices into F (the CYC ratios).
 F_CBR_CYC_TO_TSC, F_CALC_CYC_TO_TSC, F_TSC_TO_CYC, F_MNTR, F_SIZE = range(5)
@@ -268,6 +271,9 @@ K_SETUP_FAIL = -2  # a failure before the first timestamp
 # run() results.
 R_DONE, R_NEED, R_RETOK, R_CTX, R_OUTFULL, R_STOP, R_STEP, R_MORE, R_TF = range(9)
 PH_SETUP, PH_RUN, PH_DONE = 0, 1, 2  # PH_DONE: --time stopped the queue after its last range
+
+# Hop mode (--itrace=q): what a packet does to the walk (_hop_trace).
+_HOP_PROCESS, _HOP_IGNORE, _HOP_RETURN, _HOP_AGAIN = range(4)
 
 W_NEED = -1000
 W_RETOK = -1001
@@ -913,6 +919,9 @@ def _fup_event(S):
     if S[OVERFLOW]:
         S[OVERFLOW] = 0
         if not ret and not S[PGE]:
+            if S[P_QUICK]:  # hop: the trace begin, then its ip resampled as an instruction
+                S[ST_TYPE] = 0
+                S[PKT_STATE] = RESAMPLE
             S[PGE] = 1
             S[ST_TYPE] |= T_BRANCH | T_TRACE_BEGIN
             S[ST_FROM_IP] = 0
@@ -1277,8 +1286,9 @@ def _psb_with_fup(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
 # ------------------------------------------------------------------- main walk
 
 @_jit
-def _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
+def _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
     no_tip = False
+    quick = S[P_QUICK]
     cyc_thresh = S[P_CYC_THRESH]
     prev_kind = PAD  # with a CYC threshold a CYC counts toward IPC only for the next packet
     err = _get_next_packet(S, PK, BI)
@@ -1290,6 +1300,18 @@ def _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
             if S[SAMPLE_CYC] and prev_kind != CYC:
                 S[SAMPLE_CYC] = 0
             prev_kind = k
+        if quick:
+            hop, err, no_tip = _hop_trace(S, F, PK, BI, BD, no_tip)
+            if hop == _HOP_IGNORE:
+                err = _get_next_packet(S, PK, BI)
+                if err:
+                    return err
+                continue
+            if hop == _HOP_RETURN:
+                return err
+            if hop == _HOP_AGAIN:
+                continue
+            k = S[KIND]  # (leap: the PSB scanned to)
         if k == TNT:
             if S[COUNT]:
                 S[TNT_COUNT] = S[COUNT]
@@ -1313,6 +1335,8 @@ def _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
                 S[ST_FROM_IP] = 0
                 S[ST_TO_IP] = S[IP]
                 S[ST_TYPE] |= T_TRACE_BEGIN
+                if quick:  # hop: resample to get to_ip as an "instruction" sample
+                    S[PKT_STATE] = RESAMPLE
                 return 0
         elif k == OVF:
             return _overflow(S)
@@ -1451,6 +1475,76 @@ def _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
         err = _get_next_packet(S, PK, BI)
         if err:
             return err
+
+
+@_jit
+def _hop_trace(S, F, PK, BI, BD, no_tip):
+    """perf's intel_pt_hop_trace: ips from FUP and TIP packets, TNT ignored, no code walked;
+    returns (_HOP_*, err, no_tip)."""
+    if S[P_QUICK] >= 2 and not S[IN_PSB] and S[KIND] != PSB:
+        err = _scan_for_psb(S, PK, BI, BD)  # leap: PSB to PSB, the ip from the FUP in PSB+
+        if err:
+            return _HOP_RETURN, err, no_tip
+    k = S[KIND]
+    if k == TNT:
+        return _HOP_IGNORE, 0, no_tip
+    if k == TIP_PGD:
+        S[PGE] = 0
+        if not S[COUNT]:
+            _set_nr(S)
+            return _HOP_IGNORE, 0, no_tip
+        _set_ip(S)
+        S[ST_TYPE] |= T_TRACE_END
+        S[ST_FROM_IP] = 0
+        S[ST_TO_IP] = S[IP]
+        _update_nr(S)
+        return _HOP_RETURN, 0, no_tip
+    if k == TIP:
+        if not S[COUNT]:
+            _set_nr(S)
+            return _HOP_IGNORE, 0, no_tip
+        _set_ip(S)
+        S[ST_TYPE] = T_INSTRUCTION
+        S[ST_FROM_IP] = S[IP]
+        S[ST_TO_IP] = 0
+        _update_nr(S)
+        return _HOP_RETURN, 0, no_tip
+    if k == FUP:
+        if not S[COUNT]:
+            return _HOP_IGNORE, 0, no_tip
+        _set_ip(S)
+        if S[SET_FUP_MWAIT] or S[SET_FUP_PWRE] or not S[P_BRANCH_ENABLE] or not S[PGE]:
+            no_tip = True
+        if no_tip:
+            S[ST_TYPE] = T_INSTRUCTION
+            S[ST_FROM_IP] = S[IP]
+            S[ST_TO_IP] = 0
+            _fup_event(S)
+            return _HOP_RETURN, 0, no_tip
+        _fup_event(S)
+        S[ST_TYPE] |= T_INSTRUCTION | T_BRANCH
+        err = _walk_fup_tip(S, F, PK, BI)
+        if not err and S[ST_TO_IP]:
+            S[PKT_STATE] = RESAMPLE
+        return _HOP_RETURN, err, no_tip
+    if k == PSB:
+        S[ST_PSB_OFFSET] = _abs_pos(S, PK, BI)
+        S[PSB_IP] = 0
+        S[LAST_IP] = 0
+        S[HAVE_LAST_IP] = 1
+        err = _walk_psbend(S, F, PK, BI)
+        if err == EAGAIN:
+            return _HOP_AGAIN, 0, no_tip
+        if err:
+            return _HOP_RETURN, err, no_tip
+        S[ST_TYPE] = T_PSB_EVT
+        if S[PSB_IP]:
+            S[ST_TYPE] |= T_INSTRUCTION
+            S[IP] = S[PSB_IP]
+        S[ST_FROM_IP] = S[PSB_IP]
+        S[ST_TO_IP] = 0
+        return _HOP_RETURN, 0, no_tip
+    return _HOP_PROCESS, 0, no_tip
 
 
 @_jit
@@ -1613,7 +1707,7 @@ def _sync_ip(S, F, PK, BI):
     err = _walk_to_ip(S, F, PK, BI)
     if err or ((S[ST_TYPE] & T_PSB_EVT) and not S[IP]):
         return err
-    S[PKT_STATE] = IN_SYNC
+    S[PKT_STATE] = RESAMPLE if S[P_QUICK] else IN_SYNC  # hop: resample to_ip as an instruction
     S[ST_FROM_IP] = 0
     S[ST_TO_IP] = S[IP]
     return 0
@@ -1688,7 +1782,7 @@ def _sync(S, F, PK, BI, BD):
     S[ST_FROM_IP] = S[PSB_IP]
     S[ST_TO_IP] = 0
     if S[IP]:
-        S[PKT_STATE] = IN_SYNC
+        S[PKT_STATE] = RESAMPLE if S[P_QUICK] else IN_SYNC  # hop: the PSB FUP ip as an instruction
     return 0
 
 
@@ -1727,11 +1821,11 @@ def _decode(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
                 S[IP] = 0
             err = _sync_ip(S, F, PK, BI)
         elif ps == IN_SYNC:
-            err = _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND)
+            err = _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND)
         elif ps == TNT_ST or ps == TNT_CONT:
             err = _walk_tnt(S, PK, BI, STK, HK, HV, GK, GV, BK, BND)
             if err == EAGAIN:
-                err = _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND)
+                err = _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND)
         elif ps == TIP_ST or ps == TIP_PGD_ST:
             err = _walk_tip(S, STK, HK, HV, GK, GV, BK, BND)
         elif ps == FUP_ST:
@@ -1741,9 +1835,15 @@ def _decode(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
         elif ps == FUP_NO_TIP:
             err = _walk_fup(S, STK, HK, HV, GK, GV, BK, BND)
             if err == EAGAIN:
-                err = _walk_trace(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND)
+                err = _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND)
         elif ps == FUP_IN_PSB:
             err = _fup_in_psb(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND)
+        elif ps == RESAMPLE:  # hop: the ip just reached, as an instruction sample
+            S[PKT_STATE] = IN_SYNC
+            S[ST_TYPE] = T_INSTRUCTION
+            S[ST_FROM_IP] = S[IP]
+            S[ST_TO_IP] = 0
+            err = 0
         else:
             err = _bug(S)
         if err == W_NEED or err == W_RETOK or err == W_MORE:
@@ -1769,7 +1869,7 @@ def _decode(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
             S[ST_CBR_PAYLOAD] = S[CBR_PAYLOAD]
             S[ST_CBR] = S[CUR_CBR]
         ps = S[PKT_STATE]
-        if ps == NO_PSB or ps == NO_IP or ps == ERR_RESYNC or ps == IN_SYNC or ps == TNT_CONT:
+        if ps == NO_PSB or ps == NO_IP or ps == ERR_RESYNC or ps == IN_SYNC or ps == TNT_CONT or ps == RESAMPLE:
             _update_sample_time(S)
             if S[SAMPLE_CYC]:
                 S[SAMPLE_TOT_CYC_CNT] = S[TOT_CYC_CNT]
@@ -1922,7 +2022,7 @@ def _synth(S, O):
             ins = S[ST_TOT_INSN] - S[LAST_IN_INSN]
             S[LAST_IN_INSN] = S[ST_TOT_INSN]
             S[LAST_IN_CYC] = S[ST_TOT_CYC]
-        period = S[ST_TOT_INSN] - S[LAST_INSN_CNT]
+        period = 1 if S[P_QUICK] else S[ST_TOT_INSN] - S[LAST_INSN_CNT]  # hop/leap: 1, as perf
         S[LAST_INSN_CNT] = S[ST_TOT_INSN]
         if S[P_COUNT_ONLY]:
             S[NBRANCH] += 1
