@@ -3,11 +3,12 @@
 The compiled decoder holds the GIL, so a thread would not overlap it with the
 export; a forked child does.  The child inherits the opened session (fork:
 nothing is pickled but the batches), iterates
-:meth:`~ptexport.session.perfsession.PerfSession.iter_batches` and sends each
-:class:`SampleColumns` as raw column bytes through a pipe; the parent rebuilds
-the arrays.  The pipe's small buffer is the back-pressure: the child decodes
-batch k+1 while the parent exports batch k, never further ahead, so memory
-stays bounded.  An error in the child (a typed :class:`PtExportError`) is sent
+:meth:`~ptexport.session.perfsession.PerfSession.iter_batches` and writes each
+:class:`SampleColumns` as raw column bytes into a slot of a shared-memory ring
+(SLOTS below; the pipe says which, and carries a batch too big for a slot); the
+parent copies the arrays out and hands the slot back.  The ring is the
+back-pressure: the child decodes at most SLOTS batches ahead of the parent, so
+memory stays bounded.  An error in the child (a typed :class:`PtExportError`) is sent
 over and raised in the parent; closing the iterator early ends the child.
 
 ``--jobs N`` (N >= 2) turns it on (:func:`maybe_process`): the child decodes, with N - 1
@@ -20,6 +21,7 @@ segment workers alone (the parent merging, joining and exporting) took 13.4 s.
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import multiprocessing
 import os
 import time
@@ -39,14 +41,37 @@ def available() -> bool:
     return "fork" in multiprocessing.get_all_start_methods()
 
 
-def _child(session: Any, conn: Any, batch_rows: int, jobs: int) -> None:
+#: The shared-memory ring the child writes batches into: SLOTS slots of SLOT_BYTES (a batch of 64 K
+#: rows is at most ~13 MB of columns; a bigger one goes through the pipe).  The child fills a free slot
+#: and says which over the pipe; the parent copies the columns out and hands the slot back over a
+#: second pipe.  Measured (10 M branches, decoding only): through the pipe alone, 6.2 s wall against
+#: 3.8 s in-process (each byte written and read through a kernel buffer by both processes, in lock step).
+SLOTS = 3
+SLOT_BYTES = 16 << 20
+
+
+def _child(session: Any, conn: Any, batch_rows: int, jobs: int, ring: Any = None, free: Any = None) -> None:
     ignore_stop_signals()
     die_with_parent()
     try:
         t0 = time.perf_counter()
+        idle = list(range(SLOTS)) if ring is not None else []
         for cols in session.iter_batches(jobs, batch_rows=batch_rows):
             parts = [(name, np.ascontiguousarray(a)) for name in _FIELDS
                      if (a := getattr(cols, name)) is not None]
+            size = sum(a.nbytes for _, a in parts)
+            if ring is not None and size <= SLOT_BYTES:
+                if not idle:
+                    idle.append(free.recv())  # wait for the parent to hand one back
+                slot = idle.pop()
+                at = slot * SLOT_BYTES
+                layout = []
+                for name, a in parts:
+                    ring[at:at + a.nbytes] = memoryview(a).cast("B")
+                    layout.append((name, a.dtype.str, a.shape[0], at))
+                    at += a.nbytes
+                conn.send(("shm", (slot, layout)))
+                continue
             conn.send(("batch", [(name, a.dtype.str, a.shape[0]) for name, a in parts]))
             for _, a in parts:
                 conn.send_bytes(memoryview(a).cast("B"))
@@ -86,10 +111,16 @@ class DecodeProcess:
         self.jobs = jobs
         self._conn, child_conn = ctx.Pipe(duplex=False)
         _widen(child_conn)
-        self._proc = ctx.Process(target=_child, args=(session, child_conn, batch_rows, jobs), daemon=jobs <= 1,
-                                 name="ptexport-decode")
+        try:
+            self._ring: Any = mmap.mmap(-1, SLOTS * SLOT_BYTES)  # anonymous and shared: the child writes here
+        except (OSError, ValueError):  # no room for it: the pipe alone
+            self._ring = None
+        free_r, self._free = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_child, args=(session, child_conn, batch_rows, jobs, self._ring, free_r),
+                                 daemon=jobs <= 1, name="ptexport-decode")
         self._proc.start()
         child_conn.close()
+        free_r.close()
         self.seconds = 0.0
         self._done = False
 
@@ -107,6 +138,17 @@ class DecodeProcess:
                 if kind == "error":
                     self._done = True
                     raise payload
+                if kind == "shm":
+                    slot, layout = payload
+                    ring = self._ring
+                    cols = {name: np.frombuffer(ring, dtype=dtype, count=n, offset=at).copy()
+                            for name, dtype, n, at in layout}
+                    try:
+                        self._free.send(slot)
+                    except OSError:  # the child is gone: the next receive says how
+                        pass
+                    yield SampleColumns(**cols)
+                    continue
                 cols = {}
                 for name, dtype, n in payload:
                     buf = bytearray(n * np.dtype(dtype).itemsize)
@@ -126,8 +168,12 @@ class DecodeProcess:
         if not self._done and self._proc.is_alive():
             self._proc.kill()  # it ignores the stop signals (ignore_stop_signals)
         self._conn.close()
+        self._free.close()
         self._proc.join()
         self._proc = None
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
 
     def __del__(self) -> None:  # pragma: no cover - a safety net; close() is the way
         try:

@@ -38,10 +38,14 @@ def test_child_decoding_gives_the_in_process_database(trace, tmp_path):
     assert dbs[0] == dbs[1]
 
 
-def test_batches_cross_the_pipe_intact(trace):
+@pytest.mark.parametrize("ring", [True, False])
+def test_batches_cross_the_pipe_intact(trace, monkeypatch, ring):
+    """Through the shared-memory ring, or (a batch bigger than a slot) the pipe."""
     from ptexport.perfdata import open_perf_data
     from ptexport.session.perfsession import DecodeConfig, open_session
 
+    if not ring:
+        monkeypatch.setattr(decode_proc, "SLOT_BYTES", 1 << 10)  # the forked child inherits it
     with open_perf_data(trace) as pd:
         session = open_session(pd, DecodeConfig(itrace=export_default()))
         direct = list(session.iter_batches(batch_rows=1000))
