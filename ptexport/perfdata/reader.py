@@ -229,6 +229,16 @@ class _Source:
         self.start = 0
         self.end = self.size
 
+    def release_pages(self) -> None:
+        """Unmap the file's pages from this process (they stay in the page cache; a later read maps
+        them again): a read of each record's header maps its neighbours too (the kernel's fault-around),
+        so one pass over the records leaves the whole file in the process's resident set."""
+        if self._mm is not None and hasattr(mmap, "MADV_DONTNEED"):
+            try:
+                self._mm.madvise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError):  # pragma: no cover - not supported here
+                pass
+
     def close(self) -> None:
         if self._mm is not None:
             try:
@@ -1330,6 +1340,13 @@ class PerfData:
     def event_name(self, attr: EventAttr) -> str:
         """The recorded name (event_desc, EVENT_UPDATE), else the one perf derives from the attr."""
         return attr.name or perf_event_name(attr)
+
+    def release_pages(self) -> None:
+        """The mapped files' pages out of this process's resident set (read again on demand): called
+        after a pass over the records and as decoding goes, so the resident set does not grow with
+        the recording."""
+        for s in self._sources:
+            s.release_pages()
 
     # ------------------------------------------------------------------------------------- lifetime
     def close(self) -> None:

@@ -175,7 +175,7 @@ def _packed(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def _batch_lines(branch: np.ndarray, mp: np.ndarray, vcpu: np.ndarray, pid: np.ndarray, tid: np.ndarray,
                  cpu: np.ndarray, time: np.ndarray, ip: np.ndarray, addr: np.ndarray, flag_idx: np.ndarray,
-                 flags_texts: list[str], given: np.ndarray, given_lines: list[str]) -> str:
+                 flags_texts: list[str], given: np.ndarray, given_lines: list[str]) -> memoryview:
     """The lines of a batch: ``flag_idx`` indexes ``flags_texts`` (the flags fields); rows where ``given``
     is set print the next of ``given_lines`` instead (errors, formatted by the reference)."""
     ftext, foff = _packed(flags_texts)
@@ -183,7 +183,7 @@ def _batch_lines(branch: np.ndarray, mp: np.ndarray, vcpu: np.ndarray, pid: np.n
     width = _LINE_MAX + int(np.diff(foff).max(initial=0))
     buf = np.empty(len(branch) * width + len(gtext), np.uint8)
     n = _lines(given, branch, mp, vcpu, pid, tid, cpu, time, ip, addr, flag_idx, ftext, foff, gtext, goff, buf)
-    return memoryview(buf[:n])
+    return buf[:n].data
 
 
 def sample_lines(cols: SampleColumns, fields: frozenset[str] = DEFAULT_FIELDS, *, nsec: bool = True) -> str:

@@ -380,7 +380,10 @@ class PerfSession:
             filtered = self.filters_samples
             evd_pending: list[tuple[int, int]] = []  # EVDs whose evt row is in the next batch
             last = [0, 0]  # latest tsc and time seen (the cut error's date)
-            for cols in gen:
+            release = getattr(self.pd, "release_pages", None)
+            for nbatch, cols in enumerate(gen):
+                if release is not None and nbatch % RELEASE_BATCHES == RELEASE_BATCHES - 1:
+                    release()  # the trace decoded so far out of the resident set (perfdata/reader.py)
                 if len(cols["kind"]):
                     last = [max(last[0], int(cols["tsc"].max())), max(last[1], int(cols["time"].max()))]
                 evd = _evd_owners(cols, evd_pending) if self.event_trace else None
@@ -677,6 +680,11 @@ def _evd_owners(cols: dict[str, np.ndarray], pending: list[tuple[int, int]]
     return (np.asarray(rows, np.int64), np.asarray(types, np.int64), np.asarray(payloads, np.uint64))
 
 
+#: Batches between two releases of the recording's pages while streaming (PerfData.release_pages):
+#: the resident set holds about this many batches' trace, not the whole file.
+RELEASE_BATCHES = 16
+
+
 def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
     """Read ``pd`` once: the sideband model (with perf's map semantics) and the AUX queues."""
     if config.guest_data:  # read as perf inject --guest-data's output (also in worker processes)
@@ -711,6 +719,9 @@ def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
 
     sb = build_sideband(tap(pd.records()), time_conv=getattr(pd, "time_conv", None),
                         auxtrace_info=getattr(pd, "auxtrace_info", None), exec_clears_maps=False)
+    release = getattr(pd, "release_pages", None)
+    if release is not None:  # the pass over the records mapped the whole file: out of the resident set
+        release()
     session = PerfSession(pd, sb, config, streams)
     session.switches = switches
     session.time_ranges = time_ranges or None
