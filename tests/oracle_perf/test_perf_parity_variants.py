@@ -43,8 +43,8 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "events-ptwrite-fup": (("--program", "events", "--ptwrite", "fup"), ("be", "w", "i100")),
     "events-ptwrite-nofup": (("--program", "events", "--ptwrite", "nofup"), ("be", "w")),
     "events-ptwrite-ovf": (("--program", "events", "--ptwrite", "fup", "--ovf", "2"), ("be", "w")),
-    "events-power": (("--program", "events", "--power"), ("be", "p", "i100", "ipwq")),
-    "events-power-cyc": (("--program", "events", "--power", "--timing", "cyc", "--cbr", "18"), ("be", "p")),
+    "events-power": (("--program", "events", "--power"), ("be", "p", "i100", "ipwq", "s40bep", "s2pi100")),
+    "events-power-cyc": (("--program", "events", "--power", "--timing", "cyc", "--cbr", "18"), ("be", "p", "s1000bep")),
     "threads-pipe": (("--program", "threads", "--cpus", "2", "--pipe"), ("be", "cr", "bi100")),
     "calls-pipe-faults": (("--program", "calls", "--pipe", "--ovf", "2", "--truncate", "1",
                                             "--psb-period", "1024"), ("be",)),
@@ -153,7 +153,7 @@ def test_fault_variants_report_errors(trace, variant):
 
 @pytest.mark.slow
 @needs_perf
-@pytest.mark.parametrize("itrace", ["bep", "cr", "s3be", "beq", "iq"])
+@pytest.mark.parametrize("itrace", ["bep", "cr", "s3be", "beq", "iq", "s50bep", "s300bepi100"])
 def test_quipper_kinds_equal_perf(quipper, itrace):
     """The real Skylake recording (binaries missing: errors, out-of-decoder failure marks)."""
     theirs = [line for line in _perf(str(quipper), False, itrace) if "[-01]" not in line]  # its 'cycles' samples
