@@ -139,6 +139,36 @@ def test_hop_leap_compiled_equals_reference_and_perf(trace, variant, itrace, mon
 
 
 @needs_perf
+@pytest.mark.parametrize("variant,itrace", slow_after([
+    ("calls-cyc-cbr", "s7bep"), ("threads-2cpus-cyc", "s5bep"), ("threads-2cpus-cyc", "s200bei100"),
+    ("events-power", "s40bep"), ("threads-per-thread", "s10bep"), ("calls-ovf", "s3be"), ("forkexec-2cpus", "s20bepq"),
+], keep=2, unpack=True))
+def test_initial_skip_compiled_equals_reference_and_perf(trace, variant, itrace, monkeypatch):
+    """sN (perf drops its first N samples, holding CBR events back meanwhile) decodes on the compiled
+    path; its text equals the reference's and perf's."""
+    from ptexport import jit
+    from ptexport.decoder import backend
+    from ptexport.perfdata import open_perf_data
+    from ptexport.samples.itrace import parse_itrace
+    from ptexport.session.perfsession import DecodeConfig, open_session
+
+    path, pipe = trace(variant)
+    with open_perf_data(path) as pd:
+        ctx = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace))).decode_context()
+        assert backend.choose(ctx).compiled or not jit.available()
+    out = io.StringIO()
+    assert main(["dump", "branches", path, f"--itrace={itrace}"], out=out) == 0
+    compiled = out.getvalue()
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")
+    out = io.StringIO()
+    assert main(["dump", "branches", path, f"--itrace={itrace}"], out=out) == 0
+    assert compiled == out.getvalue()
+    theirs = _perf(path, pipe, itrace)
+    assert theirs
+    assert _collapse(compiled) == theirs
+
+
+@needs_perf
 @pytest.mark.parametrize("variant", ["calls-ovf", "calls-truncated", "forkexec-corrupt", "events-ptwrite-ovf",
                                      "calls-pipe-faults"])
 def test_fault_variants_report_errors(trace, variant):
