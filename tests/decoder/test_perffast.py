@@ -182,6 +182,7 @@ def test_session_initial_skip_equal_reference(traces, monkeypatch, skip, rest):
         assert backend.compiled_for(ctx)
         assert backend.segmentable(ctx) == (rest == "be")  # held-back CBRs need the queue's samples before
         counted = parallel.count_samples(s, 2)
+        _queues_equal(parallel.decode_queues(s, 1), parallel.decode_queues(s, 2, min_segment_bytes=600))
     fast = _session_cols(path, itrace)
     pooled = _session_cols(path, itrace, jobs=2)
     unskipped = _session_cols(path, rest)
