@@ -394,7 +394,7 @@ def test_session_hop_leap_equal_reference(traces, monkeypatch, itrace):
     assert pooled == ref
 
 
-@pytest.mark.parametrize("itrace", ["b", "be", "ce", "bei9i", "beq", "bipqq"])
+@pytest.mark.parametrize("itrace", ["b", "be", "ce", "bei9i", "beq", "bipqq", "s30bep", "s5bei9i"])
 def test_dump_count_equals_dump_lines(traces, itrace):
     path = traces(MULTI)
     lines, counted, pooled = io.StringIO(), io.StringIO(), io.StringIO()
