@@ -542,11 +542,12 @@ def _count_streamed(session: Any, jobs: int | None) -> tuple[int, int]:
 
 def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | None = None) -> tuple[int, int]:
     """(samples, errors) that ``session.decode(jobs)`` would return, without keeping the samples."""
-    if not backend.compiled_for(session.decode_context()):
+    if not backend.compiled_for(session.decode_context()) or session.cfg.itrace.initial_skip:
+        # --itrace=sN: which samples and held-back CBRs are dropped is decided in perf's order
         return _count_streamed(session, jobs)
     parts = _decode_all(session, jobs, True, min_segment_bytes)
     kinds = [np.asarray(p.cols["kind"]) for p in parts]
-    if any((k == K.K_BUDGET).any() for k in kinds) or session.data_error_marks() or session.cfg.itrace.initial_skip:
+    if any((k == K.K_BUDGET).any() for k in kinds) or session.data_error_marks():
         # Silent failures share perf's per-object budget with reported ones: order matters.
         return _count_streamed(session, 1)
     # perf reports an object's first two failures (setup failures included): order-free here.

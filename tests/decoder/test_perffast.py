@@ -20,10 +20,11 @@ from ptexport.cli import main
 from ptexport import jit
 from ptexport.decoder import backend
 from ptexport.decoder.compiled import decoder as perffast
+from ptexport.decoder.constants import PERIOD_INSTRUCTIONS, PERIOD_MTC, PERIOD_NONE, PERIOD_TICKS
 from ptexport.pt import perfpkt_compiled
 from ptexport.perfdata import open_perf_data
 from ptexport.session.perfsession import DecodeConfig, open_session
-from ptexport.samples.columns import COLUMNS as _COLUMNS
+from ptexport.samples.columns import COLUMNS as _COLUMNS, EV_CBR, EV_ERROR
 from ptexport.pt.perfpkt import tokenize
 from ptexport.samples.itrace import parse_itrace
 
@@ -141,6 +142,88 @@ def test_fast_equals_reference_instructions(traces, itrace):
 ], unpack=True), ids=lambda v: v if isinstance(v, str) else "-".join(x.strip("-") for x in v))
 def test_fast_equals_reference_instructions_variants(traces, variant, itrace):
     assert assert_same_queues(traces(variant, 1500), itrace) > 0
+
+
+# --itrace=sN (perf's initial skip, applied by the session): each queue holds a CBR back (code 1,
+# SESS_CBR_SEEN kept) while it synthesized fewer than N samples; N past every sample holds all back.
+POWER = ("calls", "--ptwrite", "fup", "--power", "--cbr", "30")
+CYC_CBR = ("calls", "--timing", "cyc", "--cbr", "30")
+
+
+@pytest.mark.parametrize("variant, itrace", slow_after([
+    (POWER, "s3bep"),
+    (POWER, "s50bep"),
+    (POWER, "s1p"),
+    (POWER, "s-1bep"),  # perf's ULONG_MAX: every CBR held back
+    (POWER, "s20bpwxei3i"),
+    (CYC_CBR, "s7bep"),
+    (CYC_CBR, "s1000pe"),
+    (CYC_CBR, "s100bei5i"),
+    (FAULTY_SMALL, "s10be"),
+    (FAULTY_SMALL, "s5bepi3i"),
+    (("threads", "--cpus", "2", "--timing", "cyc", "--cbr", "30"), "s5bep"),
+    (("calls", "--power", "--cbr", "30", "--timing", "cyc", "--psb-period", "1024"), "s2000bep"),
+    (("threads", "--per-thread"), "s40bep"),
+], keep=2, unpack=True), ids=lambda v: v if isinstance(v, str) else "-".join(x.strip("-") for x in v))
+def test_fast_equals_reference_initial_skip(traces, variant, itrace):
+    assert assert_same_queues(traces(variant, 3000), itrace) > 0
+
+
+@pytest.mark.parametrize("skip, rest", [(3, "bep"), (40, "bepi7i"), (1000, "be")])
+def test_session_initial_skip_equal_reference(traces, monkeypatch, skip, rest):
+    """decode() with sN: compiled (serial, worker pool; PSB segments without p) == reference, and
+    count_samples agrees; the samples kept are those without sN but the first N (errors and CBRs aside)."""
+    from ptexport.session import parallel
+    itrace = f"s{skip}{rest}"
+    path = traces(("threads", "--cpus", "2", "--timing", "cyc", "--cbr", "30", "--psb-period", "512"), 4000)
+    with open_perf_data(str(path)) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace)))
+        ctx = s.decode_context()
+        assert backend.compiled_for(ctx)
+        assert backend.segmentable(ctx) == (rest == "be")  # held-back CBRs need the queue's samples before
+        counted = parallel.count_samples(s, 2)
+        _queues_equal(parallel.decode_queues(s, 1), parallel.decode_queues(s, 2, min_segment_bytes=600))
+    fast = _session_cols(path, itrace)
+    pooled = _session_cols(path, itrace, jobs=2)
+    unskipped = _session_cols(path, rest)
+    from ptexport.session import queues_compiled as perffast_order
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")  # the reference backend (decoder/backend.py)
+    monkeypatch.setattr(perffast_order, "numba", None)
+    ref = _session_cols(path, itrace)
+    assert fast == ref
+    assert pooled == ref
+    errors = ref["kind"].count(EV_ERROR)
+    assert counted == (len(ref["kind"]) - errors, errors)
+
+    def samples(cols):
+        return [(k, t, ip, a) for k, t, ip, a in zip(cols["kind"], cols["tsc"], cols["ip"], cols["addr"])
+                if k not in (EV_ERROR, EV_CBR)]
+
+    assert len(samples(unskipped)) > skip
+    assert samples(ref) == samples(unskipped)[skip:]
+
+
+# Sample period types: perf (intel_pt_alloc_queue) gives instruction samples a period in instructions
+# or ticks and leaves it unset without them; the session does the same (never MTC).  The decoders
+# follow perf's intel_pt_decoder for every type all the same: forced here, they agree.
+@pytest.mark.parametrize("variant", [("calls", "--timing", "mtc", "--mtc-period", "5"), FAULTY_SMALL + ("--cpus", "2"),
+                                     CYC_CBR], ids=["mtc", "faulty-2cpus", "cyc"])
+@pytest.mark.parametrize("itrace, period_type, period", slow_after([
+    ("i", PERIOD_MTC, 0), ("bei", PERIOD_MTC, 0), ("bepi", PERIOD_MTC, 7),  # a sample at an MTC after an insn
+    ("i", PERIOD_NONE, 0), ("bei", PERIOD_NONE, 5),  # instruction samples without a period: none
+    ("be", PERIOD_INSTRUCTIONS, 3), ("be", PERIOD_TICKS, 1000), ("bep", PERIOD_MTC, 0),  # no instruction samples
+], keep=2, unpack=True))
+def test_fast_equals_reference_period_types(traces, monkeypatch, variant, itrace, period_type, period):
+    from ptexport.session import perfsession
+    orig = perfsession.PerfSession.decode_context
+
+    def forced(self):
+        self.params.period_type, self.params.period = period_type, period
+        return orig(self)
+
+    monkeypatch.setattr(perfsession.PerfSession, "decode_context", forced)
+    n = assert_same_queues(traces(variant, 3000), itrace)
+    assert n > (1000 if "b" in itrace else -1)
 
 
 # Hop and leap modes (--itrace=q, qq: perf's intel_pt_hop_trace; ips from FUP/TIP/PSB+ only, no code
@@ -311,7 +394,7 @@ def test_session_hop_leap_equal_reference(traces, monkeypatch, itrace):
     assert pooled == ref
 
 
-@pytest.mark.parametrize("itrace", ["b", "be", "ce", "bei9i", "beq", "bipqq"])
+@pytest.mark.parametrize("itrace", ["b", "be", "ce", "bei9i", "beq", "bipqq", "s30bep", "s5bei9i"])
 def test_dump_count_equals_dump_lines(traces, itrace):
     path = traces(MULTI)
     lines, counted, pooled = io.StringIO(), io.StringIO(), io.StringIO()
@@ -415,12 +498,13 @@ def test_instruction_queues_whole_in_worker_pool(traces, monkeypatch):
     assert _session_cols(path, "bei7i") == fast
 
 
-def test_reference_queues_in_worker_pool(traces):
-    """Options the compiled decoder does not cover (sN: initial skip): whole queues in workers == serial."""
+def test_reference_queues_in_worker_pool(traces, monkeypatch):
+    """The reference backend (options the compiled decoder does not cover): whole queues in workers == serial."""
     from ptexport.session import parallel
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")
     with open_perf_data(str(traces(MULTI))) as pd:
         s = open_session(pd, DecodeConfig(itrace=parse_itrace("bei10000is3")))
-        assert perffast.supported(s.decode_context()) is not None
+        assert not backend.compiled_for(s.decode_context())
         serial = parallel.decode_queues(s, 1)
         pooled = parallel.decode_queues(s, 2)
         assert len(serial) == 2
@@ -587,9 +671,11 @@ def test_backend_choice_says_why(traces, monkeypatch):
     with open_perf_data(str(traces(("loops",)))) as pd:
         s = open_session(pd, DecodeConfig(itrace=parse_itrace("be")))
         assert backend.choose(s.decode_context()) == backend.Choice(True)
-        skip = open_session(pd, DecodeConfig(itrace=parse_itrace("bes3")))
-        choice = backend.choose(skip.decode_context())
-        assert not choice.compiled and "sN" in choice.reason and choice.module.__name__.endswith("reference.queue")
+        assert backend.choose(open_session(pd, DecodeConfig(itrace=parse_itrace("bes3"))).decode_context()).compiled
+        with monkeypatch.context() as m:  # a mode the compiled backend says it does not compile
+            m.setattr(perffast, "supported", lambda ctx: "this mode is not compiled yet (test)")
+            choice = backend.choose(s.decode_context())
+        assert not choice.compiled and "(test)" in choice.reason and choice.module.__name__.endswith("reference.queue")
         monkeypatch.setenv("PTEXPORT_REFERENCE", "1")
         choice = backend.choose(s.decode_context())
         assert not choice.compiled and "PTEXPORT_REFERENCE" in choice.reason

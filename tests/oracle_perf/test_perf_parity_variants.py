@@ -43,8 +43,8 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "events-ptwrite-fup": (("--program", "events", "--ptwrite", "fup"), ("be", "w", "i100")),
     "events-ptwrite-nofup": (("--program", "events", "--ptwrite", "nofup"), ("be", "w")),
     "events-ptwrite-ovf": (("--program", "events", "--ptwrite", "fup", "--ovf", "2"), ("be", "w")),
-    "events-power": (("--program", "events", "--power"), ("be", "p", "i100", "ipwq")),
-    "events-power-cyc": (("--program", "events", "--power", "--timing", "cyc", "--cbr", "18"), ("be", "p")),
+    "events-power": (("--program", "events", "--power"), ("be", "p", "i100", "ipwq", "s40bep", "s2pi100")),
+    "events-power-cyc": (("--program", "events", "--power", "--timing", "cyc", "--cbr", "18"), ("be", "p", "s1000bep")),
     "threads-pipe": (("--program", "threads", "--cpus", "2", "--pipe"), ("be", "cr", "bi100")),
     "calls-pipe-faults": (("--program", "calls", "--pipe", "--ovf", "2", "--truncate", "1",
                                             "--psb-period", "1024"), ("be",)),
@@ -139,6 +139,36 @@ def test_hop_leap_compiled_equals_reference_and_perf(trace, variant, itrace, mon
 
 
 @needs_perf
+@pytest.mark.parametrize("variant,itrace", slow_after([
+    ("calls-cyc-cbr", "s7bep"), ("threads-2cpus-cyc", "s5bep"), ("threads-2cpus-cyc", "s200bei100"),
+    ("events-power", "s40bep"), ("threads-per-thread", "s10bep"), ("calls-ovf", "s3be"), ("forkexec-2cpus", "s20bepq"),
+], keep=2, unpack=True))
+def test_initial_skip_compiled_equals_reference_and_perf(trace, variant, itrace, monkeypatch):
+    """sN (perf drops its first N samples, holding CBR events back meanwhile) decodes on the compiled
+    path; its text equals the reference's and perf's."""
+    from ptexport import jit
+    from ptexport.decoder import backend
+    from ptexport.perfdata import open_perf_data
+    from ptexport.samples.itrace import parse_itrace
+    from ptexport.session.perfsession import DecodeConfig, open_session
+
+    path, pipe = trace(variant)
+    with open_perf_data(path) as pd:
+        ctx = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace))).decode_context()
+        assert backend.choose(ctx).compiled or not jit.available()
+    out = io.StringIO()
+    assert main(["dump", "branches", path, f"--itrace={itrace}"], out=out) == 0
+    compiled = out.getvalue()
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")
+    out = io.StringIO()
+    assert main(["dump", "branches", path, f"--itrace={itrace}"], out=out) == 0
+    assert compiled == out.getvalue()
+    theirs = _perf(path, pipe, itrace)
+    assert theirs
+    assert _collapse(compiled) == theirs
+
+
+@needs_perf
 @pytest.mark.parametrize("variant", ["calls-ovf", "calls-truncated", "forkexec-corrupt", "events-ptwrite-ovf",
                                      "calls-pipe-faults"])
 def test_fault_variants_report_errors(trace, variant):
@@ -153,7 +183,7 @@ def test_fault_variants_report_errors(trace, variant):
 
 @pytest.mark.slow
 @needs_perf
-@pytest.mark.parametrize("itrace", ["bep", "cr", "s3be", "beq", "iq"])
+@pytest.mark.parametrize("itrace", ["bep", "cr", "s3be", "beq", "iq", "s50bep", "s300bepi100"])
 def test_quipper_kinds_equal_perf(quipper, itrace):
     """The real Skylake recording (binaries missing: errors, out-of-decoder failure marks)."""
     theirs = [line for line in _perf(str(quipper), False, itrace) if "[-01]" not in line]  # its 'cycles' samples

@@ -53,7 +53,7 @@ from ptexport.decoder.context import TIMELESS_MAP_TIME, DecodeContext
 from ptexport.decoder.filters import QueueTimeFilter, psb_positions
 from ptexport.pt.perfpkt import PacketColumns
 from ptexport.pt.perfpkt_compiled import tokenize as tokenize_fast
-from ptexport.decoder.constants import BR_NO_BRANCH, PERIOD_INSTRUCTIONS, PERIOD_NONE, PERIOD_TICKS
+from ptexport.decoder.constants import BR_NO_BRANCH, PERIOD_TICKS
 
 _MASK64 = (1 << 64) - 1
 _I64_MAX = (1 << 63) - 1
@@ -65,22 +65,22 @@ _WINDOW = 1 << 20
 
 
 def supported(ctx: DecodeContext) -> str | None:
-    """None when this backend reproduces the reference's rows for the session's options; else why not."""
+    """None when this backend reproduces the reference's rows for the session's options; else why not.
+
+    Every sample period type compiles: perf (intel_pt_alloc_queue) and the
+    session give instruction samples a period in instructions or TSC ticks
+    (iNus/iNns converted) and no period without them; the kernel follows the
+    reference for the others (none with ``i``, MTC, a period with branches
+    only) all the same.  ``sN`` compiles: a CBR held back (code 1) is decided
+    by the session as the reference's is.
+    """
     reason = jit.unavailable_reason()
     if reason:
         return reason
     it = ctx.itrace
-    if it.initial_skip:
-        return "--itrace=sN (held-back CBR events are decided in perf order) is not compiled yet"
     if it.intr_events or ctx.event_trace:
         # Event Trace (CFE/EVD samples, RFLAGS.IF in every sample's flags)
         return "Event Trace (CFE/EVD samples, RFLAGS.IF in the flags) is not compiled yet"
-    if it.instructions:
-        # iN/iNi: a period in instructions; iNt/iNus/iNns: in TSC ticks (perf's period type)
-        if ctx.params.period_type not in (PERIOD_INSTRUCTIONS, PERIOD_TICKS):
-            return "this instruction sample period is not compiled yet"
-    elif ctx.params.period_type != PERIOD_NONE:
-        return "this sample period is not compiled yet"
     return None
 
 
@@ -96,8 +96,12 @@ def segmentable(ctx: DecodeContext) -> bool:
     that PSB and then its ip (perf's resample) where the serial decoder hops
     over the PSB in one state; the two agree from the next packet with an ip
     (hop) or the next PSB (leap), where the join takes over.
+    With ``sN`` and power events neither: whether a CBR is held back
+    (:func:`kernel._synth`) depends on the samples of the queue before it,
+    which a segment decoded from its PSB does not know.
     """
-    return not ctx.itrace.instructions
+    it = ctx.itrace
+    return not it.instructions and not (it.initial_skip and it.pwr_events)
 
 
 def _i64(v: int) -> int:
@@ -558,6 +562,7 @@ class QueueDecoder:
         S[K.P_TX] = int(it.transactions)
         S[K.P_PTW] = int(it.ptwrites)
         S[K.SESS_CBR_SEEN] = -1  # perf starts from UINT_MAX
+        S[K.P_SKIP] = min(it.initial_skip, _I64_MAX)  # --itrace=sN (s-1: perf's ULONG_MAX)
         S[K.P_COUNT_ONLY] = int(self.count_only)
         S[K.P_STOP_BUF] = -1
         return S, F

@@ -251,8 +251,11 @@ SEL_TS = 168
 FF_TS = 169
 TF_PENDING = 170
 HAVE_SAMPLE = 171
+# --itrace=sN: N (0: off), and the samples this queue synthesized so far (CBRs and errors not counted)
+P_SKIP = 172
+SKIP_SEEN = 173
 # The length of S
-S_SIZE = 172
+S_SIZE = 174
 
 # Indices into F (the CYC ratios).
 F_CBR_CYC_TO_TSC, F_CALC_CYC_TO_TSC, F_TSC_TO_CYC, F_MNTR, F_SIZE = range(5)
@@ -1961,6 +1964,8 @@ def _row(S, O, kind, ip, addr, flags, ins, cyc, code, offset, nr, insn_len, obj)
     O[O_PAYLOAD, n] = 0
     O[O_PERIOD, n] = 0
     S[NOUT] = n + 1
+    if S[P_SKIP] and kind >= 0 and kind != EV_ERROR and kind != EV_CBR:
+        S[SKIP_SEEN] += 1
 
 
 @_jit
@@ -2004,8 +2009,15 @@ def _synth(S, O):
         if typ & T_PSB_EVT:
             _prow(S, O, EV_PSB, 0, S[ST_PSB_OFFSET], S[ST_PSB_OFFSET])
         if S[ST_CBR] != S[SESS_CBR_SEEN]:
-            S[SESS_CBR_SEEN] = S[ST_CBR]
-            _prow(S, O, EV_CBR, pflags, S[ST_CBR_PAYLOAD], 0)
+            if S[P_SKIP] and S[SKIP_SEEN] < S[P_SKIP]:
+                # --itrace=sN: perf holds a CBR back while samples are skipped and retries at each
+                # state; which try it emits depends on every queue (the session decides: code 1)
+                _prow(S, O, EV_CBR, pflags, S[ST_CBR_PAYLOAD], 0)
+                if not S[P_COUNT_ONLY]:
+                    O[O_CODE, S[NOUT] - 1] = 1
+            else:
+                S[SESS_CBR_SEEN] = S[ST_CBR]
+                _prow(S, O, EV_CBR, pflags, S[ST_CBR_PAYLOAD], 0)
         if typ & T_MWAIT_OP:
             _prow(S, O, EV_MWAIT, pflags, S[ST_MWAIT_PAYLOAD], 0)
         if typ & T_PWR_ENTRY:
