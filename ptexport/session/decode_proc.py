@@ -55,6 +55,10 @@ SLOTS = 4
 SLOT_BYTES = 16 << 20
 
 
+def _aligned(n: int) -> int:
+    return (n + 63) & ~63
+
+
 def _child(session: Any, conn: Any, batch_rows: int, jobs: int, ring: Any = None, free: Any = None) -> None:
     ignore_stop_signals()
     die_with_parent()
@@ -64,7 +68,7 @@ def _child(session: Any, conn: Any, batch_rows: int, jobs: int, ring: Any = None
         for cols in session.iter_batches(jobs, batch_rows=batch_rows):
             parts = [(name, np.ascontiguousarray(a)) for name in _FIELDS
                      if (a := getattr(cols, name)) is not None]
-            size = sum(a.nbytes for _, a in parts)
+            size = sum(_aligned(a.nbytes) for _, a in parts)
             while ring is not None and free.poll():  # slots the parent handed back
                 idle.append(free.recv())
             if idle and size <= SLOT_BYTES:
@@ -74,7 +78,7 @@ def _child(session: Any, conn: Any, batch_rows: int, jobs: int, ring: Any = None
                 for name, a in parts:
                     ring[at:at + a.nbytes] = memoryview(a).cast("B")
                     layout.append((name, a.dtype.str, a.shape[0], at))
-                    at += a.nbytes
+                    at += _aligned(a.nbytes)  # each column aligned, as numpy allocates (the kernels want it)
                 conn.send(("shm", (slot, layout)))
                 continue
             conn.send(("batch", [(name, a.dtype.str, a.shape[0]) for name, a in parts]))

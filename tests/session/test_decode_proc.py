@@ -58,6 +58,7 @@ def test_batches_cross_the_pipe_intact(trace, monkeypatch, ring):
             assert (x is None) == (y is None), name
             if x is not None:
                 assert x.dtype == y.dtype and (x == y).all(), name
+                assert x.flags.aligned and x.flags.writeable, name  # as numpy's own (the kernels want aligned)
 
 
 def test_error_in_child_is_raised_in_parent_and_no_database_is_left(trace, tmp_path, monkeypatch):
