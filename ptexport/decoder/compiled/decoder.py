@@ -93,7 +93,9 @@ def segmentable(ctx: DecodeContext) -> bool:
     state array as every mode's is.  A segment decoded from its PSB reports
     that PSB and then its ip (perf's resample) where the serial decoder hops
     over the PSB in one state; the two agree from the next packet with an ip
-    (hop) or the next PSB (leap), where the join takes over.
+    (hop) or the next PSB (leap), where the join takes over.  Event Trace sessions
+    are: RFLAGS.IF, what waits for an FUP and the EVDs before a CFE are kernel state
+    the join compares, and each PSB+ restates RFLAGS.IF (MODE.Exec).
     """
     return not ctx.itrace.instructions
 

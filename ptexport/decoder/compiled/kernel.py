@@ -2,11 +2,12 @@
 
 This is a line-for-line port of ``PerfDecoder`` (its hop and leap modes,
 ``--itrace=q``/``qq``, too) plus the session's sample loop
-(``PerfSession.decode_queue``; not its Event Trace samples), written so that it
+(``PerfSession.decode_queue``, Event Trace's evt and iflag samples too), written so that it
 can stop and resume at any decode step:
 
 * all decoder state lives in one int64 array ``S`` (plus ``F`` for the three
-  floating-point CYC ratios), indexed by the constants below; a step starts
+  floating-point CYC ratios and ``EV`` for the EVD packets waiting for their CFE),
+  indexed by the constants below; a step starts
   from a snapshot, so when it needs something only Python has (a code block
   not in the table, a walk it cannot answer, a re-tokenization) it restores
   the snapshot and returns a request code; Python answers and calls again;
