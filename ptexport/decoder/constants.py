@@ -63,3 +63,7 @@ ENODATA = -61
 EOVERFLOW = -75
 ELOOP = -40
 ENOSYS = -38
+
+# The row kind of an EVD (Event Trace) in a queue's rows: it belongs to the 'evt' row after it; the
+# session keeps it as SampleColumns.evd_* (not a sample; dropped with the budget marks).
+EVD_ROW = -2

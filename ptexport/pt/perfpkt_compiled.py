@@ -249,6 +249,7 @@ def _decode_one(buf, i, n, ctx, out):
                     out[1] = 32
                 else:
                     return BAD, -1
+                out[0] = b1 & 0x04  # RFLAGS.IF (perf's INTEL_PT_IFLAG)
                 return MODE_EXEC, 2
             if mode == 1:
                 if (b1 & 3) == 3:

@@ -200,14 +200,26 @@ def _cmp_mask() -> np.ndarray:
                  "INJ_MAX", "INJ_NR", "INJ_ERR", "INJ_CNT", "INJ_NEWIP", "INJ_OP", "INJ_BR", "INJ_LEN", "INJ_REL",
                  "INJ_FAIL"):
         mask[getattr(K, name)] = False
+    # Event Trace: RFLAGS.IF, what waits for the next FUP, the state's RFLAGS.IF after it (later samples'
+    # flags) and the parameters; a CFE's type and vector only while it waits (_same_state); the state's
+    # CFE and EVDs were sampled already, and its IF before is read only in a state that sets it.
+    mask[K.ET_FIRST:K.S_SIZE] = True
+    for name in ("FUP_CFE_TYPE", "FUP_CFE_VECTOR", "ST_CFE_TYPE", "ST_CFE_VECTOR", "ST_EVD_N", "ST_FROM_IFLAG"):
+        mask[getattr(K, name)] = False
     return mask
 
 
 def _same_state(a: tuple, b: tuple, mask: np.ndarray) -> bool:
-    """Decoder states a and b (S, F, stack, failed object) lead to the same output from here on."""
-    Sa, Fa, stka, faila = a
-    Sb, Fb, stkb, failb = b
+    """Decoder states a and b (S, F, stack, failed object, waiting EVDs) lead to the same output from
+    here on."""
+    Sa, Fa, stka, faila, eva = a
+    Sb, Fb, stkb, failb, evb = b
     if faila != failb or not np.array_equal(Sa[mask], Sb[mask]) or not np.array_equal(Fa, Fb):
+        return False
+    if not np.array_equal(eva, evb):  # (as many: EVD_N is compared)
+        return False
+    if ((Sa[K.SET_FUP_CFE] or Sa[K.SET_FUP_CFE_IP])
+            and not np.array_equal(Sa[K.FUP_CFE_TYPE:K.FUP_CFE_VECTOR + 1], Sb[K.FUP_CFE_TYPE:K.FUP_CFE_VECTOR + 1])):
         return False
     if not np.array_equal(stka, stkb):
         return False
@@ -237,7 +249,7 @@ def _same_state(a: tuple, b: tuple, mask: np.ndarray) -> bool:
 def _snapshot(qd: Any) -> tuple:
     S = qd.S
     depth = min(int(S[K.STACK_DEPTH]), len(qd.stk))
-    return S.copy(), qd.F.copy(), qd.stk[:depth].copy(), qd.lastfail_name()
+    return S.copy(), qd.F.copy(), qd.stk[:depth].copy(), qd.lastfail_name(), qd.ev[:, :int(S[K.EVD_N])].copy()
 
 
 def _segment_starts(tokens: Any, n: int, min_bytes: int) -> list[tuple[int, int]]:
@@ -332,7 +344,8 @@ def _worker_session(cls: Any, path: str, config: Any) -> Any:
 
 def _load_state(qd: Any, snap: tuple, pos: tuple[int, int]) -> None:
     """Make the parent's decoder continue from ``snap`` (taken in another process at cursor ``pos``)."""
-    S, F, stk, fail = snap
+    S, F, stk, fail, ev = snap
+    qd.ev[:, :ev.shape[1]] = ev
     nbranch = int(qd.S[K.NBRANCH])
     qd.S[:] = S
     qd.S[K.NBRANCH] = nbranch
@@ -491,7 +504,7 @@ def _joined_segments(results: Any, starts: list[tuple[int, int]], qd: Any, stats
             its.append(it)
             nbranch += int(qd.S[K.NBRANCH]) - base_nb
             qd.S[K.NBRANCH] = base_nb
-            (Sb, _, _, _), (rows_at, items_at) = matched[2], matched[3]
+            Sb, (rows_at, items_at) = matched[2][0], matched[3]
             d_insn = int(qd.S[K.TOT_INSN_CNT]) - int(Sb[K.TOT_INSN_CNT])
             d_step = int(qd.S[K.STEP_NR]) - int(Sb[K.STEP_NR])
             o = res["o"][:, rows_at:].copy()
@@ -503,7 +516,7 @@ def _joined_segments(results: Any, starts: list[tuple[int, int]], qd: Any, stats
             os_.append(o)
             its.append(it)
             nbranch += res["nbranch"] - matched[4]
-            S, F, stk, fail = res["final"]
+            S, F, stk, fail, ev = res["final"]
             S = S.copy()
             for name in ("TOT_INSN_CNT", "ST_TOT_INSN", "LAST_BR_INSN", "PERIOD_INSN_CNT"):
                 S[getattr(K, name)] += d_insn
@@ -511,7 +524,7 @@ def _joined_segments(results: Any, starts: list[tuple[int, int]], qd: Any, stats
             for name in ("TOT_CYC_CNT", "SAMPLE_TOT_CYC_CNT", "ST_TOT_CYC", "LAST_BR_CYC", "BASE_CYC_CNT"):
                 S[getattr(K, name)] += d_cyc
             S[K.STEP_NR] += d_step
-            pending = ((S, F, stk, fail), res["final_pos"])
+            pending = ((S, F, stk, fail, ev), res["final_pos"])
             done = res["done"]
         else:
             # No agreement in the window: decode this segment here.
@@ -606,7 +619,7 @@ def _drive_chunk(qd: Any) -> int:
 def _fast_chunks(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any], chunk: int):
     qd = QueueDecoder(session.decode_context(), qnum, key, bufs)
     qd.setup()
-    qd.out = np.zeros((K.O_SIZE, max(chunk, 64)), np.int64)
+    qd.out = np.zeros((K.O_SIZE, max(chunk, 128)), np.int64)  # (room for the rows of one state)
     qd.items = np.zeros((2, max(chunk, 64)), np.int64)
     while True:
         r = _drive_chunk(qd)

@@ -353,6 +353,65 @@ def test_tokenizer_equals_reference(traces):
                 assert np.array_equal(getattr(a, c), getattr(b, c)), c
 
 
+# Event Trace (--itrace=I; recordings made with --event-trace: CFE.INTR at timer interrupts, every third
+# a page fault with an EVD, CFE.IRET before each return to user space, RFLAGS.IF in MODE.Exec): evt and
+# iflag samples, the EVD rows before an evt row, and RFLAGS.IF's D/t bits in every sample's flags.
+EVENT_TRACE = [
+    ("threads", "--cpus", "2", "--preempt", "400", "--event-trace", "--seed", "5"),
+    ("threads", "--per-thread", "--preempt", "300", "--event-trace", "--seed", "5"),
+    ("threads", "--cpus", "2", "--preempt", "350", "--ovf", "3", "--timing", "cyc", "--event-trace", "--seed", "5"),
+    ("calls", "--preempt", "250", "--power", "--ptwrite", "fup", "--cbr", "30", "--event-trace"),
+]
+
+
+@pytest.mark.parametrize("variant", slow_after(EVENT_TRACE), ids=lambda v: "-".join(x.strip("-") for x in v[:5]))
+@pytest.mark.parametrize("itrace", ["I", "bI", "be", "iI", "Ibe", "Ii3i", "Ibepwx", "Ibeq"])
+def test_fast_equals_reference_event_trace(traces, variant, itrace):
+    n = assert_same_queues(traces(variant, 3000), itrace)
+    assert n > (3000 if "b" in itrace and "q" not in itrace else 20)
+
+
+def test_event_trace_rows_carry_evds_and_interrupt_flags(traces):
+    """The compiled rows have what the parity above compares on: EVD rows (kind -2) before evt rows,
+    iflag rows, and branches flagged D (interrupts disabled) and t (toggled)."""
+    from ptexport.samples.columns import EV_BRANCH, EV_EVT, EV_IFLAG
+    from ptexport.samples.flags import IpFlag
+    with open_perf_data(str(traces(EVENT_TRACE[0], 3000))) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("Ibe")))
+        kinds, flags = [], []
+        for q, (key, bufs) in enumerate(s.queues()):
+            rows = perffast.decode_queue(s.decode_context(), q, key, bufs)
+            kinds += rows.cols["kind"].tolist()
+            flags += rows.cols["flags"].tolist()
+    evd = [i for i, k in enumerate(kinds) if k == -2]
+    assert evd and all(kinds[i + 1] in (-2, EV_EVT) for i in evd)
+    assert kinds.count(EV_EVT) > 20 and kinds.count(EV_IFLAG) > 0
+    dt = int(IpFlag.INTR_DISABLE | IpFlag.INTR_TOGGLE)
+    assert any(k == EV_BRANCH and f & dt == dt for k, f in zip(kinds, flags))
+
+
+@pytest.mark.parametrize("seed", slow_after(range(4), keep=1))
+def test_fast_equals_reference_event_trace_on_damaged_aux(traces, seed):
+    """Event Trace through errors and resyncs: CFE/EVD/MODE.Exec waiting when an OVF or a resync
+    clears them, CFE/EVD where a TIP must come (resync), too many EVDs after a damaged byte."""
+    rng = random.Random(200 + seed)
+    path = traces(EVENT_TRACE[seed % 2], 3000)
+
+    def mutate(data: bytes) -> bytes:
+        b = bytearray(data)
+        if not b:
+            return data
+        for _ in range(rng.randint(1, 12)):
+            i = rng.randrange(len(b))
+            if rng.random() < 0.3:
+                del b[i:i + rng.randint(1, 64)]
+            else:
+                b[i] = rng.randrange(256)
+        return bytes(b)
+
+    assert_same_queues(path, "Ibei5i" if seed >= 2 else "Ibe", mutate=mutate)
+
+
 # ---------------------------------------------------------------- session level
 
 def _session_cols(path, itrace="be", jobs=1):
@@ -392,6 +451,34 @@ def test_session_hop_leap_equal_reference(traces, monkeypatch, itrace):
     assert len(ref["kind"]) > 10
     assert fast == ref
     assert pooled == ref
+
+
+def test_session_event_trace_equals_reference(traces, monkeypatch):
+    """decode() of an Event Trace session: compiled queues, heap order and worker pool == the reference,
+    the EVD columns (SampleColumns.evd_*) included."""
+    path = traces(EVENT_TRACE[2], 3000)
+    fast = _session_cols(path, "Ibe")
+    pooled = _session_cols(path, "Ibe", jobs=2)
+    from ptexport.session import queues_compiled as perffast_order
+    monkeypatch.setenv("PTEXPORT_REFERENCE", "1")
+    monkeypatch.setattr(perffast_order, "numba", None)
+    ref = _session_cols(path, "Ibe")
+    assert ref["evd_row"] and len(ref["kind"]) > 3000
+    assert fast == ref
+    assert pooled == ref
+
+
+@pytest.mark.parametrize("itrace,variant", [("Ibe", EVENT_TRACE[2]), ("bI", EVENT_TRACE[0])])
+def test_dump_count_equals_dump_lines_event_trace(traces, itrace, variant):
+    path = traces(variant, 3000)
+    lines, counted, pooled = io.StringIO(), io.StringIO(), io.StringIO()
+    assert main(["dump", "branches", str(path), f"--itrace={itrace}", "--jobs", "1"], out=lines) == 0
+    assert main(["dump", "branches", "--count", str(path), f"--itrace={itrace}", "--jobs", "1"], out=counted) == 0
+    assert main(["dump", "branches", "--count", str(path), f"--itrace={itrace}", "--jobs", "2"], out=pooled) == 0
+    text = lines.getvalue().splitlines()
+    n_err = sum("instruction trace error" in t for t in text)
+    assert counted.getvalue() == f"{len(text) - n_err} samples, {n_err} errors\n"
+    assert pooled.getvalue() == counted.getvalue()
 
 
 @pytest.mark.parametrize("itrace", ["b", "be", "ce", "bei9i", "beq", "bipqq", "s30bep", "s5bei9i"])
@@ -468,6 +555,26 @@ def test_hop_leap_segments_decoded_in_parallel_equal_serial(traces, variant, itr
     packet (hop): segments here hold several PSBs."""
     from ptexport.session import parallel
     with open_perf_data(str(traces(variant, 40000))) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace)))
+        assert backend.compiled_for(s.decode_context()) and backend.segmentable(s.decode_context())
+        serial = parallel.decode_queues(s, 1)
+        par = parallel.decode_queues(s, 4, min_segment_bytes=4000)
+        _queues_equal(serial, par)
+        assert parallel.count_samples(s, 4, min_segment_bytes=4000) == parallel.count_samples(s, 1)
+        st = s.decode_stats
+        assert st.matched > 0 and st.redone == 0
+
+
+@pytest.mark.parametrize("itrace", ["Ibe", "bepI"])
+@pytest.mark.parametrize("variant", [EVENT_TRACE[0], ("calls", "--preempt", "250", "--ptwrite", "fup", "--event-trace")],
+                         ids=["threads", "calls-ptwrite"])
+def test_event_trace_segments_decoded_in_parallel_equal_serial(traces, variant, itrace):
+    """Event Trace in PSB segments: RFLAGS.IF, MODE.Exec/CFE waiting for an FUP and the EVDs before
+    a CFE are joined state (session/parallel.py's _cmp_mask/_same_state); stitched == serial, and the
+    joins agree (every PSB+ states RFLAGS.IF in its MODE.Exec; no --power or --cbr here: CBR packets keep
+    CYC_REF_TIMESTAMP apart, see the test above)."""
+    from ptexport.session import parallel
+    with open_perf_data(str(traces(variant + ("--psb-period", "1024"), 40000))) as pd:
         s = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace)))
         assert backend.compiled_for(s.decode_context()) and backend.segmentable(s.decode_context())
         serial = parallel.decode_queues(s, 1)

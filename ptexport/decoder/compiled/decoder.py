@@ -8,7 +8,8 @@ or in time ``iNt``/``iNus``/``iNns``), transactions (``x``), ptwrite (``w``),
 power events (``p``: PSB, CBR, MWAIT, PWRE, EXSTOP, PWRX) and errors (``e``,
 with ``-o``/``-l``), timed or timeless (no TSC, or ``Z``: one context per
 queue, the thread and maps of the end), in perf's hop and leap modes too (``q``,
-``qq``: no code walked) - everything but skips (``s``) and Event Trace; the
+``qq``: no code walked) and Event Trace (``I``: CFE/EVD samples, and RFLAGS.IF in
+every sample's flags when the recording has it) - everything but skips (``s``); the
 decoder itself is :mod:`ptexport.decoder.compiled.kernel`, a port of
 :mod:`ptexport.decoder.reference.decoder` (which stays the readable reference; the
 differential tests in ``tests/decoder/test_perffast.py`` hold them equal).
@@ -53,7 +54,7 @@ from ptexport.decoder.context import TIMELESS_MAP_TIME, DecodeContext
 from ptexport.decoder.filters import QueueTimeFilter, psb_positions
 from ptexport.pt.perfpkt import PacketColumns
 from ptexport.pt.perfpkt_compiled import tokenize as tokenize_fast
-from ptexport.decoder.constants import BR_NO_BRANCH, PERIOD_TICKS
+from ptexport.decoder.constants import BR_NO_BRANCH, EVD_ROW, PERIOD_TICKS
 
 _MASK64 = (1 << 64) - 1
 _I64_MAX = (1 << 63) - 1
@@ -72,16 +73,10 @@ def supported(ctx: DecodeContext) -> str | None:
     (iNus/iNns converted) and no period without them; the kernel follows the
     reference for the others (none with ``i``, MTC, a period with branches
     only) all the same.  ``sN`` compiles: a CBR held back (code 1) is decided
-    by the session as the reference's is.
+    by the session as the reference's is.  Event Trace compiles.  So only a
+    numba that cannot load leaves a session to the reference.
     """
-    reason = jit.unavailable_reason()
-    if reason:
-        return reason
-    it = ctx.itrace
-    if it.intr_events or ctx.event_trace:
-        # Event Trace (CFE/EVD samples, RFLAGS.IF in every sample's flags)
-        return "Event Trace (CFE/EVD samples, RFLAGS.IF in the flags) is not compiled yet"
-    return None
+    return jit.unavailable_reason() or None
 
 
 def segmentable(ctx: DecodeContext) -> bool:
@@ -95,7 +90,9 @@ def segmentable(ctx: DecodeContext) -> bool:
     state array as every mode's is.  A segment decoded from its PSB reports
     that PSB and then its ip (perf's resample) where the serial decoder hops
     over the PSB in one state; the two agree from the next packet with an ip
-    (hop) or the next PSB (leap), where the join takes over.
+    (hop) or the next PSB (leap), where the join takes over.  Event Trace sessions
+    are: RFLAGS.IF, what waits for an FUP and the EVDs before a CFE are kernel state
+    the join compares, and each PSB+ restates RFLAGS.IF (MODE.Exec).
     With ``sN`` and power events neither: whether a CBR is held back
     (:func:`kernel._synth`) depends on the samples of the queue before it,
     which a segment decoded from its PSB does not know.
@@ -561,6 +558,9 @@ class QueueDecoder:
         S[K.P_PWR] = int(it.pwr_events)
         S[K.P_TX] = int(it.transactions)
         S[K.P_PTW] = int(it.ptwrites)
+        S[K.P_EVENT_TRACE] = int(ctx.event_trace)
+        S[K.P_INTR_EVENTS] = int(it.intr_events)
+        S[K.P_EVT_ATTR] = int(ctx.evt_attr)
         S[K.SESS_CBR_SEEN] = -1  # perf starts from UINT_MAX
         S[K.P_SKIP] = min(it.initial_skip, _I64_MAX)  # --itrace=sN (s-1: perf's ULONG_MAX)
         S[K.P_COUNT_ONLY] = int(self.count_only)
@@ -573,7 +573,8 @@ class QueueDecoder:
             self.tokens.load(0)
         S, F = self._init_state()
         self.S, self.F = S, F
-        self.snap = np.zeros(K.NSTATE, np.int64)
+        self.snap = np.zeros(K.S_SIZE, np.int64)
+        self.ev = np.zeros((2, K.MAX_EVDS), np.int64)  # EVDs waiting for their CFE (type, payload)
         self.fsnap = np.zeros(K.F_SIZE, np.float64)
         self.stk = np.zeros(_STACK, np.int64)
         cap = 1 << 12 if self.count_only else _OUT_CAP
@@ -729,7 +730,7 @@ class QueueDecoder:
         tok = self.tokens
         return K.run(self.S, self.F, self.snap, self.fsnap, tok.pk, tok.bi, tok.bd, self.stk, self.table.hk,
                      self.table.hv, self.gtable.hk, self.gtable.hv, self.blocks.bk, self.blocks.bnd, self.out,
-                     self.items)
+                     self.items, self.ev)
 
     def slide(self, need: int, first: int | None = None) -> None:
         """Move the token window to start at the current buffer (or ``first``) and reach ``need``."""
@@ -784,6 +785,9 @@ class QueueDecoder:
         setup_failures = [int(obj_map[i]) for i in o[K.O_OBJ][setup].tolist()]
         if setup_failures:  # (take() gave a copy: without setup rows its rows serve as they are)
             o = o[:, ~setup]
+        evd = o[K.O_KIND] == K.K_EVD
+        if evd.any():  # Event Trace: an EVD row of the evt row after it, as the reference marks it
+            o[K.O_KIND, evd] = EVD_ROW  # (o is take()'s copy)
         n = o.shape[1]
         tsc = o[K.O_TSC].astype(np.uint64)
         who = o[K.O_WHO_TSC].astype(np.uint64)

@@ -2,11 +2,12 @@
 
 This is a line-for-line port of ``PerfDecoder`` (its hop and leap modes,
 ``--itrace=q``/``qq``, too) plus the session's sample loop
-(``PerfSession.decode_queue``; not its Event Trace samples), written so that it
+(``PerfSession.decode_queue``, Event Trace's evt and iflag samples too), written so that it
 can stop and resume at any decode step:
 
 * all decoder state lives in one int64 array ``S`` (plus ``F`` for the three
-  floating-point CYC ratios), indexed by the constants below; a step starts
+  floating-point CYC ratios and ``EV`` for the EVD packets waiting for their CFE),
+  indexed by the constants below; a step starts
   from a snapshot, so when it needs something only Python has (a code block
   not in the table, a walk it cannot answer, a re-tokenization) it restores
   the snapshot and returns a request code; Python answers and calls again;
@@ -36,7 +37,7 @@ from ptexport.decoder.constants import (
     FUP_IN_PSB, FUP_NO_TIP, IN_SYNC, NO_IP, NO_PSB, OP_CALL, OP_INT, OP_IRET, OP_JCC, OP_JMP, OP_LOOP, OP_OTHER,
     OP_RET, OP_SYSCALL, OP_SYSRET, OP_VMENTRY, PERIOD_INSTRUCTIONS, PERIOD_MTC, PERIOD_TICKS, RESAMPLE, T_BLK_ITEMS,
     T_BRANCH,
-    T_CBR_CHG, T_EX_STOP, T_INSTRUCTION, T_MWAIT_OP, T_PSB_EVT, T_PTW, T_PWR_ENTRY, T_PWR_EXIT, T_TRACE_BEGIN,
+    T_CBR_CHG, T_EVT, T_EX_STOP, T_IFLAG_CHG, T_INSTRUCTION, T_MWAIT_OP, T_PSB_EVT, T_PTW, T_PWR_ENTRY, T_PWR_EXIT, T_TRACE_BEGIN,
     T_TRACE_END, T_TRANSACTION, TNT_CONT, WALK_RETURN,
 )
 # The packet kinds TNT, TIP, TIP_PGD and FUP (below) take those names here: their packet states get an _ST suffix.
@@ -51,7 +52,7 @@ from ptexport.pt.perfpkt_compiled import (
 )
 from ptexport.samples.columns import (
     ERR_BADPKT, ERR_INTERN, ERR_LOST, ERR_MISMAT, ERR_NELOOP, ERR_NODATA, ERR_NOINSN, ERR_OVR, ERR_UNK,
-    EV_BRANCH, EV_CBR, EV_ERROR, EV_EXSTOP, EV_INSTRUCTION, EV_MWAIT, EV_PSB, EV_PTWRITE, EV_PWRE, EV_PWRX,
+    EV_BRANCH, EV_CBR, EV_ERROR, EV_EVT, EV_EXSTOP, EV_IFLAG, EV_INSTRUCTION, EV_MWAIT, EV_PSB, EV_PTWRITE, EV_PWRE, EV_PWRX,
     EV_TRANSACTION,
 )
 
@@ -254,8 +255,31 @@ HAVE_SAMPLE = 171
 # --itrace=sN: N (0: off), and the samples this queue synthesized so far (CBRs and errors not counted)
 P_SKIP = 172
 SKIP_SEEN = 173
+# Event Trace (appended; a snapshot saves ET_FIRST..ET_END as it saves the part before NSTATE): RFLAGS.IF now
+# and after the next branch, MODE.Exec and a CFE bound to the next FUP (the CFE's type and vector), the EVDs
+# waiting for it (their count; the pairs in EV), and what the state reports of them
+IFLAG = 174
+NEXT_IFLAG = 175
+SET_FUP_MODE_EXEC = 176
+SET_FUP_CFE_IP = 177
+SET_FUP_CFE = 178
+FUP_CFE_TYPE = 179
+FUP_CFE_VECTOR = 180
+EVD_N = 181
+ST_FROM_IFLAG = 182
+ST_TO_IFLAG = 183
+ST_CFE_TYPE = 184
+ST_CFE_VECTOR = 185
+ST_EVD_N = 186
+# Event Trace parameters: the recording has it (RFLAGS.IF in the flags), --itrace=I, an evt attribute
+P_EVENT_TRACE = 187
+P_INTR_EVENTS = 188
+P_EVT_ATTR = 189
 # The length of S
-S_SIZE = 174
+S_SIZE = 190
+
+ET_FIRST, ET_END = IFLAG, P_EVENT_TRACE
+MAX_EVDS = 64  # perf: "Too many EVD packets"; EV holds (type, payload) of this many
 
 # Indices into F (the CYC ratios).
 F_CBR_CYC_TO_TSC, F_CALC_CYC_TO_TSC, F_TSC_TO_CYC, F_MNTR, F_SIZE = range(5)
@@ -270,6 +294,7 @@ O_KIND, O_TSC, O_WHO_TSC, O_IP, O_ADDR, O_FLAGS, O_INSN, O_CYC, O_CODE, O_OFFSET
 # Row kinds besides the samples' EV_* kinds.
 K_BUDGET = -1  # an unreported failure that counts toward perf's per-object budget
 K_SETUP_FAIL = -2  # a failure before the first timestamp
+K_EVD = -3  # an EVD of the evt row after it (the reference's EVD_ROW)
 
 # run() results.
 R_DONE, R_NEED, R_RETOK, R_CTX, R_OUTFULL, R_STOP, R_STEP, R_MORE, R_TF = range(9)
@@ -290,7 +315,9 @@ _SIGNBIT = np.int64(-9223372036854775808)
 
 # perf sample flag bits (PERF_IP_FLAG_*).
 FL_BRANCH, FL_CALL, FL_RETURN, FL_CONDITIONAL, FL_SYSCALLRET, FL_ASYNC, FL_INTERRUPT, FL_TX_ABORT, \
-    FL_TRACE_BEGIN, FL_TRACE_END, FL_IN_TX, FL_VMENTRY, FL_VMEXIT = (1 << i for i in range(13))
+    FL_TRACE_BEGIN, FL_TRACE_END, FL_IN_TX, FL_VMENTRY, FL_VMEXIT, FL_INTR_DISABLE, FL_INTR_TOGGLE = \
+    (1 << i for i in range(15))
+_IFLAG = 1 << 2  # MODE.Exec: RFLAGS.IF (the packet's count)
 
 
 @_jit
@@ -566,7 +593,7 @@ def _calc_cyc_to_tsc_from_mtc(S, F, PK, BI):
         if (kind == TNT or kind == TIP_PGE or kind == TIP or kind == FUP or kind == PSB or kind == PIP
                 or kind == MODE_EXEC or kind == MODE_TSX or kind == PSBEND or kind == VMCS or kind == MNT
                 or kind == PTWRITE or kind == PTWRITE_IP or kind == BBP or kind == BIP or kind == BEP
-                or kind == BEP_IP):
+                or kind == BEP_IP or kind == CFE or kind == CFE_IP or kind == EVD):
             continue
         if kind == MTC:
             if not have_tma:
@@ -871,6 +898,76 @@ def _walk_insn(S, STK, HK, HV, GK, GV, BK, BND, to_ip):
     return result
 
 
+# RFLAGS.IF (Event Trace): MODE.Exec in PSB+ states it, elsewhere it changes at the next branch.
+@_jit
+def _mode_exec_status(S):
+    iflag = 1 if S[COUNT] & _IFLAG else 0
+    S[EXEC_MODE] = S[PAYLOAD]
+    S[IFLAG] = iflag
+    S[NEXT_IFLAG] = iflag
+    S[ST_FROM_IFLAG] = iflag
+    S[ST_TO_IFLAG] = iflag
+
+
+@_jit
+def _mode_exec(S):
+    S[EXEC_MODE] = S[PAYLOAD]
+    S[NEXT_IFLAG] = 1 if S[COUNT] & _IFLAG else 0
+
+
+@_jit
+def _sample_iflag(S):
+    S[ST_TYPE] |= T_IFLAG_CHG
+    S[ST_FROM_IFLAG] = S[IFLAG]
+    S[ST_TO_IFLAG] = S[NEXT_IFLAG]
+    S[IFLAG] = S[NEXT_IFLAG]
+
+
+@_jit
+def _sample_iflag_chg(S):
+    if S[IFLAG] != S[NEXT_IFLAG]:
+        _sample_iflag(S)
+
+
+@_jit
+def _clear_fup_event_et(S):
+    """The Event Trace part of perf's intel_pt_clear_fup_event."""
+    S[SET_FUP_CFE_IP] = 0
+    S[SET_FUP_CFE] = 0
+    S[EVD_N] = 0
+    S[SET_FUP_MODE_EXEC] = 0
+    S[IFLAG] = S[NEXT_IFLAG]
+
+
+@_jit
+def _sample_fup_insn(S, HK, HV, GK, GV, BK, BND):
+    """perf's intel_pt_sample_fup_insn: an instruction sample at the FUP, with the event's flags
+    (0, or W_NEED)."""
+    S[ST_INSN_OP] = OP_OTHER
+    S[ST_INSN_LEN] = 0
+    if not S[P_BRANCH_ENABLE] or not S[PGE] or S[P_QUICK] or S[IP] != S[LAST_IP]:
+        return 0
+    S[MTC_INSN] = 1
+    max_insn_cnt = _next_sample(S)
+    if max_insn_cnt != 1:
+        return 0
+    err, insn_cnt, new_ip, op, br, ln, rel = _walk(S, HK, HV, GK, GV, BK, BND, S[IP], 0, max_insn_cnt, S[ST_TO_NR])
+    if err == W_NEED:
+        return W_NEED
+    if err:
+        return 0  # reported by the next walk
+    S[IP] = new_ip
+    if br != BR_NO_BRANCH:
+        return 0
+    S[TOT_INSN_CNT] += insn_cnt
+    S[TIMESTAMP_INSN_CNT] += insn_cnt
+    S[SAMPLE_INSN_CNT] += insn_cnt
+    S[PERIOD_INSN_CNT] += insn_cnt
+    _sample_insn(S)
+    S[IP] += ln
+    return 0
+
+
 @_jit
 def _clear_insn(S):
     S[INS_OP] = OP_OTHER
@@ -880,12 +977,34 @@ def _clear_insn(S):
 
 
 @_jit
-def _fup_event(S):
+def _fup_event(S, no_tip):
+    """perf's intel_pt_fup_event: 0 (no event), 1 (an event), 2 (an event, and the caller takes an
+    instruction sample at the FUP: _sample_fup_insn)."""
     saved_type = S[ST_TYPE]
     S[ST_TYPE] &= ~T_BRANCH
     S[ST_INSN_OP] = OP_OTHER  # perf 6.1 (stable fix): an FUP event is no instruction
     S[ST_INSN_LEN] = 0
     ret = False
+    sample_fup_insn = False
+    if S[SET_FUP_CFE_IP] or S[SET_FUP_CFE]:
+        ip = S[SET_FUP_CFE_IP]
+        S[SET_FUP_CFE_IP] = 0
+        S[SET_FUP_CFE] = 0
+        S[ST_TYPE] |= T_EVT
+        if not ip and S[PGE]:
+            S[ST_TYPE] |= T_BRANCH
+        S[ST_CFE_TYPE] = S[FUP_CFE_TYPE]
+        S[ST_CFE_VECTOR] = S[FUP_CFE_VECTOR]
+        S[ST_EVD_N] = S[EVD_N]  # (the pairs stay in EV until the next EVD: the state is sampled first)
+        S[EVD_N] = 0
+        if ip or S[PGE]:
+            S[ST_FLAGS] |= F_FUP_IP
+        ret = True
+    if S[SET_FUP_MODE_EXEC]:
+        S[SET_FUP_MODE_EXEC] = 0
+        _sample_iflag(S)
+        sample_fup_insn = no_tip
+        ret = True
     if S[SET_FUP_TX]:
         S[SET_FUP_TX] = 0
         S[TX_FLAGS] = S[FUP_TX_FLAGS]
@@ -929,13 +1048,13 @@ def _fup_event(S):
             S[ST_TYPE] |= T_BRANCH | T_TRACE_BEGIN
             S[ST_FROM_IP] = 0
             S[ST_TO_IP] = S[IP]
-            return True
+            return 1
     if ret:
         S[ST_FROM_IP] = S[IP]
         S[ST_TO_IP] = 0
-    else:
-        S[ST_TYPE] = saved_type
-    return ret
+        return 2 if sample_fup_insn else 1
+    S[ST_TYPE] = saved_type
+    return 0
 
 
 @_jit
@@ -952,7 +1071,10 @@ def _walk_fup(S, STK, HK, HV, GK, GV, BK, BND):
                               and ip == S[IP] + S[INS_LEN]):
             no_tip = S[PKT_STATE] != FUP_ST
             S[PKT_STATE] = IN_SYNC
-            if _fup_event(S) and no_tip:
+            ev = _fup_event(S, no_tip)
+            if ev == 2 and _sample_fup_insn(S, HK, HV, GK, GV, BK, BND) == W_NEED:
+                return W_NEED
+            if ev and no_tip:
                 return 0
             return EAGAIN
         S[SET_FUP_TX] = 0
@@ -975,6 +1097,7 @@ def _walk_tip(S, STK, HK, HV, GK, GV, BK, BND):
     if err:
         return err
     _update_nr(S)
+    _sample_iflag_chg(S)
     if S[INS_BR] == BR_INDIRECT:
         if S[PKT_STATE] == TIP_PGD_ST:
             S[PGE] = 0
@@ -1031,6 +1154,7 @@ def _walk_tnt(S, PK, BI, STK, HK, HV, GK, GV, BK, BND):
             S[ST_TO_IP] = S[LAST_IP]
             S[IP] = S[LAST_IP]
             _update_nr(S)
+            _sample_iflag_chg(S)
             return 0
         if br == BR_CONDITIONAL:
             S[TNT_COUNT] -= 1
@@ -1091,6 +1215,7 @@ def _overflow(S):
     S[SET_FUP_PWRE] = 0
     S[SET_FUP_EXSTOP] = 0
     S[SET_FUP_BEP] = 0
+    _clear_fup_event_et(S)
     S[OVERFLOW] = 1
     return EOVERFLOW
 
@@ -1101,7 +1226,8 @@ def _overflow(S):
 def _is_psb_abort(k):
     return (k == TIP_PGD or k == TIP_PGE or k == TIP or k == TNT or k == TRACESTOP or k == BAD or k == PSB
             or k == PTWRITE or k == PTWRITE_IP or k == EXSTOP or k == EXSTOP_IP or k == MWAIT or k == PWRE
-            or k == PWRX or k == BBP or k == BIP or k == BEP or k == BEP_IP)
+            or k == PWRX or k == BBP or k == BIP or k == BEP or k == BEP_IP or k == CFE or k == CFE_IP
+            or k == EVD)
 
 
 @_jit
@@ -1113,7 +1239,7 @@ def _psb_common(S, F, PK, BI, k, psb_walk):
     elif k == CBR:
         _calc_cbr(S, F)
     elif k == MODE_EXEC:
-        S[EXEC_MODE] = S[PAYLOAD]
+        _mode_exec_status(S)
     elif k == PIP:
         _set_pip(S)
     elif k == FUP:
@@ -1171,7 +1297,7 @@ def _walk_psb(S, F, PK, BI):
             break
         if (k == TIP_PGD or k == TIP_PGE or k == TIP or k == PTWRITE or k == PTWRITE_IP or k == EXSTOP
                 or k == EXSTOP_IP or k == MWAIT or k == PWRE or k == PWRX or k == BBP or k == BIP or k == BEP
-                or k == BEP_IP):
+                or k == BEP_IP or k == CFE or k == CFE_IP or k == EVD):
             if k == TIP_PGD:
                 S[CONT_PERIOD] = 0
             err = ENOENT
@@ -1269,7 +1395,8 @@ def _psb_with_fup(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
                 have_fup = False
             break
         if (kind == PTWRITE or kind == PTWRITE_IP or kind == EXSTOP or kind == EXSTOP_IP or kind == MWAIT
-                or kind == PWRE or kind == PWRX or kind == BBP or kind == BIP or kind == BEP or kind == BEP_IP):
+                or kind == PWRE or kind == PWRX or kind == BBP or kind == BIP or kind == BEP or kind == BEP_IP
+                or kind == CFE or kind == CFE_IP or kind == EVD):
             if after_psbend:
                 after_psbend -= 1
                 if not after_psbend:
@@ -1289,7 +1416,7 @@ def _psb_with_fup(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND):
 # ------------------------------------------------------------------- main walk
 
 @_jit
-def _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
+def _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, EV):
     no_tip = False
     quick = S[P_QUICK]
     cyc_thresh = S[P_CYC_THRESH]
@@ -1334,6 +1461,7 @@ def _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
             _mtc_cyc_cnt_pge(S)
             _set_nr(S)
             if S[COUNT]:
+                _sample_iflag_chg(S)
                 _set_ip(S)
                 S[ST_FROM_IP] = 0
                 S[ST_TO_IP] = S[IP]
@@ -1355,7 +1483,10 @@ def _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
                 _set_last_ip(S)
                 if not S[P_BRANCH_ENABLE] or not S[PGE]:
                     S[IP] = S[LAST_IP]
-                    if _fup_event(S):
+                    ev = _fup_event(S, no_tip)
+                    if ev == 2 and _sample_fup_insn(S, HK, HV, GK, GV, BK, BND) == W_NEED:
+                        return W_NEED
+                    if ev:
                         return 0
                     no_tip = False
                 else:
@@ -1405,7 +1536,39 @@ def _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
                 S[ST_TYPE] = 0
                 return 0
         elif k == MODE_EXEC:
-            S[EXEC_MODE] = S[PAYLOAD]
+            _mode_exec(S)
+            err = _get_next_packet(S, PK, BI)
+            if err:
+                return err
+            if S[KIND] == FUP:
+                S[SET_FUP_MODE_EXEC] = 1
+                no_tip = True
+            continue  # examine the packet after MODE.Exec
+        elif k == CFE:
+            S[FUP_CFE_TYPE] = S[COUNT]
+            S[FUP_CFE_VECTOR] = S[PAYLOAD]
+            S[SET_FUP_CFE] = 1
+            if not S[PGE]:
+                if _fup_event(S, True) == 2 and _sample_fup_insn(S, HK, HV, GK, GV, BK, BND) == W_NEED:
+                    return W_NEED
+                return 0
+        elif k == CFE_IP:
+            S[FUP_CFE_TYPE] = S[COUNT]
+            S[FUP_CFE_VECTOR] = S[PAYLOAD]
+            err = _get_next_packet(S, PK, BI)
+            if err:
+                return err
+            if S[KIND] == FUP:
+                S[SET_FUP_CFE_IP] = 1
+                no_tip = True
+            continue  # the FUP (or whatever came instead) next
+        elif k == EVD:
+            n = S[EVD_N]
+            if n >= MAX_EVDS:
+                return ENOSYS  # perf: "Too many EVD packets"
+            EV[0, n] = S[COUNT]
+            EV[1, n] = S[PAYLOAD]
+            S[EVD_N] = n + 1
         elif k == MODE_TSX:
             if not S[PGE] or S[IN_PSB]:
                 S[TX_FLAGS] = S[PAYLOAD] & F_IN_TX
@@ -1511,6 +1674,7 @@ def _hop_trace(S, F, PK, BI, BD, no_tip):
         S[ST_FROM_IP] = S[IP]
         S[ST_TO_IP] = 0
         _update_nr(S)
+        _sample_iflag_chg(S)
         return _HOP_RETURN, 0, no_tip
     if k == FUP:
         if not S[COUNT]:
@@ -1522,9 +1686,9 @@ def _hop_trace(S, F, PK, BI, BD, no_tip):
             S[ST_TYPE] = T_INSTRUCTION
             S[ST_FROM_IP] = S[IP]
             S[ST_TO_IP] = 0
-            _fup_event(S)
+            _fup_event(S, no_tip)  # (no instruction sample at the FUP in hop mode)
             return _HOP_RETURN, 0, no_tip
-        _fup_event(S)
+        _fup_event(S, no_tip)
         S[ST_TYPE] |= T_INSTRUCTION | T_BRANCH
         err = _walk_fup_tip(S, F, PK, BI)
         if not err and S[ST_TO_IP]:
@@ -1565,7 +1729,8 @@ def _walk_fup_tip(S, F, PK, BI):
         k = S[KIND]
         if (k == TNT or k == FUP or k == TRACESTOP or k == PSB or k == TSC or k == TMA or k == MODE_TSX
                 or k == BAD or k == PSBEND or k == PTWRITE or k == PTWRITE_IP or k == EXSTOP or k == EXSTOP_IP
-                or k == MWAIT or k == PWRE or k == PWRX or k == BBP or k == BIP or k == BEP or k == BEP_IP):
+                or k == MWAIT or k == PWRE or k == PWRX or k == BBP or k == BIP or k == BEP or k == BEP_IP
+                or k == CFE or k == CFE_IP or k == EVD):
             S[PKT_STATE] = ERR_RESYNC
             S[STEP] = 0
             return ENOENT
@@ -1605,6 +1770,7 @@ def _walk_fup_tip(S, F, PK, BI):
                 _set_ip(S)
                 S[ST_TO_IP] = S[IP]
             _update_nr(S)
+            _sample_iflag_chg(S)
             return 0
         elif k == PIP:
             S[PIP_PAYLOAD] = S[PAYLOAD]
@@ -1615,8 +1781,8 @@ def _walk_fup_tip(S, F, PK, BI):
         elif k == CYC:
             _calc_cyc_timestamp(S, F)
         elif k == MODE_EXEC:
-            S[EXEC_MODE] = S[PAYLOAD]
-        elif k == VMCS or k == MNT or k == PAD or k == CFE or k == CFE_IP or k == EVD:
+            _mode_exec(S)
+        elif k == VMCS or k == MNT or k == PAD:
             pass
         else:
             return _bug(S)
@@ -1669,7 +1835,7 @@ def _walk_to_ip(S, F, PK, BI):
         elif k == PIP:
             _set_pip(S)
         elif k == MODE_EXEC:
-            S[EXEC_MODE] = S[PAYLOAD]
+            _mode_exec_status(S)
         elif k == MODE_TSX:
             S[TX_FLAGS] = S[PAYLOAD] & F_IN_TX
         elif k == OVF:
@@ -1702,6 +1868,7 @@ def _sync_ip(S, F, PK, BI):
     S[SET_FUP_PWRE] = 0
     S[SET_FUP_EXSTOP] = 0
     S[SET_FUP_BEP] = 0
+    _clear_fup_event_et(S)
     S[OVERFLOW] = 0
     if not S[P_BRANCH_ENABLE]:
         S[PKT_STATE] = IN_SYNC
@@ -1809,7 +1976,7 @@ def _errno_to_code(err):
 
 
 @_jit
-def _decode(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
+def _decode(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, EV):
     """PerfDecoder.decode(); returns 0, or W_NEED/W_RETOK (state to be restored by the caller)."""
     while True:
         S[ST_TYPE] = T_BRANCH
@@ -1824,11 +1991,11 @@ def _decode(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
                 S[IP] = 0
             err = _sync_ip(S, F, PK, BI)
         elif ps == IN_SYNC:
-            err = _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND)
+            err = _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, EV)
         elif ps == TNT_ST or ps == TNT_CONT:
             err = _walk_tnt(S, PK, BI, STK, HK, HV, GK, GV, BK, BND)
             if err == EAGAIN:
-                err = _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND)
+                err = _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, EV)
         elif ps == TIP_ST or ps == TIP_PGD_ST:
             err = _walk_tip(S, STK, HK, HV, GK, GV, BK, BND)
         elif ps == FUP_ST:
@@ -1838,7 +2005,7 @@ def _decode(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
         elif ps == FUP_NO_TIP:
             err = _walk_fup(S, STK, HK, HV, GK, GV, BK, BND)
             if err == EAGAIN:
-                err = _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND)
+                err = _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, EV)
         elif ps == FUP_IN_PSB:
             err = _fup_in_psb(S, F, PK, BI, STK, HK, HV, GK, GV, BK, BND)
         elif ps == RESAMPLE:  # hop: the ip just reached, as an instruction sample
@@ -1944,6 +2111,17 @@ def _sample_flags(S):
 
 
 @_jit
+def _iflag_flags(S):
+    """RFLAGS.IF bits of perf's intel_pt_sample_flags (cap_event_trace)."""
+    if S[ST_TYPE] & T_IFLAG_CHG:
+        flags = 0 if S[ST_FROM_IFLAG] else FL_INTR_DISABLE
+        if S[ST_FROM_IFLAG] != S[ST_TO_IFLAG]:
+            flags |= FL_INTR_TOGGLE
+        return flags
+    return 0 if S[ST_TO_IFLAG] else FL_INTR_DISABLE
+
+
+@_jit
 def _row(S, O, kind, ip, addr, flags, ins, cyc, code, offset, nr, insn_len, obj):
     n = S[NOUT]
     O[O_KIND, n] = kind
@@ -1987,6 +2165,25 @@ def _prow(S, O, kind, flags, payload, offset):
 
 
 @_jit
+def _evt_rows(S, O, EV, flags):
+    """perf's intel_pt_synth_events_sample: an 'evt' sample (payload: perf's CFE word - type, IP bit 7,
+    vector bits 8-15, EVD count from 16), its EVDs as K_EVD rows just before it (code type, payload)."""
+    if S[P_COUNT_ONLY]:
+        S[NBRANCH] += 1
+        return
+    nr = _sample_nr(S)
+    n = S[ST_EVD_N]
+    for j in range(n):
+        _row(S, O, K_EVD, 0, 0, 0, 0, 0, EV[0, j], 0, 0, 0, -1)
+        O[O_PAYLOAD, S[NOUT] - 1] = EV[1, j]
+    fip = S[ST_FROM_IP]
+    _row(S, O, EV_EVT, fip, S[ST_TO_IP], flags if fip else 0, 0, 0, 0, 0, nr, 0, -1)
+    ip_bit = 1 if S[ST_FLAGS] & F_FUP_IP else 0
+    O[O_PAYLOAD, S[NOUT] - 1] = ((S[ST_CFE_TYPE] & 0x1F) | ip_bit << 7 | (S[ST_CFE_VECTOR] & 0xFF) << 8
+                                 | n << 16)
+
+
+@_jit
 def _item(S, IT, is_err):
     if S[P_COUNT_ONLY]:
         return
@@ -1997,12 +2194,27 @@ def _item(S, IT, is_err):
 
 
 @_jit
-def _synth(S, O):
-    """intel_pt_sample() for the state just decoded, at PTQ_TS (all but Event Trace samples)."""
+def _synth(S, O, EV):
+    """intel_pt_sample() for the state just decoded, at PTQ_TS."""
     if S[PTQ_TS] > S[CTX_TSC]:  # perf's thread/maps: the sideband up to the queue's highest timestamp
         S[CTX_TSC] = S[PTQ_TS]
     S[BASE_TRACE_NR] = S[ST_TRACE_NR]
     flags = _sample_flags(S)
+    if S[P_EVENT_TRACE]:
+        flags |= _iflag_flags(S)
+    if S[P_INTR_EVENTS]:
+        # perf's intel_pt_synth_events_sample / intel_pt_synth_iflag_chg_sample, before power events
+        typ = S[ST_TYPE]
+        if typ & T_EVT and S[P_EVT_ATTR]:
+            _evt_rows(S, O, EV, flags)
+        if typ & T_IFLAG_CHG and S[P_EVENT_TRACE]:
+            if S[P_COUNT_ONLY]:
+                S[NBRANCH] += 1
+            else:
+                via = 1 if typ & T_BRANCH else 0
+                _row(S, O, EV_IFLAG, S[ST_FROM_IP], S[ST_TO_IP] if via else 0, flags, 0, 0, 0, 0, _sample_nr(S), 0,
+                     -1)
+                O[O_PAYLOAD, S[NOUT] - 1] = S[ST_TO_IFLAG] | via << 1
     if S[P_PWR]:
         typ = S[ST_TYPE]
         pflags = flags if S[ST_FROM_IP] else 0
@@ -2086,12 +2298,12 @@ def _no_sample(S):
 
 
 @_jit
-def _state_step(S, O, IT):
+def _state_step(S, O, IT, EV):
     """A decoded state: its item for perf's queue order, its samples unless the time filter says no."""
     S[STEP_NR] += 1
     _item(S, IT, 0)
     if S[HAVE_SAMPLE]:
-        _synth(S, O)
+        _synth(S, O, EV)
     else:
         _no_sample(S)
 
@@ -2110,18 +2322,22 @@ def cursor(S, PK, BI):
 
 
 @_jit
-def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, O, IT):
-    """Decode and synthesize until done or until Python must answer something (R_* codes)."""
+def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, O, IT, EV):
+    """Decode and synthesize until done or until Python must answer something (R_* codes).
+
+    ``SNAP`` has S's length (the snapshot's two parts keep their indices); ``EV`` holds the
+    (type, payload) pairs of the EVDs waiting for their CFE (Event Trace; 2 x MAX_EVDS)."""
     ns = NSTATE
     cap = O.shape[1]
+    room = 9 + (MAX_EVDS + 2 if S[P_INTR_EVENTS] else 0)  # the rows one state may give
     while True:
-        if S[NOUT] + 9 > cap or S[NITEM] + 2 > IT.shape[1]:
+        if S[NOUT] + room > cap or S[NITEM] + 2 > IT.shape[1]:
             return R_OUTFULL
         if S[PHASE] == PH_DONE:
             return R_DONE
         if S[TF_PENDING]:  # the time filter's verdict came back from Python (HAVE_SAMPLE, PHASE)
             S[TF_PENDING] = 0
-            _state_step(S, O, IT)
+            _state_step(S, O, IT, EV)
             continue
         if S[P_STOP_BUF] >= 0:
             b, byte = cursor(S, PK, BI)
@@ -2131,11 +2347,15 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, O, IT):
             return R_CTX
         for k in range(ns):
             SNAP[k] = S[k]
+        for k in range(ET_FIRST, ET_END):
+            SNAP[k] = S[k]
         for k in range(F_SIZE):
             FSNAP[k] = F[k]
-        err = _decode(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND)
+        err = _decode(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, EV)
         if err:
             for k in range(ns):
+                S[k] = SNAP[k]
+            for k in range(ET_FIRST, ET_END):
                 S[k] = SNAP[k]
             for k in range(F_SIZE):
                 F[k] = FSNAP[k]
@@ -2160,7 +2380,7 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, O, IT):
                 if S[TF_ON] and S[SEL_START] and S[SEL_TS] and S[PTQ_TS] < S[SEL_TS]:
                     _no_sample(S)  # --time: the first state before the first start gives nothing
                 else:
-                    _synth(S, O)
+                    _synth(S, O, EV)
                 S[CTX_LO] = 0
                 S[CTX_HI] = 0
             if S[P_SINGLE]:
@@ -2199,7 +2419,7 @@ def run(S, F, SNAP, FSNAP, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND, O, IT):
                 S[HAVE_SAMPLE] = 1
         else:
             S[HAVE_SAMPLE] = 1
-        _state_step(S, O, IT)
+        _state_step(S, O, IT, EV)
         if S[P_SINGLE]:
             return R_STEP
 

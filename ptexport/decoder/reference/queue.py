@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ptexport.decoder.constants import (
+    EVD_ROW,
     F_ABORT_TX,
     F_ASYNC,
     F_FUP_IP,
@@ -85,7 +86,6 @@ from ptexport.samples.columns import (
 )
 from ptexport.samples.flags import IpFlag
 
-EVD_ROW = -2  # an EVD of the evt row after it (dropped with the budget marks, kept as SampleColumns.evd_*)
 
 _F = IpFlag
 OP_FLAGS = {k: int(v) for k, v in {
