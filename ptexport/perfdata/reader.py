@@ -195,6 +195,10 @@ def _records(n: int) -> str:
     return f"{n} data record" + ("" if n == 1 else "s")
 
 
+#: File bytes a pass over the records reads between two releases of the pages behind it.
+RELEASE_BYTES = 32 << 20
+
+
 class _Source:
     """One file of a recording: a name, a buffer (mmap or bytes) and the record region in it."""
 
@@ -229,13 +233,15 @@ class _Source:
         self.start = 0
         self.end = self.size
 
-    def release_pages(self) -> None:
-        """Unmap the file's pages from this process (they stay in the page cache; a later read maps
-        them again): a read of each record's header maps its neighbours too (the kernel's fault-around),
-        so one pass over the records leaves the whole file in the process's resident set."""
+    def release_pages(self, upto: int | None = None) -> None:
+        """Unmap the file's pages (below byte ``upto``) from this process: they stay in the page cache
+        and a later read maps them again.  A read of each record's header maps its neighbours too (the
+        kernel's fault-around), so a pass over the records would leave the whole file resident."""
         if self._mm is not None and hasattr(mmap, "MADV_DONTNEED"):
+            n = self.size if upto is None else min(upto, self.size) & ~(mmap.PAGESIZE - 1)
             try:
-                self._mm.madvise(mmap.MADV_DONTNEED)
+                if n > 0:
+                    self._mm.madvise(mmap.MADV_DONTNEED, 0, n)
             except (OSError, ValueError):  # pragma: no cover - not supported here
                 pass
 
@@ -1167,7 +1173,14 @@ class PerfData:
     def _all_record_chunks(self, want: frozenset | None = None) -> Iterator[list[Record]]:
         tally = _Tally()
         for src in self._sources:
-            yield from self._record_chunks(src, tally, want)
+            released = 0
+            for chunk in self._record_chunks(src, tally, want):
+                yield chunk
+                at = getattr(chunk[-1], "offset", 0) if chunk else 0
+                if at - released >= RELEASE_BYTES:  # what the pass read leaves the resident set
+                    src.release_pages(at)
+                    released = at
+            src.release_pages()
         self._stats = tally.stats()
         self._pass_done(tally)
 
