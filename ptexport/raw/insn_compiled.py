@@ -116,19 +116,19 @@ def _gap_end(PCLS, P0, npk, j, modex):
     """The TIP.PGE that ends the tracing-disabled gap of the TIP.PGD at ``j``; -1 if the gap is not
     one the kernel walks across.
 
-    That gap is TIP.PGD without IP, PSB, PSBEND, MODE.EXEC that changes nothing (its CS.L/CS.D
-    bits are ``modex``), TIP.PGE with IP, PAD and timing packets anywhere in between, and a TNT or
-    TIP right after: the reference gives a disabled event (binding at the next far branch or CPL
-    or CR3 change), PSB+ status updates, an enabled (resumed) event and nothing else; no event is
-    queued, the last IP is the PGE's (PSB reset it), the return stack stays.  Quiet walks print
-    none of these events (the caller checks that)."""
+    That gap is TIP.PGD without IP, optionally PSB and PSBEND, MODE.EXEC that changes nothing
+    (its CS.L/CS.D bits are ``modex``), TIP.PGE with IP, PAD and timing packets anywhere in
+    between, and a TNT or TIP right after: the reference gives a disabled event (binding at the
+    next far branch or CPL or CR3 change), PSB+ status updates, an enabled (resumed) event and
+    nothing else; no event is queued, the last IP is the PGE's (from zero after a PSB, which
+    resets it), the return stack stays.  Quiet walks print none of these events (the caller
+    checks that)."""
     i = _skip(PCLS, npk, j + 1)
-    if i >= npk or PCLS[i] != C_PSB:
-        return -1
-    i = _skip(PCLS, npk, i + 1)
-    if i >= npk or PCLS[i] != C_PSBEND:
-        return -1
-    i = _skip(PCLS, npk, i + 1)
+    if i < npk and PCLS[i] == C_PSB:
+        i = _skip(PCLS, npk, i + 1)
+        if i >= npk or PCLS[i] != C_PSBEND:
+            return -1
+        i = _skip(PCLS, npk, i + 1)
     while i < npk and PCLS[i] == C_MODEX and (P0[i] & 3) == modex:
         i = _skip(PCLS, npk, i + 1)
     if i >= npk or PCLS[i] != C_PGE:
@@ -249,7 +249,9 @@ def _run(PCLS, P0, P1, npk, S, STK, HK, HV, BK, IPS, OUT):
             if not isopen:
                 nblocks += 1
             isopen = 0              # events end ptxed's block
-            lastip = _lastip(np.int64(0), P0[e], P1[e])
+            if PCLS[_skip(PCLS, npk, pgd + 1)] == C_PSB:
+                lastip = np.int64(0)
+            lastip = _lastip(lastip, P0[e], P1[e])
             tips += 1
             ip = lastip
             k = e + 1
