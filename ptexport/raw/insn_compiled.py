@@ -22,6 +22,13 @@ at a time, and hands everything else back to the reference decoder:
   reached themselves (instruction pointer, return stack, TNT cache, last IP,
   packet position, time) and lets them go on: events, errors, recovery and
   sideband stay the reference's code, so the output is the reference's.
+- One kind of event it walks through itself, where the events print nothing
+  (``--quiet``, no ``--event:time``, no sideband): a tracing-disabled gap
+  (TIP.PGD without IP, PSB+, TIP.PGE, as around each system call of a user
+  space trace; :func:`_gap_end` says exactly which), whose events leave the
+  decoders as the kernel's hand-back sets them.  Without it each such gap costs
+  ~150 us of Python (the reference's packets and events, two kernel calls); a
+  loop-heavy trace has one every ~2,700 instructions.
 
 Blocks (straight-line code up to and including its first branch or special
 instruction) are classified by the reference's instruction cache
@@ -51,18 +58,27 @@ from ptexport.pt.packets import PacketKind as K
 
 M64 = 0xFFFFFFFFFFFFFFFF
 
-# Packet classes for the kernel (PCLS).
-C_OTHER, C_SKIP, C_TNT, C_TIP = 0, 1, 2, 3
+# Packet classes for the kernel (PCLS).  C_PGD...C_PGE: what a tracing-disabled gap of a quiet walk
+# may hold (see _gap_end).
+C_OTHER, C_SKIP, C_TNT, C_TIP, C_PGD, C_PSB, C_PSBEND, C_MODEX, C_PGE = range(9)
 
 # Block terminals (BK[:, B_TERM]).
 T_TROUBLE, T_CONT, T_STEP, T_COND, T_JUMP, T_CALL, T_RET, T_IND, T_ICALL = range(9)
-B_NPLAIN, B_TERM, B_TIP, B_TSIZE, B_TARGET, B_IPS, B_PUSH, B_ENDS, B_SPECIAL, B_SUCC_F, B_SUCC_T = range(11)
-BK_SIZE = 11    # B_SUCC_F/T: the row of the fall-through (only) / taken successor, -1 until known
+(B_NPLAIN, B_TERM, B_TIP, B_TSIZE, B_TARGET, B_IPS, B_PUSH, B_ENDS, B_SPECIAL, B_SUCC_F, B_SUCC_T,
+ B_DISABLE) = range(12)
+BK_SIZE = 12    # B_SUCC_F/T: the row of the fall-through (only) / taken successor, -1 until known
+# B_DISABLE: the terminal is where a tracing-disabled event without IP binds (a far branch, or it
+# changes CPL or CR3: InsnDecoder._at_disabled_event)
 
 # Kernel state (S).
 (S_IP, S_TBITS, S_TMASK, S_K, S_LASTIP, S_NINSN, S_SINCE, S_RESETS, S_REASON, S_LAST, S_SP, S_TOP,
- S_OUTN, S_OPEN, S_NBLOCKS, S_RECORD, S_OUTCAP, S_TIPS, S_MAXINSN, S_NOTRACE, S_LASTNEW) = range(21)
-S_SIZE = 21     # S_LASTNEW: the last instruction took a new packet (not a cached TNT bit)
+ S_OUTN, S_OPEN, S_NBLOCKS, S_RECORD, S_OUTCAP, S_TIPS, S_MAXINSN, S_NOTRACE, S_LASTNEW, S_CROSS,
+ S_MODEX, S_PGD, S_GAPS, S_LASTTERM) = range(26)
+S_SIZE = 26     # S_LASTNEW: the last instruction took a new packet (not a cached TNT bit);
+# S_LASTTERM: it ended a block (not a plain one)
+# S_CROSS: walk across tracing-disabled gaps (_gap_end; quiet walks only), S_MODEX: the CS.L/CS.D
+# bits of MODE.EXEC that change nothing, S_PGD: the TIP.PGD of the gap being walked up to, or -1,
+# S_GAPS: gaps walked across
 
 # Why the kernel stopped.
 R_NEEDBLOCK, R_TROUBLE, R_BOUNDARY, R_FULL = 1, 2, 3, 4
@@ -83,10 +99,43 @@ def _next_packet(PCLS, npk, k):
         if c == C_SKIP:
             k += 1
             continue
-        if c == C_OTHER:
+        if c != C_TNT and c != C_TIP:
             return -1
         return k
     return -1
+
+
+def _skip(PCLS, npk, k):
+    """Index of the first packet from ``k`` on that is not PAD or timing (``npk`` at the end)."""
+    while k < npk and PCLS[k] == C_SKIP:
+        k += 1
+    return k
+
+
+def _gap_end(PCLS, P0, npk, j, modex):
+    """The TIP.PGE that ends the tracing-disabled gap of the TIP.PGD at ``j``; -1 if the gap is not
+    one the kernel walks across.
+
+    That gap is TIP.PGD without IP, optionally PSB and PSBEND, MODE.EXEC that changes nothing
+    (its CS.L/CS.D bits are ``modex``), TIP.PGE with IP, PAD and timing packets anywhere in
+    between, and a TNT or TIP right after: the reference gives a disabled event (binding at the
+    next far branch or CPL or CR3 change), PSB+ status updates, an enabled (resumed) event and
+    nothing else; no event is queued, the last IP is the PGE's (from zero after a PSB, which
+    resets it), the return stack stays.  Quiet walks print none of these events (the caller
+    checks that)."""
+    i = _skip(PCLS, npk, j + 1)
+    if i < npk and PCLS[i] == C_PSB:
+        i = _skip(PCLS, npk, i + 1)
+        if i >= npk or PCLS[i] != C_PSBEND:
+            return -1
+        i = _skip(PCLS, npk, i + 1)
+    while i < npk and PCLS[i] == C_MODEX and (P0[i] & 3) == modex:
+        i = _skip(PCLS, npk, i + 1)
+    if i >= npk or PCLS[i] != C_PGE:
+        return -1
+    if _next_packet(PCLS, npk, i + 1) < 0:
+        return -1
+    return i
 
 
 def _lastip(last, p, ipc):
@@ -148,6 +197,10 @@ def _run(PCLS, P0, P1, npk, S, STK, HK, HV, BK, IPS, OUT):
     nblocks = S[S_NBLOCKS]
     tips = S[S_TIPS]
     lastnew = S[S_LASTNEW]
+    lastterm = S[S_LASTTERM]
+    cross = S[S_CROSS]
+    modex = S[S_MODEX]
+    pgd = S[S_PGD]
     row = tab_find(HK, HV, ip)
     reason = 0
     while True:
@@ -171,6 +224,8 @@ def _run(PCLS, P0, P1, npk, S, STK, HK, HV, BK, IPS, OUT):
             ninsn += n
             since += n
             last = IPS[base + n - 1]
+            lastnew = 0
+            lastterm = 0
             if not isopen:
                 isopen = 1
                 nblocks += 1
@@ -183,7 +238,33 @@ def _run(PCLS, P0, P1, npk, S, STK, HK, HV, BK, IPS, OUT):
             ip = BK[row, B_TARGET]
             row = _succ(HK, HV, BK, row, B_SUCC_F, ip)
             continue
-        if notrace and not ((term == T_JUMP or term == T_CALL) and not BK[row, B_SPECIAL]):
+        if pgd >= 0 and BK[row, B_DISABLE]:
+            # the disable binds at this instruction: walk across the gap to where tracing resumes
+            e = _gap_end(PCLS, P0, npk, pgd, modex)
+            if e < 0:
+                reason = R_TROUBLE
+                break
+            ninsn += 1
+            last = tip
+            if not isopen:
+                nblocks += 1
+            isopen = 0              # events end ptxed's block
+            if PCLS[_skip(PCLS, npk, pgd + 1)] == C_PSB:
+                lastip = np.int64(0)
+            lastip = _lastip(lastip, P0[e], P1[e])
+            tips += 1
+            ip = lastip
+            k = e + 1
+            since = 0
+            resets = 1
+            lastnew = 1
+            lastterm = 1
+            pgd = -1
+            S[S_GAPS] += 1
+            row = tab_find(HK, HV, ip)
+            continue
+        if (notrace or pgd >= 0) and not ((term == T_JUMP or term == T_CALL)
+                                          and not BK[row, B_SPECIAL]):
             reason = R_TROUBLE      # a disable without IP binds here (or the trace is needed)
             break
         nip = tip + BK[row, B_TSIZE]
@@ -261,6 +342,7 @@ def _run(PCLS, P0, P1, npk, S, STK, HK, HV, BK, IPS, OUT):
         ninsn += 1
         last = tip
         lastnew = 1 if k != k_before else 0
+        lastterm = 1
         if not isopen:
             nblocks += 1
         isopen = 0 if BK[row, B_ENDS] else 1
@@ -268,8 +350,12 @@ def _run(PCLS, P0, P1, npk, S, STK, HK, HV, BK, IPS, OUT):
             since = 0
             resets = 1
             if mask == 0 and _next_packet(PCLS, npk, k) < 0:
-                reason = R_BOUNDARY
-                break
+                j = _skip(PCLS, npk, k)
+                if cross and j < npk and PCLS[j] == C_PGD:
+                    pgd = j     # a disable without IP comes: walk up to where it binds
+                else:
+                    reason = R_BOUNDARY
+                    break
         if col >= 0:
             row = _succ(HK, HV, BK, row, col, ip)
         else:
@@ -288,7 +374,92 @@ def _run(PCLS, P0, P1, npk, S, STK, HK, HV, BK, IPS, OUT):
     S[S_NBLOCKS] = nblocks
     S[S_TIPS] = tips
     S[S_LASTNEW] = lastnew
+    S[S_LASTTERM] = lastterm
+    S[S_PGD] = pgd
     return reason
+
+
+_K_TIP, _K_PAD = int(K.TIP), int(K.PAD)
+_K_TSC, _K_MTC, _K_CYC, _K_TMA = int(K.TSC), int(K.MTC), int(K.CYC), int(K.TMA)
+_K_TNT_8, _K_TNT_64, _K_TIP_PGD, _K_TIP_PGE = int(K.TNT_8), int(K.TNT_64), int(K.TIP_PGD), int(K.TIP_PGE)
+_K_PSB, _K_PSBEND, _K_MODE_EXEC = int(K.PSB), int(K.PSBEND), int(K.MODE_EXEC)
+
+
+def _classify(KIND, OFF, SIZE, P1, PCLS):
+    """PCLS[i]: the kernel's class of packet i (C_OTHER after a decode error: the reference's)."""
+    for i in range(len(KIND)):
+        k = KIND[i]
+        ipc = P1[i]
+        c = C_OTHER
+        if k == _K_PAD or k == _K_TSC or k == _K_MTC or k == _K_CYC or k == _K_TMA:
+            c = C_SKIP
+        elif k == _K_TNT_8 or k == _K_TNT_64:
+            if ipc > 0:
+                c = C_TNT
+        elif k == _K_TIP or k == _K_TIP_PGE:
+            if ipc == 1 or ipc == 2 or ipc == 3 or ipc == 4 or ipc == 6:
+                c = C_TIP if k == _K_TIP else C_PGE
+        elif k == _K_TIP_PGD:
+            if ipc == 0:
+                c = C_PGD
+        elif k == _K_PSB:
+            c = C_PSB
+        elif k == _K_PSBEND:
+            c = C_PSBEND
+        elif k == _K_MODE_EXEC:
+            c = C_MODEX
+        if i > 0 and OFF[i] != OFF[i - 1] + SIZE[i - 1]:
+            c = C_OTHER     # a decode error in between
+        PCLS[i] = c
+
+
+def _find_k(OFF, SIZE, KIND, PCLS, P0, P1, pos, is_tip, bits, nbits):
+    """The index of the look-ahead packet the reference stands at (``pos``: its decoder's offset),
+    a TIP if ``is_tip`` else the TNT of ``bits``/``nbits`` (only PADs after it); -1 if not there."""
+    npk = len(OFF)
+    lo, hi = 0, npk
+    while lo < hi:      # the first packet at or after pos
+        mid = (lo + hi) >> 1
+        if OFF[mid] < pos:
+            lo = mid + 1
+        else:
+            hi = mid
+    k = lo
+    if is_tip:
+        if k >= npk or OFF[k] != pos or KIND[k] != _K_TIP or PCLS[k] != C_TIP:
+            return -1
+        return k
+    k2 = k
+    k -= 1
+    while k >= 0 and KIND[k] == _K_PAD:
+        k -= 1
+    # the TNT, then only PADs (one byte each), right up to the reference's position
+    if k < 0 or PCLS[k] != C_TNT or OFF[k] + SIZE[k] + (k2 - k - 1) != pos:
+        return -1
+    if P0[k] != bits or P1[k] != nbits:
+        return -1
+    return k
+
+
+def _start(S, ip, bits, mask, k, notrace, lastip, isopen, record, outcap, maxinsn, sp, cross, modex):
+    """The kernel state S for a walk from these values (the return stack: STK[:sp])."""
+    for i in range(S_SIZE):
+        S[i] = 0
+    S[S_IP] = ip
+    S[S_TBITS] = bits
+    S[S_TMASK] = mask
+    S[S_K] = k
+    S[S_NOTRACE] = notrace
+    S[S_LASTIP] = lastip
+    S[S_OPEN] = isopen
+    S[S_RECORD] = record
+    S[S_OUTCAP] = outcap
+    S[S_MAXINSN] = maxinsn
+    S[S_SP] = sp
+    S[S_TOP] = sp % STACK
+    S[S_CROSS] = cross
+    S[S_MODEX] = modex
+    S[S_PGD] = -1
 
 
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
@@ -314,11 +485,16 @@ def _format_ips(ips, n, spec, out):
 if numba is not None:
     _jit = numba.njit(cache=True, _nrt=False)
     _next_packet = _jit(_next_packet)
+    _skip = _jit(_skip)
+    _gap_end = _jit(_gap_end)
     _lastip = _jit(_lastip)
     _push = _jit(_push)
     _pop = _jit(_pop)
     _succ = _jit(_succ)
     _run_kernel = _jit(_run)
+    _find_k = _jit(_find_k)
+    _classify = _jit(_classify)
+    _start = _jit(_start)
     _format_ips = _jit(_format_ips)
 else:  # pragma: no cover - numba is a core dependency; the reference decoder is used then
     _run_kernel = None
@@ -383,21 +559,10 @@ class Walker:
         p1 = cols["p1"].astype(np.int64)
         self.kind, self.off, self.size, self.p0, self.p1 = kind, off, size, p0, p1
         self.npk = len(kind)
-        pcls = np.zeros(self.npk, np.uint8)
-        skip = ((kind == K.PAD) | (kind == K.TSC) | (kind == K.MTC) | (kind == K.CYC)
-                | (kind == K.TMA))
-        pcls[skip] = C_SKIP
-        tnt = ((kind == K.TNT_8) | (kind == K.TNT_64)) & (p1 > 0)
-        pcls[tnt] = C_TNT
-        tip = (kind == K.TIP) & np.isin(p1, (1, 2, 3, 4, 6))
-        pcls[tip] = C_TIP
-        if self.npk > 1:
-            gap = np.zeros(self.npk, bool)
-            gap[1:] = off[1:] != off[:-1] + size[:-1]
-            pcls[gap] = C_OTHER     # a decode error in between: the reference's business
-        self.pcls = pcls
+        self.pcls = np.zeros(self.npk, np.uint8)
+        _classify(kind, off, size, p1, self.pcls)
         self.timing = np.nonzero((kind == K.TSC) | (kind == K.MTC) | (kind == K.CYC)
-                                 | (kind == K.TMA))[0]
+                                 | (kind == K.TMA))[0] if keep_time else None
         self.record = record
         self.keep_time = keep_time
         self.end_on_call = end_on_call
@@ -405,10 +570,15 @@ class Walker:
         self.tables: dict = {}
         self.S = np.zeros(S_SIZE, np.int64)
         self.stk = np.zeros(STACK, np.int64)
+        self._ustk = self.stk.view(np.uint64)     # the same, as the reference's (unsigned) IPs
+        self._rec = 1 if record else 0
+        # tracing-disabled gaps are walked across only where their events print nothing
+        self._cross = not record and not keep_time
         self.out = np.zeros(_OUTCAP if record else 1, np.int64)
         self.blocks: BlockView | None = None      # ptxed's block view when counting blocks
         self.nblocks = 0
         self.ninsn = 0
+        self.gaps = 0           # tracing-disabled gaps walked across (_gap_end)
         self.calls = 0
 
     # -- blocks ------------------------------------------------------------------
@@ -445,6 +615,8 @@ class Walker:
             nip = (cur + size) & M64
             row[B_TIP], row[B_TSIZE], row[B_ENDS] = _s64(cur), size, self._ends(c)
             row[B_SPECIAL] = int(special != ic.NONE)
+            row[B_DISABLE] = int(ic.is_far_branch(c) or ic.changes_cpl(special)
+                                 or ic.changes_cr3(special))
             if c == ic.OTHER or c == ic.PTWRITE:
                 row[B_TERM] = T_STEP
             elif c == ic.COND_JUMP:
@@ -492,23 +664,13 @@ class Walker:
         if evd.status != 0 or evd.evq._q or not evd.enabled or evd.event is not None \
                 or evd.cur.dec.block:
             return -1
-        pos = evd.offset
-        k = int(np.searchsorted(self.off, pos))
         if t == "tip":
-            if (k >= self.npk or self.off[k] != pos or self.kind[k] != K.TIP or not evd.bound
-                    or self.pcls[k] != C_TIP):
+            if not evd.bound:
                 return -1
-            return k
-        k2 = k
-        k -= 1
-        while k >= 0 and self.kind[k] == K.PAD:
-            k -= 1
-        # the TNT, then only PADs (one byte each), right up to the reference's position
-        if k < 0 or self.pcls[k] != C_TNT or self.off[k] + self.size[k] + (k2 - k - 1) != pos:
-            return -1
-        if int(self.p0[k]) != ev.bits or int(self.p1[k]) != ev.nbits:
-            return -1
-        return k
+            return _find_k(self.off, self.size, self.kind, self.pcls, self.p0, self.p1, evd.offset,
+                           True, 0, 0)
+        return _find_k(self.off, self.size, self.kind, self.pcls, self.p0, self.p1, evd.offset,
+                       False, ev.bits, ev.nbits)
 
     def step(self, dec):
         """Run the kernel from ``dec``'s state: (item or None, status, again) or None if it may not."""
@@ -521,28 +683,26 @@ class Walker:
         q = dec.query
         evd = q.evdec
         S = self.S
-        S[:] = 0
-        S[S_IP] = _s64(dec.ip)
-        S[S_TBITS] = q.tnt_bits if q.tnt_index else 0
-        S[S_TMASK] = q.tnt_index
-        S[S_K] = k0
-        S[S_NOTRACE] = notrace
-        S[S_LASTIP] = _s64(evd.ip.ip)
         blocks = self.blocks
-        S[S_OPEN] = 1 if blocks is not None and blocks.open else 0
-        S[S_RECORD] = 1 if self.record else 0
-        S[S_OUTCAP] = len(self.out)
-        # back to Python now and then (Ctrl-C; code that loops without trace never ends)
-        S[S_MAXINSN] = _OUTCAP if self.record else 1 << 24
-        stack = list(dec.retstack._d)
+        d = dec.retstack._d
+        sp = len(d)
         stk = self.stk
-        for i, v in enumerate(stack):
-            stk[i] = _s64(v)
-        S[S_SP] = len(stack)
-        S[S_TOP] = len(stack) % STACK
-        tab = self.tables.get((dec._image_key(), dec.mode))
+        if sp:
+            self._ustk[:sp] = list(d)
+        tnt_index = q.tnt_index
+        cross, modex = 0, 0
+        if self._cross and evd.mode_exec_valid:
+            cfg = dec.config
+            if not (cfg.addr_filter or cfg.enable_iflags_events):
+                cross, modex = 1, int(evd.csl) | int(evd.csd) << 1
+        # back to Python now and then (Ctrl-C; code that loops without trace never ends)
+        _start(S, _s64(dec.ip), q.tnt_bits if tnt_index else 0, tnt_index, k0, int(notrace),
+               _s64(evd.ip.ip), 1 if blocks is not None and blocks.open else 0, self._rec,
+               len(self.out), _OUTCAP if self.record else 1 << 24, sp, cross, modex)
+        key = (dec._image_key(), dec.mode)
+        tab = self.tables.get(key)
         if tab is None:
-            tab = self.tables[(dec._image_key(), dec.mode)] = _Table()
+            tab = self.tables[key] = _Table()
         while True:
             self.calls += 1
             reason = _run_kernel(self.pcls, self.p0, self.p1, self.npk, S, stk, tab.hk, tab.hv,
@@ -551,33 +711,38 @@ class Walker:
                 break
             self._add_block(dec, tab, int(S[S_IP]) & M64)
         S[S_REASON] = reason
-        n = int(S[S_NINSN])
+        v = S.tolist()
+        n = v[S_NINSN]
         # -- hand back to the reference: its state as if it had decoded all this itself --
-        dec.ip = int(S[S_IP]) & M64
-        sp, top = int(S[S_SP]), int(S[S_TOP])
-        d = dec.retstack._d
+        dec.ip = v[S_IP] & M64
+        sp, top = v[S_SP], v[S_TOP]
         d.clear()
-        d.extend(int(stk[(top - sp + i) % STACK]) & M64 for i in range(sp))
-        if S[S_RESETS]:
-            dec.has_icnt, dec.icnt = True, int(S[S_SINCE])
+        if sp:
+            u = self._ustk
+            lo = (top - sp) % STACK
+            d.extend(u[lo:lo + sp].tolist() if lo + sp <= STACK
+                     else u[lo:].tolist() + u[:top].tolist())
+        if v[S_RESETS]:
+            dec.has_icnt, dec.icnt = True, v[S_SINCE]
         elif dec.has_icnt:
-            dec.icnt += int(S[S_SINCE])
-        k1 = int(S[S_K])
-        q.tnt_index = int(S[S_TMASK])
+            dec.icnt += v[S_SINCE]
+        k1 = v[S_K]
+        q.tnt_index = v[S_TMASK]
         if k1 > k0:
             if q.tnt_index:
-                q.tnt_bits = int(S[S_TBITS])
-            # timing packets the reference would have applied, after the look-ahead up to k1
-            tm = self.timing
-            lo, hi = np.searchsorted(tm, k0 + 1), np.searchsorted(tm, k1)
-            if hi > lo and self.keep_time:
-                apply = evd.time.apply
-                kinds, p0, p1 = self.kind, self.p0, self.p1
-                for i in tm[lo:hi].tolist():
-                    apply(_timing(int(kinds[i]), int(p0[i]) & M64, int(p1[i])))
-            if S[S_TIPS] or self.kind[k0] == K.TIP:
+                q.tnt_bits = v[S_TBITS]
+            if self.keep_time:
+                # timing packets the reference would have applied, after the look-ahead up to k1
+                tm = self.timing
+                lo, hi = np.searchsorted(tm, k0 + 1), np.searchsorted(tm, k1)
+                if hi > lo:
+                    apply = evd.time.apply
+                    kinds, p0, p1 = self.kind, self.p0, self.p1
+                    for i in tm[lo:hi].tolist():
+                        apply(_timing(int(kinds[i]), int(p0[i]) & M64, int(p1[i])))
+            if v[S_TIPS] or self.kind[k0] == K.TIP:
                 lip = evd.ip
-                lip.ip = int(S[S_LASTIP]) & M64
+                lip.ip = v[S_LASTIP] & M64
                 lip.have_ip, lip.suppressed = True, False
             evd.cur.dec.pos = int(self.off[k1 - 1] + self.size[k1 - 1])
             evd.packet = None
@@ -587,23 +752,26 @@ class Walker:
             q._fetch_event()
         status = None
         last = 0
+        self.gaps += v[S_GAPS]
         if n:
             self.ninsn += n
-            self.nblocks += int(S[S_NBLOCKS])
+            self.nblocks += v[S_NBLOCKS]
             if blocks is not None:
-                blocks.count += int(S[S_NBLOCKS])
-                blocks.open = bool(S[S_OPEN])
+                blocks.count += v[S_NBLOCKS]
+                blocks.open = bool(v[S_OPEN])
             dec.status = q.status_flags()
-            last = int(S[S_LAST]) & M64
+            last = v[S_LAST] & M64
             size, iclass, special, disp = dec._decode(last)
             status = dec._check_ip_event(Insn(last, size, iclass, special, disp, dec.mode,
                                               dec.speculative))
-        ips = self.out[:int(S[S_OUTN])].view(np.uint64) if self.record else None
+        ips = self.out[:v[S_OUTN]].view(np.uint64) if self.record else None
         # walk()'s "current IP" for errors that follow: the reference took an instruction that
         # needed a new packet through InsnDecoder.next() (its IP), others through next_many()
-        # (the IP after them)
-        walk_ip = last if n and S[S_LASTNEW] else dec.ip
-        item = (FAST, n, ips, dec.speculative, int(S[S_NBLOCKS]), walk_ip) if n else None
+        # (the IP after them); with the block view (walk(fast_branches=False)) every instruction
+        # that ends a block through next(), plain ones through next_run()
+        newip = v[S_LASTNEW] if blocks is None else v[S_LASTTERM]
+        walk_ip = last if n and newip else dec.ip
+        item = (FAST, n, ips, dec.speculative, v[S_NBLOCKS], walk_ip) if n else None
         return item, status, reason == R_FULL
 
     # -- printing -----------------------------------------------------------------------
@@ -623,9 +791,10 @@ def warm() -> None:
         return
     fast = Walker(bytes.fromhex("0282" * 8 + "0223") + b"\x0d\x00\x10", record=True)
     tab = _Table()
-    tab.insert(0x1000, [1, T_TROUBLE, 0x1001, 0, 0, 0, 0, 0, 0, -1, -1, [0x1000]])
+    tab.insert(0x1000, [1, T_TROUBLE, 0x1001, 0, 0, 0, 0, 0, 0, -1, -1, 0, [0x1000]])
     S = fast.S
-    S[S_IP], S[S_OUTCAP], S[S_MAXINSN], S[S_RECORD] = 0x1000, len(fast.out), 1 << 20, 1
+    _find_k(fast.off, fast.size, fast.kind, fast.pcls, fast.p0, fast.p1, 0, True, 0, 0)
+    _start(S, 0x1000, 0, 0, 0, 0, 0, 0, 1, len(fast.out), 1 << 20, 0, 0, 0)
     _run_kernel(fast.pcls, fast.p0, fast.p1, fast.npk, S, fast.stk, tab.hk, tab.hv, tab.bk, tab.ips,
                 fast.out)
     fast.format_ips(fast.out[:int(S[S_OUTN])].view(np.uint64), False)

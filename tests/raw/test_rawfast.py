@@ -154,6 +154,66 @@ def test_synth_compiled_equals_reference(i, tmp_path):
         assert fast_total > total // 2, (fast_total, total)
 
 
+QUIET_OPTION_SETS = [
+    ["--quiet", "--stat"],
+    ["--quiet", "--stat", "--resync-on-error"],
+    ["--quiet", "--block-decoder", "--stat"],
+    ["--quiet", "--block-decoder", "--block:end-on-call", "--block:end-on-jump", "--stat"],
+]
+
+
+def test_quiet_walk_across_disabled_gaps(tmp_path):
+    """A quiet walk crosses tracing-disabled gaps (TIP.PGD, PSB+, TIP.PGE around each syscall of the
+    generated program) in the kernel: same counts and errors as the reference, on the trace and
+    on mutations of it (gaps cut short, bad packets inside, PSBs spliced in)."""
+    import random
+
+    from ptxtest import mutate_trace
+
+    raw, elf = _synth_raw(tmp_path, "calls", ["--branches", "3000", "--replay", "on"], seed=3)
+    for opts in QUIET_OPTION_SETS + [["--stat"], ["--event:time", "--quiet", "--stat"]]:
+        ref, got, fast = decode_both(["--raw", str(raw), "--image", f"{elf}:0", *opts])
+        assert_same(ref, got, " ".join(opts))
+        if "--quiet" in opts and "--event:time" not in opts:
+            assert fast.gaps > 5, fast.gaps
+        else:
+            assert fast.gaps == 0   # events printed (or their time): the reference's business
+    rng = random.Random(7)
+    trace = raw.read_bytes()
+    part = tmp_path / "mutated.pt"
+    # every other gap without its PSB+ (the last IP is not reset there: the PGE's IP is compressed
+    # against the one before the gap), as user-space traces have most of them
+    nopsb = _drop_psbs(trace, every=2)
+    gaps = 0
+    for i, buf in enumerate([nopsb] + [mutate_trace(trace if i % 2 else nopsb, rng, 8)
+                                       for i in range(12)]):
+        part.write_bytes(buf)
+        for opts in QUIET_OPTION_SETS:
+            ref, got, fast = decode_both(["--raw", str(part), "--image", f"{elf}:0", *opts])
+            assert_same(ref, got, f"mutation {i} {' '.join(opts)}")
+            gaps += fast.gaps
+            if i == 0:
+                assert fast.gaps > 5, fast.gaps
+    assert gaps > 0
+
+
+def _drop_psbs(trace: bytes, every: int) -> bytes:
+    """``trace`` without every ``every``-th PSB+ (PSB .. PSBEND) after the first."""
+    from ptexport.pt import packets_compiled
+    from ptexport.pt.packets import PacketKind as K
+
+    cols, _ = packets_compiled.decode_columns(trace, None)
+    kind, off, size = cols["kind"], cols["offset"], cols["size"]
+    out, pos = bytearray(), 0
+    for i in np.nonzero(kind == K.PSB)[0][1::every]:
+        e = i
+        while kind[e] != K.PSBEND:
+            e += 1
+        out += trace[pos:int(off[i])]
+        pos = int(off[e]) + int(size[e])
+    return bytes(out + trace[pos:])
+
+
 # ------------------------------------------------------------------ real traces, random code
 
 REAL = TESTDATA / "real"
