@@ -67,6 +67,27 @@ def traces(tmp_path_factory):
     return make
 
 
+def _byte_edits(rng: random.Random, cut: bool = False):
+    """An AUX buffer mutation for :func:`assert_same_queues`: 1-12 edits (three in ten delete up to 64
+    bytes, the others overwrite one), and with ``cut`` half the time the buffer cut short."""
+
+    def mutate(data: bytes) -> bytes:
+        b = bytearray(data)
+        if not b:
+            return data
+        for _ in range(rng.randint(1, 12)):
+            i = rng.randrange(len(b))
+            if rng.random() < 0.3:
+                del b[i:i + rng.randint(1, 64)]
+            else:
+                b[i] = rng.randrange(256)
+        if cut and rng.random() < 0.5:
+            b = b[:rng.randrange(len(b) + 1)]
+        return bytes(b)
+
+    return mutate
+
+
 def _norm(v):
     seq = v.tolist() if isinstance(v, np.ndarray) else list(v)  # lists: no float detour in numpy
     return [int(x) & _MASK for x in seq]
@@ -266,18 +287,7 @@ def test_fast_equals_reference_hop_leap_on_damaged_aux(traces, seed):
     rng = random.Random(100 + seed)
     path = traces(("calls",)) if seed % 2 else QUIPPER
 
-    def mutate(data: bytes) -> bytes:
-        b = bytearray(data)
-        if not b:
-            return data
-        for _ in range(rng.randint(1, 12)):
-            i = rng.randrange(len(b))
-            if rng.random() < 0.3:
-                del b[i:i + rng.randint(1, 64)]
-            else:
-                b[i] = rng.randrange(256)
-        return bytes(b)
-
+    mutate = _byte_edits(rng)
     assert_same_queues(path, "beiqq" if seed >= 2 else "beiq", mutate=mutate)
 
 
@@ -321,20 +331,7 @@ def test_fast_equals_reference_on_damaged_aux(traces, seed):
     path = traces(("calls",)) if seed % 2 else QUIPPER
     itrace = "bei7i" if seed >= 6 else "be"  # instruction periods through errors and resyncs
 
-    def mutate(data: bytes) -> bytes:
-        b = bytearray(data)
-        if not b:
-            return data
-        for _ in range(rng.randint(1, 12)):
-            i = rng.randrange(len(b))
-            if rng.random() < 0.3:
-                del b[i:i + rng.randint(1, 64)]
-            else:
-                b[i] = rng.randrange(256)
-        if rng.random() < 0.5:
-            b = b[:rng.randrange(len(b) + 1)]
-        return bytes(b)
-
+    mutate = _byte_edits(rng, cut=True)
     assert_same_queues(path, itrace, mutate=mutate)
 
 
@@ -397,18 +394,7 @@ def test_fast_equals_reference_event_trace_on_damaged_aux(traces, seed):
     rng = random.Random(200 + seed)
     path = traces(EVENT_TRACE[seed % 2], 3000)
 
-    def mutate(data: bytes) -> bytes:
-        b = bytearray(data)
-        if not b:
-            return data
-        for _ in range(rng.randint(1, 12)):
-            i = rng.randrange(len(b))
-            if rng.random() < 0.3:
-                del b[i:i + rng.randint(1, 64)]
-            else:
-                b[i] = rng.randrange(256)
-        return bytes(b)
-
+    mutate = _byte_edits(rng)
     assert_same_queues(path, "Ibei5i" if seed >= 2 else "Ibe", mutate=mutate)
 
 

@@ -20,12 +20,16 @@ from dbexport.test_export_fast_vs_ref import dump
 pytestmark = pytest.mark.skipif(not decode_proc.available(), reason="no fork on this platform")
 
 
+def _synth(tmp_path_factory, branches: int) -> str:
+    d = tmp_path_factory.mktemp(f"decproc{branches}")
+    assert main(["synth", "--out", str(d), "--branches", str(branches), "--seed", "5", "--program", "threads",
+                 "--cpus", "2"], out=io.StringIO()) == 0
+    return str(d / "perf.data")
+
+
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory):
-    d = tmp_path_factory.mktemp("decproc")
-    assert main(["synth", "--out", str(d), "--branches", "3000", "--seed", "5", "--program", "threads", "--cpus", "2"],
-                out=io.StringIO()) == 0
-    return str(d / "perf.data")
+    return _synth(tmp_path_factory, 3000)
 
 
 def test_child_decoding_gives_the_in_process_database(trace, tmp_path):
@@ -95,10 +99,7 @@ def test_closing_early_ends_the_child(trace):
 @pytest.fixture(scope="module")
 def bigger(tmp_path_factory):
     """Big enough for PSB segments of 256 bytes (40 K branches, ~12 KB of trace per CPU)."""
-    d = tmp_path_factory.mktemp("decproc40k")
-    assert main(["synth", "--out", str(d), "--branches", "40000", "--seed", "5", "--program", "threads", "--cpus", "2"],
-                out=io.StringIO()) == 0
-    return str(d / "perf.data")
+    return _synth(tmp_path_factory, 40000)
 
 
 def test_jobs_pick_the_decoding_child(trace, monkeypatch):
