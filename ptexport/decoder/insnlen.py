@@ -90,11 +90,11 @@ def _one_byte() -> list[int]:
 
 def _two_byte() -> list[int]:
     t = [M] * 256
-    for op in (0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x0E, 0x0F,
+    for op in (0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x0E, 0x19, 0x1D,
                0x24, 0x25, 0x26, 0x27, 0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x39,
-               0x3B, 0x3C, 0x3D, 0x3E, 0x3F, 0x77, 0x7A, 0x7B, 0xA0, 0xA1, 0xA2, 0xA6, 0xA7, 0xA8,
-               0xA9, 0xAA):
-        t[op] = 0  # no ModRM: system and undefined entries
+               0x3B, 0x3C, 0x3D, 0x3E, 0x3F, 0x77, 0x7A, 0x7B, 0xA0, 0xA1, 0xA2, 0xA8, 0xA9, 0xAA, 0xB8):
+        t[op] = 0  # no ModRM: system and undefined entries (0F B8: JMPE; POPCNT after F3, below)
+    t[0x0F] = M | IB  # 3DNow!: the last imm byte is the opcode extension
     for op in range(0xC8, 0xD0):
         t[op] = 0  # BSWAP
     t[0x70] = M | IB
@@ -115,6 +115,14 @@ _GROUP_IMM = {(0xF6,): (0, 1), (0xF7,): (0, 1), (0x0F, 0x71): (2, 4, 6), (0x0F, 
 _IMM_F7 = IZ
 
 MAX_INSN_SIZE = 15
+
+
+def _last_legacy(code: bytes | bytearray, pre: int, bits: int) -> int:
+    """The last legacy prefix byte (insn.c's prefixes.bytes[3]), REX aside; 0 if none."""
+    i = pre - 1
+    if bits == 64 and i >= 0 and 0x40 <= code[i] <= 0x4F:
+        i -= 1
+    return code[i] if i >= 0 else 0
 
 
 def perf_length(code: bytes | bytearray, pre: int, bits: int) -> tuple[int, bytes, int, int] | None:
@@ -150,6 +158,8 @@ def perf_length(code: bytes | bytearray, pre: int, bits: int) -> tuple[int, byte
         else:
             opcode = bytes((0x0F, op2))
             attr = _TWO[op2]
+            if op2 == 0xB8 and pre and _last_legacy(code, pre, bits) == 0xF3:
+                attr = M  # POPCNT: insn.c picks the entry by the last prefix
     else:
         opcode = bytes((op,))
         attr = _ONE[op]

@@ -79,6 +79,7 @@ PERF_TABLE_CASES = [
     ("c6 c8 05", 64, (3, OP_OTHER, BR_NO_BRANCH, 0)),   # group 11 /1: the opcode's Ib still read
     ("c7 c8 01 02 03 04", 64, (6, OP_OTHER, BR_NO_BRANCH, 0)),
     ("0f 71 c0", 64, (3, OP_OTHER, BR_NO_BRANCH, 0)),   # group 12 /0: empty, no Ib
+    ("0f b8 c0", 64, (2, OP_OTHER, BR_NO_BRANCH, 0)),   # JMPE (no F3: not POPCNT): no ModRM in perf's map
     ("d6", 64, (1, OP_OTHER, BR_NO_BRANCH, 0)),         # undefined one-byte opcode
     ("0f 04", 64, (2, OP_OTHER, BR_NO_BRANCH, 0)),      # undefined two-byte opcode
     ("06", 64, (1, OP_OTHER, BR_NO_BRANCH, 0)),         # push es: invalid in 64-bit code, no i64 check in insn.c
