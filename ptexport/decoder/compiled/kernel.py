@@ -193,8 +193,10 @@ INJ_BR = 114
 INJ_LEN = 115
 INJ_REL = 116
 INJ_FAIL = 117
+# MODE.Exec directly before an FUP (perf's set_fup_mode_exec: the FUP is an event, no TIP bound to it)
+SET_FUP_MODE_EXEC = 118
 # End of the part a snapshot saves and a failed step restores
-NSTATE = 118
+NSTATE = 119
 # Parameters, set once per queue
 P_RETCOMP = 119
 P_BRANCH_ENABLE = 120
@@ -916,6 +918,9 @@ def _fup_event(S):
         S[SET_FUP_BEP] = 0
         S[ST_TYPE] |= T_BLK_ITEMS
         ret = True
+    if S[SET_FUP_MODE_EXEC]:  # (its RFLAGS.IF change is Event Trace's: the reference's)
+        S[SET_FUP_MODE_EXEC] = 0
+        ret = True
     if S[OVERFLOW]:
         S[OVERFLOW] = 0
         if not ret and not S[PGE]:
@@ -936,6 +941,33 @@ def _fup_event(S):
 
 
 @_jit
+def _sample_fup_insn(S, HK, HV, GK, GV, BK, BND):
+    """perf's intel_pt_sample_fup_insn: an instruction sample at the FUP when the next one is due there
+    (W_NEED: the code is not in the tables yet)."""
+    if not S[P_BRANCH_ENABLE] or not S[PGE] or S[P_QUICK] or S[IP] != S[LAST_IP]:
+        return 0
+    S[MTC_INSN] = 1
+    max_insn_cnt = _next_sample(S)
+    if max_insn_cnt != 1:
+        return 0
+    err, insn_cnt, new_ip, op, br, ln, rel = _walk(S, HK, HV, GK, GV, BK, BND, S[IP], 0, max_insn_cnt, S[ST_TO_NR])
+    if err == W_NEED:
+        return W_NEED
+    if err:
+        return 0  # reported by the next walk
+    S[IP] = new_ip
+    if br != BR_NO_BRANCH:
+        return 0
+    S[TOT_INSN_CNT] += insn_cnt
+    S[TIMESTAMP_INSN_CNT] += insn_cnt
+    S[SAMPLE_INSN_CNT] += insn_cnt
+    S[PERIOD_INSN_CNT] += insn_cnt
+    _sample_insn(S)
+    S[IP] += ln
+    return 0
+
+
+@_jit
 def _walk_fup(S, STK, HK, HV, GK, GV, BK, BND):
     _clear_insn(S)
     ip = S[LAST_IP]
@@ -949,8 +981,12 @@ def _walk_fup(S, STK, HK, HV, GK, GV, BK, BND):
                               and ip == S[IP] + S[INS_LEN]):
             no_tip = S[PKT_STATE] != FUP_ST
             S[PKT_STATE] = IN_SYNC
-            if _fup_event(S) and no_tip:
-                return 0
+            fup_insn = no_tip and S[SET_FUP_MODE_EXEC]  # perf: sample_fup_insn = no_tip (MODE.Exec's event)
+            if _fup_event(S):
+                if fup_insn and _sample_fup_insn(S, HK, HV, GK, GV, BK, BND) == W_NEED:
+                    return W_NEED
+                if no_tip:
+                    return 0
             return EAGAIN
         S[SET_FUP_TX] = 0
         if err:
@@ -1088,6 +1124,7 @@ def _overflow(S):
     S[SET_FUP_PWRE] = 0
     S[SET_FUP_EXSTOP] = 0
     S[SET_FUP_BEP] = 0
+    S[SET_FUP_MODE_EXEC] = 0
     S[OVERFLOW] = 1
     return EOVERFLOW
 
@@ -1403,6 +1440,13 @@ def _walk_trace(S, F, PK, BI, BD, STK, HK, HV, GK, GV, BK, BND):
                 return 0
         elif k == MODE_EXEC:
             S[EXEC_MODE] = S[PAYLOAD]
+            err = _get_next_packet(S, PK, BI)
+            if err:
+                return err
+            if S[KIND] == FUP:
+                S[SET_FUP_MODE_EXEC] = 1
+                no_tip = True
+            continue  # examine the packet after MODE.Exec
         elif k == MODE_TSX:
             if not S[PGE] or S[IN_PSB]:
                 S[TX_FLAGS] = S[PAYLOAD] & F_IN_TX
@@ -1699,6 +1743,7 @@ def _sync_ip(S, F, PK, BI):
     S[SET_FUP_PWRE] = 0
     S[SET_FUP_EXSTOP] = 0
     S[SET_FUP_BEP] = 0
+    S[SET_FUP_MODE_EXEC] = 0
     S[OVERFLOW] = 0
     if not S[P_BRANCH_ENABLE]:
         S[PKT_STATE] = IN_SYNC
