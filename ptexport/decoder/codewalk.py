@@ -23,6 +23,7 @@ from typing import Callable
 import capstone
 from capstone import x86_const as X
 
+from ptexport.decoder.insnlen import perf_length
 from ptexport.decoder.constants import (
     BR_CONDITIONAL,
     BR_INDIRECT,
@@ -137,7 +138,20 @@ class InsnDecoder:
             got = self._capstone(rest, ip + locks, bits)
             if got is not None:
                 got = Insn(got.op, got.branch, got.length + locks, got.rel)
+        if got is None:
+            got = self._perf_tables(code, pre, bits)
         return got
+
+    @staticmethod
+    def _perf_tables(code: bytes, pre: int, bits: int) -> Insn | None:
+        """Bytes capstone rejects for their operands (``ff e8``, LEA with mod=11, an empty group
+        entry...): insn.c's table length, classified by opcode as perf does (``insnlen``)."""
+        got = perf_length(code, pre, bits)
+        if got is None:
+            return None
+        length, opcode, modrm, imm_at = got
+        rel = int.from_bytes(code[imm_at:length], "little", signed=True) if length > imm_at else 0
+        return classify(opcode[0], opcode[1] if len(opcode) > 1 else 0, modrm, length, rel)
 
     def _capstone(self, code: bytes, ip: int, bits: int) -> Insn | None:
         for ins in self._cs[bits].disasm(code, ip, 1):

@@ -128,9 +128,9 @@ def sample_lines(cols: SampleColumns, fields: frozenset[str] = DEFAULT_FIELDS, *
                 parts.append(f" {ips[i]:16x}")
             if addr:
                 parts.append(f" => {addrs[i]:16x}")
-        else:
+        else:  # perf_sample__fprintf_addr: "%16lx" with no blank before it (the ip's is fputc(' '))
             if addr:
-                parts.append(f" {addrs[i]:16x}")
+                parts.append(f"{addrs[i]:16x}")
             if ip:
                 parts.append(f" {ips[i]:16x}")
         if insns[i] and cycs[i]:

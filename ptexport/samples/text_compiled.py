@@ -10,7 +10,8 @@ into one buffer per batch.  The formats, as perf 6.1 prints them:
 - ``VM:%5d VCPU:%03d `` before a guest's sample (machine pid != 0);
 - ``%5d/%-5d [%03d] %5lu.%09lu: `` pid/tid, CPU, time;
 - the flags field (``"  %-21s "``, given per row as an index into the batch's distinct texts);
-- branches ``%16lx => %16lx`` (ip, addr), other samples ``%16lx %16lx`` (addr, ip).
+- branches `` %16lx => %16lx`` (ip, addr), other samples ``%16lx %16lx`` (addr, ip: perf prints no blank
+  before the addr, perf_sample__fprintf_addr).
 
 Error lines are the reference's :func:`~ptexport.samples.text.error_line`
 (their messages are Python's), copied in at their rows.  The ``-F`` subsets and
@@ -142,9 +143,9 @@ def _lines(given, branch, mp, vcpu, pid, tid, cpu, time, ip, addr, flag_idx, fte
         pos += 2
         f = flag_idx[i]
         pos = _put_bytes(buf, pos, ftext, foff[f], foff[f + 1])
-        buf[pos] = 32
-        pos += 1
         if branch[i]:
+            buf[pos] = 32
+            pos += 1
             pos = _put_hex(buf, pos, np.uint64(ip[i]), 16)
             pos = _put_bytes(buf, pos, _ARROW, 0, 4)
             pos = _put_hex(buf, pos, np.uint64(addr[i]), 16)

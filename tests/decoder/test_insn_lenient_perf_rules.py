@@ -20,7 +20,7 @@ import random
 import pytest
 
 from ptxtest import perf_branch_lines as _perf, our_branch_lines as _ours, first_difference as _diff, kernel_traced as _kernel_traced, damage_aux as _damage, needs_perf
-from ptexport.decoder.constants import BR_CONDITIONAL, BR_NO_BRANCH, OP_JCC, OP_OTHER
+from ptexport.decoder.constants import BR_CONDITIONAL, BR_INDIRECT, BR_NO_BRANCH, OP_CALL, OP_JCC, OP_JMP, OP_OTHER
 from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import RecordType as RT
 from ptexport.decoder.codewalk import InsnDecoder
@@ -56,6 +56,53 @@ def test_bytes_capstone_accepts_unchanged(hexbytes, length):
     code = bytes.fromhex(hexbytes)
     assert dec.decode(code, 0x1000, 64) == dec._capstone(code, 0x1000, 64)
     assert dec.decode(code, 0x1000, 64).length == length
+
+
+# Bytes capstone rejects for their operands or opcode, which perf's insn.c decodes by its tables
+# (length from the attribute: ModRM, SIB/displacement, immediates; no operand validity) and
+# intel_pt_insn_decoder classifies by opcode.  (length, op, branch, rel) as perf 6.1 gives them.
+_I, _J, _C = BR_INDIRECT, OP_JMP, OP_CALL
+PERF_TABLE_CASES = [
+    ("ff e8", 64, (2, _J, _I, 0)),                      # jmp far, register operand (FF /5 mod 11): forkexec Z
+    ("ff d8", 64, (2, _C, _I, 0)),                      # call far, register operand (FF /3 mod 11)
+    ("ff d8", 32, (2, _C, _I, 0)),
+    ("ff 6c 24 08", 64, (4, _J, _I, 0)),                # jmp far [rsp+8] (valid: capstone agrees)
+    ("41 ff e8", 64, (3, _J, _I, 0)),                   # REX counted in the length
+    ("66 ff e8", 64, (3, _J, _I, 0)),
+    ("ff f8", 64, (2, OP_OTHER, BR_NO_BRANCH, 0)),      # group 5's empty entry /7: ModRM only
+    ("ff 38", 64, (2, OP_OTHER, BR_NO_BRANCH, 0)),
+    ("fe d0", 64, (2, OP_OTHER, BR_NO_BRANCH, 0)),      # group 4 /2: empty
+    ("8d c0", 64, (2, OP_OTHER, BR_NO_BRANCH, 0)),      # lea eax, eax (mod 11)
+    ("8d c0", 32, (2, OP_OTHER, BR_NO_BRANCH, 0)),
+    ("0f b2 c0", 64, (3, OP_OTHER, BR_NO_BRANCH, 0)),   # lss from a register
+    ("0f c7 c8", 64, (3, OP_OTHER, BR_NO_BRANCH, 0)),   # cmpxchg8b with a register
+    ("c6 c8 05", 64, (3, OP_OTHER, BR_NO_BRANCH, 0)),   # group 11 /1: the opcode's Ib still read
+    ("c7 c8 01 02 03 04", 64, (6, OP_OTHER, BR_NO_BRANCH, 0)),
+    ("0f 71 c0", 64, (3, OP_OTHER, BR_NO_BRANCH, 0)),   # group 12 /0: empty, no Ib
+    ("0f b8 c0", 64, (2, OP_OTHER, BR_NO_BRANCH, 0)),   # JMPE (no F3: not POPCNT): no ModRM in perf's map
+    ("d6", 64, (1, OP_OTHER, BR_NO_BRANCH, 0)),         # undefined one-byte opcode
+    ("0f 04", 64, (2, OP_OTHER, BR_NO_BRANCH, 0)),      # undefined two-byte opcode
+    ("06", 64, (1, OP_OTHER, BR_NO_BRANCH, 0)),         # push es: invalid in 64-bit code, no i64 check in insn.c
+    ("d4 0a", 64, (2, OP_OTHER, BR_NO_BRANCH, 0)),      # aam
+    ("9a 00 10 00 00 08 00", 64, (7, _C, _I, 0)),       # call far ptr16:32 in 64-bit code
+    ("ea 00 10 00 00 08 00", 64, (7, _J, _I, 0)),       # jmp far ptr16:32
+]
+
+
+@pytest.mark.parametrize("hexbytes,bits,want", PERF_TABLE_CASES,
+                         ids=[f"{h.replace(' ', '')}-{b}" for h, b, _ in PERF_TABLE_CASES])
+def test_perf_table_lengths_where_capstone_rejects(hexbytes, bits, want):
+    code = bytes.fromhex(hexbytes) + bytes(16)  # what follows never changes the length
+    got = InsnDecoder().decode(code[:16], 0x1000, bits)
+    assert got is not None and (got.length, got.op, got.branch, got.rel) == want
+
+
+def test_perf_table_gives_nothing_past_the_buffer_or_15_bytes():
+    dec = InsnDecoder()
+    assert dec.decode(bytes.fromhex("ff"), 0x1000, 64) is None          # no ModRM in the buffer
+    assert dec.decode(bytes.fromhex("8d 84"), 0x1000, 64) is None       # SIB/disp32 missing
+    assert dec.decode(bytes.fromhex("66 67 2e 3e 48 8d 84 24 00 00 00 00 c7 80 00 00"), 0x1000, 64) is not None
+    assert dec.decode(bytes.fromhex("66 67 2e 3e 48 c7 84 00 00 00 00 00 01 02 03 04"), 0x1000, 64) is None  # 16
 
 
 # The damage of tests/oracle_perf/test_est_tsc_perf_times.py (same generator, same seeds give the same files).
