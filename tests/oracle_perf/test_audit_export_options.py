@@ -159,7 +159,8 @@ def big_trace(tmp_path_factory):
 
 @pytest.mark.slow
 def test_jobs_gives_the_same_database(big_trace, tmp_path, monkeypatch):
-    """--jobs 3: queues decoded by worker processes (16 KB PSB segments), every table equal to --jobs 1's."""
+    """--jobs 3: queues decoded by worker processes (16 KB PSB segments), under this process or under the
+    decoding child, every table equal to --jobs 1's."""
     from ptexport.session import parallel
     used = []
     real = parallel._segment_streams
@@ -172,11 +173,15 @@ def test_jobs_gives_the_same_database(big_trace, tmp_path, monkeypatch):
     monkeypatch.setattr(parallel, "_segment_streams", spy)
     monkeypatch.setattr(parallel, "MIN_SEGMENT_BYTES", 1 << 16)  # workers from 128 KB of trace (not 2 MB)
     monkeypatch.setattr(parallel, "STREAM_SEGMENT_BYTES", 1 << 14)  # in 16 KB segments (not 64 KB)
-    ours, plain = tmp_path / "ours.db", tmp_path / "plain.db"
+    ours, child, plain = tmp_path / "ours.db", tmp_path / "child.db", tmp_path / "plain.db"
     assert main([str(big_trace), "--db", str(plain), "-q", "--jobs", "1"], out=io.StringIO()) == 0
     assert not used
-    assert main([str(big_trace), "--db", str(ours), "-q", "--jobs", "3"], out=io.StringIO()) == 0
+    with monkeypatch.context() as m:
+        m.setenv("PTEXPORT_DECODE_PROCESS", "0")  # the workers under this process (the spy sees them)
+        assert main([str(big_trace), "--db", str(ours), "-q", "--jobs", "3"], out=io.StringIO()) == 0
     assert used == [True]  # the worker pool decoded it
+    # as users run it: a decoding child with 2 workers of its own (the spy runs in the child)
+    assert main([str(big_trace), "--db", str(child), "-q", "--jobs", "3"], out=io.StringIO()) == 0
     with sqlite3.connect(plain) as c:
         tables = [t for (t,) in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
                   if t not in ("schema_version", "ptexport_migrations")]  # these hold the time of writing
@@ -184,6 +189,7 @@ def test_jobs_gives_the_same_database(big_trace, tmp_path, monkeypatch):
         assert c.execute("SELECT COUNT(*) FROM decode_errors WHERE id > 0").fetchone()[0] > 0
     for t in tables:
         assert _all_rows(ours, t) == _all_rows(plain, t), t
+        assert _all_rows(child, t) == _all_rows(plain, t), t
 
 
 def _all_rows(db, table: str) -> list[tuple]:

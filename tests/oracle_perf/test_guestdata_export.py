@@ -91,13 +91,13 @@ def test_bad_guest_data_leaves_no_database(tmp_path, capsys):
 
 @needs_perf
 def test_export_jobs_workers(tmp_path, monkeypatch):
-    """export --jobs 2 (worker processes decode PSB segments) with --guest-data: the same tables."""
+    """export --jobs 3 (a decoding child whose 2 workers decode PSB segments) with --guest-data: the same tables."""
     from ptexport.session import parallel
     t = make(tmp_path, "mixed", branches=8000)
     monkeypatch.setattr(parallel, "MIN_SEGMENT_BYTES", 1 << 12)
     monkeypatch.setattr(parallel, "STREAM_SEGMENT_BYTES", 1 << 12)
     ours, theirs = tmp_path / "ours.db", tmp_path / "inj.db"
-    assert run([t.host, "--db", ours, "-q", "--jobs", "2", "--guest-data", t.spec])[0] == 0
+    assert run([t.host, "--db", ours, "-q", "--jobs", "3", "--guest-data", t.spec])[0] == 0
     assert run([t.inj, "--db", theirs, "-q"])[0] == 0
     a, b = _tables(ours), _tables(theirs)
     for table in a:
