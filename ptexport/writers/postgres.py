@@ -13,14 +13,28 @@ refused at once) and by its temporary's name; temporary databases of exports
 that died (SIGKILL) are dropped when the locks are taken
 (:mod:`ptexport.writers.leftovers`).
 
-Integer batches are encoded as binary COPY rows by numpy (one structured
-array per batch, big-endian fields), with no Python loop per row.
+Loading runs at the server's pace: integer batches are encoded as binary COPY
+rows by numpy (one structured array per batch, big-endian fields, no Python
+loop per row) and sent by several COPY streams at once, each its own
+connection and thread (:class:`_Stream`): the samples through
+``SAMPLE_STREAMS`` of them taking batches in turn, the calls through one, every
+other table through the first connection.  The tables have no keys or indexes
+while they load, and every session sets ``synchronous_commit`` off.  At the
+end each table's key, indexes and ``ANALYZE`` run in order on one of
+``FINISH_STREAMS`` connections, the tables side by side, the largest first.
+
+The tables are logged from the start: an unlogged load set ``LOGGED`` at the
+end writes every table twice more (``SET LOGGED`` rewrites it and, unless the
+server's ``wal_level`` is ``minimal``, copies it into the WAL), which on a
+1 M-sample export cost about twice what the WAL of the COPYs did
+(bench/bench_postgres.py measures both: ``PTEXPORT_PG_UNLOGGED=1``).
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -30,7 +44,7 @@ import numpy as np
 from ptexport.errors import DatabaseExistsError, ExportError, StorageError, TargetBusyError
 from ptexport.writers.leftovers import (PG_NAME_KEEP, CleanReport, Leftover, export_ended, export_started,
                                        pg_drop_leftovers, pg_leftovers, pg_tmp_name, pg_try_lock)
-from ptexport.writers.base import Writer, _mark_placed, is_text_type
+from ptexport.writers.base import Writer, _mark_placed, distinct, is_text_type
 from ptexport.writers.targets import parse_target
 
 try:
@@ -43,8 +57,18 @@ except ImportError:  # pragma: no cover - a dependency
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
 COPY_TRAILER = struct.pack("!h", -1)
 CHUNK_ROWS = 1 << 18
-#: COPY batches queued for the background thread before write_* waits (bounded memory).
+#: COPY batches queued for each stream's thread before write_* waits (bounded memory).
 MAX_PENDING = 2
+#: Connections loading the samples, taking batches in turn.
+SAMPLE_STREAMS = 2
+#: Connections building keys and indexes at the end (the tables side by side).
+FINISH_STREAMS = 3
+#: Per session: no wait for the WAL flush at each COPY's commit (the database is renamed in
+#: place only when complete), and room to sort keys.
+SESSION_SETTINGS = ("SET client_min_messages TO WARNING", "SET synchronous_commit TO OFF",
+                    "SET maintenance_work_mem TO '256MB'")
+#: The tables that have a COPY stream of their own (others go through the first connection).
+_OWN_STREAM = ("samples", "calls")
 _BINARY = {"bigint": (">i8", 8), "integer": (">i4", 4), "boolean": ("u1", 1)}
 
 
@@ -65,6 +89,68 @@ def _redacted(params: dict[str, Any]) -> str:
     return f"postgresql://{p.get('user', '')}@{p.get('host', '')}:{p.get('port', '')}/{p.get('dbname')}"
 
 
+def unlogged_load() -> bool:
+    """``PTEXPORT_PG_UNLOGGED=1``: load into unlogged tables, set LOGGED at the end (for the bench)."""
+    return os.environ.get("PTEXPORT_PG_UNLOGGED", "") not in ("", "0")
+
+
+class _Stream:
+    """One connection to the temporary database and one thread running its statements in order.
+
+    ``submit`` returns at once while fewer than ``MAX_PENDING`` statements wait (the caller
+    encodes the next batch meanwhile); an error of a statement is raised by a later ``submit``
+    or by ``drain``.
+    """
+
+    def __init__(self, conn: psycopg.Connection, name: str) -> None:
+        self.conn = conn
+        self.name = name
+        self._pool: ThreadPoolExecutor | None = None  # started by the first submit after a stop
+        self._pending: deque[Future[None]] = deque()
+
+    def submit(self, fn: Any, *args: Any) -> None:
+        """Run ``fn(conn, *args)`` in the stream's thread, after what was submitted before."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ptexport-{self.name}")
+        while len(self._pending) >= MAX_PENDING:
+            self._pending.popleft().result()
+        self._pending.append(self._pool.submit(fn, self.conn, *args))
+
+    def drain(self) -> None:
+        while self._pending:
+            self._pending.popleft().result()
+
+    def stop(self) -> None:
+        """No more statements: the thread ends (after ``drain``, or ``cancel``)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def cancel(self) -> None:
+        """Drop what has not started, ask the server to cancel what runs, wait for it (errors ignored)."""
+        for f in self._pending:
+            f.cancel()
+        if any(f.running() for f in self._pending):
+            try:
+                self.conn.cancel_safe(timeout=5)
+            except (psycopg.Error, OSError):  # best effort: the temporary database goes anyway
+                pass
+        for f in self._pending:
+            try:
+                if not f.cancelled():
+                    f.result()
+            except BaseException:  # noqa: BLE001 - aborting anyway
+                pass
+        self._pending.clear()
+        self.stop()
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except psycopg.Error:  # pragma: no cover
+            pass
+
+
 class PostgresWriter(Writer):
     dialect = "postgresql"
 
@@ -74,10 +160,13 @@ class PostgresWriter(Writer):
         self.dbname = str(self.params["dbname"])
         self.target = _redacted(self.params)
         self.tmp_name = pg_tmp_name(self.dbname, os.getpid())
+        self.unlogged = unlogged_load()
         self._exporting = False
-        self.conn: psycopg.Connection | None = None  # the temporary database's session
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: deque[Future[None]] = deque()
+        self.conn: psycopg.Connection | None = None  # the temporary database's first session
+        #: COPY streams by name ("main": the first session; "samples0", "samples1", ..., "calls")
+        self._streams: dict[str, _Stream] = {}
+        self._next_sample_stream = 0
+        self._call_comms: set[int] = set()  # comm ids of the calls rows: comms.has_calls without a scan
         #: temporary databases of exports to this target that died, dropped
         self.removed_leftovers: list[Leftover] = []
         self.admin = self._connect("postgres")
@@ -105,13 +194,12 @@ class PostgresWriter(Writer):
             self._drop_tmp_and_close_admin()
             raise
         try:
-            self.conn = self._connect(self.tmp_name)
+            self.conn = self._data_session()
+            self._streams["main"] = _Stream(self.conn, "main")
             with self.conn.cursor() as cur:
-                cur.execute("SET client_min_messages TO WARNING")
-                # a load, not a transaction system: no WAL flush wait per COPY, room to sort keys
-                cur.execute("SET synchronous_commit TO OFF")
-                cur.execute("SET maintenance_work_mem TO '256MB'")
                 for s in self.schema.table_sql.values():
+                    if self.unlogged:
+                        s = s.replace("CREATE TABLE ", "CREATE UNLOGGED TABLE ", 1)
                     cur.execute(s)
                 for s in self.schema.view_sql.values():
                     cur.execute(s)
@@ -130,10 +218,6 @@ class PostgresWriter(Writer):
             self._exporting = False
             export_ended()
 
-    def _conn(self) -> psycopg.Connection:
-        assert self.conn is not None  # open from __init__ until the end (finish or abort)
-        return self.conn
-
     def _connect(self, dbname: str, **options: Any) -> psycopg.Connection:
         params = dict(self.params, dbname=dbname)
         for k, v in options.items():
@@ -143,41 +227,62 @@ class PostgresWriter(Writer):
         except psycopg.Error as e:
             raise _wrap(e, _redacted(params), "cannot connect") from e
 
+    def _data_session(self) -> psycopg.Connection:
+        """A new session on the temporary database, set for loading."""
+        conn = self._connect(self.tmp_name)
+        try:
+            with conn.cursor() as cur:
+                for s in SESSION_SETTINGS:
+                    cur.execute(s)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
     def _database_exists(self, name: str) -> bool:
         return self.admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is not None
 
     # ------------------------------------------------------------ inserts
+    def _stream(self, table: str) -> _Stream:
+        """The COPY stream of ``table`` (opened on first use): the samples' in turn, the calls', or the first."""
+        if table not in _OWN_STREAM:
+            return self._streams["main"]
+        if table == "samples":
+            name = f"samples{self._next_sample_stream}"
+            self._next_sample_stream = (self._next_sample_stream + 1) % SAMPLE_STREAMS
+        else:
+            name = table
+        stream = self._streams.get(name)
+        if stream is None:
+            try:
+                conn = self._data_session()
+            except psycopg.Error as e:
+                raise _wrap(e, self.target, f"cannot open a session for {table}") from e
+            stream = self._streams[name] = _Stream(conn, name)
+        return stream
+
     def _copy_sql(self, table: str, binary: bool) -> Any:
         cols = pgsql.SQL(", ").join(pgsql.Identifier(c) for c in self.schema.columns(table))
         fmt = pgsql.SQL(" (FORMAT binary)") if binary else pgsql.SQL("")
         return pgsql.SQL("COPY {} ({}) FROM STDIN").format(pgsql.Identifier(table), cols) + fmt
 
-    def _submit(self, fn: Any, *args: Any) -> None:
-        """Run a COPY in the one background thread (in order); the caller goes on with the next batch."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptexport-copy")
-        while len(self._pending) >= MAX_PENDING:
-            self._pending.popleft().result()
-        self._pending.append(self._pool.submit(fn, *args))
-
-    def _drain(self) -> None:
-        while self._pending:
-            self._pending.popleft().result()
-
     def _insert_rows(self, table: str, rows: list[tuple[Any, ...]]) -> None:
-        self._submit(self._copy_rows, table, rows)
+        if table == "calls":
+            j = self.schema.columns("calls").index("comm_id")
+            self._call_comms.update(int(r[j]) for r in rows)
+        self._stream(table).submit(self._copy_rows, table, rows)
 
-    def _copy_rows(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+    def _copy_rows(self, conn: psycopg.Connection, table: str, rows: list[tuple[Any, ...]]) -> None:
         try:
-            with self._conn().cursor() as cur, cur.copy(self._copy_sql(table, False)) as cp:
+            with conn.cursor() as cur, cur.copy(self._copy_sql(table, False)) as cp:
                 for r in rows:
                     cp.write_row(r)
         except psycopg.Error as e:
             raise _wrap(e, self.target, f"writing {table}") from e
 
-    def _copy_binary(self, table: str, chunks: list[bytes]) -> None:
+    def _copy_binary(self, conn: psycopg.Connection, table: str, chunks: list[bytes]) -> None:
         try:
-            with self._conn().cursor() as cur, cur.copy(self._copy_sql(table, True)) as cp:
+            with conn.cursor() as cur, cur.copy(self._copy_sql(table, True)) as cp:
                 cp.write(COPY_HEADER)
                 for chunk in chunks:
                     cp.write(chunk)
@@ -187,6 +292,9 @@ class PostgresWriter(Writer):
 
     def _insert_columns(self, table: str, cols: dict[str, Any], n: int) -> None:
         cdefs = self.schema.tables[table]
+        if table == "calls":
+            # the column, or its default (a scalar, broadcast by the writer) as one value
+            self._call_comms.update(distinct(np.asarray(cols["comm_id"], dtype=np.int64).reshape(-1)).tolist())
         if any(is_text_type(c.type) for c in cdefs):
             lists = []
             for c in cdefs:
@@ -220,27 +328,75 @@ class PostgresWriter(Writer):
                     a = np.asarray(v[start:stop])
                     rec[f"v{j}"] = (a != 0) if c.type == "boolean" else a.astype(np.int64, copy=False)
             chunks.append(rec.tobytes())
-        self._submit(self._copy_binary, table, chunks)
+        self._stream(table).submit(self._copy_binary, table, chunks)
 
     # ------------------------------------------------------------ end
+    def _finish_jobs(self) -> list[list[Any]]:
+        """Each table's statements in their order (SET LOGGED, key, indexes, ANALYZE), the largest
+        table's first.  A table's statements lock it (ADD PRIMARY KEY exclusively), so they run
+        one after the other on one session; different tables' run side by side."""
+        indexes: dict[str, list[str]] = {}
+        for name, sql in self.schema.index_sql.items():
+            indexes.setdefault(self.schema.index_table[name], []).append(sql)
+        jobs = []
+        for table in self.schema.tables:
+            stmts: list[Any] = []
+            if self.unlogged:
+                stmts.append(f"ALTER TABLE {table} SET LOGGED")
+            if table == "comms" and self._call_comms:
+                # = UPDATE ... WHERE id IN (SELECT DISTINCT comm_id FROM calls), without reading calls back
+                stmts.append(("UPDATE comms SET has_calls = TRUE WHERE id = ANY(%s)", (sorted(self._call_comms),)))
+            key = self.schema.primary_key_of(table)
+            if key is not None:
+                stmts.append(key)
+            stmts += indexes.get(table, [])
+            stmts.append(f"ANALYZE {table}")
+            rows = self.row_counts.get(table, 0)
+            jobs.append((rows * (1 + len(indexes.get(table, []))), stmts))
+        jobs.sort(key=lambda j: -j[0])
+        return [stmts for _, stmts in jobs]
+
+    def _run_jobs(self, jobs: list[list[Any]]) -> None:
+        """Run ``jobs`` (lists of statements) on ``FINISH_STREAMS`` sessions, each job on one."""
+        streams = list(self._streams.values())[:FINISH_STREAMS]
+        while len(streams) < min(FINISH_STREAMS, len(jobs)):
+            stream = _Stream(self._data_session(), f"finish{len(streams)}")
+            self._streams[stream.name] = stream
+            streams.append(stream)
+        todo = deque(jobs)
+        lock = threading.Lock()
+
+        def worker(conn: psycopg.Connection) -> None:
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    stmts = todo.popleft()
+                with conn.cursor() as cur:
+                    for s in stmts:
+                        if isinstance(s, tuple):
+                            cur.execute(*s)
+                        else:
+                            cur.execute(s)
+
+        for st in streams:
+            st.submit(worker)
+        for st in streams:
+            st.drain()
+        for st in streams:
+            st.stop()
+
     def _finish_database(self) -> None:
-        self._drain()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
         try:
-            conn = self._conn()
-            with conn.cursor() as cur:
-                for s in self.schema.primary_key_sql():
-                    cur.execute(s)
-                cur.execute("UPDATE comms SET has_calls = TRUE WHERE id IN (SELECT DISTINCT comm_id FROM calls)")
-                for s in self.schema.index_sql.values():
-                    cur.execute(s)
+            for st in self._streams.values():
+                st.drain()
+            for st in self._streams.values():
+                st.stop()
+            self._run_jobs(self._finish_jobs())
+            with self._conn().cursor() as cur:
                 cur.execute("INSERT INTO schema_version VALUES (%s, %s, %s)", self._version_row())
                 cur.executemany("INSERT INTO ptexport_migrations VALUES (%s, %s)", self._migration_rows())
-                cur.execute("ANALYZE")
-            conn.close()
-            self.conn = None
+            self._close_streams()
             if self._database_exists(self.dbname):  # only with force (checked at open)
                 self._swap_with_previous()
             else:
@@ -250,6 +406,16 @@ class PostgresWriter(Writer):
             raise _wrap(e, self.target, "finishing the database") from e
         # in place: the temporary's name is now the previous database's, or no database's
         self._drop_tmp_and_close_admin()
+
+    def _conn(self) -> psycopg.Connection:
+        assert self.conn is not None  # open from __init__ until the end (finish or abort)
+        return self.conn
+
+    def _close_streams(self) -> None:
+        for st in self._streams.values():
+            st.close()
+        self._streams.clear()
+        self.conn = None
 
     @staticmethod
     def _rename(old: str, new: str) -> Any:
@@ -271,22 +437,9 @@ class PostgresWriter(Writer):
             _mark_placed()  # only the commit is left: from here a signal stops nothing
 
     def abort(self) -> None:
-        for f in self._pending:
-            f.cancel()
-        try:
-            self._drain()
-        except BaseException:  # noqa: BLE001 - aborting anyway; the temporary database goes
-            pass
-        self._pending.clear()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-        if self.conn is not None:
-            try:
-                self.conn.close()
-            except psycopg.Error:  # pragma: no cover
-                pass
-            self.conn = None
+        for st in self._streams.values():
+            st.cancel()
+        self._close_streams()
         self._drop_tmp_and_close_admin()
 
     def _drop_tmp_and_close_admin(self) -> None:

@@ -62,8 +62,12 @@ class Schema:
 
     def primary_key_sql(self) -> list[str]:
         """PostgreSQL: the primary keys to add after loading."""
-        return [f"ALTER TABLE {t} ADD PRIMARY KEY (id)" for t, cols in self.tables.items()
-                if cols and cols[0].name == "id"]
+        return [s for s in map(self.primary_key_of, self.tables) if s is not None]
+
+    def primary_key_of(self, table: str) -> str | None:
+        """PostgreSQL: the statement adding ``table``'s primary key after loading (None: it has none)."""
+        cols = self.tables[table]
+        return f"ALTER TABLE {table} ADD PRIMARY KEY (id)" if cols and cols[0].name == "id" else None
 
 
 def schema_text() -> str:
