@@ -166,6 +166,7 @@ class PostgresWriter(Writer):
         #: COPY streams by name ("main": the first session; "samples0", "samples1", ..., "calls")
         self._streams: dict[str, _Stream] = {}
         self._next_sample_stream = 0
+        self._stopping = threading.Event()  # set by abort: the finish's sessions start no further statement
         self._call_comms: set[int] = set()  # comm ids of the calls rows: comms.has_calls without a scan
         #: temporary databases of exports to this target that died, dropped
         self.removed_leftovers: list[Leftover] = []
@@ -196,15 +197,11 @@ class PostgresWriter(Writer):
         try:
             self.conn = self._data_session()
             self._streams["main"] = _Stream(self.conn, "main")
-            with self.conn.cursor() as cur:
-                for s in self.schema.table_sql.values():
-                    if self.unlogged:
-                        s = s.replace("CREATE TABLE ", "CREATE UNLOGGED TABLE ", 1)
-                    cur.execute(s)
-                for s in self.schema.view_sql.values():
-                    cur.execute(s)
-                for s in self.schema.comment_sql:
-                    cur.execute(s)
+            tables = list(self.schema.table_sql.values())
+            if self.unlogged:
+                tables = [s.replace("CREATE TABLE ", "CREATE UNLOGGED TABLE ", 1) for s in tables]
+            # one round trip, one transaction (statement by statement: 0.2-0.7 s of commits)
+            self.conn.execute(";\n".join([*tables, *self.schema.view_sql.values(), *self.schema.comment_sql]))
             self._write_unknown_rows()
         except BaseException as e:
             self.abort()
@@ -341,16 +338,16 @@ class PostgresWriter(Writer):
         jobs = []
         for table in self.schema.tables:
             stmts: list[Any] = []
-            if self.unlogged:
-                stmts.append(f"ALTER TABLE {table} SET LOGGED")
             if table == "comms" and self._call_comms:
                 # = UPDATE ... WHERE id IN (SELECT DISTINCT comm_id FROM calls), without reading calls back
                 stmts.append(("UPDATE comms SET has_calls = TRUE WHERE id = ANY(%s)", (sorted(self._call_comms),)))
+            plain = [f"ALTER TABLE {table} SET LOGGED"] if self.unlogged else []
             key = self.schema.primary_key_of(table)
             if key is not None:
-                stmts.append(key)
-            stmts += indexes.get(table, [])
-            stmts.append(f"ANALYZE {table}")
+                plain.append(key)
+            plain += indexes.get(table, [])
+            plain.append(f"ANALYZE {table}")
+            stmts.append(";\n".join(plain))  # one round trip (and transaction)
             rows = self.row_counts.get(table, 0)
             jobs.append((rows * (1 + len(indexes.get(table, []))), stmts))
         jobs.sort(key=lambda j: -j[0])
@@ -372,12 +369,18 @@ class PostgresWriter(Writer):
                     if not todo:
                         return
                     stmts = todo.popleft()
-                with conn.cursor() as cur:
-                    for s in stmts:
-                        if isinstance(s, tuple):
-                            cur.execute(*s)
-                        else:
-                            cur.execute(s)
+                try:
+                    with conn.cursor() as cur:
+                        for s in stmts:
+                            if self._stopping.is_set():
+                                return
+                            if isinstance(s, tuple):
+                                cur.execute(*s)
+                            else:
+                                cur.execute(s)
+                except BaseException:
+                    self._stopping.set()  # the other sessions stop too: the export fails
+                    raise
 
         for st in streams:
             st.submit(worker)
@@ -437,6 +440,7 @@ class PostgresWriter(Writer):
             _mark_placed()  # only the commit is left: from here a signal stops nothing
 
     def abort(self) -> None:
+        self._stopping.set()
         for st in self._streams.values():
             st.cancel()
         self._close_streams()
