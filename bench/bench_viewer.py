@@ -2,6 +2,7 @@
 """Viewer responsiveness benchmark on a large generated database.
 
     python3 bench/bench_viewer.py [--samples 10000000] [--db /tmp/big.db [--reuse]] [--json report.json]
+    python3 bench/bench_viewer.py --postgres postgresql://postgres@127.0.0.1/ptx_viewer_bench [--reuse]
 
 Generates an SQLite database holding N branch samples and ~N/10 calls (8
 threads, 3-level call trees over 1110 call paths, context switches on 4 CPUs)
@@ -18,6 +19,11 @@ schema; then times what a user waits for:
   table (keyset: as fast as the first), a filtered page (CPU + time range
   via the id binary search), through queries and through the Qt model;
 * the same on a copy without ptexport's indexes (a perf export's indexes only).
+
+``--postgres URL`` measures the same on PostgreSQL: the database URL names is written by the same
+writer (refused if it exists unless ``--force``, measured as it is with ``--reuse``) and kept; the
+perf-indexes copy is ``CREATE DATABASE ... TEMPLATE`` of it without ptexport's indexes, dropped at
+the end.
 
 Prints one line per measure and exits 1 when a first level or first page takes
 a second or more.  ``--db`` keeps the generated database there (refused if it
@@ -147,8 +153,9 @@ def _context_switches(w, samples: int) -> None:
     })
 
 
-def generate(path: Path, samples: int) -> float:
-    """Write the database at ``path`` (replacing it) through ptexport's writer; seconds taken."""
+def generate(path: Path | str, samples: int) -> float:
+    """Write the database at ``path`` (a file or a PostgreSQL URL, replaced) through ptexport's
+    writer; seconds taken."""
     t0 = time.perf_counter()
     with open_writer(path, force=True) as w:
         _small_tables(w)
@@ -171,6 +178,51 @@ def perf_indexes_copy(src: Path, dst: Path) -> float:
     finally:
         con.close()
     return time.perf_counter() - t0
+
+
+def _pg_admin(url: str):
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    return psycopg.connect(make_conninfo(**dict(conninfo_to_dict(url), dbname="postgres")), autocommit=True)
+
+
+def _pg_name(url: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict
+
+    return str(conninfo_to_dict(url)["dbname"])
+
+
+def _pg_url(url: str, dbname: str) -> str:
+    """``url`` naming the database ``dbname`` instead."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    return urlunsplit(urlsplit(url)._replace(path=f"/{dbname}"))
+
+
+def pg_exists(url: str) -> bool:
+    with _pg_admin(url) as a:
+        return a.execute("SELECT 1 FROM pg_database WHERE datname = %s", (_pg_name(url),)).fetchone() is not None
+
+
+def pg_perf_indexes_copy(url: str, copy: str) -> float:
+    """A copy of the database at ``url`` named ``copy``, with perf's two indexes only; seconds taken."""
+    t0 = time.perf_counter()
+    with _pg_admin(url) as a:
+        a.execute(f'DROP DATABASE IF EXISTS "{copy}" WITH (FORCE)')
+        a.execute(f'CREATE DATABASE "{copy}" TEMPLATE "{_pg_name(url)}" STRATEGY FILE_COPY')
+    import psycopg
+
+    with psycopg.connect(_pg_url(url, copy), autocommit=True) as c:
+        for name in load_schema("postgresql").index_sql:
+            if name not in PERF_INDEXES:
+                c.execute(f"DROP INDEX IF EXISTS {name}")
+    return time.perf_counter() - t0
+
+
+def pg_drop(url: str, dbname: str) -> None:
+    with _pg_admin(url) as a:
+        a.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
 
 
 def timed(label: str, fn, results: dict, limit: float | None = None):
@@ -278,30 +330,50 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=10_000_000)
     ap.add_argument("--db", help="keep the generated database here (default: a temporary file)")
+    ap.add_argument("--postgres", metavar="URL",
+                    help="measure on PostgreSQL: the database URL names (postgresql://user@host/NAME) is written "
+                         "and kept (refused if it exists unless --force; --reuse measures it as it is)")
     ap.add_argument("--reuse", action="store_true", help="measure --db as it is if it exists (no generation)")
     add_options(ap)
     args = parse(ap, argv, tiny={"samples": 20_000},
                  outputs=lambda a: [] if a.reuse else [a.db])
     if args.samples < 1000:
         ap.error("--samples must be at least 1000")
+    if args.postgres and args.db:
+        ap.error("--db and --postgres exclude each other")
     with one_line_errors(ap), workdir(None, "bench_viewer.") as tmp:
+        if args.postgres:
+            try:
+                exists = pg_exists(args.postgres)
+            except Exception as e:  # noqa: BLE001 - any failure: one line
+                ap.exit(2, f"{ap.prog}: error: --postgres {args.postgres}: {str(e).strip().splitlines()[0]}\n")
+            if exists and not args.reuse and not args.force:
+                ap.exit(2, f"{ap.prog}: error: {args.postgres} already exists (use --force to replace it)\n")
+            return run(args, args.postgres, tmp)
         return run(args, Path(args.db) if args.db else tmp / "big.db", tmp)
 
 
-def run(args: argparse.Namespace, path: Path, tmp: Path) -> int:
+def run(args: argparse.Namespace, path: Path | str, tmp: Path) -> int:
+    from ptexport_viewer.db import Database
+
+    pg = isinstance(path, str)
     results: dict = {"slow": [], "measures": {}}
-    report: dict = {"results": results, "limit_s": LIMIT_S}
-    if args.reuse and path.exists():
+    report: dict = {"results": results, "limit_s": LIMIT_S, "dialect": "postgresql" if pg else "sqlite"}
+    if args.reuse and (pg_exists(path) if pg else Path(path).exists()):
         print(f"measuring {path} as it is (--reuse)")
     else:
         dt = generate(path, args.samples)
         report["generate_s"] = dt
-        print(f"generated {args.samples:,} samples in {dt:.1f} s: {path} ({path.stat().st_size / 1e6:.0f} MB)")
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    n_s = con.execute("SELECT COUNT(*) FROM samples WHERE id > 0").fetchone()[0]
-    n_c = con.execute("SELECT COUNT(*) FROM calls WHERE id > 0").fetchone()[0]
-    n_cs = con.execute("SELECT COUNT(*) FROM context_switches").fetchone()[0]
-    con.close()
+        size = "" if pg else f" ({Path(path).stat().st_size / 1e6:.0f} MB)"
+        print(f"generated {args.samples:,} samples in {dt:.1f} s: {path}{size}")
+    db = Database(str(path))
+    try:
+        with db.session() as s:
+            n_s = s.scalar("SELECT COUNT(*) FROM samples WHERE id > 0")
+            n_c = s.scalar("SELECT COUNT(*) FROM calls WHERE id > 0")
+            n_cs = s.scalar("SELECT COUNT(*) FROM context_switches")
+    finally:
+        db.close()
     report.update(db=str(path), samples=n_s, calls=n_c, context_switches=n_cs)
     print(f"database: {n_s:,} samples, {n_c:,} calls, {n_cs:,} context switches")
     print("ptexport schema and indexes, query functions:")
@@ -312,12 +384,23 @@ def run(args: argparse.Namespace, path: Path, tmp: Path) -> int:
     results["current"] = "qt"
     results["measures"]["qt"] = {}
     bench_qt(str(path), results)
-    perf_path = tmp / "perf_indexes.db"
-    dt = perf_indexes_copy(path, perf_path)
-    print(f"perf's two indexes only (a copy, made in {dt:.1f} s):")
-    results["current"] = "perf_indexes"
-    results["measures"]["perf_indexes"] = {}
-    bench_queries(str(perf_path), results)
+    if pg:
+        copy = f"{_pg_name(path)}_perf_indexes"
+        try:
+            dt = pg_perf_indexes_copy(path, copy)
+            print(f"perf's two indexes only (a copy, made in {dt:.1f} s):")
+            results["current"] = "perf_indexes"
+            results["measures"]["perf_indexes"] = {}
+            bench_queries(_pg_url(path, copy), results)
+        finally:
+            pg_drop(path, copy)
+    else:
+        perf_path = tmp / "perf_indexes.db"
+        dt = perf_indexes_copy(Path(path), perf_path)
+        print(f"perf's two indexes only (a copy, made in {dt:.1f} s):")
+        results["current"] = "perf_indexes"
+        results["measures"]["perf_indexes"] = {}
+        bench_queries(str(perf_path), results)
     del results["current"]
     print("RESULT:", "all first levels and first pages under 1 s" if not results["slow"]
           else "some first level or first page took 1 s or more")

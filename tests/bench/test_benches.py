@@ -209,6 +209,77 @@ def test_bench_matrix(tmp_path):
     assert scaling["met"] is (dec["count_scaling"] >= 1.7)
 
 
+@pytest.mark.slow
+@pytest.mark.postgres
+@needs_perf
+def test_bench_postgres(tmp_path):
+    """perf's export-to-postgresql.py, ptexport (logged and unlogged load) and psql's COPY of the same rows
+    (one stream, parallel, parallel + keys) on one tiny trace: the same samples in every database."""
+    if not _postgres_up():
+        pytest.skip("no PostgreSQL server on 127.0.0.1:5432")
+    rep = refused_then_forced("bench/bench_postgres.py", ["--tiny"], tmp_path)
+    assert rep["tiny"] is True and rep["problems"] == []
+    (size,) = rep["sizes"].values()
+    assert size["branches_asked"] == 20_000
+    runs = size["runs"]
+    assert set(runs) == {"perf export-to-postgresql.py", "ptexport", "ptexport, unlogged load + SET LOGGED",
+                         "ceiling: psql COPY, one stream", "ceiling: psql COPY, parallel",
+                         "ceiling: psql COPY, parallel + keys"}
+    assert {r["samples"] for r in runs.values()} == {size["samples"]} and size["samples"] >= 20_000
+    for r in runs.values():
+        assert positive(r["wall_s"]) and is_number(r["cpu_s"]), r
+    assert 0 < size["ceiling_keys_s"] < runs["ceiling: psql COPY, parallel + keys"]["wall_s"]
+    assert size["copy_file_bytes"] > 100 * size["samples"]  # about 250 bytes a sample row in binary COPY
+    rt = size["ratios"]
+    assert rt["perf_over_ptexport"] == pytest.approx(runs["perf export-to-postgresql.py"]["wall_s"]
+                                                     / runs["ptexport"]["wall_s"])
+    assert rt["ptexport_over_ceiling"] == pytest.approx(runs["ptexport"]["wall_s"]
+                                                        / runs["ceiling: psql COPY, parallel + keys"]["wall_s"])
+    # every database of the run is gone
+    import psycopg
+
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres") as c:
+        left = c.execute("SELECT datname FROM pg_database WHERE datname LIKE 'bench_pg_%'").fetchall()
+    assert left == []
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_bench_viewer_postgres(tmp_path):
+    """--postgres URL: the database written there by the writer, measured, kept; refused without --force."""
+    if not _postgres_up():
+        pytest.skip("no PostgreSQL server on 127.0.0.1:5432")
+    import uuid
+
+    import psycopg
+
+    name = f"ptx_bench_viewer_{uuid.uuid4().hex[:8]}"
+    url = f"postgresql://postgres@127.0.0.1:5432/{name}"
+    admin = psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True)
+    try:
+        admin.execute(f'CREATE DATABASE "{name}"')  # the user's database: refused without --force
+        r = run_tool("bench/bench_viewer.py", "--tiny", "--postgres", url, cwd=tmp_path)
+        assert r.returncode == 2 and "already exists" in r.stderr and r.stdout == "", r.stderr
+        report = tmp_path / "viewer.json"
+        r = run_tool("bench/bench_viewer.py", "--tiny", "--postgres", url, "--force", "--json", str(report),
+                     cwd=tmp_path)
+        rep = json.loads(report.read_text())
+        assert r.returncode == (1 if rep["results"]["slow"] else 0), (r.stdout[-3000:], r.stderr[-3000:])
+        assert "Traceback" not in r.stderr
+        assert rep["dialect"] == "postgresql" and rep["samples"] == 20_000 and rep["calls"] > 1000
+        m = rep["results"]["measures"]
+        assert set(m) == {"queries", "qt", "perf_indexes"} and set(m["queries"]) == set(m["perf_indexes"])
+        assert all(positive(x["ms"]) for part in m.values() for x in part.values())
+        with psycopg.connect(url) as c:
+            assert c.execute("SELECT count(*) FROM samples WHERE id > 0").fetchone()[0] == 20_000
+            assert c.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 1
+        left = admin.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{name}%",)).fetchall()
+        assert left == [(name,)]  # the perf-indexes copy dropped, the measured database kept
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
 # ---------------------------------------------------------------- bench/ tools without perf
 
 
@@ -344,6 +415,6 @@ def test_every_tool_has_force_and_help(tool, tmp_path):
     assert "--force" in r.stdout
     if tool.startswith("bench/"):
         assert "--tiny" in r.stdout and "--json" in r.stdout
-        covered = {"bench_decode", "bench_export", "bench_matrix", "bench_rawdump", "bench_records", "bench_viewer",
-                   "bench_vm", "bench_writer"}
+        covered = {"bench_decode", "bench_export", "bench_matrix", "bench_postgres", "bench_rawdump", "bench_records",
+                   "bench_viewer", "bench_vm", "bench_writer"}
         assert Path(tool).stem in covered, f"{tool} has no tiny-size test in this file"
