@@ -43,14 +43,23 @@ from itertools import pairwise
 from pathlib import Path
 
 import bench_decode
-from _common import (add_options, need_perf, one_line_errors, parse, parse_count, perf_env, ratio, workdir,
-                     write_json)
+from _common import (
+    add_options,
+    need_perf,
+    one_line_errors,
+    parse,
+    parse_count,
+    perf_env,
+    ratio,
+    workdir,
+    write_json,
+)
 
 # a checkout without ptexport installed works too (appended: an installed ptexport comes first)
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from ptexport.writers.postgres import SAMPLE_STREAMS  # noqa: E402
-from ptexport.writers.schema import load_schema  # noqa: E402
+from ptexport.writers.postgres import SAMPLE_STREAMS
+from ptexport.writers.schema import load_schema
 
 PERF_PG_EXPORTER = "/usr/lib/perf-core/scripts/python/export-to-postgresql.py"
 QT_PSQL_DRIVER = "/usr/lib/*/qt5/plugins/sqldrivers/libqsqlpsql.so"
@@ -312,8 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("psql") is None:
         ap.exit(2, f"{ap.prog}: error: psql is needed (Debian: postgresql-client)\n")
     try:
+        import psycopg
+    except ImportError:
+        ap.exit(2, f"{ap.prog}: error: psycopg is needed (pip install 'psycopg[binary]')\n")
+    try:
         _admin(args.server).close()
-    except Exception as e:  # noqa: BLE001 - any failure: one line
+    except psycopg.Error as e:
         ap.exit(2, f"{ap.prog}: error: no PostgreSQL server at {args.server}: {str(e).strip().splitlines()[0]}\n")
     sys.stdout.reconfigure(line_buffering=True)
     with one_line_errors(ap), workdir(args.keep, "bench_postgres.") as work:
