@@ -353,7 +353,7 @@ class PostgresWriter(Writer):
                 e = min(stop, b + BLOCK_ROWS)
                 for dst, a in dests:
                     dst[b - start:e - start] = a[b:e]
-            chunks.append(memoryview(rec.view(np.uint8)))  # COPY sends the array's bytes (no copy)
+            chunks.append(rec.view(np.uint8).data)  # COPY sends the array's bytes (no copy)
         self._stream(table).submit(self._copy_binary, table, chunks)
 
     # ------------------------------------------------------------ end
