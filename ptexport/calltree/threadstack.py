@@ -200,6 +200,10 @@ class CallTree:
     that id (perf's root is 1), so it is not exported again.
     """
 
+    #: Whether :meth:`process_batch` lets other threads run meanwhile (plain Python: no).
+    releases_gil = False
+
+
     def __init__(
         self,
         *,

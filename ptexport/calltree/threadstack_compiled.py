@@ -415,6 +415,9 @@ def _index_size(rows: int) -> int:
 class CallTree:
     """:class:`~ptexport.calltree.threadstack.CallTree` compiled with numba (same API, same rows)."""
 
+    #: Whether :meth:`process_batch` lets other threads run meanwhile: its loop is a nogil kernel.
+    releases_gil = True
+
     def __init__(
         self,
         *,

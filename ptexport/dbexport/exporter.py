@@ -37,6 +37,7 @@ and the writer sees rows (see docs/architecture.md).
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator
@@ -233,6 +234,10 @@ class DbExporter:
         if self.calltree is not None:
             self.m.call_paths.pending.clear()  # the call tree numbers call paths, root included
         self.callchains = config.callchains and self.calltree is not None
+        # the call tree of batch N runs in a thread while batch N + 1 is resolved and written, where
+        # its loop lets go of the GIL (_tree_submit); its rows are written, in order, before N + 1's
+        self._tree_pool: ThreadPoolExecutor | None = None
+        self._tree_future: Future[None] | None = None
         self.n_samples = 0
         self.n_switches = 0
         self.n_errors = 0
@@ -458,6 +463,7 @@ class DbExporter:
         input, and the pending context switches, decode errors and payload rows.  ``chains``: the samples
         that get a call path (--callchains), the call tree then runs up to each of them first."""
         if chains is not None and len(chains["sid"]) and samples is not None:
+            self._tree_wait()
             apply_callchains(self.calltree, self.machines, self.cfg.itrace.callchain_sz, samples, tree, chains)
             if tree is not None and len(tree["ref"]):
                 tree = None
@@ -477,8 +483,7 @@ class DbExporter:
                 self.vm.samples(samples)
             self.w.write_samples(samples)
         if self.calltree is not None and tree is not None and len(tree["ref"]):
-            self.calltree.process_batch(tree)
-            self._write_calls()
+            self._tree_submit(tree)
         if self.switch_rows:
             self.w.write_rows("context_switches", self.switch_rows)
             self.switch_rows = []
@@ -501,6 +506,7 @@ class DbExporter:
         self.feed = self._event_feed()
         export_samples(self, batches, progress, total)
         self.write_batch(None, None, {})
+        self._tree_wait()
         if self.calltree is not None:
             exported = [(th, st.pid) for st in self.machines for th in st.pt.all if th.db_id]
             self.calltree.flush_all(perf_flush_order([th.db_id for th, _ in exported], [th.tid for th, _ in exported],
@@ -512,6 +518,36 @@ class DbExporter:
         self.stats_rows = self.stats.rows(self.s)
         first = len(self.vm.stats) + 1 if self.vm.active else 1  # after the VM guest-data warnings
         self.w.write_rows("stats", [(first + i, *row) for i, row in enumerate(self.stats_rows)])
+
+    def _tree_submit(self, tree: dict[str, np.ndarray]) -> None:
+        """Run the call tree over one batch's branches: in the tree's thread where its loop releases
+        the GIL (the rows of the batch before are written first), else here and now."""
+        calltree = self.calltree
+        assert calltree is not None  # called with --calls only
+        self._tree_wait()
+        if not calltree.releases_gil:
+            calltree.process_batch(tree)
+            self._write_calls()
+            return
+        if self._tree_pool is None:
+            self._tree_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptexport-calltree")
+        self._tree_future = self._tree_pool.submit(calltree.process_batch, tree)
+
+    def _tree_wait(self) -> None:
+        """The call tree's batch in flight finished (its error raised here) and its rows written."""
+        fut, self._tree_future = self._tree_future, None
+        if fut is not None:
+            fut.result()
+            self._write_calls()
+
+    def close(self) -> None:
+        """Stop the call tree's thread (after an error: its batch in flight is dropped)."""
+        fut, self._tree_future = self._tree_future, None
+        if fut is not None:
+            fut.cancel()
+        if self._tree_pool is not None:
+            self._tree_pool.shutdown(wait=True)
+            self._tree_pool = None
 
     def _write_calls(self) -> None:
         tree = self.calltree

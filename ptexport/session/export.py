@@ -171,7 +171,10 @@ def export_trace(path: str, target: str, config: ExportConfig,
                 if progress is not None:
                     feed = ProgressBatches(batches, lambda: ex.n_samples,
                                            AuxPosition(session.sb.aux_events, session.timeless), progress)
-                ex.run(feed, sample_loop(config))
+                try:
+                    ex.run(feed, sample_loop(config))
+                finally:
+                    ex.close()
                 if progress is not None:
                     feed.finish()
                 summary.decode_seconds = batches.seconds
