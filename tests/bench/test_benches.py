@@ -194,8 +194,9 @@ def test_bench_matrix(tmp_path):
     assert vm["vm"]["samples"] >= vm["vm_branches"] > 1000 and vm["host"]["samples"] >= vm["vm_branches"]
     assert positive(vm["ratio_per_sample"]) and positive(vm["ratio_cpu_per_sample"])
     raw = rep["raw"]
-    gen = raw["generated"]
-    assert gen["insns"] > 1000 and gen["error_lines"] == 0 and positive(gen["insns_per_s"]) and positive(gen["ratio"])
+    assert raw["generated"]["program"] == "hotloop" and raw["generated_calls"]["program"] == "calls"
+    for gen in (raw["generated"], raw["generated_calls"]):
+        assert gen["insns"] > 1000 and gen["error_lines"] == 0 and positive(gen["insns_per_s"]) and positive(gen["ratio"])
     if "skipped" not in raw["simplept"]:
         assert raw["simplept"]["bytes"] == 128 << 10 and positive(raw["simplept"]["ratio"])
     # the table: every part, each target judged on its figure, and the figures are the runs'
