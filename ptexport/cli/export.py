@@ -1,4 +1,5 @@
-"""``ptexport TRACE --db DB``: decode a recording and export it into SQLite or PostgreSQL."""
+"""``ptexport TRACE --db DB`` / ``--parquet DIR``: decode a recording and export it into SQLite,
+PostgreSQL, DuckDB or a directory of Parquet files."""
 
 from __future__ import annotations
 
@@ -7,14 +8,19 @@ import os
 import sys
 
 NAME = "export"
-HELP = "decode TRACE and export it into a database (SQLite path or postgresql:// URL)"
+HELP = "decode TRACE and export it into a database (SQLite path, postgresql:// URL, NAME.duckdb) or Parquet files"
 
 
 def add_arguments(parser) -> None:
     from ptexport.cli.dump_branches import add_filter_arguments, add_guest_data_argument, add_strict_argument
 
     parser.add_argument("trace", help="perf.data file, pipe-mode file, directory, or - for stdin")
-    parser.add_argument("--db", required=True, metavar="DB", help="SQLite file or postgresql://user@host/dbname")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--db", metavar="DB",
+                       help="SQLite file, postgresql://user@host/dbname, or a DuckDB file (NAME.duckdb, NAME.ddb, "
+                            "duckdb:PATH)")
+    where.add_argument("--parquet", metavar="DIR",
+                       help="a directory of Parquet files: one per table, samples partitioned by cpu, schema.json")
     parser.add_argument("--itrace", default=None, metavar="OPTS",
                         help="perf's --itrace letters (default: all branches, errors and power events)")
     parser.add_argument("--calls", dest="calls", action="store_true", default=True,
@@ -56,6 +62,8 @@ def run(args, out) -> int:
 
     from ptexport.session import default_jobs
 
+    if args.parquet is not None:
+        args.db = f"parquet:{args.parquet}"
     if args.jobs is None:
         args.jobs = default_jobs()
     if args.jobs < 1:
