@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 
 from ptexport.errors import ExportError, UsageError
-from ptexport.writers import open_writer  # the factory (the package's __init__, which does not import this module)
+
+# the factory, in the package's __init__ (which does not import this module)
+from ptexport.writers import open_writer
 from ptexport.writers.base import TIME_BLOCK_COLUMNS, UNKNOWN_ROWS, Writer
 from ptexport.writers.schema import SCHEMA_VERSION, load_schema
 from ptexport.writers.targets import parse_target, target_kind, target_path
