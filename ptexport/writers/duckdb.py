@@ -127,6 +127,7 @@ class DuckdbWriter(Writer):
         self.db_path = self._database_path()
         self.stage_path = self.db_path.with_name(f"{self.db_path.name}.stage")
         self.conn: Any = None
+        self._stage_conn: Any = None
         self._pool: ThreadPoolExecutor | None = None
         self._pending: deque[Future[None]] = deque()
         self._last_id: dict[str, int] = {}
@@ -154,6 +155,12 @@ class DuckdbWriter(Writer):
             c.execute(f"ATTACH '{self.stage_path}' AS stage")
             for t in STAGED:
                 c.execute(self.schema.table_sql[t].replace(f"CREATE TABLE {t} (", f"CREATE TABLE stage.{t} (", 1))
+            # One transaction for the whole load: DuckDB writes its row groups straight to the file
+            # (no WAL), and a transaction writes one database only: the staging database has its own
+            # session (a cursor: a second connection to the same instance) and transaction.
+            self._stage_conn = c.cursor()
+            self._stage_conn.execute("BEGIN")
+            c.execute("BEGIN")
             self._write_unknown_rows()
             self._drain()
         except duckdb.Error as e:
@@ -222,8 +229,9 @@ class DuckdbWriter(Writer):
     def _append(self, table: str, batch: Any) -> None:
         name = f"_ptexport_batch_{self._batch}"
         self._batch += 1
-        into = f"stage.{table}" if table in STAGED else table
-        c = self.conn
+        staged = table in STAGED
+        into = f"stage.{table}" if staged else table
+        c = self._stage_conn if staged else self.conn
         try:
             c.register(name, batch)
             try:
@@ -263,23 +271,30 @@ class DuckdbWriter(Writer):
     def _complete_tables(self) -> None:
         """Staged and unsorted tables in id order, has_calls, the version rows."""
         c = self.conn
+        self._stage_conn.execute("COMMIT")
+        self._stage_conn.close()
+        self._stage_conn = None
         for t in STAGED:
             c.execute(f"INSERT INTO {t} SELECT * FROM stage.{t} ORDER BY id")
-        c.execute("DETACH stage")
-        _unlink(self.stage_path)
-        _unlink(self.stage_path.with_name(self.stage_path.name + ".wal"))
-        for t in sorted(self._unsorted):  # rare: a table that came out of order (not by design)
-            c.execute(f"CREATE TEMP TABLE _ptexport_sorted AS SELECT * FROM {t} ORDER BY id")
-            c.execute(f"DELETE FROM {t}")
-            c.execute(f"INSERT INTO {t} SELECT * FROM _ptexport_sorted")
-            c.execute("DROP TABLE _ptexport_sorted")
         c.execute("UPDATE comms SET has_calls = TRUE WHERE id IN (SELECT DISTINCT comm_id FROM calls)")
         c.executemany("INSERT INTO schema_version VALUES (?, ?, ?)", [self._version_row()])
         rows = self._migration_rows()
         if rows:
             c.executemany("INSERT INTO ptexport_migrations VALUES (?, ?)", rows)
+        c.execute("COMMIT")
+        for t in sorted(self._unsorted):  # rare: a table that came out of order (not by design)
+            c.execute(f"CREATE TABLE stage._ptexport_sorted AS SELECT * FROM {t} ORDER BY id")
+            c.execute(f"DELETE FROM {t}")
+            c.execute(f"INSERT INTO {t} SELECT * FROM stage._ptexport_sorted")
+            c.execute("DROP TABLE stage._ptexport_sorted")
+        c.execute("DETACH stage")
+        _unlink(self.stage_path)
+        _unlink(self.stage_path.with_name(self.stage_path.name + ".wal"))
 
     def _close(self) -> None:
+        if self._stage_conn is not None:
+            self._stage_conn.close()
+            self._stage_conn = None
         if self.conn is not None:
             self.conn.close()
             self.conn = None

@@ -280,6 +280,26 @@ def test_writer_values_types_and_order(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["duckdb", "parquet"])
+def test_a_table_out_of_id_order_is_stored_in_order(tmp_path, kind):
+    target = tmp_path / ("t.duckdb" if kind == "duckdb" else "pq")
+    with open_writer(f"parquet:{target}" if kind == "parquet" else str(target)) as w:
+        for lo in (501, 1, 1001):
+            ids = np.arange(lo, lo + 500)
+            w.write_samples({"id": ids, "time": ids * 10, "cpu": np.zeros(500, np.int32)})
+            w.write_columns("context_switches", {"id": ids[::-1].copy(), "time": ids})
+    if kind == "parquet":
+        from ptexport.writers.parquet import open_parquet
+
+        con = open_parquet(target)
+        _parquet_files_in_id_order(target)
+    else:
+        con = duckdb.connect(str(target), read_only=True)
+    assert_id_order(con, ["samples", "context_switches"])
+    assert con.execute("SELECT COUNT(*), SUM(time) FROM context_switches").fetchone() == (1500, 1500 * 1501 // 2)
+    assert con.execute("SELECT * FROM samples_time_blocks ORDER BY id").fetchall() == [(0, 10, 10230), (1, 10240, 15000)]
+
+
+@pytest.mark.parametrize("kind", ["duckdb", "parquet"])
 def test_error_leaves_nothing_and_existing_targets_need_force(tmp_path, kind):
     target = tmp_path / ("t.duckdb" if kind == "duckdb" else "pq")
     name = f"parquet:{target}" if kind == "parquet" else str(target)
