@@ -415,3 +415,31 @@ def test_duckdb_schema_has_sqlites_tables_columns_and_views():
         con.execute(sql)
     assert con.execute("SELECT comment FROM duckdb_columns() WHERE table_name = 'samples' AND column_name = 'vcpu'"
                        ).fetchone()[0].startswith("ptexport: guest VCPU")
+
+
+# ------------------------------------------------------------------ the cookbook (issue #20 item 4)
+
+def test_cookbook_same_rows_on_sqlite_duckdb_and_parquet(synth_trace, tmp_path):
+    """docs/cookbook.md's queries on the exports of one generated trace (two CPUs, CYC timing, overflows):
+    the same rows from SQLite, DuckDB and the Parquet directory (tests/writers/test_export_cookbook.py checks
+    their answers on the fixture database)."""
+    import sqlite3
+
+    from test_audit_cookbook_real import NON_EMPTY, _norm, queries
+
+    from ptexport.writers.parquet import open_parquet
+
+    d = synth_trace("--program", "threads", "--cpus", "2", "--timing", "cyc", "--ovf", "2", "--branches", "20000",
+                    "--seed", "6")
+    lite, duck, pq = tmp_path / "x.db", tmp_path / "x.duckdb", tmp_path / "pq"
+    for where in (["--db", str(lite)], ["--db", str(duck)], ["--parquet", str(pq)]):
+        _export(str(d / "perf.data"), where)
+    qs = queries()
+    with sqlite3.connect(lite) as c, duckdb.connect(str(duck), read_only=True) as dk:
+        p = open_parquet(pq)
+        for q, sql in sorted(qs.items()):
+            mine = _norm(c.execute(sql).fetchall())
+            assert _norm(dk.execute(sql).fetchall()) == mine, f"{q}: DuckDB"
+            assert _norm(p.execute(sql).fetchall()) == mine, f"{q}: Parquet"
+            if q in NON_EMPTY:
+                assert mine, f"{q} answers nothing on a real export"
