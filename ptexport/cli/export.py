@@ -86,7 +86,7 @@ def run(args, out) -> int:
                        guest_kcore=args.guest_kcore, guestmount=args.guestmount, jobs=args.jobs,
                        callchains=args.callchains, salvage=not args.strict,
                        guest_data=parse_guest_data_list(args.guest_data), **filter_config(args))
-    _warn_space(args.trace, args.db)
+    _warn_space(args.trace, args.db, args.parquet)
     progress = None
     bar = None
     if not args.quiet and sys.stderr.isatty():
@@ -128,13 +128,13 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
-def _warn_space(trace: str, target: str) -> None:
+def _warn_space(trace: str, target: str, shown: str | None = None) -> None:
     """A warning when the target's file system has less room than the export is estimated to need."""
     from ptexport.writers.space import estimate
 
     est = estimate(trace, target)
     if est is not None and est.short:
-        print(f"ptexport: warning: {target}: {_mib(est.free)} free in {est.directory}, the export may need "
+        print(f"ptexport: warning: {shown or target}: {_mib(est.free)} free in {est.directory}, the export may need "
               f"about {_mib(est.peak)} while writing (a database of about {_mib(est.database)} from "
               f"{_mib(est.trace_bytes)} of trace); a full disk stops it and removes what it wrote", file=sys.stderr)
 

@@ -62,13 +62,28 @@ _STORAGE_TEXT = {"no space left on device": "no space left on device (ENOSPC)",
                  "file too large": "file too large for the file system (EFBIG)"}
 
 
-def duckdb_error(e: Exception, target: str, what: str) -> ExportError:
-    """A DuckDB (or Arrow) error as the typed error: :class:`StorageError` for a full disk or an I/O error."""
+#: Free bytes below which a failed write is taken for a full file system (DuckDB writes blocks of 256 KiB).
+FULL_BELOW = 4 << 20
+
+
+def duckdb_error(e: Exception, target: str, what: str, directory: Path | None = None) -> ExportError:
+    """A DuckDB (or Arrow) error as the typed error: :class:`StorageError` for a full disk or an I/O error.
+
+    A write that fails inside the load's transaction may only abort it (DuckDB writes row groups
+    of a transaction as it goes, and its error reaches Python as "the transaction is aborted" at
+    the next statement): then a ``directory`` whose file system is (nearly) full names the cause."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     low = str(e).lower()
     for needle, cause in _STORAGE_TEXT.items():
         if needle in low:
             return StorageError(f"{target}: {what}: {cause}")
+    if directory is not None and "transaction is aborted" in low:
+        try:
+            st = os.statvfs(directory)
+        except OSError:
+            st = None
+        if st is not None and st.f_bavail * st.f_frsize < FULL_BELOW:
+            return StorageError(f"{target}: {what}: {_STORAGE_TEXT['no space left on device']}")
     return ExportError(f"{target}: {what}: {text}")
 
 
@@ -165,7 +180,7 @@ class DuckdbWriter(Writer):
             self._drain()
         except duckdb.Error as e:
             self.abort()
-            raise duckdb_error(e, self.target, f"cannot create the {self.kind}") from e
+            raise duckdb_error(e, self.target, f"cannot create the {self.kind}", self.db_path.parent) from e
         except OSError as e:
             self.abort()
             raise os_error(e, self.target, f"cannot create the {self.kind}") from e
@@ -239,7 +254,7 @@ class DuckdbWriter(Writer):
             finally:
                 c.unregister(name)
         except duckdb.Error as e:
-            raise duckdb_error(e, self.target, f"writing {table}") from e
+            raise duckdb_error(e, self.target, f"writing {table}", self.db_path.parent) from e
 
     def _stop_pool(self) -> None:
         if self._pool is not None:
@@ -253,7 +268,7 @@ class DuckdbWriter(Writer):
         try:
             self._complete()
         except duckdb.Error as e:
-            raise duckdb_error(e, self.target, f"finishing the {self.kind}") from e
+            raise duckdb_error(e, self.target, f"finishing the {self.kind}", self.db_path.parent) from e
         except OSError as e:
             raise os_error(e, self.target, f"finishing the {self.kind}") from e
         self._place()
