@@ -86,9 +86,12 @@ class ParquetWriter(DuckdbWriter):
                 c.execute(f"COPY (SELECT {rest} FROM {table} WHERE {part} = {int(value)}) TO '{d / 'part-0.parquet'}' "
                           "(FORMAT parquet, COMPRESSION zstd)")
         self._close()
-        for p in self.tmp_path.iterdir():
+        for p in self.tmp_path.iterdir():  # the staging database, its .wal, .stage and spill directory .tmp
             if p.name.startswith(_STAGE):
-                p.unlink()
+                if p.is_dir():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
         (self.tmp_path / SCHEMA_FILE).write_text(json.dumps(schema_document(self.schema, counts), indent=1) + "\n",
                                                  encoding="utf-8")
 

@@ -300,6 +300,31 @@ def test_a_table_out_of_id_order_is_stored_in_order(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["duckdb", "parquet"])
+def test_load_in_several_transactions(tmp_path, monkeypatch, kind):
+    """The load commits every COMMIT_ROWS rows (bounded memory), the staged calls' session too."""
+    import ptexport.writers.duckdb as duckdb_writer
+
+    monkeypatch.setattr(duckdb_writer, "COMMIT_ROWS", 700)
+    target = tmp_path / ("t.duckdb" if kind == "duckdb" else "pq")
+    with open_writer(f"parquet:{target}" if kind == "parquet" else str(target)) as w:
+        for lo in range(1, 5001, 500):
+            ids = np.arange(lo, lo + 500)
+            w.write_samples({"id": ids, "time": ids * 10, "cpu": ids % 2})
+            w.write_calls({"id": ids[::-1].copy(), "call_time": ids, "return_time": ids + 5})
+        assert w._uncommitted["main"] < 700 and w._uncommitted["stage"] < 700
+    if kind == "parquet":
+        from ptexport.writers.parquet import open_parquet
+
+        con = open_parquet(target)
+        _parquet_files_in_id_order(target)
+    else:
+        con = duckdb.connect(str(target), read_only=True)
+        assert_id_order(con, ["samples", "calls"])
+    assert con.execute("SELECT COUNT(*), SUM(time) FROM samples").fetchone() == (5001, 10 * 5000 * 5001 // 2)
+    assert con.execute("SELECT COUNT(*), SUM(return_time - call_time) FROM calls").fetchone() == (5001, 5 * 5000)
+
+
+@pytest.mark.parametrize("kind", ["duckdb", "parquet"])
 def test_error_leaves_nothing_and_existing_targets_need_force(tmp_path, kind):
     target = tmp_path / ("t.duckdb" if kind == "duckdb" else "pq")
     name = f"parquet:{target}" if kind == "parquet" else str(target)
