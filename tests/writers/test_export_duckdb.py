@@ -232,6 +232,12 @@ def test_convert_postgres_to_duckdb(synth_trace, tmp_path, pg_url):
     assert counts["decode_errors"] > 0
 
 
+def test_upgrade_refuses_duckdb_and_parquet(tmp_path, capsys):
+    for target in (str(tmp_path / "x.duckdb"), f"parquet:{tmp_path / 'pq'}"):
+        assert main(["upgrade", target], out=io.StringIO()) == 2
+        assert "written with the current schema" in capsys.readouterr().err
+
+
 def test_convert_refuses_an_old_schema_and_parquet_sources(tmp_path):
     import sqlite3
 
