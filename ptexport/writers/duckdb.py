@@ -97,6 +97,11 @@ def duckdb_error(e: Exception, target: str, what: str, directory: Path | None = 
     return ExportError(f"{target}: {what}: {text}")
 
 
+def sql_string(value: Any) -> str:
+    """A path (or any text) as a SQL string literal: quoted, its quotes doubled."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
 def arrow_type(sql_type: str) -> Any:
     return pa.string() if is_text_type(sql_type) else ARROW_TYPES[sql_type]
 
@@ -172,13 +177,13 @@ class DuckdbWriter(Writer):
             if threads:
                 c.execute(f"SET threads = {int(threads)}")
             if memory_limit:
-                c.execute(f"SET memory_limit = '{memory_limit}'")
+                c.execute(f"SET memory_limit = {sql_string(memory_limit)}")
             c.execute("SET preserve_insertion_order = true")
             for sql in self.schema.table_sql.values():
                 c.execute(sql)
             for sql in self.schema.comment_sql:
                 c.execute(sql)
-            c.execute(f"ATTACH '{self.stage_path}' AS stage")
+            c.execute(f"ATTACH {sql_string(self.stage_path)} AS stage")
             for t in STAGED:
                 c.execute(self.schema.table_sql[t].replace(f"CREATE TABLE {t} (", f"CREATE TABLE stage.{t} (", 1))
             # The load in transactions of COMMIT_ROWS rows: DuckDB writes their row groups straight to

@@ -35,7 +35,7 @@ import duckdb
 from ptexport import __version__
 from ptexport.errors import DatabaseExistsError, ExportError
 from ptexport.writers.base import _mark_placed
-from ptexport.writers.duckdb import DuckdbWriter, arrow_type, fsync_path
+from ptexport.writers.duckdb import DuckdbWriter, arrow_type, fsync_path, sql_string
 from ptexport.writers.schema import SCHEMA_VERSION, Schema, load_schema, utc_now
 
 FORMAT = "ptexport-parquet"
@@ -76,15 +76,15 @@ class ParquetWriter(DuckdbWriter):
             out = self.tmp_path / table_location(table)
             part = PARTITIONS.get(table)
             if part is None:
-                c.execute(f"COPY {table} TO '{out}' (FORMAT parquet, COMPRESSION zstd)")
+                c.execute(f"COPY {table} TO {sql_string(out)} (FORMAT parquet, COMPRESSION zstd)")
                 continue
             # one COPY per value: DuckDB's PARTITION_BY does not keep the rows' order within a file
             rest = ", ".join(f'"{x.name}"' for x in cols if x.name != part)
             for (value,) in c.execute(f"SELECT DISTINCT {part} FROM {table} ORDER BY 1").fetchall():
                 d = out / f"{part}={value}"
                 d.mkdir(parents=True)
-                c.execute(f"COPY (SELECT {rest} FROM {table} WHERE {part} = {int(value)}) TO '{d / 'part-0.parquet'}' "
-                          "(FORMAT parquet, COMPRESSION zstd)")
+                c.execute(f"COPY (SELECT {rest} FROM {table} WHERE {part} = {int(value)}) "
+                          f"TO {sql_string(d / 'part-0.parquet')} (FORMAT parquet, COMPRESSION zstd)")
         self._close()
         for p in self.tmp_path.iterdir():  # the staging database, its .wal, .stage and spill directory .tmp
             if p.name.startswith(_STAGE):
@@ -157,9 +157,9 @@ def table_sql(directory: str | os.PathLike[str], table: str, entry: dict[str, An
     if part:
         types = ", ".join(f"'{p}': {next(c['type'] for c in entry['columns'] if c['name'] == p)}"
                           for p in part["columns"])
-        src = f"read_parquet('{loc}/*/*.parquet', hive_partitioning = true, hive_types = {{{types}}})"
+        src = f"read_parquet({sql_string(f'{loc}/*/*.parquet')}, hive_partitioning = true, hive_types = {{{types}}})"
         return f"SELECT {names} FROM {src}"
-    return f"SELECT {names} FROM read_parquet('{loc}')"
+    return f"SELECT {names} FROM read_parquet({sql_string(loc)})"
 
 
 def open_parquet(directory: str | os.PathLike[str], conn: Any = None) -> Any:
