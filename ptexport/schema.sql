@@ -19,10 +19,14 @@
 --
 -- Loader syntax (ptexport/writers/schema.py): statements end with ";" at the
 -- end of a line.  Lines between "-- @sqlite" and "-- @end" are used only for
--- SQLite, between "-- @postgresql" and "-- @end" only for PostgreSQL.
--- to_hex(x) is PostgreSQL's; for SQLite it becomes printf('%x', x).
+-- SQLite, between "-- @postgresql" and "-- @end" only for PostgreSQL, between
+-- "-- @duckdb" and "-- @end" only for DuckDB (the DuckDB and Parquet targets);
+-- a marker may name several ("-- @postgresql @duckdb").
+-- to_hex(x) is PostgreSQL's; for SQLite it becomes printf('%x', x), for DuckDB
+-- lower(to_hex(CAST(x AS BIGINT))) (both 64-bit two's complement, lower case).
 -- "id integer NOT NULL PRIMARY KEY" is SQLite's rowid alias; for PostgreSQL
--- it becomes "id bigint NOT NULL" and the primary key is added after loading.
+-- it becomes "id bigint NOT NULL" and the primary key is added after loading;
+-- for DuckDB "id bigint NOT NULL" (no key: rows are stored in id order).
 -- The "-- " comment after a column is its documentation (PostgreSQL gets it as
 -- COMMENT ON COLUMN).  A DEFAULT on trailing columns lets the SQLite bulk
 -- writer leave those values out of a row's record when they equal the
@@ -383,6 +387,10 @@ SELECT
 -- @sqlite
     CASE WHEN cyc_count=0 THEN CAST(0 AS FLOAT) ELSE ROUND(CAST(insn_count AS FLOAT) / cyc_count, 2) END AS IPC,
 -- @end
+-- DuckDB: SQLite's REAL rounded as SQLite rounds (half away from zero on the decimal digits, not on the binary value)
+-- @duckdb
+    CASE WHEN cyc_count=0 THEN CAST(0 AS DOUBLE) ELSE CAST(ROUND(CAST(CAST(insn_count AS DOUBLE) / cyc_count AS DECIMAL(30, 12)), 2) AS DOUBLE) END AS IPC,
+-- @end
 -- @postgresql
     CASE WHEN cyc_count=0 THEN CAST(0 AS NUMERIC(20, 2)) ELSE CAST((CAST(insn_count AS FLOAT) / cyc_count) AS NUMERIC(20, 2)) END AS IPC,
 -- @end
@@ -392,7 +400,7 @@ SELECT
 -- @sqlite
     CASE WHEN flags=0 THEN '' WHEN flags=1 THEN 'no call' WHEN flags=2 THEN 'no return' WHEN flags=3 THEN 'no call/return' WHEN flags=6 THEN 'jump' ELSE flags END AS flags,
 -- @end
--- @postgresql
+-- @postgresql @duckdb
     CASE WHEN flags=0 THEN '' WHEN flags=1 THEN 'no call' WHEN flags=2 THEN 'no return' WHEN flags=3 THEN 'no call/return' WHEN flags=6 THEN 'jump' ELSE CAST(flags AS VARCHAR(11)) END AS flags,
 -- @end
     parent_call_path_id,
@@ -422,6 +430,10 @@ SELECT
     cyc_count,
 -- @sqlite
     CASE WHEN cyc_count=0 THEN CAST(0 AS FLOAT) ELSE ROUND(CAST(insn_count AS FLOAT) / cyc_count, 2) END AS IPC,
+-- @end
+-- DuckDB: SQLite's REAL rounded as SQLite rounds (half away from zero on the decimal digits, not on the binary value)
+-- @duckdb
+    CASE WHEN cyc_count=0 THEN CAST(0 AS DOUBLE) ELSE CAST(ROUND(CAST(CAST(insn_count AS DOUBLE) / cyc_count AS DECIMAL(30, 12)), 2) AS DOUBLE) END AS IPC,
 -- @end
 -- @postgresql
     CASE WHEN cyc_count=0 THEN CAST(0 AS NUMERIC(20, 2)) ELSE CAST((CAST(insn_count AS FLOAT) / cyc_count) AS NUMERIC(20, 2)) END AS IPC,
@@ -494,7 +506,7 @@ SELECT
 -- @sqlite
          ELSE wake_reason END AS wake_reason
 -- @end
--- @postgresql
+-- @postgresql @duckdb
          ELSE CAST(wake_reason AS VARCHAR(2)) END AS wake_reason
 -- @end
 FROM pwrx
@@ -515,7 +527,7 @@ SELECT
     pwre.cstate AS cstate,
     pwre.subcstate AS subcstate,
 -- perf's SQLite view gives hw and exact_ip as stored (0/1), its PostgreSQL view as 'False'/'True'
--- @sqlite
+-- @sqlite @duckdb
     pwre.hw AS hw,
     exstop.exact_ip AS exact_ip,
 -- @end
@@ -534,6 +546,9 @@ SELECT
 -- @end
 -- @postgresql
          ELSE LPAD(CAST(pwrx.wake_reason AS VARCHAR(2)), 2) END AS wake_reason
+-- @end
+-- @duckdb
+         ELSE LPAD(CAST(pwrx.wake_reason AS VARCHAR), 2, ' ') END AS wake_reason
 -- @end
 FROM samples
 INNER JOIN selected_events ON selected_events.id = samples.evsel_id
@@ -562,7 +577,7 @@ SELECT
 -- @sqlite
          ELSE context_switches.flags END AS flags
 -- @end
--- @postgresql
+-- @postgresql @duckdb
          ELSE CAST(context_switches.flags AS VARCHAR(11)) END AS flags
 -- @end
 FROM context_switches

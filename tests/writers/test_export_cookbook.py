@@ -1,4 +1,5 @@
-"""docs/cookbook.md: every query runs on SQLite and PostgreSQL and gives the fixture's known answers."""
+"""docs/cookbook.md: every query runs on SQLite, PostgreSQL, DuckDB and Parquet (through DuckDB) and gives the
+fixture's known answers."""
 
 from __future__ import annotations
 
@@ -94,3 +95,41 @@ def test_cookbook_on_postgresql(name, fixture_pg):
     url, expected = fixture_pg
     with psycopg.connect(url) as c:
         check(name, _norm(c.execute(QUERIES[name]).fetchall()), expected)
+
+
+@pytest.fixture(scope="module")
+def fixture_duckdb(tmp_path_factory):
+    pytest.importorskip("duckdb")
+    path = tmp_path_factory.mktemp("fixture_duckdb") / "fixture.duckdb"
+    expected = build_fixture_db(str(path))
+    return path, expected
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_cookbook_on_duckdb(name, fixture_duckdb):
+    import duckdb
+
+    path, expected = fixture_duckdb
+    with duckdb.connect(str(path), read_only=True) as c:
+        check(name, _norm(c.execute(QUERIES[name]).fetchall()), expected)
+
+
+@pytest.fixture(scope="module")
+def fixture_parquet(tmp_path_factory):
+    pytest.importorskip("duckdb")
+    path = tmp_path_factory.mktemp("fixture_parquet") / "fixture"
+    expected = build_fixture_db(f"parquet:{path}")
+    return path, expected
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_cookbook_on_parquet(name, fixture_parquet):
+    """The Parquet directory read through DuckDB (ptexport.writers.parquet.open_parquet: a view per table)."""
+    from ptexport.writers.parquet import open_parquet
+
+    path, expected = fixture_parquet
+    c = open_parquet(path)
+    try:
+        check(name, _norm(c.execute(QUERIES[name]).fetchall()), expected)
+    finally:
+        c.close()
