@@ -458,21 +458,25 @@ class CallTree:
 
     def _slot_keys(self, thread_id, cpu, pid, tid) -> np.ndarray:
         idle = (pid == 0) & (tid == 0)
+        if len(thread_id) and not idle.any() and (thread_id == thread_id[0]).all():
+            return np.full(len(thread_id), self._slot((int(thread_id[0]), -1)), dtype=np.int64)  # one thread
         cpu_key = np.where(idle, np.maximum(cpu, 0), -1)
         # one int64 per (thread, cpu key): thread ids stay far below 2**43, CPUs below 2**20
         packed = (thread_id << 20) | (cpu_key + 1)
         uniq, inv = np.unique(packed, return_inverse=True)
         slot_of = np.empty(len(uniq), dtype=np.int64)
         for j, key in enumerate(uniq.tolist()):
-            k = (key >> 20, (key & 0xFFFFF) - 1)
-            s = self.slots.get(k)
-            if s is None:
-                s = len(self.slots)
-                self.slots[k] = s
-            slot_of[j] = s
-        if len(self.slots) > self.S.shape[0]:
-            self.S = _grow(self.S, len(self.slots))
+            slot_of[j] = self._slot((key >> 20, (key & 0xFFFFF) - 1))
         return slot_of[inv.ravel()]
+
+    def _slot(self, key: tuple[int, int]) -> int:
+        """The stack slot of (thread id, CPU key), made on first use."""
+        s = self.slots.get(key)
+        if s is None:
+            s = self.slots[key] = len(self.slots)
+            if len(self.slots) > self.S.shape[0]:
+                self.S = _grow(self.S, len(self.slots))
+        return s
 
     def process_batch(self, batch: Mapping[str, np.ndarray]) -> None:
         n = None
