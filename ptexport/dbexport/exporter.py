@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from ptexport.calltree import make_call_tree, perf_flush_order
+from ptexport.calltree.stats import GroupStats
 from ptexport.errors import PtExportError
 from ptexport.writers.model import ExportModel
 from ptexport.images.kallsyms import find_kallsyms, load_kallsyms
@@ -79,6 +80,9 @@ SAMPLE_KEYS = ("id", "evsel_id", "machine_id", "thread_id", "comm_id", "dso_id",
                "call_path_id", "insn_count", "cyc_count", "flags")
 TREE_KEYS = ("time", "ip", "addr", "flags", "ref", "thread_id", "cpu", "pid", "tid", "comm_id", "insn_len",
              "insn_cnt", "cyc_cnt", "from_sym", "to_sym", "to_sym_start", "trace_nr")
+
+#: Width of a ``cpu_time_stats`` bucket: 1 ms of perf time (bucket ``time`` = sample time rounded down to it).
+CPU_TIME_BUCKET_NS = 1_000_000
 
 _SWITCH_OUT = 0x2000
 _SWITCH_OUT_PREEMPT = 0x4000
@@ -122,6 +126,7 @@ class ExportConfig:
     jobs: int = 1  # processes (1: this one; N >= 2: a decoding child with N - 1 workers): the same rows as 1
     callchains: bool = False  # samples.call_path_id from perf's --itrace=g call chains (dbexport/callchains.py)
     salvage: bool = True  # a cut recording: export what is before the cut (perfdata reader's FileCut), else an error
+    aggregates: bool = True  # call_path_stats, symbol_stats, cpu_time_stats (else left empty)
 
 
 def _modifier(attr: Any) -> str:
@@ -230,7 +235,10 @@ class DbExporter:
             host.kallsyms  # an explicit --kallsyms is read (and its errors raised) at once; else when needed
         self._evsel: dict[Any, int] = {}  # event kind, or ("attr", id of a recorded attr) -> evsel id
         self._evsel_names: dict[int, str] = {}  # evsel id -> name, of the recording's own events
-        self.calltree = make_call_tree(kernel_start=session.kernel_start) if config.calls else None
+        self.calltree = make_call_tree(kernel_start=session.kernel_start,
+                                       stats=config.aggregates) if config.calls else None
+        # samples, instructions and cycles per CPU and 1 ms of time (the cpu_time_stats table)
+        self.cpu_time = GroupStats(sums=("insn_count", "cyc_count"), count="samples") if config.aggregates else None
         if self.calltree is not None:
             self.m.call_paths.pending.clear()  # the call tree numbers call paths, root included
         self.callchains = config.callchains and self.calltree is not None
@@ -482,6 +490,8 @@ class DbExporter:
             if self.vm.active and "machine_pid" in samples:
                 self.vm.samples(samples)
             self.w.write_samples(samples)
+            if self.cpu_time is not None:
+                self._add_cpu_time(samples)
         if self.calltree is not None and tree is not None and len(tree["ref"]):
             self._tree_submit(tree)
         if self.switch_rows:
@@ -512,12 +522,31 @@ class DbExporter:
             self.calltree.flush_all(perf_flush_order([th.db_id for th, _ in exported], [th.tid for th, _ in exported],
                                                      [pid for _, pid in exported]))
             self._write_calls()
+            for table, cols in self.calltree.take_stats().items():
+                if len(cols["id"]):
+                    self.w.write_columns(table, cols)
+        self._write_cpu_time()
         self.m.flush(self.w)
         if self.vm.active:
             self.vm.finish(self.w)
         self.stats_rows = self.stats.rows(self.s)
         first = len(self.vm.stats) + 1 if self.vm.active else 1  # after the VM guest-data warnings
         self.w.write_rows("stats", [(first + i, *row) for i, row in enumerate(self.stats_rows)])
+
+    def _add_cpu_time(self, samples: dict[str, np.ndarray]) -> None:
+        assert self.cpu_time is not None
+        cpu = np.asarray(samples["cpu"], dtype=np.int64)
+        bucket = np.asarray(samples["time"], dtype=np.int64) // CPU_TIME_BUCKET_NS
+        # one int64 key: CPU + 1 (-1: per-thread traces) above 44 bits of bucket number (2**44 ms > 500 years)
+        self.cpu_time.add(((cpu + 1) << 44) | bucket, samples)
+
+    def _write_cpu_time(self) -> None:
+        if self.cpu_time is None or not len(self.cpu_time):
+            return
+        keys, cols = self.cpu_time.result()
+        self.w.write_columns("cpu_time_stats", {
+            "id": np.arange(1, len(keys) + 1, dtype=np.int64), "cpu": (keys >> 44) - 1,
+            "time": (keys & ((1 << 44) - 1)) * CPU_TIME_BUCKET_NS, **cols})
 
     def _tree_submit(self, tree: dict[str, np.ndarray]) -> None:
         """Run the call tree over one batch's branches: in the tree's thread where its loop releases

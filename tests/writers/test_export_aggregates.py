@@ -1,0 +1,135 @@
+"""The aggregates an export writes (call_path_stats, symbol_stats, cpu_time_stats: docs/export.md) equal the
+GROUP BYs over perf's tables that `ptexport upgrade` runs (migrations/0009_aggregates.py), on SQLite and
+PostgreSQL; an upgrade fills them for a database without them; --no-aggregates leaves them empty."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import shutil
+import sqlite3
+import uuid
+
+import pytest
+from ptxtest import REPO
+
+from ptexport.cli import main
+from ptexport.writers.migrate import upgrade
+
+TABLES = ("call_path_stats", "symbol_stats", "cpu_time_stats")
+#: generated traces: threads on two CPUs with preemption (CYC: cycle counts); fork+exec with corrupted trace
+TRACES = {
+    "threads": ("--program", "threads", "--cpus", "2", "--timing", "cyc", "--preempt", "200"),
+    "forkexec-corrupt": ("--program", "forkexec", "--cpus", "2", "--corrupt", "3", "--timing", "cyc",
+                         "--psb-period", "1024"),
+}
+
+
+def _migration():
+    spec = importlib.util.spec_from_file_location("m0009", REPO / "migrations" / "0009_aggregates.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+M = _migration()
+RAW = {"call_path_stats": M.call_path_stats_sql(), "symbol_stats": M.SYMBOL_STATS_SQL,
+       "cpu_time_stats": M.cpu_time_stats_sql()}
+
+
+def _export(trace, target, *extra):
+    out = io.StringIO()
+    assert main([trace, "--db", str(target), "-q", "--jobs", "1", *extra], out=out) == 0, out.getvalue()
+
+
+def _rows(execute, table):
+    return [tuple(int(v) for v in r) for r in execute(f"SELECT * FROM {table} ORDER BY id")]
+
+
+@pytest.fixture(scope="module", params=sorted(TRACES))
+def exported(request, synth_trace, tmp_path_factory):
+    trace = str(synth_trace("--branches", "20000", "--seed", "11", *TRACES[request.param]) / "perf.data")
+    db = tmp_path_factory.mktemp("agg") / "t.sqlite"
+    _export(trace, db)
+    return trace, db
+
+
+def test_export_aggregates_equal_the_group_by_over_calls_and_samples(exported):
+    _, db = exported
+    with sqlite3.connect(db) as c:
+        ex = lambda sql: c.execute(sql).fetchall()
+        for table in TABLES:
+            got = _rows(ex, table)
+            assert got == [tuple(int(v) for v in r) for r in ex(RAW[table])], table
+            assert got, table
+        # the sums add up to the raw tables' totals
+        assert ex("SELECT SUM(calls) FROM call_path_stats") == ex("SELECT COUNT(*) FROM calls WHERE id > 0")
+        assert ex("SELECT SUM(samples) FROM cpu_time_stats") == ex("SELECT COUNT(*) FROM samples WHERE id > 0")
+        # self time never exceeds total time, and somewhere a callee makes it smaller
+        assert ex("SELECT COUNT(*) FROM call_path_stats WHERE self_ns > total_ns") == [(0,)]
+        assert ex("SELECT COUNT(*) FROM call_path_stats WHERE self_ns < total_ns")[0][0] > 0
+
+
+def test_no_aggregates_leaves_the_tables_empty(exported, tmp_path):
+    trace, _ = exported
+    db = tmp_path / "none.sqlite"
+    _export(trace, db, "--no-aggregates")
+    with sqlite3.connect(db) as c:
+        for table in TABLES:
+            assert c.execute(f"SELECT COUNT(*) FROM {table}").fetchone() == (0,), table
+        assert c.execute("SELECT COUNT(*) FROM calls").fetchone()[0] > 1
+
+
+def test_upgrade_fills_the_aggregates_of_an_older_sqlite_database(exported, tmp_path):
+    _, db = exported
+    old = tmp_path / "old.sqlite"
+    shutil.copy(db, old)
+    with sqlite3.connect(old) as c:
+        want = {t: _rows(lambda sql: c.execute(sql).fetchall(), t) for t in TABLES}
+        for t in TABLES:
+            c.execute(f"DROP TABLE {t}")
+        c.execute("DELETE FROM ptexport_migrations WHERE name = '0009_aggregates'")
+    assert upgrade(str(old)) == ["0009_aggregates"]
+    with sqlite3.connect(old) as c:
+        for t in TABLES:
+            assert _rows(lambda sql: c.execute(sql).fetchall(), t) == want[t], t
+    assert upgrade(str(old)) == []  # re-runnable
+
+
+@pytest.mark.postgres
+def test_postgresql_export_and_upgrade(exported, pg_admin):
+    import psycopg
+    from exporttest import PG_BASE
+
+    trace, db = exported
+    name = f"ptx_agg_{uuid.uuid4().hex[:10]}"
+    url = f"{PG_BASE}/{name}"
+    try:
+        _export(trace, url)
+        with sqlite3.connect(db) as lite:
+            want = {t: _rows(lambda sql: lite.execute(sql).fetchall(), t) for t in TABLES}
+        with psycopg.connect(url, autocommit=True) as c:
+            ex = lambda sql: c.execute(sql).fetchall()
+            for t in TABLES:
+                assert _rows(ex, t) == want[t], t
+                assert [tuple(int(v) for v in r) for r in ex(RAW[t])] == want[t], t
+            for t in TABLES:
+                c.execute(f"DROP TABLE {t}")
+            c.execute("DELETE FROM ptexport_migrations WHERE name = '0009_aggregates'")
+        assert upgrade(url) == ["0009_aggregates"]
+        with psycopg.connect(url) as c:
+            for t in TABLES:
+                assert _rows(lambda sql: c.execute(sql).fetchall(), t) == want[t], t
+    finally:
+        pg_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_duckdb_export_has_the_same_aggregates(exported, tmp_path):
+    duckdb = pytest.importorskip("duckdb")
+    trace, db = exported
+    duck = tmp_path / "t.duckdb"
+    _export(trace, duck)
+    with sqlite3.connect(db) as lite, duckdb.connect(str(duck), read_only=True) as c:
+        for t in TABLES:
+            assert _rows(lambda sql: c.execute(sql).fetchall(), t) == \
+                _rows(lambda sql: lite.execute(sql).fetchall(), t), t
