@@ -2,6 +2,7 @@
 """Every docs/cookbook.md query, timed on each backend: SQLite, DuckDB, Parquet (through DuckDB), PostgreSQL.
 
     python3 bench/bench_cookbook.py [--branches 1M] [--program threads] [--postgres URL] [--runs 3] [--keep DIR]
+                                    [--compare-export]
     python3 bench/bench_cookbook.py --file DIR/perf.data [--json report.json]
 
 Generates one trace with ``ptexport synth`` (two CPUs, CYC timing; in a temporary directory, or in
@@ -10,8 +11,13 @@ and DuckDB and with ``--parquet`` into a Parquet directory (and into PostgreSQL 
 ``--postgres URL``, a database created and dropped here), then runs each cookbook query
 ``--runs`` times on each (the best time counts) and checks that every backend gives the rows
 SQLite gives.  Prints one line per query (seconds per backend) and the export times and sizes.
-Issue #20's target is a >= 40 M-sample trace (``--branches 48M``: every query under 1 s on
-DuckDB, under 2 s on SQLite).  Nothing here is a test: it measures.  Output paths (``--keep``,
+The queries over the aggregates (``call_path_stats``, ``symbol_stats``, ``cpu_time_stats``) are
+followed by their ``_raw`` forms over ``calls`` / ``samples`` (the cookbook's pairs): the line
+``*_raw`` is what the question cost before the aggregates.  ``--compare-export`` also exports to
+SQLite with ``--no-aggregates`` and prints what the aggregates cost at export time.
+Issue #20's target is a >= 40 M-sample trace (``--branches 48M``: every query under 1 s; e.g.
+``python3 bench/bench_cookbook.py --branches 48M --postgres postgresql://postgres@127.0.0.1:5432
+--runs 1 --compare-export --keep /var/tmp/cb48``, about an hour on 2 cores, ~30 GB of disk).  Nothing here is a test: it measures.  Output paths (``--keep``,
 ``--json``) that exist are refused unless ``--force``; ``--tiny`` is a quick check (2000 branches).
 """
 
@@ -76,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                                                       "created and dropped)")
     ap.add_argument("--runs", type=int, default=3, help="runs of each query (the best counts; default 3)")
     ap.add_argument("--jobs", type=int, default=2, help="ptexport --jobs for the exports (default 2)")
+    ap.add_argument("--compare-export", action="store_true",
+                    help="also export to SQLite with --no-aggregates (what the aggregates cost)")
     add_options(ap, keep=True)
     args = parse(ap, argv, tiny={"branches": 2000, "runs": 1})
     need_file(ap, args.file, "trace")
@@ -107,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                        "duckdb": run([*base, "--db", str(duck)]),
                        "parquet": run([*base, "--parquet", str(pq)])}
             sizes = {"sqlite": _size(lite), "duckdb": _size(duck), "parquet": _size(pq)}
+            if args.compare_export:
+                bare = d / "cookbook-noagg.sqlite"
+                exports["sqlite_no_aggregates"] = run([*base, "--db", str(bare), "--no-aggregates"])
+                bare.unlink()
             conns = {"sqlite": sqlite3.connect(lite), "duckdb": duckdb.connect(str(duck), read_only=True),
                      "parquet": open_parquet(pq)}
             pg_name = None
