@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench_cookbook.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--branches", type=parse_count, default=1_000_000, help="branches to generate (default 1M)")
     ap.add_argument("--program", default="threads", help="the generator's program (default threads)")
+    ap.add_argument("--replay", choices=("auto", "on", "off"), default=None,
+                    help="the generator's --replay (default: off for threads and forkexec, whose rounds differ "
+                         "and cannot be replayed; else auto)")
     ap.add_argument("--file", metavar="TRACE", help="time this perf.data instead of generating one")
     ap.add_argument("--postgres", metavar="URL", help="also PostgreSQL: postgresql://user@host (a database is "
                                                       "created and dropped)")
@@ -107,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
                     import shutil
 
                     shutil.rmtree(trace.parent)
-                run(["synth", "--out", str(trace.parent), "--program", args.program, "--cpus", "2",
-                     "--timing", "cyc", "--branches", str(args.branches), "--seed", "7"])
+                replay = args.replay or ("off" if args.program in ("threads", "forkexec") else "auto")
+                t_synth = run(["synth", "--out", str(trace.parent), "--program", args.program, "--cpus", "2",
+                               "--timing", "cyc", "--branches", str(args.branches), "--seed", "7",
+                               "--replay", replay])
+                print(f"generated {args.branches} branches in {t_synth:.1f} s", flush=True)
             lite, duck, pq = d / "cookbook.sqlite", d / "cookbook.duckdb", d / "cookbook-parquet"
             base = [str(trace), "-q", "--force", "--jobs", str(args.jobs)]
             exports = {"sqlite": run([*base, "--db", str(lite)]),

@@ -133,3 +133,14 @@ def test_duckdb_export_has_the_same_aggregates(exported, tmp_path):
         for t in TABLES:
             assert _rows(lambda sql: c.execute(sql).fetchall(), t) == \
                 _rows(lambda sql: lite.execute(sql).fetchall(), t), t
+
+
+def test_convert_copies_the_aggregates(exported, tmp_path):
+    duckdb = pytest.importorskip("duckdb")
+    _, db = exported
+    duck = tmp_path / "c.duckdb"
+    assert main(["convert", str(db), str(duck)], out=io.StringIO()) == 0
+    with sqlite3.connect(db) as lite, duckdb.connect(str(duck), read_only=True) as c:
+        for t in TABLES:
+            assert _rows(lambda sql: c.execute(sql).fetchall(), t) == \
+                _rows(lambda sql: lite.execute(sql).fetchall(), t), t
