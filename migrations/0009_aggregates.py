@@ -1,4 +1,4 @@
-"""The aggregates call_path_stats, symbol_stats and cpu_time_stats, computed from calls and samples.
+"""The aggregates call_path_stats, symbol_stats, sample_stats and cpu_time_stats, from calls and samples.
 
 An export computes them as it goes (self time from the call tree); for an older database they are the
 same GROUP BYs over perf's tables, written here as SQL that SQLite and PostgreSQL both run.  A table
@@ -59,6 +59,21 @@ SELECT ROW_NUMBER() OVER (ORDER BY cpu, bucket), cpu, bucket, samples, insn_coun
 FROM g"""
 
 
+def sample_stats_sql(insn: str = "insn_count", cyc: str = "cyc_count") -> str:
+    """The sample_stats rows from samples."""
+    return f"""
+WITH g AS (
+    SELECT thread_id, evsel_id, symbol_id, branch_type, COUNT(*) AS samples,
+           SUM({insn}) AS insn_count, SUM({cyc}) AS cyc_count,
+           SUM(CASE WHEN {cyc} > 0 THEN {insn} ELSE 0 END) AS cyc_insn_count
+    FROM samples WHERE id > 0
+    GROUP BY thread_id, evsel_id, symbol_id, branch_type
+)
+SELECT ROW_NUMBER() OVER (ORDER BY thread_id, evsel_id, symbol_id, branch_type), thread_id, evsel_id, symbol_id,
+       branch_type, samples, insn_count, cyc_count, cyc_insn_count
+FROM g"""
+
+
 def migrate(db):
     have = db.tables()
     if "call_path_stats" not in have:
@@ -69,8 +84,11 @@ def migrate(db):
     if "symbol_stats" not in have:
         db.create_table("symbol_stats")
         db.execute("INSERT INTO symbol_stats " + SYMBOL_STATS_SQL)
+    cols = db.columns("samples")
+    counts = ("insn_count" if "insn_count" in cols else "0", "cyc_count" if "cyc_count" in cols else "0")
+    if "sample_stats" not in have:
+        db.create_table("sample_stats")
+        db.execute("INSERT INTO sample_stats " + sample_stats_sql(*counts))
     if "cpu_time_stats" not in have:
         db.create_table("cpu_time_stats")
-        cols = db.columns("samples")
-        db.execute("INSERT INTO cpu_time_stats " + cpu_time_stats_sql(
-            "insn_count" if "insn_count" in cols else "0", "cyc_count" if "cyc_count" in cols else "0"))
+        db.execute("INSERT INTO cpu_time_stats " + cpu_time_stats_sql(*counts))

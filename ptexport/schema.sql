@@ -322,6 +322,18 @@ CREATE TABLE symbol_stats (
     cyc_count       bigint                        -- sum of calls.cyc_count (inclusive)
 );
 
+CREATE TABLE sample_stats (
+    id              integer NOT NULL PRIMARY KEY, -- row number (ordered by thread_id, evsel_id, symbol_id, branch_type)
+    thread_id       bigint,                       -- samples.thread_id
+    evsel_id        bigint,                       -- samples.evsel_id (selected_events.id)
+    symbol_id       bigint,                       -- samples.symbol_id (the symbol of the sample's ip)
+    branch_type     integer,                      -- samples.branch_type (branch_types.id)
+    samples         bigint,                       -- number of samples
+    insn_count      bigint,                       -- sum of samples.insn_count
+    cyc_count       bigint,                       -- sum of samples.cyc_count
+    cyc_insn_count  bigint                        -- sum of samples.insn_count over the samples with cyc_count > 0 (what IPC divides)
+);
+
 CREATE TABLE cpu_time_stats (
     id              integer NOT NULL PRIMARY KEY, -- row number (ordered by cpu, time)
     cpu             integer,                      -- samples.cpu (-1: per-thread trace)

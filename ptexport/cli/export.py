@@ -27,7 +27,7 @@ def add_arguments(parser) -> None:
                         help="build calls and call_paths (default)")
     parser.add_argument("--no-calls", dest="calls", action="store_false", help="skip call trees")
     parser.add_argument("--no-aggregates", dest="aggregates", action="store_false", default=True,
-                        help="leave call_path_stats, symbol_stats and cpu_time_stats empty (docs/export.md)")
+                        help="leave call_path_stats, symbol_stats, sample_stats and cpu_time_stats empty (docs/export.md)")
     parser.add_argument("--cpu", metavar="LIST", help="only these CPUs (e.g. 0,2-3)")
     add_filter_arguments(parser, export=True)
     parser.add_argument("--symfs", metavar="DIR", help="look for binaries under DIR")

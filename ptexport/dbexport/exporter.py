@@ -83,6 +83,8 @@ TREE_KEYS = ("time", "ip", "addr", "flags", "ref", "thread_id", "cpu", "pid", "t
 
 #: Width of a ``cpu_time_stats`` bucket: 1 ms of perf time (bucket ``time`` = sample time rounded down to it).
 CPU_TIME_BUCKET_NS = 1_000_000
+# sample_stats' key: thread id, symbol id and a code of the (event, branch type) pair in one int64
+_THREAD_MAX, _SYMBOL_MAX, _CODE_MAX = (1 << 21) - 1, (1 << 30) - 1, 1 << 12
 
 _SWITCH_OUT = 0x2000
 _SWITCH_OUT_PREEMPT = 0x4000
@@ -126,7 +128,7 @@ class ExportConfig:
     jobs: int = 1  # processes (1: this one; N >= 2: a decoding child with N - 1 workers): the same rows as 1
     callchains: bool = False  # samples.call_path_id from perf's --itrace=g call chains (dbexport/callchains.py)
     salvage: bool = True  # a cut recording: export what is before the cut (perfdata reader's FileCut), else an error
-    aggregates: bool = True  # call_path_stats, symbol_stats, cpu_time_stats (else left empty)
+    aggregates: bool = True  # call_path_stats, symbol_stats, sample_stats, cpu_time_stats (else left empty)
 
 
 def _modifier(attr: Any) -> str:
@@ -237,8 +239,12 @@ class DbExporter:
         self._evsel_names: dict[int, str] = {}  # evsel id -> name, of the recording's own events
         self.calltree = make_call_tree(kernel_start=session.kernel_start,
                                        stats=config.aggregates) if config.calls else None
-        # samples, instructions and cycles per CPU and 1 ms of time (the cpu_time_stats table)
+        # samples, instructions and cycles per CPU and 1 ms of time (the cpu_time_stats table), and per
+        # thread, event, symbol and branch type (sample_stats)
         self.cpu_time = GroupStats(sums=("insn_count", "cyc_count"), count="samples") if config.aggregates else None
+        self.sample_groups = (GroupStats(sums=("insn_count", "cyc_count", "cyc_insn_count"), count="samples")
+                              if config.aggregates else None)
+        self._event_codes: dict[int, int] = {}  # (evsel_id << 32 | branch_type) -> small code of the key
         if self.calltree is not None:
             self.m.call_paths.pending.clear()  # the call tree numbers call paths, root included
         self.callchains = config.callchains and self.calltree is not None
@@ -539,8 +545,35 @@ class DbExporter:
         bucket = np.asarray(samples["time"], dtype=np.int64) // CPU_TIME_BUCKET_NS
         # one int64 key: CPU + 1 (-1: per-thread traces) above 44 bits of bucket number (2**44 ms > 500 years)
         self.cpu_time.add(((cpu + 1) << 44) | bucket, samples)
+        # sample_stats: one int64 key, thread id (21 bits) | symbol id (30 bits) | code of (event, branch type)
+        thread = np.asarray(samples["thread_id"], dtype=np.int64)
+        symbol = np.asarray(samples["symbol_id"], dtype=np.int64)
+        pair = (np.asarray(samples["evsel_id"], dtype=np.int64) << 32) | (
+            np.asarray(samples["branch_type"], dtype=np.int64) & 0xFFFFFFFF)
+        uniq, inv = np.unique(pair, return_inverse=True)
+        codes = np.array([self._event_codes.setdefault(int(p), len(self._event_codes)) for p in uniq.tolist()],
+                         dtype=np.int64)
+        if len(self._event_codes) > _CODE_MAX or int(thread.max()) > _THREAD_MAX or int(symbol.max()) > _SYMBOL_MAX:
+            raise PtExportError("sample_stats: more threads, symbols or event/branch-type pairs than its key holds "
+                                "(2**21, 2**30, 4096): export with --no-aggregates")
+        cyc = np.asarray(samples["cyc_count"], dtype=np.int64)
+        insn = np.asarray(samples["insn_count"], dtype=np.int64)
+        assert self.sample_groups is not None
+        self.sample_groups.add((thread << 42) | (symbol << 12) | codes[inv.ravel()],
+                               {"insn_count": insn, "cyc_count": cyc, "cyc_insn_count": np.where(cyc > 0, insn, 0)})
 
     def _write_cpu_time(self) -> None:
+        if self.sample_groups is not None and len(self.sample_groups):
+            keys, cols = self.sample_groups.result()
+            pairs = np.zeros(len(self._event_codes), dtype=np.int64)
+            for p, code in self._event_codes.items():
+                pairs[code] = p
+            pair = pairs[keys & 0xFFF]
+            out = {"thread_id": keys >> 42, "evsel_id": pair >> 32, "symbol_id": (keys >> 12) & ((1 << 30) - 1),
+                   "branch_type": pair & 0xFFFFFFFF, **cols}
+            order = np.lexsort((out["branch_type"], out["symbol_id"], out["evsel_id"], out["thread_id"]))
+            out = {k: v[order] for k, v in out.items()}
+            self.w.write_columns("sample_stats", {"id": np.arange(1, len(keys) + 1, dtype=np.int64), **out})
         if self.cpu_time is None or not len(self.cpu_time):
             return
         keys, cols = self.cpu_time.result()

@@ -295,6 +295,22 @@ def _write_aggregates(w: Writer, calls: dict[str, np.ndarray], samples: dict[str
         cp_symbol[path] = sym
     w.write_columns("call_path_stats", cps)
     w.write_columns("symbol_stats", symbol_stats(cps, cp_symbol))
+    rows: dict[tuple[int, int, int, int], list[int]] = {}
+    for t, e, sym, bt, i, c in zip(samples["thread_id"].tolist(), samples["evsel_id"].tolist(),
+                                   samples["symbol_id"].tolist(), samples["branch_type"].tolist(),
+                                   samples["insn_count"].tolist(), samples["cyc_count"].tolist()):
+        r = rows.setdefault((t, e, sym, bt), [0, 0, 0, 0])
+        r[0] += 1
+        r[1] += i
+        r[2] += c
+        r[3] += i if c > 0 else 0
+    keys_ss = sorted(rows)
+    w.write_columns("sample_stats", {
+        "id": np.arange(1, len(keys_ss) + 1),
+        **{name: np.array([k[j] for k in keys_ss]) for j, name in enumerate(
+            ("thread_id", "evsel_id", "symbol_id", "branch_type"))},
+        **{name: np.array([rows[k][j] for k in keys_ss]) for j, name in enumerate(
+            ("samples", "insn_count", "cyc_count", "cyc_insn_count"))}})
     g = GroupStats(sums=("insn_count", "cyc_count"), count="samples")
     g.add(((samples["cpu"] + 1) << 44) | (samples["time"] // 1_000_000), samples)
     keys, agg = g.result()

@@ -16,7 +16,7 @@ from ptxtest import REPO
 from ptexport.cli import main
 from ptexport.writers.migrate import upgrade
 
-TABLES = ("call_path_stats", "symbol_stats", "cpu_time_stats")
+TABLES = ("call_path_stats", "symbol_stats", "sample_stats", "cpu_time_stats")
 #: generated traces: threads on two CPUs with preemption (CYC: cycle counts); fork+exec with corrupted trace
 TRACES = {
     "threads": ("--program", "threads", "--cpus", "2", "--timing", "cyc", "--preempt", "200"),
@@ -34,7 +34,7 @@ def _migration():
 
 M = _migration()
 RAW = {"call_path_stats": M.call_path_stats_sql(), "symbol_stats": M.SYMBOL_STATS_SQL,
-       "cpu_time_stats": M.cpu_time_stats_sql()}
+       "sample_stats": M.sample_stats_sql(), "cpu_time_stats": M.cpu_time_stats_sql()}
 
 
 def _export(trace, target, *extra):
@@ -65,6 +65,7 @@ def test_export_aggregates_equal_the_group_by_over_calls_and_samples(exported):
         # the sums add up to the raw tables' totals
         assert ex("SELECT SUM(calls) FROM call_path_stats") == ex("SELECT COUNT(*) FROM calls WHERE id > 0")
         assert ex("SELECT SUM(samples) FROM cpu_time_stats") == ex("SELECT COUNT(*) FROM samples WHERE id > 0")
+        assert ex("SELECT SUM(samples) FROM sample_stats") == ex("SELECT COUNT(*) FROM samples WHERE id > 0")
         # self time never exceeds total time, and somewhere a callee makes it smaller
         assert ex("SELECT COUNT(*) FROM call_path_stats WHERE self_ns > total_ns") == [(0,)]
         assert ex("SELECT COUNT(*) FROM call_path_stats WHERE self_ns < total_ns")[0][0] > 0

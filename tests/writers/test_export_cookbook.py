@@ -77,8 +77,8 @@ PAIRS = sorted(n.removesuffix("_raw") for n in QUERIES if n.endswith("_raw"))
 
 
 def test_every_aggregate_query_has_its_raw_form():
-    uses = {n for n, sql in QUERIES.items() if re.search(r"\b(call_path|symbol|cpu_time)_stats\b", sql)}
-    assert uses == set(PAIRS) and len(PAIRS) >= 6
+    uses = {n for n, sql in QUERIES.items() if re.search(r"\b(call_path|symbol|sample|cpu_time)_stats\b", sql)}
+    assert uses == set(PAIRS) and len(PAIRS) >= 8
     for n in PAIRS:
         assert not re.search(r"_stats\b", QUERIES[f"{n}_raw"])
 
