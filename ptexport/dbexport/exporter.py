@@ -245,6 +245,8 @@ class DbExporter:
         self.sample_groups = (GroupStats(sums=("insn_count", "cyc_count", "cyc_insn_count"), count="samples")
                               if config.aggregates else None)
         self._event_codes: dict[int, int] = {}  # (evsel_id << 32 | branch_type) -> small code of the key
+        self._pairs_sorted = np.zeros(0, dtype=np.int64)  # the pairs of _event_codes, sorted, and their codes
+        self._pair_codes = np.zeros(0, dtype=np.int64)
         if self.calltree is not None:
             self.m.call_paths.pending.clear()  # the call tree numbers call paths, root included
         self.callchains = config.callchains and self.calltree is not None
@@ -543,24 +545,38 @@ class DbExporter:
         assert self.cpu_time is not None
         cpu = np.asarray(samples["cpu"], dtype=np.int64)
         bucket = np.asarray(samples["time"], dtype=np.int64) // CPU_TIME_BUCKET_NS
-        # one int64 key: CPU + 1 (-1: per-thread traces) above 44 bits of bucket number (2**44 ms > 500 years)
-        self.cpu_time.add(((cpu + 1) << 44) | bucket, samples)
+        # one int64 key: the bucket number above 20 bits of CPU + 1 (-1: per-thread traces); samples come in
+        # time order, so the keys are nearly sorted already (cheap to sort)
+        self.cpu_time.add((bucket << 20) | (cpu + 1), samples)
         # sample_stats: one int64 key, thread id (21 bits) | symbol id (30 bits) | code of (event, branch type)
         thread = np.asarray(samples["thread_id"], dtype=np.int64)
         symbol = np.asarray(samples["symbol_id"], dtype=np.int64)
         pair = (np.asarray(samples["evsel_id"], dtype=np.int64) << 32) | (
             np.asarray(samples["branch_type"], dtype=np.int64) & 0xFFFFFFFF)
-        uniq, inv = np.unique(pair, return_inverse=True)
-        codes = np.array([self._event_codes.setdefault(int(p), len(self._event_codes)) for p in uniq.tolist()],
-                         dtype=np.int64)
+        code = self._pair_code(pair)
         if len(self._event_codes) > _CODE_MAX or int(thread.max()) > _THREAD_MAX or int(symbol.max()) > _SYMBOL_MAX:
             raise PtExportError("sample_stats: more threads, symbols or event/branch-type pairs than its key holds "
                                 "(2**21, 2**30, 4096): export with --no-aggregates")
         cyc = np.asarray(samples["cyc_count"], dtype=np.int64)
         insn = np.asarray(samples["insn_count"], dtype=np.int64)
         assert self.sample_groups is not None
-        self.sample_groups.add((thread << 42) | (symbol << 12) | codes[inv.ravel()],
+        self.sample_groups.add((thread << 42) | (symbol << 12) | code,
                                {"insn_count": insn, "cyc_count": cyc, "cyc_insn_count": np.where(cyc > 0, insn, 0)})
+
+    def _pair_code(self, pair: np.ndarray) -> np.ndarray:
+        """The code of each (event, branch type) pair: a binary search among the few pairs seen so far
+        (new ones get the next codes, in order of appearance), not a sort of the batch."""
+        known = self._pairs_sorted
+        pos = np.searchsorted(known, pair).clip(0, max(len(known) - 1, 0))
+        hit = known[pos] == pair if len(known) else np.zeros(len(pair), dtype=bool)
+        if not hit.all():
+            for p in np.unique(pair[~hit]).tolist():
+                self._event_codes.setdefault(int(p), len(self._event_codes))
+            items = sorted(self._event_codes.items())
+            self._pairs_sorted = np.array([p for p, _ in items], dtype=np.int64)
+            self._pair_codes = np.array([c for _, c in items], dtype=np.int64)
+            pos = np.searchsorted(self._pairs_sorted, pair)
+        return self._pair_codes[pos]
 
     def _write_cpu_time(self) -> None:
         if self.sample_groups is not None and len(self.sample_groups):
@@ -577,9 +593,10 @@ class DbExporter:
         if self.cpu_time is None or not len(self.cpu_time):
             return
         keys, cols = self.cpu_time.result()
-        self.w.write_columns("cpu_time_stats", {
-            "id": np.arange(1, len(keys) + 1, dtype=np.int64), "cpu": (keys >> 44) - 1,
-            "time": (keys & ((1 << 44) - 1)) * CPU_TIME_BUCKET_NS, **cols})
+        out = {"cpu": (keys & 0xFFFFF) - 1, "time": (keys >> 20) * CPU_TIME_BUCKET_NS, **cols}
+        order = np.lexsort((out["time"], out["cpu"]))
+        self.w.write_columns("cpu_time_stats", {"id": np.arange(1, len(keys) + 1, dtype=np.int64),
+                                                **{k: v[order] for k, v in out.items()}})
 
     def _tree_submit(self, tree: dict[str, np.ndarray]) -> None:
         """Run the call tree over one batch's branches: in the tree's thread where its loop releases
