@@ -145,3 +145,21 @@ def test_convert_copies_the_aggregates(exported, tmp_path):
         for t in TABLES:
             assert _rows(lambda sql: c.execute(sql).fetchall(), t) == \
                 _rows(lambda sql: lite.execute(sql).fetchall(), t), t
+
+
+def test_reference_call_tree_gives_the_same_aggregates(exported, tmp_path, monkeypatch):
+    """The export with the reference call tree (what runs without numba) writes the same aggregates."""
+    from ptexport.calltree import threadstack, threadstack_compiled
+
+    trace, db = exported
+    monkeypatch.setattr(threadstack_compiled, "numba", None)  # make_call_tree falls back to the reference
+    used = []
+    take = threadstack.CallTree.take_stats
+    monkeypatch.setattr(threadstack.CallTree, "take_stats", lambda self: used.append(self) or take(self))
+    ref = tmp_path / "ref.sqlite"
+    _export(trace, ref)
+    assert len(used) == 1
+    with sqlite3.connect(db) as fast, sqlite3.connect(ref) as slow:
+        for t in TABLES:
+            assert _rows(lambda sql: slow.execute(sql).fetchall(), t) == \
+                _rows(lambda sql: fast.execute(sql).fetchall(), t), t
