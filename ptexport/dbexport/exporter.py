@@ -47,6 +47,7 @@ import numpy as np
 from ptexport.calltree import make_call_tree, perf_flush_order
 from ptexport.calltree.stats import GroupStats
 from ptexport.errors import PtExportError
+from ptexport.writers.aggregates import BUCKET_NS
 from ptexport.writers.model import ExportModel
 from ptexport.images.kallsyms import find_kallsyms, load_kallsyms
 from ptexport.perfdata.constants import RecordType
@@ -82,7 +83,7 @@ TREE_KEYS = ("time", "ip", "addr", "flags", "ref", "thread_id", "cpu", "pid", "t
              "insn_cnt", "cyc_cnt", "from_sym", "to_sym", "to_sym_start", "trace_nr")
 
 #: Width of a ``cpu_time_stats`` bucket: 1 ms of perf time (bucket ``time`` = sample time rounded down to it).
-CPU_TIME_BUCKET_NS = 1_000_000
+CPU_TIME_BUCKET_NS = BUCKET_NS
 # sample_stats' key: thread id, symbol id and a code of the (event, branch type) pair in one int64
 _THREAD_MAX, _SYMBOL_MAX, _CODE_MAX = (1 << 21) - 1, (1 << 30) - 1, 1 << 12
 

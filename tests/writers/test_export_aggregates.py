@@ -1,22 +1,22 @@
-"""The aggregates an export writes (call_path_stats, symbol_stats, cpu_time_stats: docs/export.md) equal the
-GROUP BYs over perf's tables that `ptexport upgrade` runs (migrations/0009_aggregates.py), on SQLite and
-PostgreSQL; an upgrade fills them for a database without them; --no-aggregates leaves them empty."""
+"""The aggregates an export writes (call_path_stats, symbol_stats, sample_stats, cpu_time_stats: docs/export.md)
+equal the GROUP BYs over perf's tables (ptexport/writers/aggregates.py) that `ptexport upgrade` and `convert`
+run, on SQLite, PostgreSQL and DuckDB; an upgrade fills them for a database without them; --no-aggregates
+leaves them empty."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import shutil
 import sqlite3
 import uuid
 
 import pytest
-from ptxtest import REPO
 
 from ptexport.cli import main
+from ptexport.writers.aggregates import AGGREGATE_TABLES, aggregate_sql
 from ptexport.writers.migrate import upgrade
 
-TABLES = ("call_path_stats", "symbol_stats", "sample_stats", "cpu_time_stats")
+TABLES = AGGREGATE_TABLES
 #: generated traces: threads on two CPUs with preemption (CYC: cycle counts); fork+exec with corrupted trace
 TRACES = {
     "threads": ("--program", "threads", "--cpus", "2", "--timing", "cyc", "--preempt", "200"),
@@ -25,16 +25,7 @@ TRACES = {
 }
 
 
-def _migration():
-    spec = importlib.util.spec_from_file_location("m0009", REPO / "migrations" / "0009_aggregates.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-M = _migration()
-RAW = {"call_path_stats": M.call_path_stats_sql(), "symbol_stats": M.SYMBOL_STATS_SQL,
-       "sample_stats": M.sample_stats_sql(), "cpu_time_stats": M.cpu_time_stats_sql()}
+RAW = {t: aggregate_sql(t) for t in TABLES}
 
 
 def _export(trace, target, *extra):
@@ -163,3 +154,28 @@ def test_reference_call_tree_gives_the_same_aggregates(exported, tmp_path, monke
         for t in TABLES:
             assert _rows(lambda sql: slow.execute(sql).fetchall(), t) == \
                 _rows(lambda sql: fast.execute(sql).fetchall(), t), t
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "duckdb"])
+def test_convert_computes_the_aggregates_a_source_lacks(exported, tmp_path, kind):
+    """A database exported before the aggregates (a DuckDB one cannot be upgraded): convert computes them."""
+    duckdb = pytest.importorskip("duckdb")
+    _, db = exported
+    with sqlite3.connect(db) as lite:
+        want = {t: _rows(lambda sql: lite.execute(sql).fetchall(), t) for t in TABLES}
+    old = tmp_path / f"old.{kind}"
+    if kind == "sqlite":
+        shutil.copy(db, old)
+        conn = sqlite3.connect(old)
+    else:
+        assert main(["convert", str(db), str(old)], out=io.StringIO()) == 0
+        conn = duckdb.connect(str(old))
+    for t in TABLES:
+        conn.execute(f"DROP TABLE {t}")
+    conn.commit()
+    conn.close()
+    out = tmp_path / "new.sqlite"
+    assert main(["convert", str(old), str(out)], out=io.StringIO()) == 0
+    with sqlite3.connect(out) as c:
+        for t in TABLES:
+            assert _rows(lambda sql: c.execute(sql).fetchall(), t) == want[t], t
