@@ -2,6 +2,7 @@
 """Every docs/cookbook.md query, timed on each backend: SQLite, DuckDB, Parquet (through DuckDB), PostgreSQL.
 
     python3 bench/bench_cookbook.py [--branches 1M] [--program threads] [--postgres URL] [--runs 3] [--keep DIR]
+                                    [--compare-export]
     python3 bench/bench_cookbook.py --file DIR/perf.data [--json report.json]
 
 Generates one trace with ``ptexport synth`` (two CPUs, CYC timing; in a temporary directory, or in
@@ -10,8 +11,15 @@ and DuckDB and with ``--parquet`` into a Parquet directory (and into PostgreSQL 
 ``--postgres URL``, a database created and dropped here), then runs each cookbook query
 ``--runs`` times on each (the best time counts) and checks that every backend gives the rows
 SQLite gives.  Prints one line per query (seconds per backend) and the export times and sizes.
-Issue #20's target is a >= 40 M-sample trace (``--branches 48M``: every query under 1 s on
-DuckDB, under 2 s on SQLite).  Nothing here is a test: it measures.  Output paths (``--keep``,
+The queries over the aggregates (``call_path_stats``, ``symbol_stats``, ``cpu_time_stats``) are
+followed by their ``_raw`` forms over ``calls`` / ``samples`` (the cookbook's pairs): the line
+``*_raw`` is what the question cost before the aggregates.  ``--compare-export`` also exports to
+SQLite with ``--no-aggregates`` and prints what the aggregates cost at export time.
+Issue #20's target is a >= 40 M-sample trace with the issue's shape (48 M samples, 17 M calls:
+``--program calls``, which the generator replays, fast)::
+
+    python3 bench/bench_cookbook.py --branches 48M --program calls --runs 1 --compare-export \
+        --postgres postgresql://postgres@127.0.0.1:5432 --keep /var/tmp/cb48 --json cb48.json  Nothing here is a test: it measures.  Output paths (``--keep``,
 ``--json``) that exist are refused unless ``--force``; ``--tiny`` is a quick check (2000 branches).
 """
 
@@ -71,11 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench_cookbook.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--branches", type=parse_count, default=1_000_000, help="branches to generate (default 1M)")
     ap.add_argument("--program", default="threads", help="the generator's program (default threads)")
+    ap.add_argument("--replay", choices=("auto", "on", "off"), default=None,
+                    help="the generator's --replay (default: off for threads and forkexec, whose rounds differ "
+                         "and cannot be replayed; else auto)")
     ap.add_argument("--file", metavar="TRACE", help="time this perf.data instead of generating one")
     ap.add_argument("--postgres", metavar="URL", help="also PostgreSQL: postgresql://user@host (a database is "
                                                       "created and dropped)")
     ap.add_argument("--runs", type=int, default=3, help="runs of each query (the best counts; default 3)")
     ap.add_argument("--jobs", type=int, default=2, help="ptexport --jobs for the exports (default 2)")
+    ap.add_argument("--compare-export", action="store_true",
+                    help="also export to SQLite with --no-aggregates (what the aggregates cost)")
     add_options(ap, keep=True)
     args = parse(ap, argv, tiny={"branches": 2000, "runs": 1})
     need_file(ap, args.file, "trace")
@@ -99,14 +112,21 @@ def main(argv: list[str] | None = None) -> int:
                     import shutil
 
                     shutil.rmtree(trace.parent)
-                run(["synth", "--out", str(trace.parent), "--program", args.program, "--cpus", "2",
-                     "--timing", "cyc", "--branches", str(args.branches), "--seed", "7"])
+                replay = args.replay or ("off" if args.program in ("threads", "forkexec") else "auto")
+                t_synth = run(["synth", "--out", str(trace.parent), "--program", args.program, "--cpus", "2",
+                               "--timing", "cyc", "--branches", str(args.branches), "--seed", "7",
+                               "--replay", replay])
+                print(f"generated {args.branches} branches in {t_synth:.1f} s", flush=True)
             lite, duck, pq = d / "cookbook.sqlite", d / "cookbook.duckdb", d / "cookbook-parquet"
             base = [str(trace), "-q", "--force", "--jobs", str(args.jobs)]
             exports = {"sqlite": run([*base, "--db", str(lite)]),
                        "duckdb": run([*base, "--db", str(duck)]),
                        "parquet": run([*base, "--parquet", str(pq)])}
             sizes = {"sqlite": _size(lite), "duckdb": _size(duck), "parquet": _size(pq)}
+            if args.compare_export:
+                bare = d / "cookbook-noagg.sqlite"
+                exports["sqlite_no_aggregates"] = run([*base, "--db", str(bare), "--no-aggregates"])
+                bare.unlink()
             conns = {"sqlite": sqlite3.connect(lite), "duckdb": duckdb.connect(str(duck), read_only=True),
                      "parquet": open_parquet(pq)}
             pg_name = None
@@ -122,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 samples = conns["sqlite"].execute("SELECT COUNT(*) - 1 FROM samples").fetchone()[0]
                 report: dict = {"samples": samples, "runs": args.runs, "export_s": exports, "bytes": sizes,
-                                "queries": {}, "same_rows": {}}
+                                "queries": {}, "same_rows": {}, "same_as_raw": {}}
+                all_rows: dict[str, dict[str, list]] = {}
                 names = list(conns)
                 print(f"{samples} samples; export seconds: "
                       + ", ".join(f"{k} {v:.2f}" for k, v in exports.items())
@@ -139,9 +160,15 @@ def main(argv: list[str] | None = None) -> int:
                             best = dt if best is None else min(best, dt)
                         times[n], rows[n] = best, _norm(got)
                     same = all(rows[n] == rows["sqlite"] for n in names)
+                    all_rows[q] = rows
                     report["queries"][q] = times
                     report["same_rows"][q] = same
                     print(f"{q:24s}" + "".join(f"{times[n]:12.3f}" for n in names) + f"  {'yes' if same else 'NO'}")
+                # a query over the aggregates and its raw form over calls / samples: the same rows everywhere
+                for q in [q for q in all_rows if f"{q}_raw" in all_rows]:
+                    report["same_as_raw"][q] = all(all_rows[q][n] == all_rows[f"{q}_raw"][n] for n in names)
+                print("aggregates == raw: " + ", ".join(f"{q} {'yes' if ok else 'NO'}"
+                                                        for q, ok in report["same_as_raw"].items()))
             finally:
                 for c in conns.values():
                     c.close()

@@ -290,6 +290,59 @@ CREATE TABLE calls_time_blocks (
     max_return_time bigint                        -- largest calls.return_time in the block
 );
 
+-- Aggregates written at export time, so the analysts' questions (hottest functions,
+-- call paths, CPU load over time) read thousands of rows instead of every call or
+-- sample.  Each equals a GROUP BY over perf's tables (see docs/export.md and the
+-- cookbook); `ptexport upgrade` computes them that way for older databases.
+-- Durations are return_time - call_time of the calls rows, in perf time (ns).
+CREATE TABLE call_path_stats (
+    id              integer NOT NULL PRIMARY KEY, -- row number (ordered by thread_id, call_path_id)
+    thread_id       bigint,                       -- threads.id of the calls
+    call_path_id    bigint,                       -- call_paths.id of the calls
+    calls           bigint,                       -- number of calls rows of this thread on this path
+    total_ns        bigint,                       -- sum of their durations (inclusive time)
+    self_ns         bigint,                       -- sum of their self times: duration minus the durations of the calls whose parent_id is the call
+    min_ns          bigint,                       -- shortest duration
+    max_ns          bigint,                       -- longest duration
+    branch_count    bigint,                       -- sum of calls.branch_count
+    insn_count      bigint,                       -- sum of calls.insn_count (inclusive)
+    cyc_count       bigint                        -- sum of calls.cyc_count (inclusive)
+);
+
+CREATE TABLE symbol_stats (
+    id              integer NOT NULL PRIMARY KEY, -- row number (ordered by symbol_id)
+    symbol_id       bigint,                       -- symbols.id (call_paths.symbol_id of the calls' paths)
+    calls           bigint,                       -- number of calls of the symbol, on any path, in any thread
+    total_ns        bigint,                       -- sum of their durations (a recursive function counts each level)
+    self_ns         bigint,                       -- sum of their self times (call_path_stats.self_ns)
+    min_ns          bigint,                       -- shortest duration
+    max_ns          bigint,                       -- longest duration
+    branch_count    bigint,                       -- sum of calls.branch_count
+    insn_count      bigint,                       -- sum of calls.insn_count (inclusive)
+    cyc_count       bigint                        -- sum of calls.cyc_count (inclusive)
+);
+
+CREATE TABLE sample_stats (
+    id              integer NOT NULL PRIMARY KEY, -- row number (ordered by thread_id, evsel_id, symbol_id, branch_type)
+    thread_id       bigint,                       -- samples.thread_id
+    evsel_id        bigint,                       -- samples.evsel_id (selected_events.id)
+    symbol_id       bigint,                       -- samples.symbol_id (the symbol of the sample's ip)
+    branch_type     integer,                      -- samples.branch_type (branch_types.id)
+    samples         bigint,                       -- number of samples
+    insn_count      bigint,                       -- sum of samples.insn_count
+    cyc_count       bigint,                       -- sum of samples.cyc_count
+    cyc_insn_count  bigint                        -- sum of samples.insn_count over the samples with cyc_count > 0 (what IPC divides)
+);
+
+CREATE TABLE cpu_time_stats (
+    id              integer NOT NULL PRIMARY KEY, -- row number (ordered by cpu, time)
+    cpu             integer,                      -- samples.cpu (-1: per-thread trace)
+    time            bigint,                       -- start of the bucket: samples.time rounded down to a multiple of 1000000 (1 ms)
+    samples         bigint,                       -- number of samples (every event) of the CPU in [time, time + 1000000)
+    insn_count      bigint,                       -- sum of samples.insn_count
+    cyc_count       bigint                        -- sum of samples.cyc_count
+);
+
 CREATE TABLE schema_version (
     version         integer,                      -- schema version of this database (see migrations/)
     generator       varchar(64),                  -- what wrote it: ptexport X.Y or perf export-to-sqlite.py

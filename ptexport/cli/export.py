@@ -26,6 +26,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--calls", dest="calls", action="store_true", default=True,
                         help="build calls and call_paths (default)")
     parser.add_argument("--no-calls", dest="calls", action="store_false", help="skip call trees")
+    parser.add_argument("--no-aggregates", dest="aggregates", action="store_false", default=True,
+                        help="leave call_path_stats, symbol_stats, sample_stats and cpu_time_stats empty (docs/export.md)")
     parser.add_argument("--cpu", metavar="LIST", help="only these CPUs (e.g. 0,2-3)")
     add_filter_arguments(parser, export=True)
     parser.add_argument("--symfs", metavar="DIR", help="look for binaries under DIR")
@@ -84,7 +86,7 @@ def run(args, out) -> int:
     cfg = ExportConfig(itrace=itrace, calls=args.calls, force=args.force, symfs=args.symfs, kallsyms=args.kallsyms,
                        buildid_dir=args.buildid_dir, cpus=parse_cpu_list(args.cpu), guestkallsyms=args.guestkallsyms,
                        guest_kcore=args.guest_kcore, guestmount=args.guestmount, jobs=args.jobs,
-                       callchains=args.callchains, salvage=not args.strict,
+                       callchains=args.callchains, salvage=not args.strict, aggregates=args.aggregates,
                        guest_data=parse_guest_data_list(args.guest_data), **filter_config(args))
     _warn_space(args.trace, args.db, args.parquet)
     progress = None

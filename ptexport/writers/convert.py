@@ -27,6 +27,7 @@ from ptexport.errors import ExportError, UsageError
 
 # the factory, in the package's __init__ (which does not import this module)
 from ptexport.writers import open_writer
+from ptexport.writers.aggregates import AGGREGATE_TABLES, aggregate_sql
 from ptexport.writers.base import TIME_BLOCK_COLUMNS, UNKNOWN_ROWS, Writer
 from ptexport.writers.schema import SCHEMA_VERSION, load_schema
 from ptexport.writers.targets import parse_target, target_kind, target_path
@@ -96,6 +97,10 @@ class _Source:
         except self._errors as e:
             raise ExportError(f"{self.name}: {e}") from e
 
+    def query_rows(self, sql: str) -> list[tuple[Any, ...]]:
+        """All rows of a query (a small result: the aggregates of a source without them)."""
+        return self._query(sql)
+
     def version(self) -> int | None:
         rows = self._query("SELECT MAX(version) FROM schema_version") if "schema_version" in self.tables() else []
         return int(rows[0][0]) if rows and rows[0][0] is not None else None
@@ -152,6 +157,13 @@ def convert(source: str, target: str, *, force: bool = False,
             summary.target = getattr(w, "target", target)
             for table, cdefs in load_schema("sqlite").tables.items():
                 if table in DERIVED:
+                    continue
+                if table not in have and table in AGGREGATE_TABLES:
+                    # a source exported before the aggregates (a DuckDB file cannot be upgraded): computed
+                    # from its calls and samples, as `ptexport upgrade` does
+                    rows = src.query_rows(aggregate_sql(table, from_calls=True))
+                    if rows:
+                        w.write_columns(table, _columns(rows, [c.name for c in cdefs], [c.type for c in cdefs]))
                     continue
                 if table not in have:
                     raise ExportError(f"{source}: no table {table}: run `ptexport upgrade {source}` first")

@@ -76,7 +76,8 @@ class MigrationDb:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         if self.dialect == "postgresql":
             sql = sql.replace("?", "%s")
-        cur = self.conn.execute(sql, tuple(params))
+        # psycopg without parameters does not look for placeholders: a '%' is the operator
+        cur = self.conn.execute(sql, tuple(params)) if params or self.dialect != "postgresql" else self.conn.execute(sql)
         if cur.description is None:  # a statement without rows (DDL, UPDATE ...)
             return []
         return list(cur.fetchall())
