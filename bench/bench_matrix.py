@@ -68,7 +68,7 @@ TINY_RAW_SLICE = 128 << 10
 WARM_BRANCHES = 2000
 #: What a run makes in its work folder (--keep DIR --force replaces these, and only these).
 RUN_FILES = ("decode", "first", "checkout", "venv", "pip-install.log", "warm", "warm-vm", "perf.db", "ours-j1.sqlite",
-             "ours-j2.sqlite", "vm", "host", "raw", "simplept-slice.pt")
+             "ours-j2.sqlite", "vm", "host", "raw-hotloop", "raw-calls", "simplept-slice.pt")
 
 # The issue's targets (DESIGN.md section 6): (what, test on the ratio, text).
 TARGETS = {
@@ -389,7 +389,7 @@ def raw_run(cmd: list[str], warm: bool) -> tuple[float, float, int, int]:
     return wall, cpu, int(found[1]), errors
 
 
-def part_raw(m: Matrix, work: Path, branches: int, tiny: bool) -> dict:
+def part_raw(m: Matrix, work: Path, branches: int, hot_branches: int, tiny: bool) -> dict:
     p = bench_rawdump.PTXED
     ptxed_rate = p["insns"] / p["seconds"]
     ptexport = ["ptexport", "dump", "insns", "--quiet", "--stat"]
@@ -412,16 +412,21 @@ def part_raw(m: Matrix, work: Path, branches: int, tiny: bool) -> dict:
     else:
         rep["simplept"] = {"skipped": f"{real} not found"}
         m.row("raw", "simplept-adl", None, None, None, note=f"skipped: {real} not found")
-    raw, elf = bench_rawdump.make_raw(work / "raw", branches, 3)
-    wall, cpu, insns, errors = raw_run([*ptexport, "--raw", str(raw), "--image", f"{elf}:0"], not tiny)
-    if errors:
-        m.problems.append(f"raw: {errors} decode errors on the generated raw trace")
-    rep["generated"] = {"bytes": raw.stat().st_size, "wall_s": wall, "cpu_s": cpu, "insns": insns,
-                        "error_lines": errors, "insns_per_s": insns / wall,
-                        "ratio": ratio(insns / wall, ptxed_rate), "ratio_cpu": ratio(insns / cpu, ptxed_rate)}
-    m.row("raw", f"generated {raw.stat().st_size / 1e6:.2f} MB + ELF: insns/s", (wall, cpu), None,
-          rep["generated"]["ratio"], "raw", cpu_ratio=rep["generated"]["ratio_cpu"],
-          value=f"{insns / wall / 1e6:.1f} M insns/s", note=f"{insns} insns; ptxed {ptxed_rate / 1e6:.0f} M/s")
+    # the loop-heavy shape the issue names (compute loops: one TNT bit per ~33 instructions), and
+    # the branch-heavy one (calls: ~5 instructions per branch) for reference
+    for key, program, n, extra in (("generated", "hotloop", hot_branches, ("--tnt", "long", "--timing", "tsc")),
+                                   ("generated_calls", "calls", branches, ())):
+        raw, elf = bench_rawdump.make_raw(work / f"raw-{program}", n, 3, program, extra)
+        wall, cpu, insns, errors = raw_run([*ptexport, "--raw", str(raw), "--image", f"{elf}:0"], not tiny)
+        if errors:
+            m.problems.append(f"raw: {errors} decode errors on the generated raw trace ({program})")
+        rep[key] = {"program": program, "bytes": raw.stat().st_size, "wall_s": wall, "cpu_s": cpu, "insns": insns,
+                    "error_lines": errors, "insns_per_s": insns / wall,
+                    "ratio": ratio(insns / wall, ptxed_rate), "ratio_cpu": ratio(insns / cpu, ptxed_rate)}
+        m.row("raw", f"generated {program} {raw.stat().st_size / 1e6:.2f} MB + ELF: insns/s", (wall, cpu), None,
+              rep[key]["ratio"], "raw" if program == "hotloop" else None, cpu_ratio=rep[key]["ratio_cpu"],
+              value=f"{insns / wall / 1e6:.1f} M insns/s",
+              note=f"{insns} insns ({insns / raw.stat().st_size:.0f}/byte); ptxed {ptxed_rate / 1e6:.0f} M/s")
     return rep
 
 
@@ -439,11 +444,14 @@ def main(argv: list[str] | None = None) -> int:
                          "equal to --branches)")
     ap.add_argument("--vm-branches", type=parse_count, default=1_000_000,
                     help="branches of the VM trace and of its host-only twin (default 1M)")
+    ap.add_argument("--hot-branches", type=parse_count, default=12_000_000,
+                    help="branches of the loop-heavy generated raw dump (default 12M: about 2 MB, ~370 M "
+                         "instructions, the shape of ptxed's reference trace)")
     ap.add_argument("--raw-branches", type=parse_count, default=2_000_000,
                     help="branches of the generated raw dump (default 2M: about 2 MB, ptxed's input size)")
     ap.add_argument("--skip-venv", action="store_true", help="skip the fresh install (part 1: minutes)")
     add_options(ap, keep=True)
-    args = parse(ap, argv, tiny={"branches": 20_000, "vm_branches": WARM_BRANCHES, "raw_branches": WARM_BRANCHES,
+    args = parse(ap, argv, tiny={"branches": 20_000, "vm_branches": WARM_BRANCHES, "raw_branches": WARM_BRANCHES, "hot_branches": WARM_BRANCHES,
                                  "skip_venv": True})
     need_perf(ap, exporter=True)
     sys.stdout.reconfigure(line_buffering=True)  # in order with the generators' lines on stderr
@@ -474,7 +482,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
     report["decode"] = part_decode(m, trace)
     report["export"] = part_export(m, trace, work)
     report["vm"] = part_vm(m, work, args.vm_branches)
-    report["raw"] = part_raw(m, work, args.raw_branches, args.tiny)
+    report["raw"] = part_raw(m, work, args.raw_branches, args.hot_branches, args.tiny)
     load.append(os.getloadavg()[0])
     print()
     print(f"matrix: {report['decode']['branches']} branches (decode, export), {report['vm']['vm_branches']} (VM), "

@@ -30,12 +30,17 @@ from _common import add_options, one_line_errors, parse, parse_count, workdir, w
 PTXED = {"mib": 2.0, "blocks": 11e6, "insns": 234e6, "seconds": 0.3}  # DESIGN.md section 6
 
 
-def make_raw(d: Path, branches: int, seed: int) -> tuple[Path, Path]:
-    """A generated single-CPU trace in ``d`` and its AUX data as ``d/raw.pt``; (raw.pt, the ELF)."""
-    raw, elf = d / "raw.pt", d / "calls"
+def make_raw(d: Path, branches: int, seed: int, program: str = "calls",
+             extra: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """A generated single-CPU trace in ``d`` and its AUX data as ``d/raw.pt``; (raw.pt, the ELF).
+
+    ``program`` ``hotloop`` with ``extra`` ``("--tnt", "long", "--timing", "tsc")`` is the loop-heavy
+    shape of real compute code (about 180 instructions per byte of trace, as ptxed's 2 MiB Alder
+    Lake reference has ~117); ``calls`` is branch-heavy (~5 instructions per branch)."""
+    raw, elf = d / "raw.pt", d / program
     subprocess.run([sys.executable, "-c", "from ptexport.cli import entry; entry()", "synth", "--out", str(d),
-                    "--program", "calls", "--branches", str(branches), "--replay", "on", "--seed", str(seed)],
-                   check=True, stdout=subprocess.DEVNULL)
+                    "--program", program, "--branches", str(branches), "--replay", "on", "--seed", str(seed),
+                    *extra], check=True, stdout=subprocess.DEVNULL)
     from ptexport.perfdata import open_perf_data
     from ptexport.perfdata.constants import RecordType as RT
 

@@ -114,7 +114,44 @@ def _install_locator() -> None:
         impl._locator_classes = [_make_locator(caching), *classes]
 
 
+class _SkipBlasProbe:
+    """Report scipy absent to numba's one BLAS probe per process: a quarter second of start-up saved.
+
+    The first kernel a process loads makes numba import ``numba.np.arraymath``, whose module body
+    asks whether scipy's BLAS is there (``_check_blas``: ``import scipy.linalg.cython_blas``) for
+    ``np.dot`` and its kin, which no ptexport kernel calls.  Where scipy is installed that import
+    costs ~0.25 s in every process (the CLI, the decoding child, each worker).  This finder, first
+    on ``sys.meta_path``, answers "no scipy" only while that module body runs (the module is in
+    ``sys.modules`` without its ``_HAVE_BLAS`` yet) and leaves the path once it has run; a scipy
+    imported before or after is untouched.
+    """
+
+    _PROBER = "numba.np.arraymath"
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        prober = sys.modules.get(self._PROBER)
+        if prober is not None and hasattr(prober, "_HAVE_BLAS"):
+            self.remove()
+        elif prober is not None and (name == "scipy" or name.startswith("scipy.")):
+            raise ModuleNotFoundError(f"{name}: not offered to numba's BLAS probe (ptexport.jit)", name=name)
+        return None
+
+    def remove(self) -> None:
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+
+    @classmethod
+    def install(cls) -> None:
+        if cls._PROBER in sys.modules or "scipy.linalg" in sys.modules:
+            return  # probed already, or scipy's BLAS is loaded (then the probe is cheap)
+        if not any(isinstance(f, cls) for f in sys.meta_path):
+            sys.meta_path.insert(0, cls())
+
+
 if numba is not None:
+    _SkipBlasProbe.install()
     try:
         _install_locator()
     except Exception as e:  # pragma: no cover - a numba without the cache internals we know

@@ -19,10 +19,14 @@
 --
 -- Loader syntax (ptexport/writers/schema.py): statements end with ";" at the
 -- end of a line.  Lines between "-- @sqlite" and "-- @end" are used only for
--- SQLite, between "-- @postgresql" and "-- @end" only for PostgreSQL.
--- to_hex(x) is PostgreSQL's; for SQLite it becomes printf('%x', x).
+-- SQLite, between "-- @postgresql" and "-- @end" only for PostgreSQL, between
+-- "-- @duckdb" and "-- @end" only for DuckDB (the DuckDB and Parquet targets);
+-- a marker may name several ("-- @postgresql @duckdb").
+-- to_hex(x) is PostgreSQL's; for SQLite it becomes printf('%x', x), for DuckDB
+-- lower(to_hex(CAST(x AS BIGINT))) (both 64-bit two's complement, lower case).
 -- "id integer NOT NULL PRIMARY KEY" is SQLite's rowid alias; for PostgreSQL
--- it becomes "id bigint NOT NULL" and the primary key is added after loading.
+-- it becomes "id bigint NOT NULL" and the primary key is added after loading;
+-- for DuckDB "id bigint NOT NULL" (no key: rows are stored in id order).
 -- The "-- " comment after a column is its documentation (PostgreSQL gets it as
 -- COMMENT ON COLUMN).  A DEFAULT on trailing columns lets the SQLite bulk
 -- writer leave those values out of a row's record when they equal the
@@ -286,6 +290,59 @@ CREATE TABLE calls_time_blocks (
     max_return_time bigint                        -- largest calls.return_time in the block
 );
 
+-- Aggregates written at export time, so the analysts' questions (hottest functions,
+-- call paths, CPU load over time) read thousands of rows instead of every call or
+-- sample.  Each equals a GROUP BY over perf's tables (see docs/export.md and the
+-- cookbook); `ptexport upgrade` computes them that way for older databases.
+-- Durations are return_time - call_time of the calls rows, in perf time (ns).
+CREATE TABLE call_path_stats (
+    id              integer NOT NULL PRIMARY KEY, -- row number (ordered by thread_id, call_path_id)
+    thread_id       bigint,                       -- threads.id of the calls
+    call_path_id    bigint,                       -- call_paths.id of the calls
+    calls           bigint,                       -- number of calls rows of this thread on this path
+    total_ns        bigint,                       -- sum of their durations (inclusive time)
+    self_ns         bigint,                       -- sum of their self times: duration minus the durations of the calls whose parent_id is the call
+    min_ns          bigint,                       -- shortest duration
+    max_ns          bigint,                       -- longest duration
+    branch_count    bigint,                       -- sum of calls.branch_count
+    insn_count      bigint,                       -- sum of calls.insn_count (inclusive)
+    cyc_count       bigint                        -- sum of calls.cyc_count (inclusive)
+);
+
+CREATE TABLE symbol_stats (
+    id              integer NOT NULL PRIMARY KEY, -- row number (ordered by symbol_id)
+    symbol_id       bigint,                       -- symbols.id (call_paths.symbol_id of the calls' paths)
+    calls           bigint,                       -- number of calls of the symbol, on any path, in any thread
+    total_ns        bigint,                       -- sum of their durations (a recursive function counts each level)
+    self_ns         bigint,                       -- sum of their self times (call_path_stats.self_ns)
+    min_ns          bigint,                       -- shortest duration
+    max_ns          bigint,                       -- longest duration
+    branch_count    bigint,                       -- sum of calls.branch_count
+    insn_count      bigint,                       -- sum of calls.insn_count (inclusive)
+    cyc_count       bigint                        -- sum of calls.cyc_count (inclusive)
+);
+
+CREATE TABLE sample_stats (
+    id              integer NOT NULL PRIMARY KEY, -- row number (ordered by thread_id, evsel_id, symbol_id, branch_type)
+    thread_id       bigint,                       -- samples.thread_id
+    evsel_id        bigint,                       -- samples.evsel_id (selected_events.id)
+    symbol_id       bigint,                       -- samples.symbol_id (the symbol of the sample's ip)
+    branch_type     integer,                      -- samples.branch_type (branch_types.id)
+    samples         bigint,                       -- number of samples
+    insn_count      bigint,                       -- sum of samples.insn_count
+    cyc_count       bigint,                       -- sum of samples.cyc_count
+    cyc_insn_count  bigint                        -- sum of samples.insn_count over the samples with cyc_count > 0 (what IPC divides)
+);
+
+CREATE TABLE cpu_time_stats (
+    id              integer NOT NULL PRIMARY KEY, -- row number (ordered by cpu, time)
+    cpu             integer,                      -- samples.cpu (-1: per-thread trace)
+    time            bigint,                       -- start of the bucket: samples.time rounded down to a multiple of 1000000 (1 ms)
+    samples         bigint,                       -- number of samples (every event) of the CPU in [time, time + 1000000)
+    insn_count      bigint,                       -- sum of samples.insn_count
+    cyc_count       bigint                        -- sum of samples.cyc_count
+);
+
 CREATE TABLE schema_version (
     version         integer,                      -- schema version of this database (see migrations/)
     generator       varchar(64),                  -- what wrote it: ptexport X.Y or perf export-to-sqlite.py
@@ -383,6 +440,10 @@ SELECT
 -- @sqlite
     CASE WHEN cyc_count=0 THEN CAST(0 AS FLOAT) ELSE ROUND(CAST(insn_count AS FLOAT) / cyc_count, 2) END AS IPC,
 -- @end
+-- DuckDB: SQLite's REAL rounded as SQLite rounds (half away from zero on the decimal digits, not on the binary value)
+-- @duckdb
+    CASE WHEN cyc_count=0 THEN CAST(0 AS DOUBLE) ELSE CAST(ROUND(CAST(CAST(insn_count AS DOUBLE) / cyc_count AS DECIMAL(30, 12)), 2) AS DOUBLE) END AS IPC,
+-- @end
 -- @postgresql
     CASE WHEN cyc_count=0 THEN CAST(0 AS NUMERIC(20, 2)) ELSE CAST((CAST(insn_count AS FLOAT) / cyc_count) AS NUMERIC(20, 2)) END AS IPC,
 -- @end
@@ -392,7 +453,7 @@ SELECT
 -- @sqlite
     CASE WHEN flags=0 THEN '' WHEN flags=1 THEN 'no call' WHEN flags=2 THEN 'no return' WHEN flags=3 THEN 'no call/return' WHEN flags=6 THEN 'jump' ELSE flags END AS flags,
 -- @end
--- @postgresql
+-- @postgresql @duckdb
     CASE WHEN flags=0 THEN '' WHEN flags=1 THEN 'no call' WHEN flags=2 THEN 'no return' WHEN flags=3 THEN 'no call/return' WHEN flags=6 THEN 'jump' ELSE CAST(flags AS VARCHAR(11)) END AS flags,
 -- @end
     parent_call_path_id,
@@ -422,6 +483,10 @@ SELECT
     cyc_count,
 -- @sqlite
     CASE WHEN cyc_count=0 THEN CAST(0 AS FLOAT) ELSE ROUND(CAST(insn_count AS FLOAT) / cyc_count, 2) END AS IPC,
+-- @end
+-- DuckDB: SQLite's REAL rounded as SQLite rounds (half away from zero on the decimal digits, not on the binary value)
+-- @duckdb
+    CASE WHEN cyc_count=0 THEN CAST(0 AS DOUBLE) ELSE CAST(ROUND(CAST(CAST(insn_count AS DOUBLE) / cyc_count AS DECIMAL(30, 12)), 2) AS DOUBLE) END AS IPC,
 -- @end
 -- @postgresql
     CASE WHEN cyc_count=0 THEN CAST(0 AS NUMERIC(20, 2)) ELSE CAST((CAST(insn_count AS FLOAT) / cyc_count) AS NUMERIC(20, 2)) END AS IPC,
@@ -494,7 +559,7 @@ SELECT
 -- @sqlite
          ELSE wake_reason END AS wake_reason
 -- @end
--- @postgresql
+-- @postgresql @duckdb
          ELSE CAST(wake_reason AS VARCHAR(2)) END AS wake_reason
 -- @end
 FROM pwrx
@@ -515,7 +580,7 @@ SELECT
     pwre.cstate AS cstate,
     pwre.subcstate AS subcstate,
 -- perf's SQLite view gives hw and exact_ip as stored (0/1), its PostgreSQL view as 'False'/'True'
--- @sqlite
+-- @sqlite @duckdb
     pwre.hw AS hw,
     exstop.exact_ip AS exact_ip,
 -- @end
@@ -534,6 +599,9 @@ SELECT
 -- @end
 -- @postgresql
          ELSE LPAD(CAST(pwrx.wake_reason AS VARCHAR(2)), 2) END AS wake_reason
+-- @end
+-- @duckdb
+         ELSE LPAD(CAST(pwrx.wake_reason AS VARCHAR), 2, ' ') END AS wake_reason
 -- @end
 FROM samples
 INNER JOIN selected_events ON selected_events.id = samples.evsel_id
@@ -562,7 +630,7 @@ SELECT
 -- @sqlite
          ELSE context_switches.flags END AS flags
 -- @end
--- @postgresql
+-- @postgresql @duckdb
          ELSE CAST(context_switches.flags AS VARCHAR(11)) END AS flags
 -- @end
 FROM context_switches

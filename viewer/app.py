@@ -2,6 +2,7 @@
 
     ptexport-viewer trace.sqlite
     ptexport-viewer postgresql://user@host/dbname
+    ptexport-viewer trace.duckdb            (read-only, through duckdb_engine)
     ptexport-viewer --in-memory perf-export.db      # copy + index a perf export in memory
 """
 
@@ -204,7 +205,7 @@ class MainWindow(QMainWindow):
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="ptexport-viewer", description="Browse a ptexport or perf export database.")
-    p.add_argument("database", help="SQLite file or postgresql:// URL")
+    p.add_argument("database", help="SQLite file, DuckDB file (NAME.duckdb, or duckdb:PATH) or postgresql:// URL")
     p.add_argument("--in-memory", action="store_true",
                    help="copy an SQLite database into memory and add the viewer's indexes (the file is not changed)")
     p.add_argument("--timeout", type=float, default=30.0, help="statement timeout of the SQL console, seconds")

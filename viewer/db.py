@@ -1,11 +1,13 @@
-"""Read-only database access for the viewer: SQLite files and PostgreSQL URLs.
+"""Read-only database access for the viewer: SQLite files, DuckDB files and PostgreSQL URLs.
 
 Everything the viewer reads goes through :class:`Database`.  It opens the
 database read-only (SQLite ``file:...?mode=ro`` URI plus ``PRAGMA query_only``;
-PostgreSQL ``default_transaction_read_only``), hands out SQLAlchemy
+DuckDB ``read_only`` through SQLAlchemy's DuckDB dialect, the ``duckdb_engine``
+package; PostgreSQL ``default_transaction_read_only``), hands out SQLAlchemy
 connections wrapped in a :class:`Session` that can be cancelled from another
-thread (SQLite progress handler / ``interrupt()``, PostgreSQL cancel request)
-and that enforces a statement timeout, and describes the schema it found
+thread (SQLite progress handler / ``interrupt()``, DuckDB ``interrupt()``,
+PostgreSQL cancel request) and that enforces a statement timeout (DuckDB has
+none of its own: a timer interrupts the statement), and describes the schema it found
 (:class:`Capabilities`) so that queries work on perf's plain schema and use
 ptexport's additions when they are present.
 
@@ -46,6 +48,25 @@ UPGRADE_INDEXES = (
 )
 
 _memory_ids = itertools.count(1)
+
+#: The first bytes of a DuckDB database file: an 8-byte checksum, then the magic.
+DUCKDB_MAGIC = b"DUCK"
+DUCKDB_SUFFIXES = (".duckdb", ".ddb")
+
+
+def target_kind(target: str) -> str:
+    """``sqlite``, ``duckdb`` or ``postgresql``: from the URL scheme, ``duckdb:PATH``, the suffix, or the
+    file's first bytes (a DuckDB file under any name)."""
+    if target.startswith(("postgresql:", "postgres:", "postgresql+")):
+        return "postgresql"
+    if target.startswith("duckdb:") or target.lower().endswith(DUCKDB_SUFFIXES):
+        return "duckdb"
+    try:
+        with open(target, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return "sqlite"  # the SQLite path reports what is wrong with it
+    return "duckdb" if head[8:12] == DUCKDB_MAGIC else "sqlite"
 
 
 class ViewerError(PtExportError):
@@ -127,6 +148,7 @@ class Session:
         self._cancelled = threading.Event()
         self._deadline: float | None = None
         self._raw = conn.connection.dbapi_connection
+        self._timer: threading.Timer | None = None
         if db.is_sqlite:
             self._raw.set_progress_handler(self._sqlite_progress, 2000)
 
@@ -135,10 +157,10 @@ class Session:
         """Ask the running statement to stop (safe from any thread)."""
         self._cancelled.set()
         try:
-            if self.db.is_sqlite:
-                self._raw.interrupt()
-            else:
+            if self.db.is_postgres:
                 self._raw.cancel()
+            else:
+                self._raw.interrupt()
         except Exception:  # the connection may already be closed: nothing to cancel
             pass
 
@@ -159,7 +181,7 @@ class Session:
         READ ONLY transaction that is always rolled back (so even ``SET`` does not outlive it)."""
         if has_two_statements(sql):
             raise QueryError("one statement at a time (remove the ';' between statements)", sql)
-        if self.db.is_sqlite:
+        if not self.db.is_postgres:  # the connection itself is read-only
             return self.execute(sql, None, fetch)
         try:
             self._rollback()
@@ -175,6 +197,17 @@ class Session:
         if self.cancelled:
             raise QueryCancelled("cancelled")
         self._deadline = time.monotonic() + self.timeout if self.timeout else None
+        timed_out = False
+        if self.db.is_duckdb and self.timeout:
+            def expire() -> None:
+                nonlocal timed_out
+                timed_out = True
+                with contextlib.suppress(Exception):
+                    self._raw.interrupt()
+
+            self._timer = threading.Timer(self.timeout, expire)
+            self._timer.daemon = True
+            self._timer.start()
         try:
             self._apply_timeout()
             result = self.conn.execute(sa.text(sql), params or {})
@@ -190,7 +223,7 @@ class Session:
             msg = msg.strip().splitlines()[0] if msg.strip() else type(e.orig).__name__
             if self.cancelled:
                 raise QueryCancelled("cancelled") from e
-            if self._timed_out(e):
+            if timed_out or self._timed_out(e):
                 raise QueryCancelled(f"statement timeout ({self.timeout:g} s): {msg}") from e
             raise QueryError(msg, sql) from e
         except sa.exc.SQLAlchemyError as e:
@@ -198,6 +231,9 @@ class Session:
             raise QueryError(str(e).splitlines()[0], sql) from e
         finally:
             self._deadline = None
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
 
     def rows(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
         return self.execute(sql, params)[1]
@@ -208,7 +244,7 @@ class Session:
 
     def _apply_timeout(self) -> None:
         """PostgreSQL: pooled connections keep their setting; set it whenever it differs."""
-        if self.db.is_sqlite:
+        if not self.db.is_postgres:
             return
         want = int(self.timeout * 1000) if self.timeout else 0
         info = self.conn.connection.info
@@ -219,8 +255,8 @@ class Session:
 
     def _timed_out(self, e: sa.exc.DBAPIError) -> bool:
         text = str(e.orig).lower()
-        if self.db.is_sqlite:
-            return "interrupted" in text
+        if not self.db.is_postgres:
+            return "interrupted" in text and not self.cancelled
         return "statement timeout" in text
 
     def _rollback(self) -> None:
@@ -229,7 +265,7 @@ class Session:
 
 
 class Database:
-    """A read-only handle on one exported database (SQLite path or postgresql:// URL).
+    """A read-only handle on one exported database (SQLite or DuckDB path, or postgresql:// URL).
 
     ``in_memory=True`` (SQLite only) copies the file into a shared in-memory
     database and adds the indexes of :data:`UPGRADE_INDEXES`: this is how a
@@ -241,13 +277,18 @@ class Database:
                  user_timeout: float = 30.0) -> None:
         self.target = str(target)
         self.user_timeout = user_timeout
-        self.is_sqlite = not self.target.startswith(("postgresql:", "postgres:", "postgresql+"))
+        self.kind = target_kind(self.target)
+        self.is_sqlite = self.kind == "sqlite"
+        self.is_duckdb = self.kind == "duckdb"
+        self.is_postgres = self.kind == "postgresql"
         self.in_memory = in_memory and self.is_sqlite
         self._keeper: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._sessions: set[Session] = set()
         if self.is_sqlite:
             self.engine = self._sqlite_engine()
+        elif self.is_duckdb:
+            self.engine = self._duckdb_engine()
         else:
             self.engine = self._pg_engine()
         with self.session() as s:
@@ -310,6 +351,27 @@ class Database:
             con.executemany("INSERT INTO branch_types (id, name) VALUES (?, ?)",
                             [(int(b), branch_type_name(int(b))) for b in missing if b is not None])
 
+    def _duckdb_engine(self) -> Engine:
+        """DuckDB through SQLAlchemy's DuckDB dialect (``duckdb_engine``), opened read-only: other
+        processes may read the file meanwhile, none may write it."""
+        path = Path(self.target.removeprefix("duckdb:"))
+        if not path.is_file():
+            raise ViewerError(f"{self.target}: no such database file")
+        try:
+            with path.open("rb") as f:
+                head = f.read(12)
+        except OSError as e:
+            raise ViewerError(f"{self.target}: {e.strerror}") from e
+        if head[8:12] != DUCKDB_MAGIC:
+            raise ViewerError(f"{self.target}: not a DuckDB database")
+        try:
+            import duckdb_engine  # noqa: F401  (lazy: registers the dialect; only for DuckDB files)
+        except ImportError as e:
+            raise ViewerError(f"{self.target}: opening a DuckDB database needs the duckdb_engine package "
+                              "(pip install duckdb_engine)") from e
+        return sa.create_engine(f"duckdb:///{path.resolve().as_posix()}",
+                                connect_args={"read_only": True}, poolclass=NullPool)
+
     def _pg_engine(self) -> Engine:
         url = self.target
         for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
@@ -327,6 +389,8 @@ class Database:
     def display_name(self) -> str:
         if self.is_sqlite:
             return Path(self.target).name
+        if self.is_duckdb:
+            return Path(self.target.removeprefix("duckdb:")).name
         return sa.engine.make_url(self.target).render_as_string(hide_password=True)
 
     # -- sessions ----------------------------------------------------------
@@ -382,7 +446,7 @@ class Database:
             caps.branch_events = [(int(i), n) for i, n in s.rows(
                 "SELECT id, name FROM selected_events WHERE id > 0 AND name LIKE '%branches%' ORDER BY id")]
         version = s.scalar("SELECT sqlite_version()" if self.is_sqlite else "SELECT version()", default="")
-        caps.server_version = ("SQLite " if self.is_sqlite else "") + str(version)
+        caps.server_version = ("SQLite " if self.is_sqlite else "DuckDB " if self.is_duckdb else "") + str(version)
         return caps
 
     def table_names(self) -> list[str]:

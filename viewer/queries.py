@@ -224,7 +224,7 @@ def _match(s: Session, value: str, pattern: bool) -> tuple[str, str]:
     """SQL operator and operand for an exact or glob (``*``, ``?``) match on both databases."""
     if not pattern:
         return "=", value
-    if s.db.is_sqlite:
+    if not s.db.is_postgres:  # SQLite and DuckDB have GLOB
         return "GLOB", value
     v = value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return "LIKE", v.replace("*", "%").replace("?", "_")

@@ -46,6 +46,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from ptexport.calltree.callpath import ROOT, CallPathTable
+from ptexport.calltree.stats import CallStats, symbol_stats
 from ptexport.samples.flags import IpFlag
 
 __all__ = [
@@ -124,7 +125,7 @@ _NONE, _RETPOLINE_POSSIBLE, _RETPOLINE_DETECTED = 0, 1, 2
 class _Entry:
     __slots__ = (
         "ret_addr", "timestamp", "ref", "branch_count", "insn_count", "cyc_count",
-        "db_id", "cp", "no_call", "trace_end", "non_call",
+        "db_id", "cp", "no_call", "trace_end", "non_call", "child_ns",
     )
 
     def __init__(self, ret_addr, timestamp, ref, branch_count, insn_count, cyc_count, cp, no_call, trace_end):
@@ -139,6 +140,7 @@ class _Entry:
         self.no_call = no_call
         self.trace_end = trace_end
         self.non_call = False
+        self.child_ns = 0  # summed durations of the calls it made that returned (for its self time)
 
 
 class _Stack:
@@ -197,8 +199,15 @@ class CallTree:
     symbol ids of ``__x86_indirect_thunk_*`` functions.  ``first_call_id``,
     ``first_call_path_id`` and ``call_paths`` let an export continue numbering;
     ``root_call_path_id`` says the root call path row is already written with
-    that id (perf's root is 1), so it is not exported again.
+    that id (perf's root is 1), so it is not exported again.  ``stats``: keep
+    the aggregates of the calls rows as :meth:`take_calls` hands them out
+    (:mod:`ptexport.calltree.stats`; :meth:`take_stats`), each call's self time
+    being its duration minus its direct callees' durations, summed here as they return.
     """
+
+    #: Whether :meth:`process_batch` lets other threads run meanwhile (plain Python: no).
+    releases_gil = False
+
 
     def __init__(
         self,
@@ -210,6 +219,7 @@ class CallTree:
         first_call_path_id: int = 0,
         root_call_path_id: int = 0,
         call_paths: CallPathTable | None = None,
+        stats: bool = False,
     ) -> None:
         self.kernel_start = kernel_start
         self.paths = call_paths if call_paths is not None else CallPathTable(
@@ -219,6 +229,7 @@ class CallTree:
         self.last_call_id = first_call_id
         self.stacks: dict[tuple[int, int], _Stack] = {}
         self._rows: list[tuple[int, ...]] = []
+        self.call_stats = CallStats() if stats else None
 
     # ------------------------------------------------------------------ input
 
@@ -301,13 +312,28 @@ class CallTree:
         rows = self._rows
         self._rows = []
         out: dict[str, np.ndarray] = {}
-        arr = np.array(rows, dtype=np.int64).reshape(-1, len(CALLS_COLUMNS)) if rows else np.zeros(
-            (0, len(CALLS_COLUMNS)), dtype=np.int64
+        arr = np.array(rows, dtype=np.int64).reshape(-1, len(CALLS_COLUMNS) + 1) if rows else np.zeros(
+            (0, len(CALLS_COLUMNS) + 1), dtype=np.int64
         )
         for i, name in enumerate(CALLS_COLUMNS):
             out[name] = arr[:, i]
         out["flags"] = out["flags"].astype(np.int32)
+        if self.call_stats is not None:
+            self.call_stats.add(out, arr[:, len(CALLS_COLUMNS)])
         return out
+
+    def take_stats(self) -> dict[str, dict[str, np.ndarray]]:
+        """The aggregates of every ``calls`` row taken so far (``stats=True``; else none), as the
+        ``call_path_stats`` and ``symbol_stats`` tables' columns."""
+        if self.call_stats is None:
+            return {}
+        cps = self.call_stats.rows()
+        paths = self.paths
+        cp_symbol = np.zeros(paths.last_db_id + 1, dtype=np.int64)
+        for node, db_id in enumerate(paths.db_id):
+            if db_id:
+                cp_symbol[db_id] = paths.sym[node]
+        return {"call_path_stats": cps, "symbol_stats": symbol_stats(cps, cp_symbol)}
 
     def take_call_paths(self) -> dict[str, np.ndarray]:
         """``call_paths`` rows exported since the last call."""
@@ -341,12 +367,14 @@ class CallTree:
             self.last_call_id += 1
             db_id = self.last_call_id
         parent_id = 0
+        duration = timestamp - tse.timestamp
         if idx:
             below = ts.entries[idx - 1]
             if not below.db_id:
                 self.last_call_id += 1
                 below.db_id = self.last_call_id
             parent_id = below.db_id
+            below.child_ns += duration
         parent_cp = paths.parent[tse.cp]
         self._rows.append((
             db_id,
@@ -363,6 +391,7 @@ class CallTree:
             parent_id,
             ts.insn_count - tse.insn_count,
             ts.cyc_count - tse.cyc_count,
+            duration - tse.child_ns,  # self time (not a calls column: take_calls gives it to the stats)
         ))
 
     def _pop_return(self, ts: _Stack, timestamp: int, ref: int, no_return: bool) -> None:

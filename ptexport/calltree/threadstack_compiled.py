@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from ptexport.calltree.stats import CallStats, symbol_stats
 from ptexport.calltree.threadstack import (
     CALL_RETURN_NO_CALL,
     CALL_RETURN_NO_RETURN,
@@ -42,8 +43,11 @@ __all__ = [
 ]
 
 # entry pool columns
-E_RET, E_TIME, E_REF, E_BC, E_INSN, E_CYC, E_DBID, E_CP, E_FL, E_PREV = range(10)
-E_COLS = 10
+E_RET, E_TIME, E_REF, E_BC, E_INSN, E_CYC, E_DBID, E_CP, E_FL, E_PREV, E_CHILD = range(11)
+E_COLS = 11  # E_CHILD: summed durations of the entry's returned callees (its self time)
+# output columns: CALLS_COLUMNS, then the call's self time
+O_SELF = len(CALLS_COLUMNS)
+O_COLS = O_SELF + 1
 # entry flag bits
 NO_CALL, TRACE_END_FL, NON_CALL = 1, 2, 4
 # stack columns
@@ -155,6 +159,7 @@ if numba is not None:
         E[e, E_CP] = cp
         E[e, E_FL] = flags
         E[e, E_PREV] = S[slot, S_TOP]
+        E[e, E_CHILD] = 0
         S[slot, S_TOP] = e
         S[slot, S_CNT] += 1
         return e
@@ -185,11 +190,13 @@ if numba is not None:
             db_id = G[G_CALL_ID]
         below = E[e, E_PREV]
         parent_id = 0
+        duration = tm - E[e, E_TIME]
         if below >= 0:
             if E[below, E_DBID] == 0:
                 G[G_CALL_ID] += 1
                 E[below, E_DBID] = G[G_CALL_ID]
             parent_id = E[below, E_DBID]
+            E[below, E_CHILD] += duration
         pcp = P[E[e, E_CP], P_PARENT]
         k = G[G_NOUT]
         G[G_NOUT] += 1
@@ -207,6 +214,7 @@ if numba is not None:
         O[k, 11] = parent_id
         O[k, 12] = S[slot, S_INSN] - E[e, E_INSN]
         O[k, 13] = S[slot, S_CYC] - E[e, E_CYC]
+        O[k, O_SELF] = duration - E[e, E_CHILD]
         _drop(E, S, G, slot)
 
     @numba.njit(cache=True, nogil=True)
@@ -415,6 +423,9 @@ def _index_size(rows: int) -> int:
 class CallTree:
     """:class:`~ptexport.calltree.threadstack.CallTree` compiled with numba (same API, same rows)."""
 
+    #: Whether :meth:`process_batch` lets other threads run meanwhile: its loop is a nogil kernel.
+    releases_gil = True
+
     def __init__(
         self,
         *,
@@ -425,6 +436,7 @@ class CallTree:
         first_call_path_id: int = 0,
         root_call_path_id: int = 0,
         capacity: int = 1024,
+        stats: bool = False,
     ) -> None:
         if numba is None:  # pragma: no cover
             raise ImportError("the compiled CallTree needs numba (a dependency of ptexport: reinstall it)")
@@ -433,7 +445,7 @@ class CallTree:
         self.S = np.zeros((16, S_COLS), dtype=np.int64)
         self.P = np.zeros((capacity, P_COLS), dtype=np.int64)
         self.PO = np.zeros((capacity, 4), dtype=np.int64)
-        self.O = np.zeros((4 * capacity, len(CALLS_COLUMNS)), dtype=np.int64)
+        self.O = np.zeros((4 * capacity, O_COLS), dtype=np.int64)
         self.G = np.zeros(9, dtype=np.int64)
         self.G[G_CALL_ID] = first_call_id
         self.G[G_CP_ID] = max(first_call_path_id, root_call_path_id)
@@ -448,6 +460,7 @@ class CallTree:
         # would cost a compilation in every process)
         self.cpd = np.zeros(_index_size(self.P.shape[0]), dtype=np.int64)
         self.slots: dict[tuple[int, int], int] = {}
+        self.call_stats = CallStats() if stats else None
 
     @property
     def last_call_id(self) -> int:
@@ -455,21 +468,25 @@ class CallTree:
 
     def _slot_keys(self, thread_id, cpu, pid, tid) -> np.ndarray:
         idle = (pid == 0) & (tid == 0)
+        if len(thread_id) and not idle.any() and (thread_id == thread_id[0]).all():
+            return np.full(len(thread_id), self._slot((int(thread_id[0]), -1)), dtype=np.int64)  # one thread
         cpu_key = np.where(idle, np.maximum(cpu, 0), -1)
         # one int64 per (thread, cpu key): thread ids stay far below 2**43, CPUs below 2**20
         packed = (thread_id << 20) | (cpu_key + 1)
         uniq, inv = np.unique(packed, return_inverse=True)
         slot_of = np.empty(len(uniq), dtype=np.int64)
         for j, key in enumerate(uniq.tolist()):
-            k = (key >> 20, (key & 0xFFFFF) - 1)
-            s = self.slots.get(k)
-            if s is None:
-                s = len(self.slots)
-                self.slots[k] = s
-            slot_of[j] = s
-        if len(self.slots) > self.S.shape[0]:
-            self.S = _grow(self.S, len(self.slots))
+            slot_of[j] = self._slot((key >> 20, (key & 0xFFFFF) - 1))
         return slot_of[inv.ravel()]
+
+    def _slot(self, key: tuple[int, int]) -> int:
+        """The stack slot of (thread id, CPU key), made on first use."""
+        s = self.slots.get(key)
+        if s is None:
+            s = self.slots[key] = len(self.slots)
+            if len(self.slots) > self.S.shape[0]:
+                self.S = _grow(self.S, len(self.slots))
+        return s
 
     def process_batch(self, batch: Mapping[str, np.ndarray]) -> None:
         n = None
@@ -558,7 +575,22 @@ class CallTree:
         self.G[G_NOUT] = 0
         out = {name: rows[:, i] for i, name in enumerate(CALLS_COLUMNS)}
         out["flags"] = out["flags"].astype(np.int32)
+        if self.call_stats is not None:
+            self.call_stats.add(out, rows[:, O_SELF])
         return out
+
+    def take_stats(self) -> dict[str, dict[str, np.ndarray]]:
+        """The aggregates of every ``calls`` row taken so far (``stats=True``; else none), as the
+        ``call_path_stats`` and ``symbol_stats`` tables' columns."""
+        if self.call_stats is None:
+            return {}
+        cps = self.call_stats.rows()
+        n = int(self.G[G_NCP])
+        db_id = self.P[:n, P_DBID]
+        cp_symbol = np.zeros(int(self.G[G_CP_ID]) + 1, dtype=np.int64)
+        done = db_id > 0
+        cp_symbol[db_id[done]] = self.P[:n, P_SYM][done]
+        return {"call_path_stats": cps, "symbol_stats": symbol_stats(cps, cp_symbol)}
 
     def take_call_paths(self) -> dict[str, np.ndarray]:
         k = int(self.G[G_NPO])

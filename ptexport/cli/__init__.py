@@ -37,6 +37,7 @@ SUBCOMMANDS: dict[str, str] = {
     "export": "export",
     "dump": "dump",
     "upgrade": "upgrade",
+    "convert": "convert",
     "info": "info",
     "synth": "synth",
     "vm-time-correlation": "vm_time_correlation",

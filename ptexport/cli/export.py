@@ -1,4 +1,5 @@
-"""``ptexport TRACE --db DB``: decode a recording and export it into SQLite or PostgreSQL."""
+"""``ptexport TRACE --db DB`` / ``--parquet DIR``: decode a recording and export it into SQLite,
+PostgreSQL, DuckDB or a directory of Parquet files."""
 
 from __future__ import annotations
 
@@ -7,19 +8,26 @@ import os
 import sys
 
 NAME = "export"
-HELP = "decode TRACE and export it into a database (SQLite path or postgresql:// URL)"
+HELP = "decode TRACE and export it into a database (SQLite path, postgresql:// URL, NAME.duckdb) or Parquet files"
 
 
 def add_arguments(parser) -> None:
     from ptexport.cli.dump_branches import add_filter_arguments, add_guest_data_argument, add_strict_argument
 
     parser.add_argument("trace", help="perf.data file, pipe-mode file, directory, or - for stdin")
-    parser.add_argument("--db", required=True, metavar="DB", help="SQLite file or postgresql://user@host/dbname")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--db", metavar="DB",
+                       help="SQLite file, postgresql://user@host/dbname, or a DuckDB file (NAME.duckdb, NAME.ddb, "
+                            "duckdb:PATH)")
+    where.add_argument("--parquet", metavar="DIR",
+                       help="a directory of Parquet files: one per table, samples partitioned by cpu, schema.json")
     parser.add_argument("--itrace", default=None, metavar="OPTS",
                         help="perf's --itrace letters (default: all branches, errors and power events)")
     parser.add_argument("--calls", dest="calls", action="store_true", default=True,
                         help="build calls and call_paths (default)")
     parser.add_argument("--no-calls", dest="calls", action="store_false", help="skip call trees")
+    parser.add_argument("--no-aggregates", dest="aggregates", action="store_false", default=True,
+                        help="leave call_path_stats, symbol_stats, sample_stats and cpu_time_stats empty (docs/export.md)")
     parser.add_argument("--cpu", metavar="LIST", help="only these CPUs (e.g. 0,2-3)")
     add_filter_arguments(parser, export=True)
     parser.add_argument("--symfs", metavar="DIR", help="look for binaries under DIR")
@@ -56,6 +64,8 @@ def run(args, out) -> int:
 
     from ptexport.session import default_jobs
 
+    if args.parquet is not None:
+        args.db = f"parquet:{args.parquet}"
     if args.jobs is None:
         args.jobs = default_jobs()
     if args.jobs < 1:
@@ -76,9 +86,9 @@ def run(args, out) -> int:
     cfg = ExportConfig(itrace=itrace, calls=args.calls, force=args.force, symfs=args.symfs, kallsyms=args.kallsyms,
                        buildid_dir=args.buildid_dir, cpus=parse_cpu_list(args.cpu), guestkallsyms=args.guestkallsyms,
                        guest_kcore=args.guest_kcore, guestmount=args.guestmount, jobs=args.jobs,
-                       callchains=args.callchains, salvage=not args.strict,
+                       callchains=args.callchains, salvage=not args.strict, aggregates=args.aggregates,
                        guest_data=parse_guest_data_list(args.guest_data), **filter_config(args))
-    _warn_space(args.trace, args.db)
+    _warn_space(args.trace, args.db, args.parquet)
     progress = None
     bar = None
     if not args.quiet and sys.stderr.isatty():
@@ -120,13 +130,13 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
-def _warn_space(trace: str, target: str) -> None:
+def _warn_space(trace: str, target: str, shown: str | None = None) -> None:
     """A warning when the target's file system has less room than the export is estimated to need."""
     from ptexport.writers.space import estimate
 
     est = estimate(trace, target)
     if est is not None and est.short:
-        print(f"ptexport: warning: {target}: {_mib(est.free)} free in {est.directory}, the export may need "
+        print(f"ptexport: warning: {shown or target}: {_mib(est.free)} free in {est.directory}, the export may need "
               f"about {_mib(est.peak)} while writing (a database of about {_mib(est.database)} from "
               f"{_mib(est.trace_bytes)} of trace); a full disk stops it and removes what it wrote", file=sys.stderr)
 

@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR",
                    help="output directory: perf.data, the program ELFs, truth.npz, truth.json")
     p.add_argument("--program", default="loops", metavar="NAME",
-                   help="sample program (loops, calls, threads, forkexec, events) or a path to a static "
+                   help="sample program (loops, calls, threads, forkexec, events, hotloop) or a path to a static "
                         "x86-64 ELF (default: loops)")
     p.add_argument("--branches", type=_positive, default=20_000, metavar="N",
                    help="about how many branches the trace holds (default 20000; k/M suffixes)")

@@ -37,6 +37,7 @@ and the writer sees rows (see docs/architecture.md).
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator
@@ -44,7 +45,9 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from ptexport.calltree import make_call_tree, perf_flush_order
+from ptexport.calltree.stats import GroupStats
 from ptexport.errors import PtExportError
+from ptexport.writers.aggregates import BUCKET_NS
 from ptexport.writers.model import ExportModel
 from ptexport.images.kallsyms import find_kallsyms, load_kallsyms
 from ptexport.perfdata.constants import RecordType
@@ -78,6 +81,11 @@ SAMPLE_KEYS = ("id", "evsel_id", "machine_id", "thread_id", "comm_id", "dso_id",
                "call_path_id", "insn_count", "cyc_count", "flags")
 TREE_KEYS = ("time", "ip", "addr", "flags", "ref", "thread_id", "cpu", "pid", "tid", "comm_id", "insn_len",
              "insn_cnt", "cyc_cnt", "from_sym", "to_sym", "to_sym_start", "trace_nr")
+
+#: Width of a ``cpu_time_stats`` bucket: 1 ms of perf time (bucket ``time`` = sample time rounded down to it).
+CPU_TIME_BUCKET_NS = BUCKET_NS
+# sample_stats' key: thread id, symbol id and a code of the (event, branch type) pair in one int64
+_THREAD_MAX, _SYMBOL_MAX, _CODE_MAX = (1 << 21) - 1, (1 << 30) - 1, 1 << 12
 
 _SWITCH_OUT = 0x2000
 _SWITCH_OUT_PREEMPT = 0x4000
@@ -121,6 +129,7 @@ class ExportConfig:
     jobs: int = 1  # processes (1: this one; N >= 2: a decoding child with N - 1 workers): the same rows as 1
     callchains: bool = False  # samples.call_path_id from perf's --itrace=g call chains (dbexport/callchains.py)
     salvage: bool = True  # a cut recording: export what is before the cut (perfdata reader's FileCut), else an error
+    aggregates: bool = True  # call_path_stats, symbol_stats, sample_stats, cpu_time_stats (else left empty)
 
 
 def _modifier(attr: Any) -> str:
@@ -229,10 +238,23 @@ class DbExporter:
             host.kallsyms  # an explicit --kallsyms is read (and its errors raised) at once; else when needed
         self._evsel: dict[Any, int] = {}  # event kind, or ("attr", id of a recorded attr) -> evsel id
         self._evsel_names: dict[int, str] = {}  # evsel id -> name, of the recording's own events
-        self.calltree = make_call_tree(kernel_start=session.kernel_start) if config.calls else None
+        self.calltree = make_call_tree(kernel_start=session.kernel_start,
+                                       stats=config.aggregates) if config.calls else None
+        # samples, instructions and cycles per CPU and 1 ms of time (the cpu_time_stats table), and per
+        # thread, event, symbol and branch type (sample_stats)
+        self.cpu_time = GroupStats(sums=("insn_count", "cyc_count"), count="samples") if config.aggregates else None
+        self.sample_groups = (GroupStats(sums=("insn_count", "cyc_count", "cyc_insn_count"), count="samples")
+                              if config.aggregates else None)
+        self._event_codes: dict[int, int] = {}  # (evsel_id << 32 | branch_type) -> small code of the key
+        self._pairs_sorted = np.zeros(0, dtype=np.int64)  # the pairs of _event_codes, sorted, and their codes
+        self._pair_codes = np.zeros(0, dtype=np.int64)
         if self.calltree is not None:
             self.m.call_paths.pending.clear()  # the call tree numbers call paths, root included
         self.callchains = config.callchains and self.calltree is not None
+        # the call tree of batch N runs in a thread while batch N + 1 is resolved and written, where
+        # its loop lets go of the GIL (_tree_submit); its rows are written, in order, before N + 1's
+        self._tree_pool: ThreadPoolExecutor | None = None
+        self._tree_future: Future[None] | None = None
         self.n_samples = 0
         self.n_switches = 0
         self.n_errors = 0
@@ -458,6 +480,7 @@ class DbExporter:
         input, and the pending context switches, decode errors and payload rows.  ``chains``: the samples
         that get a call path (--callchains), the call tree then runs up to each of them first."""
         if chains is not None and len(chains["sid"]) and samples is not None:
+            self._tree_wait()
             apply_callchains(self.calltree, self.machines, self.cfg.itrace.callchain_sz, samples, tree, chains)
             if tree is not None and len(tree["ref"]):
                 tree = None
@@ -476,9 +499,10 @@ class DbExporter:
             if self.vm.active and "machine_pid" in samples:
                 self.vm.samples(samples)
             self.w.write_samples(samples)
+            if self.cpu_time is not None:
+                self._add_cpu_time(samples)
         if self.calltree is not None and tree is not None and len(tree["ref"]):
-            self.calltree.process_batch(tree)
-            self._write_calls()
+            self._tree_submit(tree)
         if self.switch_rows:
             self.w.write_rows("context_switches", self.switch_rows)
             self.switch_rows = []
@@ -501,17 +525,109 @@ class DbExporter:
         self.feed = self._event_feed()
         export_samples(self, batches, progress, total)
         self.write_batch(None, None, {})
+        self._tree_wait()
         if self.calltree is not None:
             exported = [(th, st.pid) for st in self.machines for th in st.pt.all if th.db_id]
             self.calltree.flush_all(perf_flush_order([th.db_id for th, _ in exported], [th.tid for th, _ in exported],
                                                      [pid for _, pid in exported]))
             self._write_calls()
+            for table, cols in self.calltree.take_stats().items():
+                if len(cols["id"]):
+                    self.w.write_columns(table, cols)
+        self._write_cpu_time()
         self.m.flush(self.w)
         if self.vm.active:
             self.vm.finish(self.w)
         self.stats_rows = self.stats.rows(self.s)
         first = len(self.vm.stats) + 1 if self.vm.active else 1  # after the VM guest-data warnings
         self.w.write_rows("stats", [(first + i, *row) for i, row in enumerate(self.stats_rows)])
+
+    def _add_cpu_time(self, samples: dict[str, np.ndarray]) -> None:
+        assert self.cpu_time is not None
+        cpu = np.asarray(samples["cpu"], dtype=np.int64)
+        bucket = np.asarray(samples["time"], dtype=np.int64) // CPU_TIME_BUCKET_NS
+        # one int64 key: the bucket number above 20 bits of CPU + 1 (-1: per-thread traces); samples come in
+        # time order, so the keys are nearly sorted already (cheap to sort)
+        self.cpu_time.add((bucket << 20) | (cpu + 1), samples)
+        # sample_stats: one int64 key, thread id (21 bits) | symbol id (30 bits) | code of (event, branch type)
+        thread = np.asarray(samples["thread_id"], dtype=np.int64)
+        symbol = np.asarray(samples["symbol_id"], dtype=np.int64)
+        pair = (np.asarray(samples["evsel_id"], dtype=np.int64) << 32) | (
+            np.asarray(samples["branch_type"], dtype=np.int64) & 0xFFFFFFFF)
+        code = self._pair_code(pair)
+        if len(self._event_codes) > _CODE_MAX or int(thread.max()) > _THREAD_MAX or int(symbol.max()) > _SYMBOL_MAX:
+            raise PtExportError("sample_stats: more threads, symbols or event/branch-type pairs than its key holds "
+                                "(2**21, 2**30, 4096): export with --no-aggregates")
+        cyc = np.asarray(samples["cyc_count"], dtype=np.int64)
+        insn = np.asarray(samples["insn_count"], dtype=np.int64)
+        assert self.sample_groups is not None
+        self.sample_groups.add((thread << 42) | (symbol << 12) | code,
+                               {"insn_count": insn, "cyc_count": cyc, "cyc_insn_count": np.where(cyc > 0, insn, 0)})
+
+    def _pair_code(self, pair: np.ndarray) -> np.ndarray:
+        """The code of each (event, branch type) pair: a binary search among the few pairs seen so far
+        (new ones get the next codes, in order of appearance), not a sort of the batch."""
+        known = self._pairs_sorted
+        pos = np.searchsorted(known, pair).clip(0, max(len(known) - 1, 0))
+        hit = known[pos] == pair if len(known) else np.zeros(len(pair), dtype=bool)
+        if not hit.all():
+            for p in np.unique(pair[~hit]).tolist():
+                self._event_codes.setdefault(int(p), len(self._event_codes))
+            items = sorted(self._event_codes.items())
+            self._pairs_sorted = np.array([p for p, _ in items], dtype=np.int64)
+            self._pair_codes = np.array([c for _, c in items], dtype=np.int64)
+            pos = np.searchsorted(self._pairs_sorted, pair)
+        return self._pair_codes[pos]
+
+    def _write_cpu_time(self) -> None:
+        if self.sample_groups is not None and len(self.sample_groups):
+            keys, cols = self.sample_groups.result()
+            pairs = np.zeros(len(self._event_codes), dtype=np.int64)
+            for p, code in self._event_codes.items():
+                pairs[code] = p
+            pair = pairs[keys & 0xFFF]
+            out = {"thread_id": keys >> 42, "evsel_id": pair >> 32, "symbol_id": (keys >> 12) & ((1 << 30) - 1),
+                   "branch_type": pair & 0xFFFFFFFF, **cols}
+            order = np.lexsort((out["branch_type"], out["symbol_id"], out["evsel_id"], out["thread_id"]))
+            out = {k: v[order] for k, v in out.items()}
+            self.w.write_columns("sample_stats", {"id": np.arange(1, len(keys) + 1, dtype=np.int64), **out})
+        if self.cpu_time is None or not len(self.cpu_time):
+            return
+        keys, cols = self.cpu_time.result()
+        out = {"cpu": (keys & 0xFFFFF) - 1, "time": (keys >> 20) * CPU_TIME_BUCKET_NS, **cols}
+        order = np.lexsort((out["time"], out["cpu"]))
+        self.w.write_columns("cpu_time_stats", {"id": np.arange(1, len(keys) + 1, dtype=np.int64),
+                                                **{k: v[order] for k, v in out.items()}})
+
+    def _tree_submit(self, tree: dict[str, np.ndarray]) -> None:
+        """Run the call tree over one batch's branches: in the tree's thread where its loop releases
+        the GIL (the rows of the batch before are written first), else here and now."""
+        calltree = self.calltree
+        assert calltree is not None  # called with --calls only
+        self._tree_wait()
+        if not calltree.releases_gil:
+            calltree.process_batch(tree)
+            self._write_calls()
+            return
+        if self._tree_pool is None:
+            self._tree_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptexport-calltree")
+        self._tree_future = self._tree_pool.submit(calltree.process_batch, tree)
+
+    def _tree_wait(self) -> None:
+        """The call tree's batch in flight finished (its error raised here) and its rows written."""
+        fut, self._tree_future = self._tree_future, None
+        if fut is not None:
+            fut.result()
+            self._write_calls()
+
+    def close(self) -> None:
+        """Stop the call tree's thread (after an error: its batch in flight is dropped)."""
+        fut, self._tree_future = self._tree_future, None
+        if fut is not None:
+            fut.cancel()
+        if self._tree_pool is not None:
+            self._tree_pool.shutdown(wait=True)
+            self._tree_pool = None
 
     def _write_calls(self) -> None:
         tree = self.calltree

@@ -312,7 +312,7 @@ if numba is not None:
     _ip_len = numba.njit(cache=True)(_ip_len)
     _decode_one = numba.njit(cache=True)(_decode_one)
     _next_ctx = numba.njit(cache=True)(_next_ctx)
-    _tokenize = numba.njit(cache=True)(_tokenize)
+    _tokenize = numba.njit(cache=True, nogil=True)(_tokenize)  # other threads run meanwhile
 
 
 def tokenize(buf) -> PacketColumns:

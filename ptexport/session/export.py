@@ -33,6 +33,7 @@ from ptexport.session.decode_proc import maybe_process
 from ptexport.session.guestdata import apply_guest_data
 from ptexport.session.perfsession import DecodeConfig, open_session
 from ptexport.writers import open_writer
+from ptexport.writers.targets import target_path
 from ptexport.writers.leftovers import refuse_if_busy
 
 __all__ = ["ExportConfig", "ExportSummary", "export_trace", "measure_vmcs", "sample_loop"]
@@ -141,12 +142,13 @@ def vm_trace(session: Any, config: ExportConfig) -> VmTrace:
 
 def export_trace(path: str, target: str, config: ExportConfig,
                  progress: ProgressFn | None = None) -> ExportSummary:
-    """Decode ``path`` and write the database at ``target`` (SQLite path or postgresql:// URL).
+    """Decode ``path`` and write the database at ``target`` (SQLite path, postgresql:// URL, NAME.duckdb or
+    parquet:DIR: :func:`ptexport.writers.open_writer`).
 
     ``progress(samples written, bytes of trace decoded, bytes in the trace or 0)`` is called as batches
     go (dbexport/progress.py)."""
     t0 = _time.perf_counter()
-    summary = ExportSummary(target)
+    summary = ExportSummary(target_path(target))  # parquet:DIR shown as DIR
     refuse_if_busy(target)  # at once, not after the trace is opened
     with open_perf_data(path, salvage=config.salvage) as pd:
         guest_kcore = config.guest_kcore or (os.path.dirname(os.path.abspath(config.guestkallsyms))
@@ -171,7 +173,10 @@ def export_trace(path: str, target: str, config: ExportConfig,
                 if progress is not None:
                     feed = ProgressBatches(batches, lambda: ex.n_samples,
                                            AuxPosition(session.sb.aux_events, session.timeless), progress)
-                ex.run(feed, sample_loop(config))
+                try:
+                    ex.run(feed, sample_loop(config))
+                finally:
+                    ex.close()
                 if progress is not None:
                     feed.finish()
                 summary.decode_seconds = batches.seconds

@@ -1,7 +1,8 @@
 """Temporaries of exports that died, and the lock that keeps two exports off one target.
 
 An export writes ``.NAME.ptexport-tmp-PID`` (with ``.NAME.ptexport-tmp-PID.TABLE.pages``,
-``.NAME.ptexport-tmp-PID.INDEX.runs`` and ``...-journal``) beside a SQLite target, or the
+``.NAME.ptexport-tmp-PID.INDEX.runs`` and ``...-journal``) beside a SQLite target (a DuckDB
+target: with ``...wal`` and ``....stage``; a Parquet target: a directory of that name), or the
 database ``NAME[:30]__ptexport_tmp_PID`` on a PostgreSQL server (``ptexport upgrade`` writes
 ``.NAME.ptexport-upgrade-PID``), and removes them when it ends, also on an error, a full disk,
 Ctrl-C, SIGTERM or SIGHUP.  A process killed outright (SIGKILL, the OOM killer, a power cut)
@@ -24,6 +25,7 @@ import fcntl
 import hashlib
 import os
 import re
+import shutil
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ptexport.errors import ExportError, StorageError, TargetBusyError
-from ptexport.writers.targets import is_postgres_target
+from ptexport.writers.targets import is_postgres_target, target_path
 
 #: ``.NAME.ptexport-tmp-PID`` and the files named after it; ``.NAME.ptexport-upgrade-PID``.
 _TMP_FILE = re.compile(r"^\.(?P<name>.+)\.ptexport-(?:tmp|upgrade)-(?P<pid>\d+)(?:[.-].*)?$")
@@ -250,6 +252,7 @@ def refuse_if_busy(target: str) -> None:
     check before the trace is opened; the writer takes the lock itself when it opens)."""
     if not target or is_postgres_target(target):
         return
+    target = target_path(target)
     path = lock_path(Path(target))
     if _lock_held(path):
         raise _busy(target, _read_lock_pid(path), path)
@@ -263,7 +266,10 @@ def _busy(target: str, pid: int, path: Path) -> TargetBusyError:
 
 # ------------------------------------------------------------ SQLite temporaries
 def _file_size(p: Path) -> int:
+    """Bytes of a file, or of the files in a directory (a Parquet target's temporary)."""
     try:
+        if p.is_dir() and not p.is_symlink():
+            return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
         return p.stat().st_size
     except OSError:
         return 0
@@ -295,7 +301,10 @@ def sqlite_leftovers(directory: Path, name: str | None = None, *, own: bool = Fa
 def remove_files(items: list[Leftover]) -> None:
     for x in items:
         try:
-            os.unlink(x.what)
+            if os.path.isdir(x.what) and not os.path.islink(x.what):  # a Parquet target's temporary directory
+                shutil.rmtree(x.what)
+            else:
+                os.unlink(x.what)
             x.removed = True
         except FileNotFoundError:
             x.removed = True
@@ -303,11 +312,12 @@ def remove_files(items: list[Leftover]) -> None:
             pass
 
 
-def clean_sqlite(path: Path, dry_run: bool = False) -> CleanReport:
-    """Stale temporaries (and unlocked lock files) in directory ``path``, or of the SQLite target
-    ``path``; removed unless ``dry_run``.  A target whose lock is held is left alone."""
+def clean_sqlite(path: Path, dry_run: bool = False, *, as_target: bool = False) -> CleanReport:
+    """Stale temporaries (and unlocked lock files) in directory ``path``, or of the SQLite (DuckDB)
+    target ``path`` (with ``as_target``, also a directory: a Parquet target); removed unless
+    ``dry_run``.  A target whose lock is held is left alone."""
     report = CleanReport()
-    if path.is_dir():
+    if path.is_dir() and not as_target:
         directory, only = path, None
     else:
         directory = path.parent if str(path.parent) else Path(".")

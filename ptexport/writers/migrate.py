@@ -27,7 +27,7 @@ from typing import Any
 from ptexport.errors import ExportError, InputError, UsageError
 from ptexport.writers.schema import SCHEMA_VERSION, Schema, load_schema, utc_now
 from ptexport.writers.verify import require_sound, verify_requested
-from ptexport.writers.targets import is_postgres_target, parse_target
+from ptexport.writers.targets import is_postgres_target, parse_target, target_kind
 
 MIGRATIONS_TABLE = "ptexport_migrations"
 
@@ -76,7 +76,8 @@ class MigrationDb:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         if self.dialect == "postgresql":
             sql = sql.replace("?", "%s")
-        cur = self.conn.execute(sql, tuple(params))
+        # psycopg without parameters does not look for placeholders: a '%' is the operator
+        cur = self.conn.execute(sql, tuple(params)) if params or self.dialect != "postgresql" else self.conn.execute(sql)
         if cur.description is None:  # a statement without rows (DDL, UPDATE ...)
             return []
         return list(cur.fetchall())
@@ -172,6 +173,10 @@ def upgrade(target: str, *, dry_run: bool = False, migrations: list[Migration] |
     migrations = load_migrations() if migrations is None else migrations
     if is_postgres_target(target):
         return _upgrade_postgres(target, dry_run, migrations)
+    if target_kind(target) in ("duckdb", "parquet"):
+        raise UsageError(f"{target}: DuckDB and Parquet exports are written with the current schema; upgrade "
+                         "takes SQLite and PostgreSQL databases (`ptexport convert` an upgraded one to make a new "
+                         "DuckDB or Parquet copy)")
     path = Path(target)
     _check_sqlite(path)
     tmp = path.with_name(f".{path.name}.ptexport-upgrade-{os.getpid()}")

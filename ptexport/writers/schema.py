@@ -1,15 +1,18 @@
 """``ptexport/schema.sql`` loaded and adapted to one SQL dialect.
 
-The schema file is the single source of truth; every SQLite/PostgreSQL
+The schema file is the single source of truth; every SQLite/PostgreSQL/DuckDB
 difference is handled here:
 
-* ``-- @sqlite`` ... ``-- @end`` and ``-- @postgresql`` ... ``-- @end`` blocks;
-* ``to_hex(x)`` (PostgreSQL) becomes ``printf('%x', x)`` for SQLite;
+* ``-- @sqlite`` ... ``-- @end``, ``-- @postgresql`` ... ``-- @end`` and
+  ``-- @duckdb`` ... ``-- @end`` blocks (a marker may name several dialects);
+* ``to_hex(x)`` (PostgreSQL) becomes ``printf('%x', x)`` for SQLite and
+  ``lower(to_hex(CAST(x AS BIGINT)))`` for DuckDB (whose to_hex is upper case);
 * ``id integer NOT NULL PRIMARY KEY`` (SQLite's rowid alias) becomes
   ``id bigint NOT NULL`` for PostgreSQL, whose primary keys are added after
-  the COPY (as perf's export-to-postgresql.py does);
+  the COPY (as perf's export-to-postgresql.py does), and for DuckDB, which
+  keeps no key (an index would cost more than it serves an analytic store);
 * the ``-- `` comment after each column becomes ``COMMENT ON COLUMN`` in
-  PostgreSQL (SQLite keeps it in ``sqlite_master.sql``).
+  PostgreSQL and DuckDB (SQLite keeps it in ``sqlite_master.sql``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from importlib import resources
 
 SCHEMA_VERSION = 1
 
-DIALECTS = ("sqlite", "postgresql")
+DIALECTS = ("sqlite", "postgresql", "duckdb")
 
 _CREATE_TABLE = re.compile(r"^CREATE TABLE (\w+) \(", re.M)
 _CREATE_VIEW = re.compile(r"^CREATE VIEW (\w+) AS", re.M)
@@ -61,7 +64,7 @@ class Schema:
         return [c.name for c in self.tables[table]]
 
     def primary_key_sql(self) -> list[str]:
-        """PostgreSQL: the primary keys to add after loading."""
+        """PostgreSQL: the primary keys to add after loading (DuckDB has none)."""
         return [s for s in map(self.primary_key_of, self.tables) if s is not None]
 
     def primary_key_of(self, table: str) -> str | None:
@@ -79,8 +82,9 @@ def _select_dialect(text: str, dialect: str) -> str:
     keep = True
     for line in text.splitlines():
         s = line.strip()
-        if s in ("-- @sqlite", "-- @postgresql"):
-            keep = s == f"-- @{dialect}"
+        names = s[3:].split() if s.startswith("-- @") and s != "-- @end" else []
+        if names and all(n.startswith("@") and n[1:] in DIALECTS for n in names):
+            keep = f"@{dialect}" in names
             continue
         if s == "-- @end":
             keep = True
@@ -108,6 +112,23 @@ def _hex_for_sqlite(sql: str) -> str:
     return sql.replace("to_hex(", "printf('%x', ")
 
 
+def _hex_for_duckdb(sql: str) -> str:
+    """``to_hex(x)`` -> ``lower(to_hex(CAST(x AS BIGINT)))``: PostgreSQL's lower-case digits, and SQLite's
+    64-bit two's complement of an integer column (DuckDB's to_hex of an INTEGER gives 32 bits)."""
+    out, i = [], 0
+    while (j := sql.find("to_hex(", i)) >= 0:
+        k, depth = j + len("to_hex("), 1
+        while depth:
+            depth += {"(": 1, ")": -1}.get(sql[k], 0)
+            k += 1
+        out.append(f"{sql[i:j]}lower(to_hex(CAST({sql[j + len('to_hex('):k - 1]} AS BIGINT)))")
+        i = k
+    return "".join(out) + sql[i:]
+
+
+_VIEW_FOR = {"sqlite": _hex_for_sqlite, "duckdb": _hex_for_duckdb}
+
+
 @lru_cache(maxsize=None)
 def load_schema(dialect: str) -> Schema:
     if dialect not in DIALECTS:
@@ -122,20 +143,22 @@ def load_schema(dialect: str) -> Schema:
                 cm = _COLUMN.match(line)
                 if cm and not line.strip().startswith(")"):
                     ctype = cm.group(2)
-                    if dialect == "postgresql" and _PK in line:
+                    if dialect != "sqlite" and _PK in line:
                         ctype = "bigint"
                     default = int(cm.group(3)) if cm.group(3) is not None else None
                     cols.append(Column(cm.group(1).strip('"'), ctype, (cm.group(4) or "").strip(), default))
             sch.tables[name] = cols
-            if dialect == "postgresql":
+            if dialect != "sqlite":
                 stmt = stmt.replace(_PK, "bigint NOT NULL")
+            if dialect != "sqlite":  # PostgreSQL and DuckDB keep column comments
                 for c in cols:
                     if c.doc:
                         doc = c.doc.replace("'", "''")
                         sch.comment_sql.append(f"COMMENT ON COLUMN {name}.\"{c.name}\" IS '{doc}'")
             sch.table_sql[name] = stmt
         elif m := _CREATE_VIEW.search(stmt):
-            sch.view_sql[m.group(1)] = _hex_for_sqlite(stmt) if dialect == "sqlite" else stmt
+            adapt = _VIEW_FOR.get(dialect)
+            sch.view_sql[m.group(1)] = adapt(stmt) if adapt else stmt
         elif m := _CREATE_INDEX.search(stmt):
             sch.index_sql[m.group(1)] = stmt
             sch.index_table[m.group(1)] = m.group(2)

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptexport.writers.targets import is_postgres_target
+from ptexport.writers.targets import is_postgres_target, target_path
 
 #: Bytes of database per byte of perf.data (the middle of the measured 65-133).
 DB_BYTES_PER_TRACE_BYTE = 100
@@ -61,7 +61,7 @@ def estimate(trace: str, target: str) -> SpaceEstimate | None:
     size = trace_bytes(trace)
     if not size:
         return None
-    directory = os.path.dirname(os.path.abspath(target))
+    directory = os.path.dirname(os.path.abspath(target_path(target)))
     try:
         st = os.statvfs(directory)
     except OSError:

@@ -254,7 +254,8 @@ class SqliteWriter(Writer):
         drop = [n for n in self._dropped_indexes if n in roots and self.schema.index_table[n] in tables]
         c.execute("COMMIT")
         self._close()
-        for t in tables:
+        # the biggest first: where it can, the splice makes that spool the file (_btree._adopt)
+        for t in sorted(tables, key=lambda t: -self._spools[t].npages):
             spool = self._spools.pop(t)
             try:
                 _btree.splice(self.tmp_path, roots[t], spool)

@@ -1,8 +1,13 @@
-"""What a database target names: a SQLite file path or a PostgreSQL URL.
+"""What a database target names: a SQLite file, a PostgreSQL URL, a DuckDB file or a Parquet directory.
 
 The bottom of the writers package: the factory (:func:`ptexport.writers.open_writer`),
-``ptexport clean``, ``ptexport upgrade`` and the PostgreSQL writer all tell the two
-kinds apart here and read a URL's connection parameters here.  See docs/architecture.md.
+``ptexport clean``, ``ptexport upgrade`` and the PostgreSQL writer all tell the kinds
+apart here and read a URL's connection parameters here.  See docs/architecture.md.
+
+* ``postgresql://user@host/dbname`` (also ``postgres://``, ``pg:``): PostgreSQL;
+* ``NAME.duckdb`` / ``NAME.ddb``, or ``duckdb:PATH`` for any other name: DuckDB;
+* ``parquet:DIR`` (what ``--parquet DIR`` passes): a directory of Parquet files;
+* anything else: a SQLite file.
 """
 
 from __future__ import annotations
@@ -31,3 +36,34 @@ def parse_target(target: str) -> dict[str, Any]:
     if not params.get("dbname"):
         raise UsageError(f"{target}: the URL names no database (postgresql://user@host/DBNAME)")
     return params
+
+
+DUCKDB_SUFFIXES = (".duckdb", ".ddb")
+
+
+def is_duckdb_target(target: str) -> bool:
+    return target.startswith("duckdb:") or target.lower().endswith(DUCKDB_SUFFIXES)
+
+
+def is_parquet_target(target: str) -> bool:
+    return target.startswith("parquet:")
+
+
+def target_kind(target: str) -> str:
+    """``postgresql``, ``duckdb``, ``parquet`` or ``sqlite``."""
+    if is_postgres_target(target):
+        return "postgresql"
+    if is_parquet_target(target):
+        return "parquet"
+    if is_duckdb_target(target):
+        return "duckdb"
+    return "sqlite"
+
+
+def target_path(target: str) -> str:
+    """The file or directory a file-system target names (its ``duckdb:``/``parquet:`` prefix removed);
+    a PostgreSQL URL unchanged."""
+    for prefix in ("duckdb:", "parquet:"):
+        if target.startswith(prefix):
+            return target[len(prefix):]
+    return target

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import struct
 import subprocess
@@ -23,7 +24,6 @@ from numbers import Real
 from pathlib import Path
 
 import pytest
-
 from ptxtest import HAVE_PERF, QUIPPER, REPO, needs_perf
 
 PERF_EXPORTER = "/usr/lib/perf-core/scripts/python/export-to-sqlite.py"
@@ -194,8 +194,9 @@ def test_bench_matrix(tmp_path):
     assert vm["vm"]["samples"] >= vm["vm_branches"] > 1000 and vm["host"]["samples"] >= vm["vm_branches"]
     assert positive(vm["ratio_per_sample"]) and positive(vm["ratio_cpu_per_sample"])
     raw = rep["raw"]
-    gen = raw["generated"]
-    assert gen["insns"] > 1000 and gen["error_lines"] == 0 and positive(gen["insns_per_s"]) and positive(gen["ratio"])
+    assert raw["generated"]["program"] == "hotloop" and raw["generated_calls"]["program"] == "calls"
+    for gen in (raw["generated"], raw["generated_calls"]):
+        assert gen["insns"] > 1000 and gen["error_lines"] == 0 and positive(gen["insns_per_s"]) and positive(gen["ratio"])
     if "skipped" not in raw["simplept"]:
         assert raw["simplept"]["bytes"] == 128 << 10 and positive(raw["simplept"]["ratio"])
     # the table: every part, each target judged on its figure, and the figures are the runs'
@@ -353,6 +354,18 @@ def test_bench_writer(tmp_path):
         assert "skipped" in pg or positive(pg["samples_per_s"])
 
 
+@pytest.mark.slow
+def test_bench_cookbook(tmp_path):
+    rep = refused_then_forced("bench/bench_cookbook.py", ["--tiny"], tmp_path)
+    assert rep["samples"] > 1000 and rep["runs"] == 1
+    assert set(rep["export_s"]) == set(rep["bytes"]) == {"sqlite", "duckdb", "parquet"}
+    cookbook = set(re.findall(r"<!-- query: (\w+) -->", (REPO / "docs" / "cookbook.md").read_text()))
+    assert set(rep["queries"]) == set(rep["same_rows"]) == cookbook
+    assert all(rep["same_rows"].values()), rep["same_rows"]
+    for times in rep["queries"].values():
+        assert set(times) == {"sqlite", "duckdb", "parquet"} and all(positive(t) for t in times.values())
+
+
 def _postgres_up() -> bool:
     try:
         import psycopg
@@ -415,6 +428,6 @@ def test_every_tool_has_force_and_help(tool, tmp_path):
     assert "--force" in r.stdout
     if tool.startswith("bench/"):
         assert "--tiny" in r.stdout and "--json" in r.stdout
-        covered = {"bench_decode", "bench_export", "bench_matrix", "bench_postgres", "bench_rawdump", "bench_records",
-                   "bench_viewer", "bench_vm", "bench_writer"}
+        covered = {"bench_cookbook", "bench_decode", "bench_export", "bench_matrix", "bench_postgres", "bench_rawdump",
+                   "bench_records", "bench_viewer", "bench_vm", "bench_writer"}
         assert Path(tool).stem in covered, f"{tool} has no tiny-size test in this file"

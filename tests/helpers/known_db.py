@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ptexport.calltree.stats import CallStats, GroupStats, symbol_stats
 from ptexport.writers import Writer, open_writer
 from ptexport.writers.branch_types import branch_type_name
 from ptexport.writers.model import ExportModel
@@ -104,6 +105,13 @@ def build_fixture_db(target: str, *, force: bool = False) -> dict[str, Any]:
     in_range = (samples["time"] >= 1000) & (samples["time"] < 2000)
     per_tid = Counter(tid_of[t] for t in samples["thread_id"][in_range])
     expected["samples_in_range"] = sorted(per_tid.items())
+    timeline: dict[tuple[int, int], list[int]] = {}
+    for cpu, t, i, c in zip(samples["cpu"], samples["time"], samples["insn_count"], samples["cyc_count"]):
+        row = timeline.setdefault((int(cpu), int(t) - int(t) % 1_000_000), [0, 0, 0])
+        row[0] += 1
+        row[1] += int(i)
+        row[2] += int(c)
+    expected["cpu_timeline"] = [(*k, *v) for k, v in sorted(timeline.items())]
     return expected
 
 
@@ -248,6 +256,7 @@ def _write(w: Writer) -> tuple[dict[str, np.ndarray], dict[int, int], dict[int, 
         ccols["insn_count"][j] = int(cols["insn_count"][inside].sum())
         ccols["cyc_count"][j] = int(cols["cyc_count"][inside].sum())
     w.write_calls(ccols)
+    _write_aggregates(w, ccols, cols, {path: sym for (_, sym), path in paths.items()})
 
     cs = [  # time, cpu, out, in, flags
         (950, 0, "kvm201", "app100", 0),
@@ -271,17 +280,57 @@ def _write(w: Writer) -> tuple[dict[str, np.ndarray], dict[int, int], dict[int, 
     return cols, tid_of, {v: k for k, v in syms.items()}
 
 
+def _write_aggregates(w: Writer, calls: dict[str, np.ndarray], samples: dict[str, np.ndarray],
+                      symbol_of_path: dict[int, int]) -> None:
+    """call_path_stats, symbol_stats and cpu_time_stats, as an export writes them (self time: each call's
+    duration minus its children's, from parent_id here; the call tree sums them as calls return)."""
+    dur = calls["return_time"] - calls["call_time"]
+    child = np.zeros(len(dur) + 1, dtype=np.int64)
+    np.add.at(child, calls["parent_id"], dur)
+    cs = CallStats()
+    cs.add(calls, dur - child[calls["id"]])
+    cps = cs.rows()
+    cp_symbol = np.zeros(max(symbol_of_path) + 1, dtype=np.int64)
+    for path, sym in symbol_of_path.items():
+        cp_symbol[path] = sym
+    w.write_columns("call_path_stats", cps)
+    w.write_columns("symbol_stats", symbol_stats(cps, cp_symbol))
+    rows: dict[tuple[int, int, int, int], list[int]] = {}
+    for t, e, sym, bt, i, c in zip(samples["thread_id"].tolist(), samples["evsel_id"].tolist(),
+                                   samples["symbol_id"].tolist(), samples["branch_type"].tolist(),
+                                   samples["insn_count"].tolist(), samples["cyc_count"].tolist()):
+        r = rows.setdefault((t, e, sym, bt), [0, 0, 0, 0])
+        r[0] += 1
+        r[1] += i
+        r[2] += c
+        r[3] += i if c > 0 else 0
+    keys_ss = sorted(rows)
+    w.write_columns("sample_stats", {
+        "id": np.arange(1, len(keys_ss) + 1),
+        **{name: np.array([k[j] for k in keys_ss]) for j, name in enumerate(
+            ("thread_id", "evsel_id", "symbol_id", "branch_type"))},
+        **{name: np.array([rows[k][j] for k in keys_ss]) for j, name in enumerate(
+            ("samples", "insn_count", "cyc_count", "cyc_insn_count"))}})
+    g = GroupStats(sums=("insn_count", "cyc_count"), count="samples")
+    g.add(((samples["cpu"] + 1) << 44) | (samples["time"] // 1_000_000), samples)
+    keys, agg = g.result()
+    w.write_columns("cpu_time_stats", {"id": np.arange(1, len(keys) + 1), "cpu": (keys >> 44) - 1,
+                                       "time": (keys & ((1 << 44) - 1)) * 1_000_000, **agg})
+
+
 def _expected() -> dict[str, Any]:
     """The cookbook answers, from TREE alone (independent of SQL and of the writer)."""
     total: Counter[str] = Counter()
     self_t: Counter[str] = Counter()
     path_total: dict[str, int] = defaultdict(int)
+    durations: dict[str, list[int]] = defaultdict(list)
     slow: list[tuple[str, int]] = []
 
     def walk(node: tuple[Any, ...], prefix: str) -> None:
         sym, t0, t1, children = node
         d = t1 - t0
         total[sym] += d
+        durations[sym].append(d)
         self_t[sym] += d - sum(c[2] - c[1] for c in children)
         path = f"{prefix}/{sym}" if prefix else sym
         path_total[path] += d
@@ -297,6 +346,8 @@ def _expected() -> dict[str, Any]:
         "total_time": sorted(total.items(), key=lambda kv: (-kv[1], kv[0])),
         "call_paths": sorted(path_total.items(), key=lambda kv: (-kv[1], kv[0])),
         "slow_calls": sorted(slow, key=lambda sd: (-sd[1], sd[0])),
+        "latency": sorted(((sym, len(d), min(d), max(d)) for sym, d in durations.items()),
+                          key=lambda r: (-r[3], r[0])),
     }
 
 

@@ -67,6 +67,13 @@ def perf_export_path(tmp_path_factory, quipper) -> Path:
 
 
 @pytest.fixture(scope="session")
+def duckdb_path(tmp_path_factory) -> Path:
+    """The fixture's rows in a DuckDB file (what ``ptexport TRACE --db X.duckdb`` writes)."""
+    pytest.importorskip("duckdb_engine", reason="the viewer opens DuckDB through duckdb_engine (SQLAlchemy)")
+    return fixture_db.copy_to_duckdb(tmp_path_factory.mktemp("viewerdb_duck") / "fixture.duckdb")
+
+
+@pytest.fixture(scope="session")
 def pg_url():
     """A uniquely named PostgreSQL database holding the fixture rows; dropped afterwards."""
     try:

@@ -305,3 +305,33 @@ def copy_to_postgres(url: str, *, extensions: bool = True) -> None:
         con.execute("ALTER TABLE comms ADD has_calls boolean")
         con.execute("UPDATE comms SET has_calls = TRUE WHERE comms.id IN (SELECT DISTINCT comm_id FROM calls)")
         con.commit()
+
+
+def copy_to_duckdb(path: str | Path, *, extensions: bool = True) -> Path:
+    """The fixture's tables, rows and views in a new DuckDB file at ``path`` (as ``--db X.duckdb`` writes
+    one: 64-bit integers, booleans, no indexes)."""
+    import re
+
+    import duckdb
+
+    path = Path(path)
+    rows = table_rows(extensions)
+    bools = {"comms": {4}, "samples": {16}}
+    con = duckdb.connect(str(path))
+    try:
+        for name, cols in table_ddl(extensions).items():
+            wide = re.sub(r"(?i)\binteger\b", "bigint", cols)  # DuckDB's integer is 32-bit
+            con.execute(f"CREATE TABLE {name} ({wide})")
+            data = rows.get(name, [])
+            if data:
+                fix = bools.get(name, set())
+                data = [tuple(bool(v) if i in fix else v for i, v in enumerate(r)) for r in data]
+                marks = ",".join("?" * len(data[0]))
+                con.executemany(f"INSERT INTO {name} VALUES ({marks})", data)
+        for name, sql in VIEWS.items():
+            con.execute(f"CREATE VIEW {name} AS {sql}")
+        con.execute("ALTER TABLE comms ADD has_calls boolean")
+        con.execute("UPDATE comms SET has_calls = TRUE WHERE comms.id IN (SELECT DISTINCT comm_id FROM calls)")
+    finally:
+        con.close()
+    return path

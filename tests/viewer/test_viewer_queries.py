@@ -13,12 +13,14 @@ from ptexport_viewer import queries as q
 from ptexport_viewer.db import Database, QueryCancelled, QueryError, ViewerError
 
 
-@pytest.fixture(params=["sqlite", "plain", "postgres"])
+@pytest.fixture(params=["sqlite", "plain", "postgres", "duckdb"])
 def db(request):
     if request.param == "sqlite":
         target = request.getfixturevalue("fixture_path")
     elif request.param == "plain":
         target = request.getfixturevalue("plain_fixture_path")
+    elif request.param == "duckdb":
+        target = request.getfixturevalue("duckdb_path")
     else:
         target = request.getfixturevalue("pg_url")
     d = Database(target)
@@ -210,7 +212,11 @@ def test_sql_console_is_read_only(db):
         # no way out of read-only: one statement at a time, settings do not outlive the statement
         with pytest.raises(QueryError, match="one statement"):
             q.run_sql(s, "SELECT 1; DELETE FROM comms")
-        q.run_sql(s, "PRAGMA query_only = OFF" if db.is_sqlite else "SET default_transaction_read_only = off")
+        if db.is_duckdb:  # opened read-only: the mode cannot change while it is open
+            with pytest.raises(QueryError):
+                q.run_sql(s, "SET access_mode = 'read_write'")
+        else:
+            q.run_sql(s, "PRAGMA query_only = OFF" if db.is_sqlite else "SET default_transaction_read_only = off")
         with pytest.raises(QueryError):
             q.run_sql(s, "DELETE FROM comms")
         assert q.run_sql(s, "SELECT 'a;b' AS x; -- trailing comment")[1] == [("a;b",)]
@@ -231,10 +237,18 @@ def test_statement_splitting():
     assert two("SELECT 1 -- x\n; COMMIT")
 
 
+def _slow_sql(db, pg_seconds: int) -> str:
+    """A statement that runs for long on each database."""
+    if db.is_sqlite:
+        return "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT COUNT(*) FROM r"
+    if db.is_duckdb:
+        return "SELECT SUM(hash(i)) FROM range(1000000000000) t(i)"
+    return f"SELECT pg_sleep({pg_seconds})"
+
+
 def test_statement_timeout(db):
     db.user_timeout = 0.3
-    slow = ("WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT COUNT(*) FROM r"
-            if db.is_sqlite else "SELECT pg_sleep(5)")
+    slow = _slow_sql(db, 5)
     with db.session(timeout=0.3) as s:
         with pytest.raises(QueryCancelled, match="timeout"):
             q.run_sql(s, slow)
@@ -349,8 +363,7 @@ def test_perf_exported_database(perf_export_path):
 def test_cancel_from_another_thread(db):
     import threading
 
-    slow = ("WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT COUNT(*) FROM r"
-            if db.is_sqlite else "SELECT pg_sleep(30)")
+    slow = _slow_sql(db, 30)
     with db.session() as s:
         threading.Timer(0.3, s.cancel).start()
         with pytest.raises(QueryCancelled, match="cancelled"):

@@ -395,10 +395,11 @@ def test_font_size(qtbot, window):
     assert rep.view.font().pointSizeF() == pytest.approx(size + 2)
 
 
-@pytest.mark.parametrize("source", ["postgres", pytest.param("perf", marks=pytest.mark.perf)])
+@pytest.mark.parametrize("source", ["postgres", "duckdb", pytest.param("perf", marks=pytest.mark.perf)])
 def test_reports_on_other_databases(qtbot, request, source, tmp_path):
-    target = request.getfixturevalue("pg_url" if source == "postgres" else "perf_export_path")
+    target = request.getfixturevalue({"postgres": "pg_url", "duckdb": "duckdb_path"}.get(source, "perf_export_path"))
     db = Database(target)
+    assert db.kind == {"postgres": "postgresql", "duckdb": "duckdb"}.get(source, "sqlite")
     win = MainWindow(db)
     qtbot.addWidget(win)
     win.show()
@@ -406,7 +407,7 @@ def test_reports_on_other_databases(qtbot, request, source, tmp_path):
         cg = win.open_call_graph()
         idle(qtbot, cg)
         top = rows_of(cg.model)
-        if source == "postgres":
+        if source != "perf":
             assert top == ["host", "guest (hypervisor pid 1000) /guests/vm1"]
             host = child(cg.model, QModelIndex(), "host")
             expand(qtbot, cg.view, host)
@@ -427,7 +428,7 @@ def test_reports_on_other_databases(qtbot, request, source, tmp_path):
         idle(qtbot, ct)
         br = win.open_branches()
         idle(qtbot, br)
-        assert len(br.model.rows) == (30 if source == "postgres" else 619)   # perf: 619 branch samples
+        assert len(br.model.rows) == (30 if source != "perf" else 619)   # perf: 619 branch samples
         tc = win.open_time_chart()
         idle(qtbot, tc)
         assert tc.chart.data.lanes
@@ -435,7 +436,7 @@ def test_reports_on_other_databases(qtbot, request, source, tmp_path):
         sql.editor.setPlainText("SELECT COUNT(*) FROM samples")
         sql.run_button.click()
         idle(qtbot, sql)
-        assert sql.model.rows[0][0] == (34 if source == "postgres" else 647)
+        assert sql.model.rows[0][0] == (34 if source != "perf" else 647)
         tb = win.open_table("samples")
         idle(qtbot, tb)
         assert tb.model.rows

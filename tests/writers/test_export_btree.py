@@ -73,20 +73,26 @@ def test_bind_path_matches_too(tmp_path):
     assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
 
 
-def test_pending_byte_page_is_skipped(tmp_path, monkeypatch):
-    """The page holding the 1 GiB lock byte is never used; pretend it is near the start."""
-    monkeypatch.setattr(_btree, "PENDING_BYTE", 59 * 4096 + 100)  # page 60: among the samples leaves
-    batches = [np.arange(1, 6000)]
+def _check_pending_page_skipped(tmp_path, monkeypatch, page: int, rows: int) -> None:
+    """The page holding the 1 GiB lock byte is never used; pretend it is page ``page``, among the
+    samples leaves: no B-tree uses it, it is all zero, its neighbours are samples leaves."""
+    monkeypatch.setattr(_btree, "PENDING_BYTE", (page - 1) * 4096 + 100)
+    batches = [np.arange(1, rows)]
     _write(tmp_path / "b.db", "btree", batches)
     _write(tmp_path / "s.db", "executemany", batches)
     assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
     c = sqlite3.connect(tmp_path / "b.db")
     assert c.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-    assert c.execute("PRAGMA page_count").fetchone()[0] > 70
-    # no B-tree uses page 60 and it is all zero; its neighbours are samples leaves
-    used = dict(c.execute("SELECT pageno, name FROM dbstat WHERE pageno BETWEEN 59 AND 61"))
-    assert used == {59: "samples", 61: "samples"}
-    assert (tmp_path / "b.db").read_bytes()[59 * 4096: 60 * 4096] == bytes(4096)
+    assert c.execute("PRAGMA page_count").fetchone()[0] > page + 10
+    used = dict(c.execute("SELECT pageno, name FROM dbstat WHERE pageno BETWEEN ? AND ?", (page - 1, page + 1)))
+    assert used == {page - 1: "samples", page + 1: "samples"}
+    assert (tmp_path / "b.db").read_bytes()[(page - 1) * 4096: page * 4096] == bytes(4096)
+
+
+def test_pending_byte_page_is_skipped(tmp_path, monkeypatch):
+    if _insert_range_works_in(tmp_path):  # the copying splice, not the adopting one (test below)
+        monkeypatch.setattr(_btree, "_insert_range", lambda fd, offset, length: False)
+    _check_pending_page_skipped(tmp_path, monkeypatch, 60, 6000)
 
 
 def test_spool_files_are_removed_on_abort(tmp_path):
@@ -220,3 +226,47 @@ def test_splice_without_copy_file_range(tmp_path, monkeypatch):
     _write(tmp_path / "s.db", "executemany", batches, page_size=512)
     _check(tmp_path / "b.db")
     assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
+
+
+def _insert_range_works_in(folder) -> bool:
+    probe = folder / "probe"
+    probe.write_bytes(bytes(2 * 65536))
+    with open(probe, "r+b") as f:
+        ok = _btree._insert_range(f.fileno(), 0, 65536)
+    probe.unlink()
+    return ok
+
+
+@pytest.mark.parametrize("can_insert", [True, False])
+def test_the_biggest_spool_becomes_the_file_instead_of_being_copied(tmp_path, monkeypatch, can_insert):
+    """Where the file system opens a hole at a file's start (ext4, XFS), the database's pages are
+    written in front of the biggest spool, which is renamed over the database; elsewhere the
+    leaves are copied behind the database's pages. The same rows either way."""
+    if can_insert and not _insert_range_works_in(tmp_path):
+        pytest.skip(f"{tmp_path}: the file system has no FALLOC_FL_INSERT_RANGE")
+    if not can_insert:
+        monkeypatch.setattr(_btree, "_insert_range", lambda fd, offset, length: False)
+    adopted = []
+    real = _btree._adopt
+
+    def spy(db_path, spool):
+        pgnos = real(db_path, spool)
+        adopted.append((spool.path.name.split(".")[-2], pgnos is not None))
+        return pgnos
+
+    monkeypatch.setattr(_btree, "_adopt", spy)
+    batches = [np.arange(1, 20000), np.arange(20000, 30000)]
+    _write(tmp_path / "b.db", "btree", batches)
+    _write(tmp_path / "s.db", "executemany", batches)
+    _check(tmp_path / "b.db")
+    assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
+    # samples (the bigger spool) first: adopted where the file system can; calls then copied behind
+    assert adopted == [("samples", can_insert), ("calls", False)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.db", "s.db"]
+
+
+def test_adopted_spool_skips_the_pending_byte_page(tmp_path, monkeypatch):
+    """The adopted spool's leaves cross the page: it becomes a hole of its own."""
+    if not _insert_range_works_in(tmp_path):
+        pytest.skip(f"{tmp_path}: the file system has no FALLOC_FL_INSERT_RANGE")
+    _check_pending_page_skipped(tmp_path, monkeypatch, 100, 20000)

@@ -1,4 +1,5 @@
-"""docs/cookbook.md: every query runs on SQLite and PostgreSQL and gives the fixture's known answers."""
+"""docs/cookbook.md: every query runs on SQLite, PostgreSQL, DuckDB and Parquet (through DuckDB) and gives the
+fixture's known answers."""
 
 from __future__ import annotations
 
@@ -27,11 +28,18 @@ def _norm(rows):
 
 
 def check(name: str, rows: list[tuple], expected: dict) -> None:
+    name = name.removesuffix("_raw")  # the raw form of a query over the aggregates: the same answer
     if name == "self_time":
         assert [(r[0], r[1]) for r in rows] == expected["self_time"]
     elif name == "total_time":
         assert [(r[0], r[1]) for r in rows] == expected["total_time"]
         assert dict((r[0], r[2]) for r in rows)["bar"] == 4
+    elif name == "latency":
+        assert [tuple(r) for r in rows] == expected["latency"]
+    elif name == "cpu_timeline":
+        assert [tuple(r[:5]) for r in rows] == expected["cpu_timeline"]
+        for r in rows:
+            assert r[5] == pytest.approx(r[3] / r[4], abs=0.0051)
     elif name == "call_paths":
         assert [(r[0], r[1]) for r in rows] == expected["call_paths"]
     elif name == "slow_calls":
@@ -64,6 +72,21 @@ def check(name: str, rows: list[tuple], expected: dict) -> None:
 
 
 QUERIES = cookbook_queries()
+#: the queries over the aggregates (call_path_stats, symbol_stats, cpu_time_stats) that have a raw form
+PAIRS = sorted(n.removesuffix("_raw") for n in QUERIES if n.endswith("_raw"))
+
+
+def test_every_aggregate_query_has_its_raw_form():
+    uses = {n for n, sql in QUERIES.items() if re.search(r"\b(call_path|symbol|sample|cpu_time)_stats\b", sql)}
+    assert uses == set(PAIRS) and len(PAIRS) >= 8
+    for n in PAIRS:
+        assert not re.search(r"_stats\b", QUERIES[f"{n}_raw"])
+
+
+def same_as_raw(execute, name: str) -> None:
+    """The query over the aggregates gives exactly the rows of its raw form over calls / samples."""
+    got, raw = _norm(execute(QUERIES[name])), _norm(execute(QUERIES[f"{name}_raw"]))
+    assert got == raw and got, name
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
@@ -71,6 +94,12 @@ def test_cookbook_on_sqlite(name, fixture_sqlite):
     path, expected = fixture_sqlite
     with sqlite3.connect(path) as c:
         check(name, _norm(c.execute(QUERIES[name]).fetchall()), expected)
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_aggregates_equal_raw_on_sqlite(name, fixture_sqlite):
+    with sqlite3.connect(fixture_sqlite[0]) as c:
+        same_as_raw(lambda sql: c.execute(sql).fetchall(), name)
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +123,69 @@ def test_cookbook_on_postgresql(name, fixture_pg):
     url, expected = fixture_pg
     with psycopg.connect(url) as c:
         check(name, _norm(c.execute(QUERIES[name]).fetchall()), expected)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", PAIRS)
+def test_aggregates_equal_raw_on_postgresql(name, fixture_pg):
+    import psycopg
+
+    with psycopg.connect(fixture_pg[0]) as c:
+        same_as_raw(lambda sql: c.execute(sql).fetchall(), name)
+
+
+@pytest.fixture(scope="module")
+def fixture_duckdb(tmp_path_factory):
+    pytest.importorskip("duckdb")
+    path = tmp_path_factory.mktemp("fixture_duckdb") / "fixture.duckdb"
+    expected = build_fixture_db(str(path))
+    return path, expected
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_cookbook_on_duckdb(name, fixture_duckdb):
+    import duckdb
+
+    path, expected = fixture_duckdb
+    with duckdb.connect(str(path), read_only=True) as c:
+        check(name, _norm(c.execute(QUERIES[name]).fetchall()), expected)
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_aggregates_equal_raw_on_duckdb(name, fixture_duckdb):
+    import duckdb
+
+    with duckdb.connect(str(fixture_duckdb[0]), read_only=True) as c:
+        same_as_raw(lambda sql: c.execute(sql).fetchall(), name)
+
+
+@pytest.fixture(scope="module")
+def fixture_parquet(tmp_path_factory):
+    pytest.importorskip("duckdb")
+    path = tmp_path_factory.mktemp("fixture_parquet") / "fixture"
+    expected = build_fixture_db(f"parquet:{path}")
+    return path, expected
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_cookbook_on_parquet(name, fixture_parquet):
+    """The Parquet directory read through DuckDB (ptexport.writers.parquet.open_parquet: a view per table)."""
+    from ptexport.writers.parquet import open_parquet
+
+    path, expected = fixture_parquet
+    c = open_parquet(path)
+    try:
+        check(name, _norm(c.execute(QUERIES[name]).fetchall()), expected)
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_aggregates_equal_raw_on_parquet(name, fixture_parquet):
+    from ptexport.writers.parquet import open_parquet
+
+    c = open_parquet(fixture_parquet[0])
+    try:
+        same_as_raw(lambda sql: c.execute(sql).fetchall(), name)
+    finally:
+        c.close()

@@ -59,7 +59,8 @@ from ptexport.samples.columns import (
 if numba is not None:
     # No NRT: the kernel allocates nothing, and with reference counting on, every call between these
     # functions increfs/decrefs each array argument atomically (~3/4 of the kernel's CPU time).
-    _jit = numba.njit(cache=True, _nrt=False)
+    # nogil: the export's call-tree and page-writer threads run while this process decodes.
+    _jit = numba.njit(cache=True, _nrt=False, nogil=True)
 else:  # pragma: no cover - exercised where numba is missing: the functions stay Python
     def _jit(f):
         return f
