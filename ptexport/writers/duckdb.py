@@ -44,6 +44,7 @@ from ptexport.writers.leftovers import (
     TargetLock,
     os_error,
     remove_files,
+    remove_temporary,
     sqlite_leftovers,
 )
 from ptexport.writers.targets import target_path
@@ -366,13 +367,7 @@ class DuckdbWriter(Writer):
 
     def _remove_tmp(self) -> None:
         """This export's temporary and every file named after it (.wal, .stage, .stage.wal)."""
-        base = self.tmp_path.name
-        try:
-            names = os.listdir(self.tmp_path.parent)
-        except OSError:  # pragma: no cover - the directory went away
-            return
-        remove_files([Leftover(str(self.tmp_path.parent / name), self.target, os.getpid()) for name in names
-                      if name == base or (name.startswith(base) and name[len(base)] in ".-")])
+        remove_temporary(self.tmp_path, self.target)
 
 
 def _unlink(path: Path) -> None:

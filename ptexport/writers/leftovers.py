@@ -298,6 +298,18 @@ def sqlite_leftovers(directory: Path, name: str | None = None, *, own: bool = Fa
     return out
 
 
+def remove_temporary(tmp_path: Path, target: str) -> None:
+    """An export's temporary ``tmp_path`` and every file named after it (``NAME.x``, ``NAME-x``: pages,
+    index runs, journals, WAL, staging files)."""
+    base = tmp_path.name
+    try:
+        names = os.listdir(tmp_path.parent)
+    except OSError:  # pragma: no cover - the directory went away
+        return
+    remove_files([Leftover(str(tmp_path.parent / name), target, os.getpid()) for name in names
+                  if name == base or (name.startswith(base) and name[len(base)] in ".-")])
+
+
 def remove_files(items: list[Leftover]) -> None:
     for x in items:
         try:

@@ -45,7 +45,7 @@ import numpy as np
 from ptexport.errors import DatabaseExistsError, ExportError, StorageError
 from ptexport.writers import _btree
 from ptexport.writers import _fastsqlite
-from ptexport.writers.leftovers import Leftover, TargetLock, os_error, remove_files, sqlite_leftovers
+from ptexport.writers.leftovers import Leftover, TargetLock, os_error, remove_files, remove_temporary, sqlite_leftovers
 from ptexport.writers.verify import require_sound, verify_requested
 from ptexport.writers.base import Writer, _mark_placed, distinct, is_text_type
 
@@ -465,17 +465,7 @@ class SqliteWriter(Writer):
 
     def _remove_tmp(self) -> None:
         """This export's temporary database and every file named after it (pages, index runs, journal)."""
-        base = self.tmp_path.name
-        try:
-            names = os.listdir(self.tmp_path.parent)
-        except OSError:  # pragma: no cover - the directory went away
-            return
-        for name in names:
-            if name == base or (name.startswith(base) and name[len(base)] in ".-"):
-                try:
-                    (self.tmp_path.parent / name).unlink()
-                except FileNotFoundError:
-                    pass
+        remove_temporary(self.tmp_path, self.target)
 
 
 class _IndexRuns:
