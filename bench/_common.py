@@ -20,7 +20,10 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -155,3 +158,20 @@ def parse_count(text: str) -> int:
 def ratio(a: float, b: float) -> float | None:
     """``a / b``, or None when ``b`` is 0 (JSON has no infinity)."""
     return a / b if b else None
+
+
+def run_timed(cmd: list[str], cwd: str | os.PathLike[str] | None = None,
+              env: dict[str, str] | None = None) -> dict[str, Any]:
+    """One process, stdout discarded: wall s, CPU s (user+sys of it and its waited-for children), peak
+    RSS KiB, stderr.  A failure is one line (exit 1) with the command and the end of its stderr."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None  # stderr=PIPE
+    err = proc.stderr.read()
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    rc = os.waitstatus_to_exitcode(status)
+    if rc:
+        tail = " | ".join(err.strip().splitlines()[-3:])
+        raise SystemExit(f"{Path(sys.argv[0]).stem}: {' '.join(cmd)} failed with exit status {rc}: {tail}")
+    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_kib": ru.ru_maxrss, "stderr": err}

@@ -54,7 +54,7 @@ import bench_export
 import bench_rawdump
 import bench_vm
 from _common import (PERF_EXPORTER, add_options, need_perf, one_line_errors, parse, parse_count, perf_env, ratio,
-                     workdir, write_json)
+                     run_timed, workdir, write_json)
 
 REPO = Path(__file__).resolve().parent.parent
 #: The README's first command, split into its two halves.
@@ -117,21 +117,6 @@ class Matrix:
                   f"{f(r['ref_wall_s'], '8.2f')} {f(r['ref_cpu_s'], '7.2f')} {f(r['ratio'], '7.3g')} "
                   f"{f(r['ratio_cpu'], '7.3g')}  {(r['target'] or r['value'])[:18]:18} {ok}"
                   + (f"  {r['note']}" if r["note"] else ""))
-
-
-def run_timed(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> dict:
-    """One process, stdout discarded: wall s, CPU s (user+sys of it and its waited-for children), peak
-    RSS KiB, stderr.  A failure is one line (exit 1) with the command and the end of its stderr."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    err = proc.stderr.read()
-    _, status, ru = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    rc = os.waitstatus_to_exitcode(status)
-    if rc:
-        tail = " | ".join(err.strip().splitlines()[-3:])
-        raise SystemExit(f"bench_matrix: {' '.join(cmd)} failed with exit status {rc}: {tail}")
-    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_kib": ru.ru_maxrss, "stderr": err}
 
 
 def count_lines(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> int:

@@ -54,6 +54,7 @@ from _common import (
     workdir,
     write_json,
 )
+from _common import run_timed as _run_timed
 
 # a checkout without ptexport installed works too (appended: an installed ptexport comes first)
 sys.path.append(str(Path(__file__).resolve().parents[1]))
@@ -94,17 +95,8 @@ def _drop(server: str, *names: str) -> None:
 
 def run_timed(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
     """Wall and CPU seconds (user + sys of the process and its waited-for children) of ``cmd``."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    err = proc.stderr.read()
-    _, status, ru = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    rc = os.waitstatus_to_exitcode(status)
-    if rc:
-        tail = " | ".join(err.strip().splitlines()[-3:])
-        raise SystemExit(f"bench_postgres: {' '.join(cmd)} failed with exit status {rc}: {tail}")
-    return wall, ru.ru_utime + ru.ru_stime
-
+    r = _run_timed(cmd, cwd, env)
+    return r["wall_s"], r["cpu_s"]
 
 def run_parallel(cmds: list[list[str]], cwd: Path) -> tuple[float, float]:
     """The commands at once: wall until the last ends, CPU seconds of all of them."""

@@ -17,6 +17,7 @@ import sqlite3
 
 import pytest
 
+from exporttest import EXPORT_VARIANTS
 from ptxtest import QUIPPER, slow_after
 from ptexport.dbexport.exporter import ExportConfig
 from ptexport.session.export import export_trace
@@ -25,18 +26,7 @@ from ptexport.samples.itrace import export_default, parse_itrace
 _BRANCHES = "3000"
 _VOLATILE = {("schema_version", "created"), ("ptexport_migrations", "applied")}
 
-# id -> synth options
-TRACES = {
-    "threads-2cpus-cyc": ("--program", "threads", "--cpus", "2", "--timing", "cyc", "--preempt", "200"),
-    "threads-per-thread-truncated": ("--program", "threads", "--per-thread", "--truncate", "2", "--psb-period", "1024"),
-    "forkexec-corrupt": ("--program", "forkexec", "--cpus", "2", "--corrupt", "3", "--timing", "cyc",
-                         "--psb-period", "1024"),
-    "calls-mtc-ovf": ("--program", "calls", "--timing", "mtc", "--mtc-period", "5", "--ovf", "2"),
-    "events-power-ptwrite": ("--program", "events", "--power", "--timing", "cyc", "--cbr", "18", "--ptwrite", "fup"),
-    "threads-pipe-faults": ("--program", "threads", "--cpus", "2", "--pipe", "--ovf", "2", "--truncate", "1",
-                            "--psb-period", "1024"),
-    "threads-kcore": ("--program", "threads", "--cpus", "2", "--kcore"),
-}
+TRACES = EXPORT_VARIANTS  # tests/helpers/exporttest.py
 
 # (trace, --itrace or None for the export default, call tree)
 CASES = [(t, None, True) for t in TRACES] + [

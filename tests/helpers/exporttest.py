@@ -11,6 +11,21 @@ PERF_SCRIPTS = Path("/usr/lib/perf-core/scripts/python")
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 
+#: Generator variants the export equality tests share (id -> synth options; the same arguments give
+#: the same cached traces): threads on CPUs with preemption, per-thread with truncation, fork/exec with
+#: corruption, MTC with overflows, power events with PTWRITE, pipe mode with faults, the kcore form.
+EXPORT_VARIANTS = {
+    "threads-2cpus-cyc": ("--program", "threads", "--cpus", "2", "--timing", "cyc", "--preempt", "200"),
+    "threads-per-thread-truncated": ("--program", "threads", "--per-thread", "--truncate", "2", "--psb-period", "1024"),
+    "forkexec-corrupt": ("--program", "forkexec", "--cpus", "2", "--corrupt", "3", "--timing", "cyc",
+                         "--psb-period", "1024"),
+    "calls-mtc-ovf": ("--program", "calls", "--timing", "mtc", "--mtc-period", "5", "--ovf", "2"),
+    "events-power-ptwrite": ("--program", "events", "--power", "--timing", "cyc", "--cbr", "18", "--ptwrite", "fup"),
+    "threads-pipe-faults": ("--program", "threads", "--cpus", "2", "--pipe", "--ovf", "2", "--truncate", "1",
+                            "--psb-period", "1024"),
+    "threads-kcore": ("--program", "threads", "--cpus", "2", "--kcore"),
+}
+
 
 def have_system_pyside2() -> bool:
     """perf's embedded Python is Debian's: PySide2 must import there, not in this venv."""

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from duckdbtest import assert_id_order, compare_with_sqlite
+from exporttest import EXPORT_VARIANTS
 from ptxtest import REPO, slow_after
 
 from ptexport.cli import main
@@ -35,18 +36,7 @@ duckdb = pytest.importorskip("duckdb")
 pa = pytest.importorskip("pyarrow")
 
 _BRANCHES = "3000"
-# the generator variants of tests/dbexport/test_export_fast_vs_ref.py (the same arguments: the same cached traces)
-TRACES = {
-    "threads-2cpus-cyc": ("--program", "threads", "--cpus", "2", "--timing", "cyc", "--preempt", "200"),
-    "threads-per-thread-truncated": ("--program", "threads", "--per-thread", "--truncate", "2", "--psb-period", "1024"),
-    "forkexec-corrupt": ("--program", "forkexec", "--cpus", "2", "--corrupt", "3", "--timing", "cyc",
-                         "--psb-period", "1024"),
-    "calls-mtc-ovf": ("--program", "calls", "--timing", "mtc", "--mtc-period", "5", "--ovf", "2"),
-    "events-power-ptwrite": ("--program", "events", "--power", "--timing", "cyc", "--cbr", "18", "--ptwrite", "fup"),
-    "threads-pipe-faults": ("--program", "threads", "--cpus", "2", "--pipe", "--ovf", "2", "--truncate", "1",
-                            "--psb-period", "1024"),
-    "threads-kcore": ("--program", "threads", "--cpus", "2", "--kcore"),
-}
+TRACES = EXPORT_VARIANTS  # tests/helpers/exporttest.py
 #: (trace, --itrace or None for the export's default)
 CASES = [(t, None) for t in TRACES] + [("events-power-ptwrite", "bepwx"), ("forkexec-corrupt", "bepi100")]
 #: tables whose rows have an id (all but the version rows)
