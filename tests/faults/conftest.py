@@ -31,6 +31,26 @@ def tiny_trace(tmp_path_factory) -> Path:
     return synth(tmp_path_factory.mktemp("tiny"), "50k")
 
 
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """Mount a tmpfs of the asked size at a fresh directory (root only); unmounted afterwards."""
+    mounted = []
+
+    def mount(size: str):
+        d = tmp_path / f"fs{len(mounted)}"
+        d.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], capture_output=True,
+                           text=True, check=False)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
+        mounted.append(d)
+        return d
+
+    yield mount
+    for d in mounted:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True, check=False)
+
+
 @pytest.fixture(scope="session")
 def injector(tmp_path_factory) -> Path:
     """fault_inject.c built as an LD_PRELOAD library."""

@@ -16,7 +16,6 @@ import io
 import itertools
 import os
 import sqlite3
-import subprocess
 import threading
 
 import pytest
@@ -156,26 +155,6 @@ def test_storage_fault_is_one_line_and_leaves_nothing(small_trace, tmp_path, mon
     assert lines[0].endswith(f": {cause}"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.db"], "everything temporary is removed"
     assert hashlib.sha256(target.read_bytes()).hexdigest() == digest, "the previous database is untouched"
-
-
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    """Mount a tmpfs of the asked size at a fresh directory (root only); unmounted afterwards."""
-    mounted = []
-
-    def mount(size: str):
-        d = tmp_path / f"fs{len(mounted)}"
-        d.mkdir()
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], capture_output=True,
-                           text=True)
-        if r.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
-        mounted.append(d)
-        return d
-
-    yield mount
-    for d in mounted:
-        subprocess.run(["umount", "-l", str(d)], capture_output=True)
 
 
 @pytest.mark.slow
