@@ -48,11 +48,13 @@ from _common import (  # noqa: E402
     write_json,
 )
 
-COOKBOOK = Path(__file__).resolve().parents[1] / "docs" / "cookbook.md"
+COOKBOOK = [Path(__file__).resolve().parents[1] / "docs" / name for name in ("cookbook.md", "cookbook-raw.md")]
 
 
 def cookbook_queries() -> dict[str, str]:
-    return dict(re.findall(r"<!-- query: (\w+) -->\s*```sql\n(.*?)```", COOKBOOK.read_text(encoding="utf-8"), re.DOTALL))
+    return {name: sql for f in COOKBOOK
+            for name, sql in re.findall(r"<!-- query: (\w+) -->\s*```sql\n(.*?)```", f.read_text(encoding="utf-8"),
+                                        re.DOTALL)}
 
 
 def _norm(rows) -> list[tuple]:

@@ -9,12 +9,10 @@ generator's ground truth, perf script's own lines and perf's exported database:
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import uuid
 from collections import Counter, defaultdict
 from decimal import Decimal
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,11 +21,10 @@ from ptexport.perfdata import open_perf_data
 from ptexport.sideband.builder import build_sideband
 from ptexport.synth.vm import K_CALL, K_SYSCALL, K_TR_STRT
 
+from cookbook import cookbook_queries
 from vmexporttest import OTHER, PG_BASE, export_db, perf_branches, truth_exits
 
-COOKBOOK = Path(__file__).resolve().parents[2] / "docs" / "cookbook.md"
-QUERIES = {k: v for k, v in re.findall(r"<!-- query: (\w+) -->\s*```sql\n(.*?)```",
-                                       COOKBOOK.read_text(encoding="utf-8"), re.S) if k.startswith("vm_")}
+QUERIES = {k: v for k, v in cookbook_queries().items() if k.startswith("vm_")}
 _Q_LINE = "WITH q AS (SELECT 0 AS cpu, 3500000010000 AS t),"
 
 

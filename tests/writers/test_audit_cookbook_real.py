@@ -9,23 +9,22 @@ answer something (hottest functions, call paths, branch mix, IPC, decode errors)
 from __future__ import annotations
 
 import io
-import re
 import sqlite3
 import uuid
 from decimal import Decimal
 
 import pytest
 
-from ptxtest import REPO
 from ptexport.cli import main
 
+from cookbook import cookbook_queries
+
 PG = "postgresql://postgres@127.0.0.1:5432"
-COOKBOOK = REPO / "docs" / "cookbook.md"
 NON_EMPTY = {"self_time", "total_time", "call_paths", "branch_mix", "ipc", "decode_errors"}
 
 
 def queries() -> dict[str, str]:
-    return dict(re.findall(r"<!-- query: (\w+) -->\s*```sql\n(.*?)```", COOKBOOK.read_text(encoding="utf-8"), re.S))
+    return cookbook_queries()
 
 
 def _norm(rows) -> list[tuple]:

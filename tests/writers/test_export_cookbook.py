@@ -6,21 +6,11 @@ from __future__ import annotations
 import re
 import sqlite3
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
+from cookbook import cookbook_queries
 from known_db import build_fixture_db
-
-COOKBOOK = Path(__file__).resolve().parents[2] / "docs" / "cookbook.md"
-
-
-def cookbook_queries() -> dict[str, str]:
-    text = COOKBOOK.read_text(encoding="utf-8")
-    queries = dict(re.findall(r"<!-- query: (\w+) -->\s*```sql\n(.*?)```", text, re.S))
-    blocks = re.findall(r"```sql\n", text)
-    assert len(queries) == len(blocks), "every SQL block in the cookbook is named and tested"
-    return queries
 
 
 def _norm(rows):

@@ -6,7 +6,6 @@ import io
 import re
 import shutil
 import sqlite3
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,7 @@ from ptexport.writers.branch_types import PERF_BRANCH_TYPES
 from ptexport.writers.migrate import load_migrations
 from ptexport.writers.schema import load_schema
 
-COOKBOOK = Path(__file__).resolve().parents[2] / "docs" / "cookbook.md"
+from cookbook import cookbook_sql
 
 
 def _objects(c: sqlite3.Connection, kind: str) -> set[str]:
@@ -76,7 +75,7 @@ def test_upgrade_of_a_perf_database_keeps_data_and_adds_the_extensions(perf_db, 
     assert c.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     for v in _objects(c, "view"):
         c.execute(f"SELECT * FROM {v} LIMIT 5").fetchall()
-    for sql in re.findall(r"```sql\n(.*?)```", COOKBOOK.read_text(), re.S):
+    for sql in cookbook_sql():
         c.execute(sql).fetchall()
     c.close()
 
@@ -167,5 +166,5 @@ def test_upgrade_of_a_perf_database_with_all_columns_and_no_calls(tmp_path, quip
     assert c.execute("SELECT COUNT(*) FROM calls").fetchone() == (1,)  # created, with its id-0 row
     assert {"calls_view", "call_paths_view", "samples_view"} <= _objects(c, "view")
     assert c.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    for sql in re.findall(r"```sql\n(.*?)```", COOKBOOK.read_text(), re.S):
+    for sql in cookbook_sql():
         c.execute(sql).fetchall()
