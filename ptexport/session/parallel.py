@@ -978,18 +978,21 @@ class StreamMerge:
                 self.npending += p[2] - p[1]
 
     def _flush(self, final: bool = False):
-        """Batches of at most ``batch_rows`` rows.  A pending piece of at least a sixteenth of a batch
-        is a batch of its own (no copy: the decoder's chunks are a batch long, and the pieces they are
-        cut into at perf's events - a context switch, an AUX record - mostly are that big); smaller
-        ones are gathered together, as far as a batch needs them (a VM trace's queues take turns
-        every few dozen rows).  Gathering the tail of one chunk with the head of the next copied
-        every batch of a single-queue trace: 0.9 s of 5.8 s decoding 10 M branches."""
+        """Batches of about ``batch_rows`` rows (at most a sixteenth more).  A pending piece of at least
+        a sixteenth of a batch is a batch of its own (no copy: the decoder's chunks are a batch long,
+        and the pieces they are cut into at perf's events - a context switch, an AUX record - mostly
+        are that big), whole if it is at most a sixteenth longer than a batch; smaller ones are
+        gathered together, as far as a batch needs them or up to the next big piece (a VM trace's
+        queues take turns every few dozen rows).  Gathering the tail of one chunk with the head of the next copied every batch
+        of a single-queue trace: 0.9 s of 5.8 s decoding 10 M branches, and so did a tail of a few
+        thousand rows gathered with the head of the next chunk, leaving a tail again (1.3-2.2 s of
+        7-13 s)."""
         while self.npending >= self.batch_rows or (final and self.npending):
             n = min(self.batch_rows, self.npending)
             c, lo, hi = self.pending[0]
             m = hi - lo
             if 16 * m >= self.batch_rows or m >= n:
-                if m <= n:
+                if m - n <= self.batch_rows >> 4:  # (a few rows over a batch: all of them)
                     self.pending.pop(0)
                 else:
                     self.pending[0] = (c, lo + n, hi)
@@ -999,8 +1002,12 @@ class StreamMerge:
                 continue
             used, m = 0, 0
             while m < n:
-                m += self.pending[used][2] - self.pending[used][1]
+                size = self.pending[used][2] - self.pending[used][1]
+                if 16 * size >= self.batch_rows:  # a big piece goes on its own next (no copy)
+                    break
+                m += size
                 used += 1
+            n = min(n, m)
             pieces = self.pending[:used]
             rest = []
             if m > n:  # the last piece is split
