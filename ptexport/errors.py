@@ -116,5 +116,12 @@ class TargetBusyError(ExportError):
     exit_code = 75  # EX_TEMPFAIL (sysexits.h): try again when the other export is done
 
 
+class ClusterError(PtExportError):
+    """The dask cluster of ``--scheduler`` cannot be reached, has no workers, cannot read the
+    recording, or was lost while decoding (a task whose workers kept dying)."""
+
+    exit_code = 69  # EX_UNAVAILABLE (sysexits.h): a service is unavailable
+
+
 class SynthError(PtExportError):
     """The sample-trace generator cannot make the asked-for trace."""

@@ -1,0 +1,245 @@
+"""Decode on a dask.distributed cluster: ``ptexport TRACE --db DB --scheduler tcp://HOST:8786`` or ``local:N``.
+
+The work units of ``--jobs N`` (PSB segments of each queue, :func:`ptexport.session.parallel._segment_job`:
+path, options, queue, start and stop positions) become Dask tasks; each worker opens the recording
+itself, at the path it sees (``--cluster-path LOCAL=WORKER`` maps the coordinator's paths to the
+workers'), decodes its segment with the compiled decoder and hands back the segment's columns.  This
+process - the coordinator - joins the segments exactly (``_joined_segments``), merges the queues in
+perf's order, builds the call trees and writes the database, as with ``--jobs N``: the rows are the
+``--jobs 1`` rows.  :class:`DaskUnits` is the :class:`~ptexport.session.units.UnitExecutor` the
+segment streams submit to, a bounded window ahead of the merge (the cluster's thread count), so the
+coordinator's memory does not grow with the trace.
+
+Faults: a task is a pure function of its arguments.  A worker that dies while it runs one (or holds
+its result) makes the scheduler run it again elsewhere (dask's ``distributed.scheduler.allowed-failures``
+times, 3 by default; then ``KilledWorker``, raised here as :class:`~ptexport.errors.ClusterError`);
+the coordinator takes each segment's result once, in order, so a retry neither loses nor repeats a
+row.  Any error ends the export before the database is renamed into place (the writers' temporary
+database rule).
+
+dask is imported only here and only when a scheduler is asked for (:func:`open_cluster`): without
+``--scheduler`` nothing of it loads.  What cannot be cut into segments (the reference decoder,
+``--time`` ranges, instruction samples, pipe input) is decoded by the coordinator, as ``--jobs 1``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import re
+from typing import Any, Callable, Iterator
+
+from ptexport.errors import ClusterError, PtExportError, UsageError
+from ptexport.session.parallel import file_identity
+
+#: Seconds to reach a scheduler, and to wait for its first worker.
+CONNECT_TIMEOUT = 10.0
+WORKER_TIMEOUT = 30.0
+
+_LOCAL = re.compile(r"local:(\d+)\Z")
+_REMOTE = re.compile(r"(tcp|tls|ws|wss|inproc)://\S+\Z")
+
+
+def check_scheduler(text: str) -> str:
+    """``--scheduler``: ``tcp://HOST:PORT`` (any dask address) or ``local:N`` (N >= 1), else UsageError."""
+    m = _LOCAL.match(text)
+    if m:
+        if int(m.group(1)) < 1:
+            raise UsageError(f"--scheduler {text}: local:N needs N >= 1 worker processes")
+        return text
+    if _REMOTE.match(text):
+        return text
+    raise UsageError(f"--scheduler {text}: expected tcp://HOST:PORT (a dask scheduler) or local:N "
+                     "(a local cluster of N worker processes)")
+
+
+def parse_cluster_path(text: str) -> tuple[str, str]:
+    """``--cluster-path LOCAL=WORKER``: files under LOCAL here are under WORKER on the workers."""
+    local, sep, remote = text.partition("=")
+    if not sep or not local or not remote:
+        raise UsageError(f"--cluster-path {text}: expected LOCAL=WORKER (a directory here and where the "
+                         "workers see it)")
+    return os.path.abspath(local), remote.rstrip("/") or "/"
+
+
+def map_path(path: str | None, mapping: tuple[tuple[str, str], ...]) -> str | None:
+    """``path`` as the workers see it: the longest LOCAL prefix of ``mapping`` replaced by its WORKER."""
+    if not path or not mapping:
+        return path
+    full = os.path.abspath(path)
+    best = None
+    for local, remote in mapping:
+        loc = local.rstrip("/") or "/"
+        if full == loc or full.startswith(loc if loc.endswith("/") else loc + "/"):
+            if best is None or len(loc) > len(best[0]):
+                best = (loc, remote)
+    if best is None:
+        return path
+    rest = full[len(best[0]):].lstrip("/")
+    return os.path.join(best[1], rest) if rest else best[1]
+
+
+def worker_config(config: Any, mapping: tuple[tuple[str, str], ...]) -> Any:
+    """The session's :class:`DecodeConfig` with every path in it (--symfs, --buildid-dir, guest
+    kcore, search directories, --guest-data files) as the workers see it."""
+    if not mapping:
+        return config
+    return dataclasses.replace(
+        config,
+        symfs=map_path(config.symfs, mapping), buildid_dir=map_path(config.buildid_dir, mapping),
+        guest_kcore=map_path(config.guest_kcore, mapping),
+        search_dirs=tuple(map_path(d, mapping) or d for d in config.search_dirs),
+        guest_data=tuple(dataclasses.replace(g, path=map_path(g.path, mapping)) for g in config.guest_data))
+
+
+class _Future:
+    """A ``distributed.Future`` whose errors come out typed; its result is fetched once."""
+
+    def __init__(self, fut: Any, where: str) -> None:
+        self._fut = fut
+        self._where = where
+        self._got: Any = None
+        self._have = False
+
+    def done(self) -> bool:
+        return self._have or self._fut.done()
+
+    def cancel(self) -> None:
+        self._fut.cancel()
+
+    def result(self) -> Any:
+        if not self._have:
+            self._got = _typed(self._fut.result, self._where)
+            self._have = True
+            self._fut.release()  # the worker may drop it now
+        return self._got
+
+
+def _typed(call: Callable[[], Any], where: str) -> Any:
+    """``call()``, with what the cluster raises as a :class:`ClusterError` (a task's own typed
+    error, e.g. a worker that cannot read the recording, stays what it is)."""
+    from distributed import TimeoutError as DaskTimeout  # dask is loaded already: only with --scheduler
+    from distributed.client import FutureCancelledError
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
+
+    try:
+        return call()
+    except PtExportError:
+        raise
+    except KilledWorker as e:
+        raise ClusterError(f"{where}: a decode task killed its workers {e.args[1] if len(e.args) > 1 else ''} "
+                           "times over (dask's allowed-failures): giving up") from e
+    except (CommClosedError, FutureCancelledError, DaskTimeout, OSError) as e:
+        raise ClusterError(f"{where}: lost the cluster: {type(e).__name__}: {e}") from e
+
+
+class DaskUnits:
+    """The :class:`~ptexport.session.units.UnitExecutor` of a dask client: ``width`` = the cluster's
+    worker threads when it was opened (the window of segments kept submitted per queue)."""
+
+    def __init__(self, client: Any, where: str) -> None:
+        self.client = client
+        self.where = where
+        info = client.scheduler_info()
+        self.workers = len(info.get("workers", {}))
+        self.width = max(1, sum(int(w.get("nthreads", 1)) for w in info.get("workers", {}).values()))
+        self.submitted = 0
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> _Future:
+        self.submitted += 1
+        # pure=False: a fresh key each time (a recording rewritten in place is never a cached result)
+        return _Future(_typed(lambda: self.client.submit(fn, *args, pure=False), self.where), self.where)
+
+    def release(self) -> None:
+        """Nothing: the client belongs to :func:`open_cluster`."""
+
+    def check_workers(self, path: str, ident: tuple) -> None:
+        """Every worker can read the recording at ``path`` and it is the coordinator's (``ident``):
+        else a typed error before any database is opened."""
+        try:
+            got = _typed(lambda: self.client.run(_probe, path, ident), self.where)
+        except ClusterError:
+            raise
+        except Exception as e:  # noqa: BLE001 - e.g. the workers cannot unpickle _probe: no ptexport there
+            raise ClusterError(f"{self.where}: the workers cannot run ptexport's probe ({type(e).__name__}: {e}): "
+                               "install ptexport on every worker (pip install 'ptexport[cluster]')") from e
+        bad = {addr: why for addr, why in got.items() if why}
+        if bad:
+            addr, why = sorted(bad.items())[0]
+            more = f" (and {len(bad) - 1} more workers)" if len(bad) > 1 else ""
+            raise ClusterError(f"{self.where}: worker {addr}{more}: {why}")
+
+
+def _probe(path: str, ident: tuple) -> str | None:
+    """On a worker: None when it reads the coordinator's recording at ``path``, else why not."""
+    try:
+        mine = file_identity(path)
+    except OSError as e:
+        return f"cannot read the recording at {path}: {e.strerror or e} (map it with --cluster-path LOCAL=WORKER)"
+    if tuple(mine) != tuple(ident):
+        return (f"{path} is not the coordinator's recording ({mine[0]} bytes against {ident[0]}, or other "
+                "contents): map the path with --cluster-path LOCAL=WORKER")
+    try:
+        from ptexport import jit
+
+        if not jit.available():
+            return f"numba is not available there: {jit.unavailable_reason()}"
+    except ImportError as e:  # pragma: no cover - an odd install
+        return f"cannot import ptexport's decoder: {e}"
+    return None
+
+
+@contextlib.contextmanager
+def open_cluster(scheduler: str, timeout: float | None = None) -> Iterator[DaskUnits]:
+    """A :class:`DaskUnits` on the scheduler at ``scheduler`` (``tcp://HOST:PORT``), or on a
+    LocalCluster of N worker processes of one thread each (``local:N``), closed on leaving."""
+    check_scheduler(scheduler)
+    timeout = CONNECT_TIMEOUT if timeout is None else timeout
+    try:  # imported here: dask loads only with --scheduler (start-up time, and it is an extra)
+        from distributed import Client, LocalCluster
+    except ImportError as e:
+        raise UsageError(f"--scheduler needs dask.distributed ({e}): pip install 'ptexport[cluster]'") from e
+
+    cluster = None
+    client = None
+    try:
+        m = _LOCAL.match(scheduler)
+        try:
+            if m:
+                cluster = LocalCluster(n_workers=int(m.group(1)), threads_per_worker=1, processes=True,
+                                       host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR)
+                client = Client(cluster, timeout=timeout)
+            else:
+                client = Client(scheduler, timeout=timeout)
+        except PtExportError:
+            raise
+        except Exception as e:  # noqa: BLE001 - dask raises OSError, TimeoutError, ValueError (a bad address)...
+            raise ClusterError(f"cannot reach scheduler {scheduler}: {type(e).__name__}: {e}") from e
+        try:
+            client.wait_for_workers(1, timeout=WORKER_TIMEOUT)
+        except Exception as e:  # noqa: BLE001 - dask's TimeoutError, or the scheduler gone
+            raise ClusterError(f"scheduler {scheduler} has no workers ({type(e).__name__}: {e}): start some with "
+                               f"`dask worker {scheduler}`") from e
+        yield DaskUnits(client, f"scheduler {scheduler}")
+    finally:
+        if client is not None:
+            with contextlib.suppress(Exception):  # closing a client whose scheduler is gone
+                client.close()
+        if cluster is not None:
+            with contextlib.suppress(Exception):
+                cluster.close()
+
+
+def bind_session(session: Any, units: DaskUnits, mapping: tuple[tuple[str, str], ...]) -> None:
+    """Point ``session``'s segment streams at the cluster: the path and options as the workers see
+    them, the file identity they check; then check every worker can read it."""
+    path = os.path.abspath(str(session.pd.path))
+    if not os.path.exists(path):
+        return  # pipe input: decoded here
+    session.worker_path = map_path(path, mapping)
+    session.worker_config = worker_config(session.cfg, mapping)
+    session.worker_ident = file_identity(path)
+    units.check_workers(session.worker_path, session.worker_ident)
