@@ -210,7 +210,7 @@ def open_cluster(scheduler: str, timeout: float | None = None) -> Iterator[DaskU
         try:
             if m:
                 cluster = LocalCluster(n_workers=int(m.group(1)), threads_per_worker=1, processes=True,
-                                       host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR)
+                                       host="127.0.0.1", dashboard_address=":0", silence_logs=logging.ERROR)
                 client = Client(cluster, timeout=timeout)
             else:
                 client = Client(scheduler, timeout=timeout)
