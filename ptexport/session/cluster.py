@@ -29,10 +29,11 @@ import dataclasses
 import logging
 import os
 import re
+import tempfile
 from typing import Any, Callable, Iterator
 
 from ptexport.errors import ClusterError, PtExportError, UsageError
-from ptexport.session.parallel import file_identity
+from ptexport.session.parallel import _warm_job, file_identity
 
 #: Seconds to reach a scheduler, and to wait for its first worker.
 CONNECT_TIMEOUT = 10.0
@@ -138,15 +139,20 @@ def _typed(call: Callable[[], Any], where: str) -> Any:
 
 class DaskUnits:
     """The :class:`~ptexport.session.units.UnitExecutor` of a dask client: ``width`` = the cluster's
-    worker threads when it was opened (the window of segments kept submitted per queue)."""
+    worker threads when it was opened; ``window`` twice that (segments kept submitted per queue: one
+    queued on each thread behind the one it runs, so no worker waits for the coordinator's next
+    submission across the network)."""
 
     def __init__(self, client: Any, where: str) -> None:
         self.client = client
         self.where = where
         info = client.scheduler_info()
-        self.workers = len(info.get("workers", {}))
+        self.addresses = sorted(info.get("workers", {}))
+        self.workers = len(self.addresses)
         self.width = max(1, sum(int(w.get("nthreads", 1)) for w in info.get("workers", {}).values()))
+        self.window = 2 * self.width
         self.submitted = 0
+        self._warm: list[Any] = []
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> _Future:
         self.submitted += 1
@@ -155,6 +161,13 @@ class DaskUnits:
 
     def release(self) -> None:
         """Nothing: the client belongs to :func:`open_cluster`."""
+
+    def warm(self, *args: Any) -> None:
+        """One :func:`_warm_job` on each worker (not waited for): the recording opened there and the
+        decoder's kernels loaded while the coordinator reads the sideband."""
+        self._warm = [_typed(lambda a=a: self.client.submit(_warm_job, *args, workers=[a], allow_other_workers=False,
+                                                            pure=False), self.where)
+                      for a in self.addresses]
 
     def check_workers(self, path: str, ident: tuple) -> None:
         """Every worker can read the recording at ``path`` and it is the coordinator's (``ident``):
@@ -205,12 +218,16 @@ def open_cluster(scheduler: str, timeout: float | None = None) -> Iterator[DaskU
 
     cluster = None
     client = None
+    scratch = None
     try:
         m = _LOCAL.match(scheduler)
         try:
             if m:
+                # the workers' scratch space (dask's default leaves dask-scratch-space in /tmp): removed at the end
+                scratch = tempfile.TemporaryDirectory(prefix="ptexport-dask-")
                 cluster = LocalCluster(n_workers=int(m.group(1)), threads_per_worker=1, processes=True,
-                                       host="127.0.0.1", dashboard_address=":0", silence_logs=logging.ERROR)
+                                       host="127.0.0.1", dashboard_address=":0", silence_logs=logging.ERROR,
+                                       local_directory=scratch.name)
                 client = Client(cluster, timeout=timeout)
             else:
                 client = Client(scheduler, timeout=timeout)
@@ -231,15 +248,35 @@ def open_cluster(scheduler: str, timeout: float | None = None) -> Iterator[DaskU
         if cluster is not None:
             with contextlib.suppress(Exception):
                 cluster.close()
+        if scratch is not None:
+            scratch.cleanup()
 
 
-def bind_session(session: Any, units: DaskUnits, mapping: tuple[tuple[str, str], ...]) -> None:
-    """Point ``session``'s segment streams at the cluster: the path and options as the workers see
-    them, the file identity they check; then check every worker can read it."""
-    path = os.path.abspath(str(session.pd.path))
+@dataclasses.dataclass(frozen=True)
+class WorkerView:
+    """The recording as the workers see it: path, decode options (paths mapped) and what tells them it
+    is the coordinator's file."""
+
+    path: str
+    config: Any
+    ident: tuple
+
+    def bind(self, session: Any) -> None:
+        """Point ``session``'s segment streams at the cluster."""
+        session.worker_path = self.path
+        session.worker_config = self.config
+        session.worker_ident = self.ident
+
+
+def prepare_workers(units: DaskUnits, cls: Any, path: str, config: Any,
+                    mapping: tuple[tuple[str, str], ...]) -> WorkerView | None:
+    """Check every worker can read the recording at ``path`` (mapped) and that it is this one, then let
+    each open it and load its kernels (not waited for: meanwhile this process reads the sideband).
+    None for pipe input (decoded here)."""
+    path = os.path.abspath(str(path))
     if not os.path.exists(path):
-        return  # pipe input: decoded here
-    session.worker_path = map_path(path, mapping)
-    session.worker_config = worker_config(session.cfg, mapping)
-    session.worker_ident = file_identity(path)
-    units.check_workers(session.worker_path, session.worker_ident)
+        return None
+    view = WorkerView(map_path(path, mapping) or path, worker_config(config, mapping), file_identity(path))
+    units.check_workers(view.path, view.ident)
+    units.warm(cls, view.path, view.config, view.ident)
+    return view

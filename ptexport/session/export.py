@@ -30,10 +30,10 @@ from ptexport.errors import PtExportError
 from ptexport.perfdata import open_perf_data
 from ptexport.pt.vmtime import VmBuffer, VmTimeConfig, VmTimeCorrelator
 from ptexport.samples.columns import SampleColumns
-from ptexport.session.cluster import bind_session, open_cluster
+from ptexport.session.cluster import open_cluster, prepare_workers
 from ptexport.session.decode_proc import maybe_process
 from ptexport.session.guestdata import apply_guest_data
-from ptexport.session.perfsession import DecodeConfig, open_session
+from ptexport.session.perfsession import DecodeConfig, PerfSession, open_session
 from ptexport.writers import open_writer
 from ptexport.writers.targets import target_path
 from ptexport.writers.leftovers import refuse_if_busy
@@ -167,14 +167,18 @@ def export_trace(path: str, target: str, config: ExportConfig,
                                              if config.guestkallsyms else None)
         if config.guest_data:  # the host recording as perf inject --guest-data would write it
             pd = apply_guest_data(pd, config.guest_data)
-        session = open_session(RecordTee(pd) if getattr(pd, "is_pipe", False) else pd,
-                               DecodeConfig(itrace=config.itrace, symfs=config.symfs, buildid_dir=config.buildid_dir,
-                                            cpus=config.cpus, guest_kcore=guest_kcore, time=config.time,
-                                            pids=config.pids, tids=config.tids, guest_data=config.guest_data,
-                                            insn_fetch_marks=False))  # a script: no instruction fetches
+        dcfg = DecodeConfig(itrace=config.itrace, symfs=config.symfs, buildid_dir=config.buildid_dir,
+                            cpus=config.cpus, guest_kcore=guest_kcore, time=config.time, pids=config.pids,
+                            tids=config.tids, guest_data=config.guest_data,
+                            insn_fetch_marks=False)  # a script: no instruction fetches
+        # the cluster's workers checked and warmed (they open the recording) while the sideband is read here
+        view = prepare_workers(units, PerfSession, pd.path, dcfg, config.cluster_paths) \
+            if units is not None and not getattr(pd, "is_pipe", False) else None
+        session = open_session(RecordTee(pd) if getattr(pd, "is_pipe", False) else pd, dcfg)
         if units is not None:
             # the cluster's workers decode the PSB segments; this process joins, merges and exports
-            bind_session(session, units, config.cluster_paths)
+            if view is not None:
+                view.bind(session)
             proc = None
             summary.cluster_workers = units.workers
             batches: Any = _Timed(session.iter_batches(config.jobs, units=units), _time.perf_counter() - t0)

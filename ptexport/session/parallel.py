@@ -82,15 +82,26 @@ def _pool(jobs: int, session: Any | None = None) -> Any:
     from concurrent.futures import ProcessPoolExecutor
 
     if session is not None:
-        queues = session.queues()
-        ctx = session.decode_context()
-        if queues and backend.compiled_for(ctx):
-            key, bufs = queues[0]
-            qd = QueueDecoder(ctx, 0, key, bufs)
-            qd.setup()
-            qd.drive(single=True)
-            qd.position()
+        warm_kernels(session)
     return ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"), initializer=ignore_stop_signals)
+
+
+def warm_kernels(session: Any) -> None:
+    """The compiled decoder's kernels loaded in this process (one step of a throwaway decoder)."""
+    queues = session.queues()
+    ctx = session.decode_context()
+    if queues and backend.compiled_for(ctx):
+        key, bufs = queues[0]
+        qd = QueueDecoder(ctx, 0, key, bufs)
+        qd.setup()
+        qd.drive(single=True)
+        qd.position()
+
+
+def _warm_job(cls: Any, path: str, config: Any, ident: tuple | None = None) -> None:
+    """On a cluster's worker, before its first segment: the recording opened (kept for the segments
+    that follow in the same thread) and the kernels loaded, while the coordinator reads the sideband."""
+    warm_kernels(_worker_session(cls, path, config, ident))
 
 
 def _decode_one(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any], count_only: bool = False) -> Any:
@@ -745,7 +756,7 @@ class ProcessUnits:
 
     def __init__(self, jobs: int, users: int, session: Any) -> None:
         self.pool = _pool(jobs, session)
-        self.width = jobs
+        self.width = self.window = jobs
         self.users = users
 
     def submit(self, fn: Any, *args: Any) -> Any:
@@ -781,7 +792,7 @@ def _segment_streams(session: Any, jobs: int, chunk: int, units: UnitExecutor | 
     session.decode_stats.units += nseg
     if units is None:
         units = ProcessUnits(jobs, sum(1 for *_, starts in plans if starts), session)
-    lookahead = width
+    lookahead = units.window
     out = []
     for q, key, bufs, qd, starts in plans:
         if starts:

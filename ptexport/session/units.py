@@ -30,11 +30,13 @@ class UnitFuture(Protocol):
 
 
 class UnitExecutor(Protocol):
-    """Runs work units elsewhere.  ``width``: units it runs at once (workers x threads), what a stream
-    keeps submitted ahead of its consumer; ``submit(fn, *args)``: a :class:`UnitFuture`;
-    ``release()``: this user is done with it (the owner closes it when the last one is)."""
+    """Runs work units elsewhere.  ``width``: units it runs at once (workers x threads); ``window``:
+    units a stream keeps submitted ahead of its consumer (``width``, more where a result takes a
+    while to come back); ``submit(fn, *args)``: a :class:`UnitFuture`; ``release()``: this user is
+    done with it (the owner closes it when the last one is)."""
 
     width: int
+    window: int
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> UnitFuture: ...
 

@@ -236,14 +236,11 @@ def test_a_failed_run_leaves_no_database(cluster, synth_trace, tmp_path, tiny, m
     export with their typed error, and neither the database nor a temporary of it is left."""
     addr, _ = cluster
     path = _trace(synth_trace, "threads-2cpus-cyc")
-    bind = C.bind_session
-
-    def bind_then_break(session, units, mapping):
-        bind(session, units, mapping)
+    def bind_then_break(view, session):
+        session.worker_path, session.worker_config = view.path, view.config
         session.worker_ident = (1, "not this file")  # after the probe: the tasks themselves refuse
 
-    monkeypatch.setattr(C, "bind_session", bind_then_break)
-    monkeypatch.setattr("ptexport.session.export.bind_session", bind_then_break)
+    monkeypatch.setattr(C.WorkerView, "bind", bind_then_break)
     db = tmp_path / "cluster.sqlite"
     with pytest.raises(InputError, match="not the coordinator's recording"):
         export_trace(path, str(db), _config(scheduler=addr))
