@@ -100,7 +100,7 @@ class _Inline:
     """A UnitExecutor that runs each unit here, timing it, and can replay the results."""
 
     def __init__(self, width: int = 2) -> None:
-        self.width = width
+        self.width = self.window = width
         self.results: dict = {}
         self.unit_s: list[float] = []
         self.unit_bytes: list[int] = []

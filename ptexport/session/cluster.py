@@ -107,6 +107,11 @@ class _Future:
     def done(self) -> bool:
         return self._have or self._fut.done()
 
+    @property
+    def local(self) -> bool:
+        """Its result is in this process (else it waits on a worker)."""
+        return self._have
+
     def cancel(self) -> None:
         self._fut.cancel()
 
@@ -139,9 +144,10 @@ def _typed(call: Callable[[], Any], where: str) -> Any:
 
 class DaskUnits:
     """The :class:`~ptexport.session.units.UnitExecutor` of a dask client: ``width`` = the cluster's
-    worker threads when it was opened; ``window`` twice that (segments kept submitted per queue: one
-    queued on each thread behind the one it runs, so no worker waits for the coordinator's next
-    submission across the network)."""
+    worker threads when it was opened; ``window`` and ``budget`` twice that (segments kept submitted,
+    per queue and over all queues: one queued on each thread behind the one it runs, so no worker
+    waits a network round trip for the coordinator's next submission; results wait on the workers
+    until the merge takes them, at most ``budget`` + one per queue)."""
 
     def __init__(self, client: Any, where: str) -> None:
         self.client = client
@@ -151,6 +157,8 @@ class DaskUnits:
         self.workers = len(self.addresses)
         self.width = max(1, sum(int(w.get("nthreads", 1)) for w in info.get("workers", {}).values()))
         self.window = 2 * self.width
+        self.budget = 2 * self.width  # units submitted and not yet taken, all queues together (units.py)
+        self.in_flight = 0
         self.submitted = 0
         self._warm: list[Any] = []
 

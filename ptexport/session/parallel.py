@@ -815,7 +815,9 @@ def _segment_stream(session: Any, qnum: int, qd: Any, starts: list[tuple[int, in
              for k in range(len(starts) + 1))
 
     def held(res: dict, pending: Any) -> None:
-        n = int(res["o"].shape[1]) + sum(int(f.result()["o"].shape[1]) for f in pending if f.done())
+        # (results still on a cluster's workers are not held here: not fetched to be counted)
+        n = int(res["o"].shape[1]) + sum(int(f.result()["o"].shape[1]) for f in pending
+                                         if f.done() and getattr(f, "local", True))
         stats.max_held_rows = max(stats.max_held_rows, n)
 
     results = ordered(units, calls, lookahead, held)

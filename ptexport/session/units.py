@@ -33,7 +33,13 @@ class UnitExecutor(Protocol):
     """Runs work units elsewhere.  ``width``: units it runs at once (workers x threads); ``window``:
     units a stream keeps submitted ahead of its consumer (``width``, more where a result takes a
     while to come back); ``submit(fn, *args)``: a :class:`UnitFuture`; ``release()``: this user is
-    done with it (the owner closes it when the last one is)."""
+    done with it (the owner closes it when the last one is).
+
+    Optional: ``budget``, the units all streams together may have submitted and not yet taken (a
+    queue's stream may always have one, its next); ``in_flight`` counts them (:func:`ordered` keeps
+    it).  Without a budget each stream has its ``window`` (the process pool: ``jobs`` per queue, as
+    before); a cluster sets one, so a trace of 128 CPU queues on 128 workers holds ``budget`` + 128
+    results, not 128 x 256."""
 
     width: int
     window: int
@@ -46,27 +52,38 @@ class UnitExecutor(Protocol):
 def ordered(executor: UnitExecutor, calls: Iterable[tuple[Callable[..., Any], tuple]], window: int,
             on_result: Callable[[Any, deque], None] | None = None) -> Iterator[Any]:
     """Results of ``calls`` ((fn, args) pairs) run on ``executor``, in order, with at most ``window``
-    submitted ahead of the one being taken.  ``on_result(result, pending futures)`` sees each result
-    as it is taken (memory counters).  Closing the generator cancels what is still pending."""
+    submitted ahead of the one being taken (and within the executor's ``budget``, if it has one).
+    ``on_result(result, pending futures)`` sees each result as it is taken (memory counters).
+    Closing the generator cancels what is still pending."""
     it = iter(calls)
     futs: deque = deque()
     more = True
     window = max(1, window)
+    budget = getattr(executor, "budget", None)
     try:
         while True:
             while more and len(futs) < window:
+                if futs and budget is not None and executor.in_flight >= budget:  # type: ignore[attr-defined]
+                    break  # others hold the budget: this stream's next only
                 nxt = next(it, None)
                 if nxt is None:
                     more = False
                     break
                 fn, args = nxt
                 futs.append(executor.submit(fn, *args))
+                if budget is not None:
+                    executor.in_flight += 1  # type: ignore[attr-defined]
             if not futs:
                 return
-            res = futs.popleft().result()
+            fut = futs.popleft()
+            if budget is not None:
+                executor.in_flight -= 1  # type: ignore[attr-defined]
+            res = fut.result()
             if on_result is not None:
                 on_result(res, futs)
             yield res
     finally:
         for f in futs:
             f.cancel()
+        if budget is not None:
+            executor.in_flight -= len(futs)  # type: ignore[attr-defined]

@@ -338,3 +338,41 @@ def test_cli_local_cluster(synth_trace, tmp_path, tiny):
     assert main([path, "--db", str(db), "--scheduler", "local:2"], out=out) == 0
     assert "cluster workers" in out.getvalue() and " on 2 cluster workers" in out.getvalue(), out.getvalue()
     _assert_same(dump(db), want)
+
+
+def test_ordered_keeps_the_budget_over_all_streams():
+    """units.ordered: each stream has its next unit whatever the budget; beyond that the streams together
+    keep at most ``budget`` submitted and not taken; results in order; closing cancels and gives back."""
+    from concurrent.futures import Future
+
+    from ptexport.session.units import ordered
+
+    class Ex:
+        width, window, budget, in_flight = 2, 4, 3, 0
+        peak = 0
+
+        def submit(self, fn, *args):
+            f = Future()
+            f.set_result(fn(*args))
+            Ex.peak = max(Ex.peak, self.in_flight + 1)
+            return f
+
+        def release(self):
+            pass
+
+    def calls(q):
+        return ((lambda k=k: (q, k), ()) for k in range(10))
+
+    ex = Ex()
+    streams = [ordered(ex, calls(q), ex.window) for q in range(5)]
+    got = {q: [] for q in range(5)}
+    for step in range(10):
+        for q, s in enumerate(streams):
+            got[q].append(next(s))
+            assert ex.in_flight <= ex.budget + len(streams)
+    assert all(got[q] == [(q, k) for k in range(10)] for q in got)
+    assert Ex.peak <= ex.budget + len(streams)
+    s = ordered(ex, ((lambda k=k: k, ()) for k in range(10)), ex.window)
+    assert next(s) == 0 and ex.in_flight > 0
+    s.close()
+    assert ex.in_flight == 0
