@@ -173,9 +173,10 @@ class DaskUnits:
     def warm(self, *args: Any) -> None:
         """One :func:`_warm_job` on each worker (not waited for): the recording opened there and the
         decoder's kernels loaded while the coordinator reads the sideband."""
-        self._warm = [_typed(lambda a=a: self.client.submit(_warm_job, *args, workers=[a], allow_other_workers=False,
-                                                            pure=False), self.where)
-                      for a in self.addresses]
+        def pinned(addr: str) -> Callable[[], Any]:
+            return lambda: self.client.submit(_warm_job, *args, workers=[addr], allow_other_workers=False, pure=False)
+
+        self._warm = [_typed(pinned(a), self.where) for a in self.addresses]
 
     def check_workers(self, path: str, ident: tuple) -> None:
         """Every worker can read the recording at ``path`` and it is the coordinator's (``ident``):
