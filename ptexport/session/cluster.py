@@ -228,6 +228,11 @@ def open_cluster(scheduler: str, timeout: float | None = None) -> Iterator[DaskU
     cluster = None
     client = None
     scratch = None
+    # dask's own log lines (a lost scheduler, a restarted worker) stay quiet: what matters comes out
+    # as one ClusterError (the CLI is the only place that prints)
+    quiet = logging.getLogger("distributed")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
     try:
         m = _LOCAL.match(scheduler)
         try:
@@ -235,7 +240,7 @@ def open_cluster(scheduler: str, timeout: float | None = None) -> Iterator[DaskU
                 # the workers' scratch space (dask's default leaves dask-scratch-space in /tmp): removed at the end
                 scratch = tempfile.TemporaryDirectory(prefix="ptexport-dask-")
                 cluster = LocalCluster(n_workers=int(m.group(1)), threads_per_worker=1, processes=True,
-                                       host="127.0.0.1", dashboard_address=":0", silence_logs=logging.ERROR,
+                                       host="127.0.0.1", dashboard_address=":0", silence_logs=logging.CRITICAL,
                                        local_directory=scratch.name)
                 client = Client(cluster, timeout=timeout)
             else:
@@ -259,6 +264,7 @@ def open_cluster(scheduler: str, timeout: float | None = None) -> Iterator[DaskU
                 cluster.close()
         if scratch is not None:
             scratch.cleanup()
+        quiet.setLevel(level)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -428,7 +428,7 @@ def test_every_tool_has_force_and_help(tool, tmp_path):
     assert "--force" in r.stdout
     if tool.startswith("bench/"):
         assert "--tiny" in r.stdout and "--json" in r.stdout
-        covered = {"bench_cookbook", "bench_decode", "bench_export", "bench_matrix", "bench_postgres", "bench_rawdump",
+        covered = {"bench_cluster", "bench_cookbook", "bench_decode", "bench_export", "bench_matrix", "bench_postgres", "bench_rawdump",
                    "bench_records", "bench_viewer", "bench_vm", "bench_writer"}
         assert Path(tool).stem in covered, f"{tool} has no tiny-size test in this file"
 

@@ -376,3 +376,31 @@ def test_ordered_keeps_the_budget_over_all_streams():
     assert next(s) == 0 and ex.in_flight > 0
     s.close()
     assert ex.in_flight == 0
+
+
+@pytest.mark.slow
+def test_a_lost_scheduler_is_one_error_and_no_database(synth_trace, tmp_path, tiny, monkeypatch, capfd):
+    """The scheduler (and its workers) gone in the middle of the run: a ClusterError, no database, and
+    nothing of dask's on stderr from this process."""
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    lc = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=":0", silence_logs=logging.CRITICAL)
+    submit = C.DaskUnits.submit
+
+    def submit_then_lose(self, fn, *args):
+        fut = submit(self, fn, *args)
+        if self.submitted == 6:
+            lc.close()
+        return fut
+
+    monkeypatch.setattr(C.DaskUnits, "submit", submit_then_lose)
+    monkeypatch.setattr(C, "CONNECT_TIMEOUT", 3.0)
+    db = tmp_path / "lost.sqlite"
+    try:
+        with pytest.raises(ClusterError, match="lost the cluster"):
+            export_trace(path, str(db), _config(scheduler=lc.scheduler_address))
+    finally:
+        lc.close()
+    assert os.listdir(tmp_path) == []
+    err = capfd.readouterr().err
+    assert "distributed.client" not in err and "Traceback" not in err, err[-2000:]
