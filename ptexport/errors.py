@@ -47,6 +47,15 @@ class InputError(PtExportError):
         self.what = what
         super().__init__(self._render())
 
+    def __reduce__(self) -> tuple:
+        # pickled whole (what, where, why), not as its message: raised again in the process that
+        # waits for a worker's result (the --jobs pool, a dask cluster) it reads the same
+        return (type(self)._restore, (self.cause, self.source, self.offset, self.what))
+
+    @classmethod
+    def _restore(cls, cause: str, source: str | None, offset: int | None, what: str | None) -> "InputError":
+        return cls(cause, source=source, offset=offset, what=what)
+
     def _render(self) -> str:
         where = self.source or "<input>"
         if self.offset is not None:

@@ -117,7 +117,14 @@ class _Future:
 
     def result(self) -> Any:
         if not self._have:
-            self._got = _typed(self._fut.result, self._where)
+            try:
+                self._got = _typed(self._fut.result, self._where)
+            except ClusterError as e:
+                if self._fut.status == "error" and isinstance(e.__cause__, OSError):
+                    # the task's own OSError (a file the worker cannot read), not the cluster's connection
+                    raise ClusterError(f"{self._where}: a decode task failed on a worker: "
+                                       f"{type(e.__cause__).__name__}: {e.__cause__}") from e.__cause__
+                raise
             self._have = True
             self._fut.release()  # the worker may drop it now
         return self._got
@@ -136,8 +143,10 @@ def _typed(call: Callable[[], Any], where: str) -> Any:
     except PtExportError:
         raise
     except KilledWorker as e:
-        raise ClusterError(f"{where}: a decode task killed its workers {e.args[1] if len(e.args) > 1 else ''} "
-                           "times over (dask's allowed-failures): giving up") from e
+        n = e.args[2] + 1 if len(e.args) > 2 and isinstance(e.args[2], int) else 0
+        times = f"{n} time{'s' if n != 1 else ''}" if n else "too often"
+        raise ClusterError(f"{where}: a decode task lost its worker {times} (dask's "
+                           "distributed.scheduler.allowed-failures): giving up") from e
     except (CommClosedError, FutureCancelledError, DaskTimeout, OSError) as e:
         raise ClusterError(f"{where}: lost the cluster: {type(e).__name__}: {e}") from e
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -197,21 +198,20 @@ def test_cluster_gives_the_jobs1_postgres_database(cluster, synth_trace, pg_admi
 # ------------------------------------------------------------------ faults
 
 
-def test_a_worker_killed_mid_task_costs_a_retry_not_a_row(cluster, synth_trace, tmp_path, tiny, monkeypatch):
-    """SIGKILL a worker while it decodes a segment: the scheduler runs that segment again on the other
-    (or the restarted) worker; the database is the --jobs 1 one, no row lost or repeated."""
-    addr, client = cluster
-    path = _trace(synth_trace, "threads-2cpus-cyc")
-    want = _jobs1(path, tmp_path)
+def _kill_a_busy_worker(client, monkeypatch, after: int = 6) -> dict:
+    """From the ``after``-th segment submitted on: SIGKILL a worker while it decodes one (once);
+    the dict says which worker and which tasks it was running."""
     pids = client.run(os.getpid)
     killed: dict = {}
     submit = C.DaskUnits.submit
 
     def submit_and_kill(self, fn, *args):
         fut = submit(self, fn, *args)
-        if not killed and self.submitted >= 6:
+        if not killed and self.submitted >= after:
             for _ in range(2000):  # until a worker is busy with a segment
-                busy = {w: keys for w, keys in client.processing().items() if keys and w in pids}
+                busy = {w: [k for k in keys if str(k).startswith("_segment_job")]
+                        for w, keys in client.processing().items() if w in pids}  # (not the warm-up)
+                busy = {w: keys for w, keys in busy.items() if keys}
                 if busy:
                     w, keys = sorted(busy.items())[0]
                     killed.update(worker=w, keys=list(keys))
@@ -220,6 +220,16 @@ def test_a_worker_killed_mid_task_costs_a_retry_not_a_row(cluster, synth_trace, 
         return fut
 
     monkeypatch.setattr(C.DaskUnits, "submit", submit_and_kill)
+    return killed
+
+
+def test_a_worker_killed_mid_task_costs_a_retry_not_a_row(cluster, synth_trace, tmp_path, tiny, monkeypatch):
+    """SIGKILL a worker while it decodes a segment: the scheduler runs that segment again on the other
+    (or the restarted) worker; the database is the --jobs 1 one, no row lost or repeated."""
+    addr, client = cluster
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    want = _jobs1(path, tmp_path)
+    killed = _kill_a_busy_worker(client, monkeypatch)
     db = tmp_path / "cluster.sqlite"
     export_trace(path, str(db), _config(scheduler=addr))
     assert killed, "no worker was busy: nothing was killed"
@@ -242,7 +252,8 @@ def test_a_failed_run_leaves_no_database(cluster, synth_trace, tmp_path, tiny, m
 
     monkeypatch.setattr(C.WorkerView, "bind", bind_then_break)
     db = tmp_path / "cluster.sqlite"
-    with pytest.raises(InputError, match="not the coordinator's recording"):
+    # the worker's InputError crosses as it was raised (what, where, why), not re-rendered
+    with pytest.raises(InputError, match=rf"^{re.escape(path)}: worker on \S+: not the coordinator's recording"):
         export_trace(path, str(db), _config(scheduler=addr))
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
 
@@ -376,6 +387,28 @@ def test_ordered_keeps_the_budget_over_all_streams():
     assert next(s) == 0 and ex.in_flight > 0
     s.close()
     assert ex.in_flight == 0
+
+
+@pytest.mark.slow
+def test_no_retries_left_is_one_error_and_no_database(synth_trace, tmp_path, tiny, monkeypatch):
+    """With dask's allowed-failures at 0, the worker killed mid-task ends the run: a ClusterError
+    (KilledWorker), and neither the database nor a temporary of it."""
+    import dask
+
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        lc = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                      dashboard_address=":0", silence_logs=logging.CRITICAL)
+    try:
+        with distributed.Client(lc) as client:
+            killed = _kill_a_busy_worker(client, monkeypatch)
+            db = tmp_path / "x.sqlite"
+            with pytest.raises(ClusterError, match="a decode task lost its worker 1 time "):
+                export_trace(path, str(db), _config(scheduler=lc.scheduler_address))
+            assert killed
+    finally:
+        lc.close()
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.slow
