@@ -233,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace, work: Path) -> int:
+    import dask
     from distributed import LocalCluster
 
     from ptexport.session import parallel
@@ -255,8 +256,9 @@ def run(args: argparse.Namespace, work: Path) -> int:
     wall["jobs2"] = timed(_ptexport(str(trace), "--db", db("jobs2"), "-q", "--force", "--jobs", "2"), work)
     wall["local2"] = timed(_ptexport(str(trace), "--db", db("local2"), "-q", "--force", "--scheduler", "local:2"),
                            work)
-    lc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=":0",
-                      silence_logs=logging.ERROR, local_directory=str(work / "dask"))
+    with dask.config.set({"temporary-directory": str(work / "dask")}):  # not dask-scratch-space in $TMPDIR
+        lc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                          dashboard_address=":0", silence_logs=logging.ERROR, local_directory=str(work / "dask"))
     try:
         addr = lc.scheduler_address
         # the workers load the kernels and open this trace once (a long-lived cluster's state)

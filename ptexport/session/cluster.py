@@ -230,6 +230,7 @@ def open_cluster(scheduler: str, timeout: float | None = None) -> Iterator[DaskU
     check_scheduler(scheduler)
     timeout = CONNECT_TIMEOUT if timeout is None else timeout
     try:  # imported here: dask loads only with --scheduler (start-up time, and it is an extra)
+        import dask
         from distributed import Client, LocalCluster
     except ImportError as e:
         raise UsageError(f"--scheduler needs dask.distributed ({e}): pip install 'ptexport[cluster]'") from e
@@ -246,11 +247,12 @@ def open_cluster(scheduler: str, timeout: float | None = None) -> Iterator[DaskU
         m = _LOCAL.match(scheduler)
         try:
             if m:
-                # the workers' scratch space (dask's default leaves dask-scratch-space in /tmp): removed at the end
+                # the cluster's scratch space (dask's default leaves dask-scratch-space in /tmp): removed at the end
                 scratch = tempfile.TemporaryDirectory(prefix="ptexport-dask-")
-                cluster = LocalCluster(n_workers=int(m.group(1)), threads_per_worker=1, processes=True,
-                                       host="127.0.0.1", dashboard_address=":0", silence_logs=logging.CRITICAL,
-                                       local_directory=scratch.name)
+                with dask.config.set({"temporary-directory": scratch.name}):
+                    cluster = LocalCluster(n_workers=int(m.group(1)), threads_per_worker=1, processes=True,
+                                           host="127.0.0.1", dashboard_address=":0", silence_logs=logging.CRITICAL,
+                                           local_directory=scratch.name)
                 client = Client(cluster, timeout=timeout)
             else:
                 client = Client(scheduler, timeout=timeout)

@@ -42,11 +42,21 @@ _VOLATILE = {("schema_version", "created"), ("ptexport_migrations", "applied")}
 _BRANCHES = "8000"
 
 
+def _local_cluster(scratch) -> "distributed.LocalCluster":
+    """2 worker processes of 1 thread each on loopback, their scratch space (and the scheduler's) in
+    ``scratch``, not in /tmp."""
+    import dask
+
+    with dask.config.set({"temporary-directory": str(scratch)}):
+        return distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                        dashboard_address=":0", silence_logs=logging.CRITICAL,
+                                        local_directory=str(scratch))
+
+
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
     """A LocalCluster of 2 worker processes of 1 thread each, and a client to watch it."""
-    lc = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=":0", silence_logs=logging.ERROR)
+    lc = _local_cluster(tmp_path_factory.mktemp("dask"))
     client = distributed.Client(lc)
     yield lc.scheduler_address, client
     client.close()
@@ -390,15 +400,14 @@ def test_ordered_keeps_the_budget_over_all_streams():
 
 
 @pytest.mark.slow
-def test_no_retries_left_is_one_error_and_no_database(synth_trace, tmp_path, tiny, monkeypatch):
+def test_no_retries_left_is_one_error_and_no_database(synth_trace, tmp_path, tmp_path_factory, tiny, monkeypatch):
     """With dask's allowed-failures at 0, the worker killed mid-task ends the run: a ClusterError
     (KilledWorker), and neither the database nor a temporary of it."""
     import dask
 
     path = _trace(synth_trace, "threads-2cpus-cyc")
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-        lc = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                      dashboard_address=":0", silence_logs=logging.CRITICAL)
+        lc = _local_cluster(tmp_path_factory.mktemp("dask"))
     try:
         with distributed.Client(lc) as client:
             killed = _kill_a_busy_worker(client, monkeypatch)
@@ -412,12 +421,12 @@ def test_no_retries_left_is_one_error_and_no_database(synth_trace, tmp_path, tin
 
 
 @pytest.mark.slow
-def test_a_lost_scheduler_is_one_error_and_no_database(synth_trace, tmp_path, tiny, monkeypatch, capfd):
+def test_a_lost_scheduler_is_one_error_and_no_database(synth_trace, tmp_path, tmp_path_factory, tiny, monkeypatch,
+                                                       capfd):
     """The scheduler (and its workers) gone in the middle of the run: a ClusterError, no database, and
     nothing of dask's on stderr from this process."""
     path = _trace(synth_trace, "threads-2cpus-cyc")
-    lc = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=":0", silence_logs=logging.CRITICAL)
+    lc = _local_cluster(tmp_path_factory.mktemp("dask"))
     submit = C.DaskUnits.submit
 
     def submit_then_lose(self, fn, *args):
