@@ -47,6 +47,15 @@ class InputError(PtExportError):
         self.what = what
         super().__init__(self._render())
 
+    def __reduce__(self) -> tuple:
+        # pickled whole (what, where, why), not as its message: raised again in the process that
+        # waits for a worker's result (the --jobs pool, a dask cluster) it reads the same
+        return (type(self)._restore, (self.cause, self.source, self.offset, self.what))
+
+    @classmethod
+    def _restore(cls, cause: str, source: str | None, offset: int | None, what: str | None) -> "InputError":
+        return cls(cause, source=source, offset=offset, what=what)
+
     def _render(self) -> str:
         where = self.source or "<input>"
         if self.offset is not None:
@@ -114,6 +123,13 @@ class TargetBusyError(ExportError):
     """Another export is writing the same target (its lock is held)."""
 
     exit_code = 75  # EX_TEMPFAIL (sysexits.h): try again when the other export is done
+
+
+class ClusterError(PtExportError):
+    """The dask cluster of ``--scheduler`` cannot be reached, has no workers, cannot read the
+    recording, or was lost while decoding (a task whose workers kept dying)."""
+
+    exit_code = 69  # EX_UNAVAILABLE (sysexits.h): a service is unavailable
 
 
 class SynthError(PtExportError):

@@ -48,6 +48,13 @@ def add_arguments(parser) -> None:
                         help="processes to use (default: the cores here): 1 decodes and exports in this one; "
                              "N >= 2 decodes in a child process (with N - 1 workers of its own when N > 2) "
                              "while this one exports; the same rows either way")
+    parser.add_argument("--scheduler", metavar="ADDR",
+                        help="decode on a dask cluster (pip install 'ptexport[cluster]'): tcp://HOST:PORT of a "
+                             "`dask scheduler`, or local:N for N local worker processes; workers decode the PSB "
+                             "segments, this process merges and writes; the same rows as --jobs 1 (docs/scaling.md)")
+    parser.add_argument("--cluster-path", metavar="LOCAL=WORKER", action="append", default=[],
+                        help="with --scheduler: files under directory LOCAL here (the recording, --symfs, "
+                             "--buildid-dir...) are under WORKER on the workers (repeatable)")
     add_guest_data_argument(parser)
     add_strict_argument(parser)
     parser.add_argument("-f", "--force", action="store_true", help="replace an existing database")
@@ -70,6 +77,14 @@ def run(args, out) -> int:
         args.jobs = default_jobs()
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: expected 1 or more")
+    cluster_paths: tuple[tuple[str, str], ...] = ()
+    if args.scheduler is not None:
+        from ptexport.session.cluster import check_scheduler, parse_cluster_path  # (imports no dask)
+
+        check_scheduler(args.scheduler)
+        cluster_paths = tuple(parse_cluster_path(p) for p in args.cluster_path)
+    elif args.cluster_path:
+        raise UsageError("--cluster-path: only with --scheduler")
     itrace = parse_itrace(args.itrace) if args.itrace else export_default()
     if args.callchains:
         from ptexport.dbexport.callchains import check_config
@@ -87,7 +102,8 @@ def run(args, out) -> int:
                        buildid_dir=args.buildid_dir, cpus=parse_cpu_list(args.cpu), guestkallsyms=args.guestkallsyms,
                        guest_kcore=args.guest_kcore, guestmount=args.guestmount, jobs=args.jobs,
                        callchains=args.callchains, salvage=not args.strict, aggregates=args.aggregates,
-                       guest_data=parse_guest_data_list(args.guest_data), **filter_config(args))
+                       guest_data=parse_guest_data_list(args.guest_data), scheduler=args.scheduler,
+                       cluster_paths=cluster_paths, **filter_config(args))
     _warn_space(args.trace, args.db, args.parquet)
     progress = None
     bar = None
@@ -157,5 +173,7 @@ def format_summary(summary) -> str:
     """One line: rows per non-empty table, decode errors, what was lost, wall time."""
     rows = ", ".join(f"{k} {v}" for k, v in summary.rows.items())
     lost = ", ".join(f"{n} {k}" for k, n in summary.losses.items()) if summary.losses else "nothing"
+    cluster = (f"; {summary.cluster_units} segments decoded on {summary.cluster_workers} cluster workers"
+               if summary.cluster_workers else "")
     return (f"{summary.target}: {rows}; {summary.errors} decode errors; lost: {lost}; "
-            f"{summary.seconds:.2f} s (decode {summary.decode_seconds:.2f} s)")
+            f"{summary.seconds:.2f} s (decode {summary.decode_seconds:.2f} s){cluster}")

@@ -130,6 +130,8 @@ class ExportConfig:
     callchains: bool = False  # samples.call_path_id from perf's --itrace=g call chains (dbexport/callchains.py)
     salvage: bool = True  # a cut recording: export what is before the cut (perfdata reader's FileCut), else an error
     aggregates: bool = True  # call_path_stats, symbol_stats, sample_stats, cpu_time_stats (else left empty)
+    scheduler: str | None = None  # decode on a dask cluster: tcp://HOST:PORT or local:N (session/cluster.py)
+    cluster_paths: tuple[tuple[str, str], ...] = ()  # (local, worker) directory prefixes: where workers read
 
 
 def _modifier(attr: Any) -> str:

@@ -15,6 +15,7 @@ thread, guest kernel code at VM exits) is read here and handed in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time as _time
 from dataclasses import dataclass, field
@@ -29,9 +30,10 @@ from ptexport.errors import PtExportError
 from ptexport.perfdata import open_perf_data
 from ptexport.pt.vmtime import VmBuffer, VmTimeConfig, VmTimeCorrelator
 from ptexport.samples.columns import SampleColumns
+from ptexport.session.cluster import open_cluster, prepare_workers
 from ptexport.session.decode_proc import maybe_process
 from ptexport.session.guestdata import apply_guest_data
-from ptexport.session.perfsession import DecodeConfig, open_session
+from ptexport.session.perfsession import DecodeConfig, PerfSession, open_session
 from ptexport.writers import open_writer
 from ptexport.writers.targets import target_path
 from ptexport.writers.leftovers import refuse_if_busy
@@ -53,6 +55,8 @@ class ExportSummary:
     decode_seconds: float = 0.0
     leftovers: list[Any] = field(default_factory=list)  # temporaries of dead exports removed (writers/leftovers.py)
     cut: Any = None  # where a cut recording ended (perfdata.reader.FileCut), None if it was whole
+    cluster_units: int = 0  # PSB segments decoded on the --scheduler cluster's workers
+    cluster_workers: int = 0  # its workers when the export started
 
 
 def sample_loop(config: ExportConfig) -> SampleLoop:
@@ -78,6 +82,12 @@ class _Timed:
             return next(self._it)
         finally:
             self.seconds += _time.perf_counter() - t
+
+    def close(self) -> None:
+        """End the decoding (its workers' pending units are cancelled)."""
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
 
 
 def measure_vmcs(session: Any, limit: int = MEASURE_BYTES) -> dict[int, tuple[int, int, str]]:
@@ -150,21 +160,34 @@ def export_trace(path: str, target: str, config: ExportConfig,
     t0 = _time.perf_counter()
     summary = ExportSummary(target_path(target))  # parquet:DIR shown as DIR
     refuse_if_busy(target)  # at once, not after the trace is opened
-    with open_perf_data(path, salvage=config.salvage) as pd:
+    # a dask cluster (--scheduler) is reached before anything is opened: unreachable, nothing written
+    cluster = open_cluster(config.scheduler) if config.scheduler else contextlib.nullcontext(None)
+    with cluster as units, open_perf_data(path, salvage=config.salvage) as pd:
         guest_kcore = config.guest_kcore or (os.path.dirname(os.path.abspath(config.guestkallsyms))
                                              if config.guestkallsyms else None)
         if config.guest_data:  # the host recording as perf inject --guest-data would write it
             pd = apply_guest_data(pd, config.guest_data)
-        session = open_session(RecordTee(pd) if getattr(pd, "is_pipe", False) else pd,
-                               DecodeConfig(itrace=config.itrace, symfs=config.symfs, buildid_dir=config.buildid_dir,
-                                            cpus=config.cpus, guest_kcore=guest_kcore, time=config.time,
-                                            pids=config.pids, tids=config.tids, guest_data=config.guest_data,
-                                            insn_fetch_marks=False))  # a script: no instruction fetches
-        # decoded as the export goes: here with --jobs 1, else by a forked child process on another
-        # core (which with --jobs N > 2 has N - 1 workers of its own)
-        proc = maybe_process(session, config.jobs, config.decode_process)
-        batches = proc if proc is not None else _Timed(session.iter_batches(config.jobs),
-                                                      _time.perf_counter() - t0)
+        dcfg = DecodeConfig(itrace=config.itrace, symfs=config.symfs, buildid_dir=config.buildid_dir,
+                            cpus=config.cpus, guest_kcore=guest_kcore, time=config.time, pids=config.pids,
+                            tids=config.tids, guest_data=config.guest_data,
+                            insn_fetch_marks=False)  # a script: no instruction fetches
+        # the cluster's workers checked and warmed (they open the recording) while the sideband is read here
+        view = prepare_workers(units, PerfSession, pd.path, dcfg, config.cluster_paths) \
+            if units is not None and not getattr(pd, "is_pipe", False) else None
+        session = open_session(RecordTee(pd) if getattr(pd, "is_pipe", False) else pd, dcfg)
+        if units is not None:
+            # the cluster's workers decode the PSB segments; this process joins, merges and exports
+            if view is not None:
+                view.bind(session)
+            proc = None
+            summary.cluster_workers = units.workers
+            batches: Any = _Timed(session.iter_batches(config.jobs, units=units), _time.perf_counter() - t0)
+        else:
+            # decoded as the export goes: here with --jobs 1, else by a forked child process on another
+            # core (which with --jobs N > 2 has N - 1 workers of its own)
+            proc = maybe_process(session, config.jobs, config.decode_process)
+            batches = proc if proc is not None else _Timed(session.iter_batches(config.jobs),
+                                                          _time.perf_counter() - t0)
         try:
             with open_writer(target, force=config.force) as w:
                 summary.leftovers = list(getattr(w, "removed_leftovers", ()))
@@ -187,8 +210,12 @@ def export_trace(path: str, target: str, config: ExportConfig,
                         summary.losses[name] = summary.losses.get(name, 0) + value
                 summary.lost = sum(summary.losses.values())
                 summary.cut = getattr(pd, "cut", None)
+                if units is not None:
+                    summary.cluster_units = session.decode_stats.units
         finally:
             if proc is not None:
                 proc.close()
+            else:
+                batches.close()  # before the cluster's client goes: its pending segments are cancelled
     summary.seconds = _time.perf_counter() - t0
     return summary

@@ -22,9 +22,11 @@ with the trace with any number of jobs.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
-from collections import deque
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -35,8 +37,10 @@ from ptexport.decoder.compiled.decoder import FastRows, QueueDecoder
 from ptexport.decoder.reference import queue as reference_queue
 from ptexport.pt.perfpkt import PSB_BYTES
 from ptexport.samples.columns import EV_ERROR
+from ptexport.errors import InputError
 from ptexport.session import default_jobs
 from ptexport.session.queues import PerfQueueHeap
+from ptexport.session.units import UnitExecutor, ordered
 
 
 #: Signals a terminal, ``kill -TERM -PGID`` or systemd send to the whole process group.  A worker
@@ -78,22 +82,30 @@ def _pool(jobs: int, session: Any | None = None) -> Any:
     from concurrent.futures import ProcessPoolExecutor
 
     if session is not None:
-        queues = session.queues()
-        ctx = session.decode_context()
-        if queues and backend.compiled_for(ctx):
-            key, bufs = queues[0]
-            qd = QueueDecoder(ctx, 0, key, bufs)
-            qd.setup()
-            qd.drive(single=True)
-            qd.position()
+        warm_kernels(session)
     return ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"), initializer=ignore_stop_signals)
+
+
+def warm_kernels(session: Any) -> None:
+    """The compiled decoder's kernels loaded in this process (one step of a throwaway decoder)."""
+    queues = session.queues()
+    ctx = session.decode_context()
+    if queues and backend.compiled_for(ctx):
+        key, bufs = queues[0]
+        qd = QueueDecoder(ctx, 0, key, bufs)
+        qd.setup()
+        qd.drive(single=True)
+        qd.position()
+
+
+def _warm_job(cls: Any, path: str, config: Any, ident: tuple | None = None) -> None:
+    """On a cluster's worker, before its first segment: the recording opened (kept for the segments
+    that follow in the same thread) and the kernels loaded, while the coordinator reads the sideband."""
+    warm_kernels(_worker_session(cls, path, config, ident))
 
 
 def _decode_one(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any], count_only: bool = False) -> Any:
     return backend.decode_queue(session.decode_context(), qnum, key, bufs, count_only=count_only)
-
-
-_WORKER: dict[tuple, Any] = {}
 
 
 def _worker_job(cls: Any, path: str, config: Any, qnum: int, count_only: bool) -> Any:
@@ -283,13 +295,16 @@ def _segment_starts(tokens: Any, n: int, min_bytes: int) -> list[tuple[int, int]
 
 
 def _segment_job(cls: Any, path: str, config: Any, qnum: int, at: tuple[int, int] | None,
-                 stop: tuple[int, int] | None, count_only: bool, window: int | None = None) -> dict:
+                 stop: tuple[int, int] | None, count_only: bool, window: int | None = None,
+                 ident: tuple | None = None) -> dict:
     """In a worker: decode one segment (speculatively from its PSB unless it is the first).
 
     The decoder state is recorded at the first steps of the segment and then at
-    every 32nd step of its first window (the joins compare states there).
+    every 32nd step of its first window (the joins compare states there).  A work unit of
+    :mod:`ptexport.session.units`: it depends on its arguments only, so running it again (a
+    cluster's worker died) gives the same result.
     """
-    session = _worker_session(cls, path, config)
+    session = _worker_session(cls, path, config, ident)
     qkey, bufs = session.queues()[qnum]
     qd = QueueDecoder(session.decode_context(), qnum, qkey, bufs, count_only, window=window)
     qd.setup(at)
@@ -332,14 +347,64 @@ def _segment_job(cls: Any, path: str, config: Any, qnum: int, at: tuple[int, int
                 done=r == K.R_DONE, nbranch=int(qd.S[K.NBRANCH]))
 
 
-def _worker_session(cls: Any, path: str, config: Any) -> Any:
-    """The recording opened again in a worker process (``cls``: the parent session's class, whose
-    ``reopen`` opens it), once per process."""
-    key = (path, repr(config))  # one open file and sideband model per worker process
-    got = _WORKER.get(key)
+def _worker_session(cls: Any, path: str, config: Any, ident: tuple | None = None) -> Any:
+    """The recording opened again in a worker (``cls``: the parent session's class, whose ``reopen``
+    opens it), once per process and thread: a few recent ones are kept (a Dask worker lives on from
+    export to export; a pool's worker is forked for one).  ``ident``: :func:`file_identity` of the
+    coordinator's file, checked when the file is opened here (a worker of a cluster may see another
+    file at that path)."""
+    cache = _WORKER.__dict__.setdefault("sessions", OrderedDict())
+    key = (path, repr(config), ident)
+    got = cache.get(key)
     if got is None:
-        got = _WORKER[key] = cls.reopen(path, config)
+        if ident is not None:
+            try:
+                mine = file_identity(path)
+            except OSError as e:
+                raise InputError(f"cannot read the recording here: {e.strerror or e}", source=path,
+                                 what=f"worker on {_host()}") from e
+            if mine != ident:
+                raise InputError(f"not the coordinator's recording ({mine[0]} bytes against {ident[0]}, or other "
+                                 "contents): map the path with --cluster-path", source=path,
+                                 what=f"worker on {_host()}")
+        got = cache[key] = cls.reopen(path, config)
+        while len(cache) > _WORKER_SESSIONS:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
     return got
+
+
+_WORKER = threading.local()  # .sessions: (path, config, identity) -> session, most recent last
+_WORKER_SESSIONS = 2
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def file_identity(path: str) -> tuple[int, str]:
+    """(size, digest of the first and last 64 KiB) of a recording, or of each file of a perf.data
+    directory: what tells a worker's copy from another file at the same path, without reading it all."""
+    h = hashlib.sha1()
+    if os.path.isdir(path):
+        size = 0
+        for name in sorted(os.listdir(path)):
+            sub = os.path.join(path, name)
+            if os.path.isfile(sub):
+                n, d = file_identity(sub)
+                size += n
+                h.update(f"{name}:{n}:{d}".encode())
+        return size, h.hexdigest()
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        h.update(f.read(1 << 16))
+        if size > 1 << 17:
+            f.seek(size - (1 << 16))
+        h.update(f.read(1 << 16))
+    return size, h.hexdigest()
 
 
 def _load_state(qd: Any, snap: tuple, pos: tuple[int, int]) -> None:
@@ -646,15 +711,23 @@ def _count_queue(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any])
     return rows
 
 
-def _queue_chunks(session: Any, jobs: int | None, chunk: int) -> list[Any]:
+def _queue_chunks(session: Any, jobs: int | None, chunk: int, units: UnitExecutor | None = None) -> list[Any]:
     """Per queue, an iterator of rows objects (``Rows``/``FastRows``) in decoding order, each of
-    about ``chunk`` rows: decoded here (``jobs`` == 1) or by worker processes ahead of use."""
+    about ``chunk`` rows: decoded here (``jobs`` == 1) or by worker processes ahead of use.
+    ``units``: a cluster's executor (``--scheduler``): the compiled decoder's PSB segments run there;
+    what cannot be cut into segments (the reference decoder, --time, instruction samples) is decoded
+    here, as ``--jobs 1`` would."""
     queues = session.queues()
     jobs = default_jobs() if jobs is None else max(1, jobs)
     path = getattr(session.pd, "path", None)
     ctx = session.decode_context()
     fast = backend.compiled_for(ctx)
-    if jobs > 1 and path and os.path.exists(str(path)) and queues:
+    if units is not None:
+        if fast and queues and path and os.path.exists(str(path)):
+            streams = _segment_streams(session, jobs, chunk, units)
+            if streams is not None:
+                return streams
+    elif jobs > 1 and path and os.path.exists(str(path)) and queues:
         if fast:
             streams = _segment_streams(session, jobs, chunk)
             if streams is not None:
@@ -677,12 +750,17 @@ STREAM_SEGMENT_BYTES = 1 << 16  # trace bytes per streamed segment (~64 K rows o
 STREAM_QUEUE_CHUNKS = 2  # chunks a reference worker may hand back ahead of the merge
 
 
-class _SegmentPool:
-    """A process pool shared by the segment streams of one session; shut down with the last one."""
+class ProcessUnits:
+    """A :class:`~ptexport.session.units.UnitExecutor` of this machine: a forked process pool
+    (:func:`_pool`) shared by the segment streams of one session, shut down with the last one."""
 
     def __init__(self, jobs: int, users: int, session: Any) -> None:
         self.pool = _pool(jobs, session)
+        self.width = self.window = jobs
         self.users = users
+
+    def submit(self, fn: Any, *args: Any) -> Any:
+        return self.pool.submit(fn, *args)
 
     def release(self) -> None:
         self.users -= 1
@@ -690,73 +768,77 @@ class _SegmentPool:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _segment_streams(session: Any, jobs: int, chunk: int) -> list[Any] | None:
+def _segment_streams(session: Any, jobs: int, chunk: int, units: UnitExecutor | None = None) -> list[Any] | None:
     """Streams of segment rows for every queue, or None when the trace is too small for workers
-    (or has --time ranges: a queue's time filter state runs from its start, segments cannot)."""
+    (or has --time ranges: a queue's time filter state runs from its start, segments cannot).
+    ``units``: where the segments run (a cluster's, owned by the caller); None: a process pool of
+    ``jobs`` processes made here."""
     ctx = session.decode_context()
     if session.time_ranges or not backend.segmentable(ctx):
         return None
 
     plans = []
     total = 0
+    width = units.width if units is not None else jobs
     for q, (key, bufs) in enumerate(session.queues()):
         qd = QueueDecoder(ctx, q, key, bufs)
         size = int(qd.tokens.bi[:, K.BI_DLEN].sum()) if len(qd.tokens.bi) else 0
         total += size
-        n = max(jobs, size // STREAM_SEGMENT_BYTES)
+        n = max(width, size // STREAM_SEGMENT_BYTES)
         plans.append((q, key, bufs, qd, _segment_starts(qd.tokens, n, STREAM_SEGMENT_BYTES)))
     if total < 2 * MIN_SEGMENT_BYTES or not any(starts for *_, starts in plans):
         return None  # not worth worker processes
-    pool = _SegmentPool(jobs, len(plans), session)
-    lookahead = jobs
+    nseg = sum(len(starts) + 1 for *_, starts in plans if starts)
+    session.decode_stats.units += nseg
+    if units is None:
+        units = ProcessUnits(jobs, sum(1 for *_, starts in plans if starts), session)
+    lookahead = units.window
     out = []
     for q, key, bufs, qd, starts in plans:
         if starts:
-            out.append(_segment_stream(session, q, qd, starts, pool, lookahead))
+            out.append(_segment_stream(session, q, qd, starts, units, lookahead))
         else:
-            pool.users -= 1
             out.append(_fast_chunks(session, q, key, bufs, chunk))
     return out
 
 
-def _segment_stream(session: Any, qnum: int, qd: Any, starts: list[tuple[int, int]], pool: _SegmentPool,
+def _segment_stream(session: Any, qnum: int, qd: Any, starts: list[tuple[int, int]], units: UnitExecutor,
                     lookahead: int):
     """One queue's rows, a segment at a time, with at most ``lookahead`` segments submitted ahead."""
-    path = str(session.pd.path)
+    path = session_worker_path(session)
+    ident = getattr(session, "worker_ident", None)
     stats = session.decode_stats
     window = max(2 * STREAM_SEGMENT_BYTES, 1 << 16)
-    nseg = len(starts) + 1
-    futs: deque = deque()
-    submitted = 0
+    cuts = [None] + list(starts) + [None]
+    calls = ((_segment_job, (type(session), path, getattr(session, "worker_config", None) or session.cfg, qnum, cuts[k],
+                             cuts[k + 1], False, window, ident))
+             for k in range(len(starts) + 1))
 
-    def results():
-        nonlocal submitted
-        for _ in range(nseg):
-            while submitted < nseg and len(futs) < lookahead:
-                k = submitted
-                at = None if k == 0 else starts[k - 1]
-                stop = starts[k] if k < len(starts) else None
-                futs.append(pool.pool.submit(_segment_job, type(session), path, session.cfg, qnum, at, stop, False,
-                                              window))
-                submitted += 1
-            res = futs.popleft().result()
-            held = int(res["o"].shape[1]) + sum(int(f.result()["o"].shape[1]) for f in futs if f.done())
-            stats.max_held_rows = max(stats.max_held_rows, held)
-            yield res
+    def held(res: dict, pending: Any) -> None:
+        # (results still on a cluster's workers are not held here: not fetched to be counted)
+        n = int(res["o"].shape[1]) + sum(int(f.result()["o"].shape[1]) for f in pending
+                                         if f.done() and getattr(f, "local", True))
+        stats.max_held_rows = max(stats.max_held_rows, n)
 
+    results = ordered(units, calls, lookahead, held)
     try:
         qd.setup()
         qd.S[K.P_RAW_INSN] = 1
         prev = 0
-        for o, it, nbranch in _joined_segments(results(), starts, qd, stats):
+        for o, it, nbranch in _joined_segments(results, starts, qd, stats):
             prev = _insn_diffs(o, prev)
             rows = qd._rows(o, it)
             rows.branch_count = nbranch
             yield rows
     finally:
-        for f in futs:
-            f.cancel()
-        pool.release()
+        results.close()  # cancels the segments still pending
+        units.release()
+
+
+def session_worker_path(session: Any) -> str:
+    """Where workers open the recording: the path a cluster's workers see (``--cluster-path``) or
+    this process's."""
+    return getattr(session, "worker_path", None) or str(session.pd.path)
 
 
 def _reference_streams(session: Any, jobs: int, chunk: int) -> list[Any]:

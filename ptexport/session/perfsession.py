@@ -47,6 +47,7 @@ from ptexport.session.guestdata import apply_guest_data
 from ptexport.sideband.builder import build_sideband
 from ptexport.pt.perfpkt import whole_packets_end
 from ptexport.session.queues import PerfQueueHeap
+from ptexport.session.units import UnitExecutor
 from ptexport.decoder.codewalk import CodeObjects, default_kernel_start, sample_fetch_marks, vdso_probe_marks
 from ptexport.decoder.guest import GuestSpaces, VcpuAttribution, host_kcore
 from ptexport.decoder.filters import QueueTimeFilter, TscRanges
@@ -67,6 +68,7 @@ class DecodeStats:
     redone: int = 0  # PSB segments decoded again serially (their join failed)
     max_held_rows: int = 0  # most rows of finished segments waiting in the parent while streaming
     max_source_rows: int = 0  # most undelivered rows of one queue while streaming
+    units: int = 0  # PSB segments sent to workers (a process pool's or a cluster's) while streaming
 
 
 @dataclass
@@ -168,6 +170,11 @@ class PerfSession:
         self.time_ranges: list[TimeRange] | None = None  # perf script --time (samples/filters.py), perf times
         self._tsc_ranges: TscRanges | None = None
         self._obj_ids: dict[str, int] = {}
+        # Where a cluster's workers open this recording (--cluster-path) with the options as they see
+        # them, and what tells them it is the same file (session/cluster.py); None: this process's.
+        self.worker_path: str | None = None
+        self.worker_config: DecodeConfig | None = None
+        self.worker_ident: tuple | None = None
         # Event Trace: perf's cap_event_trace (AUXTRACE_INFO) puts RFLAGS.IF in the flags of every
         # sample; 'evt' samples need the event_trace config bit (perf makes their attr only then).
         self.event_trace = bool(getattr(info, "cap_event_trace", None))
@@ -344,7 +351,8 @@ class PerfSession:
             self._vcpu_attr = VcpuAttribution(self)
         return self._vcpu_attr.apply(cols)
 
-    def iter_batches(self, jobs: int | None = 1, batch_rows: int = 1 << 16) -> Iterator[SampleColumns]:
+    def iter_batches(self, jobs: int | None = 1, batch_rows: int = 1 << 16,
+                     units: UnitExecutor | None = None) -> Iterator[SampleColumns]:
         """:meth:`decode`'s samples in order, in batches of at most ``batch_rows`` rows.
 
         Memory does not grow with the trace: queues are decoded a chunk at a time
@@ -352,15 +360,16 @@ class PerfSession:
         incrementally, see :class:`ptexport.session.parallel.StreamMerge`) needs
         them; with ``jobs`` > 1 worker processes decode ahead (PSB segments of a
         queue for the compiled decoder, whole queues for the reference) and hand
-        back bounded chunks.  Timeless sessions emit queue after queue in perf's
-        timeless order; ``--itrace=sN`` is applied as the batches pass.
+        back bounded chunks.  ``units`` (a cluster's executor, :mod:`ptexport.session.units`)
+        decodes the PSB segments instead of ``jobs`` processes here.  Timeless sessions emit
+        queue after queue in perf's timeless order; ``--itrace=sN`` is applied as the batches pass.
         """
         # parallel loads numba (the compiled backend): imported when decoding starts (start-up speed)
         from ptexport.session.parallel import STREAM_CHUNK, StreamMerge, _as_cols, _queue_chunks, _rebatch, _Source
 
         batch_rows = max(1, int(batch_rows))
         lost = _as_cols(self.lost_data_rows(), COLUMNS)
-        sources = [_Source(chunks, COLUMNS, self.decode_stats) for chunks in _queue_chunks(self, jobs, STREAM_CHUNK)]
+        sources = [_Source(chunks, COLUMNS, self.decode_stats) for chunks in _queue_chunks(self, jobs, STREAM_CHUNK, units)]
         try:
             if self.timeless:
                 for src in sources:

@@ -428,6 +428,22 @@ def test_every_tool_has_force_and_help(tool, tmp_path):
     assert "--force" in r.stdout
     if tool.startswith("bench/"):
         assert "--tiny" in r.stdout and "--json" in r.stdout
-        covered = {"bench_cookbook", "bench_decode", "bench_export", "bench_matrix", "bench_postgres", "bench_rawdump",
+        covered = {"bench_cluster", "bench_cookbook", "bench_decode", "bench_export", "bench_matrix", "bench_postgres", "bench_rawdump",
                    "bench_records", "bench_viewer", "bench_vm", "bench_writer"}
         assert Path(tool).stem in covered, f"{tool} has no tiny-size test in this file"
+
+
+@pytest.mark.slow
+def test_bench_cluster(tmp_path):
+    """--jobs 1 / 2 / --scheduler local:2 / tcp:// on one trace, the per-unit costs and the projection."""
+    pytest.importorskip("distributed", reason="the cluster extra (pip install 'ptexport[cluster]')")
+    rep = refused_then_forced("bench/bench_cluster.py", ["--tiny"], tmp_path)
+    assert set(rep["wall_s"]) == {"jobs1", "jobs2", "local2", "tcp2"}
+    assert all(positive(v) for v in rep["wall_s"].values())
+    assert len(set(rep["export_samples"].values())) == 1 and rep["samples"] > 1000
+    u = rep["per_unit"]
+    assert u["units"] >= 2 and positive(u["decode_s"]) and positive(u["join_merge_s"]) and positive(u["dbexport_s"])
+    p = rep["projection"]["sqlite"]
+    assert 0 < p["serial_fraction"] < 1
+    speedups = [p["workers"][w]["amdahl_speedup"] for w in ("8", "32", "128")]
+    assert speedups == sorted(speedups) and speedups[-1] <= p["limit_speedup"] + 1e-9

@@ -29,6 +29,18 @@ def test_input_error_names_source_offset_and_what():
     assert str(moved) == "big.data+0x2f2c: record SAMPLE: size 4 is below the 8-byte header"
 
 
+def test_input_error_pickles_whole():
+    """A worker's InputError (a --jobs pool's, a dask cluster's) is raised again with its what, where and why."""
+    import pickle
+
+    from ptexport.errors import TruncatedError
+
+    err = TruncatedError("cut", source="perf.data", offset=0x10, what="record MMAP2")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is TruncatedError and str(back) == str(err) == "perf.data+0x10: record MMAP2: cut"
+    assert (back.cause, back.source, back.offset, back.what) == ("cut", "perf.data", 0x10, "record MMAP2")
+
+
 def test_numba_is_a_core_dependency_and_loads():
     """`pip install .` brings numba: the compiled decoder is what users get."""
     import importlib.metadata as md

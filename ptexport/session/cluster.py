@@ -1,0 +1,308 @@
+"""Decode on a dask.distributed cluster: ``ptexport TRACE --db DB --scheduler tcp://HOST:8786`` or ``local:N``.
+
+The work units of ``--jobs N`` (PSB segments of each queue, :func:`ptexport.session.parallel._segment_job`:
+path, options, queue, start and stop positions) become Dask tasks; each worker opens the recording
+itself, at the path it sees (``--cluster-path LOCAL=WORKER`` maps the coordinator's paths to the
+workers'), decodes its segment with the compiled decoder and hands back the segment's columns.  This
+process - the coordinator - joins the segments exactly (``_joined_segments``), merges the queues in
+perf's order, builds the call trees and writes the database, as with ``--jobs N``: the rows are the
+``--jobs 1`` rows.  :class:`DaskUnits` is the :class:`~ptexport.session.units.UnitExecutor` the
+segment streams submit to, a bounded window ahead of the merge (the cluster's thread count), so the
+coordinator's memory does not grow with the trace.
+
+Faults: a task is a pure function of its arguments.  A worker that dies while it runs one (or holds
+its result) makes the scheduler run it again elsewhere (dask's ``distributed.scheduler.allowed-failures``
+times, 3 by default; then ``KilledWorker``, raised here as :class:`~ptexport.errors.ClusterError`);
+the coordinator takes each segment's result once, in order, so a retry neither loses nor repeats a
+row.  Any error ends the export before the database is renamed into place (the writers' temporary
+database rule).
+
+dask is imported only here and only when a scheduler is asked for (:func:`open_cluster`): without
+``--scheduler`` nothing of it loads.  What cannot be cut into segments (the reference decoder,
+``--time`` ranges, instruction samples, pipe input) is decoded by the coordinator, as ``--jobs 1``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import re
+import tempfile
+from typing import Any, Callable, Iterator
+
+from ptexport.errors import ClusterError, PtExportError, UsageError
+from ptexport.session.parallel import _warm_job, file_identity
+
+#: Seconds to reach a scheduler, and to wait for its first worker.
+CONNECT_TIMEOUT = 10.0
+WORKER_TIMEOUT = 30.0
+
+_LOCAL = re.compile(r"local:(\d+)\Z")
+_REMOTE = re.compile(r"(tcp|tls|ws|wss|inproc)://\S+\Z")
+
+
+def check_scheduler(text: str) -> str:
+    """``--scheduler``: ``tcp://HOST:PORT`` (any dask address) or ``local:N`` (N >= 1), else UsageError."""
+    m = _LOCAL.match(text)
+    if m:
+        if int(m.group(1)) < 1:
+            raise UsageError(f"--scheduler {text}: local:N needs N >= 1 worker processes")
+        return text
+    if _REMOTE.match(text):
+        return text
+    raise UsageError(f"--scheduler {text}: expected tcp://HOST:PORT (a dask scheduler) or local:N "
+                     "(a local cluster of N worker processes)")
+
+
+def parse_cluster_path(text: str) -> tuple[str, str]:
+    """``--cluster-path LOCAL=WORKER``: files under LOCAL here are under WORKER on the workers."""
+    local, sep, remote = text.partition("=")
+    if not sep or not local or not remote:
+        raise UsageError(f"--cluster-path {text}: expected LOCAL=WORKER (a directory here and where the "
+                         "workers see it)")
+    return os.path.abspath(local), remote.rstrip("/") or "/"
+
+
+def map_path(path: str | None, mapping: tuple[tuple[str, str], ...]) -> str | None:
+    """``path`` as the workers see it: the longest LOCAL prefix of ``mapping`` replaced by its WORKER."""
+    if not path or not mapping:
+        return path
+    full = os.path.abspath(path)
+    best = None
+    for local, remote in mapping:
+        loc = local.rstrip("/") or "/"
+        if full == loc or full.startswith(loc if loc.endswith("/") else loc + "/"):
+            if best is None or len(loc) > len(best[0]):
+                best = (loc, remote)
+    if best is None:
+        return path
+    rest = full[len(best[0]):].lstrip("/")
+    return os.path.join(best[1], rest) if rest else best[1]
+
+
+def worker_config(config: Any, mapping: tuple[tuple[str, str], ...]) -> Any:
+    """The session's :class:`DecodeConfig` with every path in it (--symfs, --buildid-dir, guest
+    kcore, search directories, --guest-data files) as the workers see it."""
+    if not mapping:
+        return config
+    return dataclasses.replace(
+        config,
+        symfs=map_path(config.symfs, mapping), buildid_dir=map_path(config.buildid_dir, mapping),
+        guest_kcore=map_path(config.guest_kcore, mapping),
+        search_dirs=tuple(map_path(d, mapping) or d for d in config.search_dirs),
+        guest_data=tuple(dataclasses.replace(g, path=map_path(g.path, mapping)) for g in config.guest_data))
+
+
+class _Future:
+    """A ``distributed.Future`` whose errors come out typed; its result is fetched once."""
+
+    def __init__(self, fut: Any, where: str) -> None:
+        self._fut = fut
+        self._where = where
+        self._got: Any = None
+        self._have = False
+
+    def done(self) -> bool:
+        return self._have or self._fut.done()
+
+    @property
+    def local(self) -> bool:
+        """Its result is in this process (else it waits on a worker)."""
+        return self._have
+
+    def cancel(self) -> None:
+        self._fut.cancel()
+
+    def result(self) -> Any:
+        if not self._have:
+            try:
+                self._got = _typed(self._fut.result, self._where)
+            except ClusterError as e:
+                if self._fut.status == "error" and isinstance(e.__cause__, OSError):
+                    # the task's own OSError (a file the worker cannot read), not the cluster's connection
+                    raise ClusterError(f"{self._where}: a decode task failed on a worker: "
+                                       f"{type(e.__cause__).__name__}: {e.__cause__}") from e.__cause__
+                raise
+            self._have = True
+            self._fut.release()  # the worker may drop it now
+        return self._got
+
+
+def _typed(call: Callable[[], Any], where: str) -> Any:
+    """``call()``, with what the cluster raises as a :class:`ClusterError` (a task's own typed
+    error, e.g. a worker that cannot read the recording, stays what it is)."""
+    from distributed import TimeoutError as DaskTimeout  # dask is loaded already: only with --scheduler
+    from distributed.client import FutureCancelledError
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
+
+    try:
+        return call()
+    except PtExportError:
+        raise
+    except KilledWorker as e:
+        n = e.args[2] + 1 if len(e.args) > 2 and isinstance(e.args[2], int) else 0
+        times = f"{n} time{'s' if n != 1 else ''}" if n else "too often"
+        raise ClusterError(f"{where}: a decode task lost its worker {times} (dask's "
+                           "distributed.scheduler.allowed-failures): giving up") from e
+    except (CommClosedError, FutureCancelledError, DaskTimeout, OSError) as e:
+        raise ClusterError(f"{where}: lost the cluster: {type(e).__name__}: {e}") from e
+
+
+class DaskUnits:
+    """The :class:`~ptexport.session.units.UnitExecutor` of a dask client: ``width`` = the cluster's
+    worker threads when it was opened; ``window`` and ``budget`` twice that (segments kept submitted,
+    per queue and over all queues: one queued on each thread behind the one it runs, so no worker
+    waits a network round trip for the coordinator's next submission; results wait on the workers
+    until the merge takes them, at most ``budget`` + one per queue)."""
+
+    def __init__(self, client: Any, where: str) -> None:
+        self.client = client
+        self.where = where
+        info = client.scheduler_info()
+        self.addresses = sorted(info.get("workers", {}))
+        self.workers = len(self.addresses)
+        self.width = max(1, sum(int(w.get("nthreads", 1)) for w in info.get("workers", {}).values()))
+        self.window = 2 * self.width
+        self.budget = 2 * self.width  # units submitted and not yet taken, all queues together (units.py)
+        self.in_flight = 0
+        self.submitted = 0
+        self._warm: list[Any] = []
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> _Future:
+        self.submitted += 1
+        # pure=False: a fresh key each time (a recording rewritten in place is never a cached result)
+        return _Future(_typed(lambda: self.client.submit(fn, *args, pure=False), self.where), self.where)
+
+    def release(self) -> None:
+        """Nothing: the client belongs to :func:`open_cluster`."""
+
+    def warm(self, *args: Any) -> None:
+        """One :func:`_warm_job` on each worker (not waited for): the recording opened there and the
+        decoder's kernels loaded while the coordinator reads the sideband."""
+        def pinned(addr: str) -> Callable[[], Any]:
+            return lambda: self.client.submit(_warm_job, *args, workers=[addr], allow_other_workers=False, pure=False)
+
+        self._warm = [_typed(pinned(a), self.where) for a in self.addresses]
+
+    def check_workers(self, path: str, ident: tuple) -> None:
+        """Every worker can read the recording at ``path`` and it is the coordinator's (``ident``):
+        else a typed error before any database is opened."""
+        try:
+            got = _typed(lambda: self.client.run(_probe, path, ident), self.where)
+        except ClusterError:
+            raise
+        except Exception as e:  # noqa: BLE001 - e.g. the workers cannot unpickle _probe: no ptexport there
+            raise ClusterError(f"{self.where}: the workers cannot run ptexport's probe ({type(e).__name__}: {e}): "
+                               "install ptexport on every worker (pip install 'ptexport[cluster]')") from e
+        bad = {addr: why for addr, why in got.items() if why}
+        if bad:
+            addr, why = sorted(bad.items())[0]
+            more = f" (and {len(bad) - 1} more workers)" if len(bad) > 1 else ""
+            raise ClusterError(f"{self.where}: worker {addr}{more}: {why}")
+
+
+def _probe(path: str, ident: tuple) -> str | None:
+    """On a worker: None when it reads the coordinator's recording at ``path``, else why not."""
+    try:
+        mine = file_identity(path)
+    except OSError as e:
+        return f"cannot read the recording at {path}: {e.strerror or e} (map it with --cluster-path LOCAL=WORKER)"
+    if tuple(mine) != tuple(ident):
+        return (f"{path} is not the coordinator's recording ({mine[0]} bytes against {ident[0]}, or other "
+                "contents): map the path with --cluster-path LOCAL=WORKER")
+    try:
+        from ptexport import jit
+
+        if not jit.available():
+            return f"numba is not available there: {jit.unavailable_reason()}"
+    except ImportError as e:  # pragma: no cover - an odd install
+        return f"cannot import ptexport's decoder: {e}"
+    return None
+
+
+@contextlib.contextmanager
+def open_cluster(scheduler: str, timeout: float | None = None) -> Iterator[DaskUnits]:
+    """A :class:`DaskUnits` on the scheduler at ``scheduler`` (``tcp://HOST:PORT``), or on a
+    LocalCluster of N worker processes of one thread each (``local:N``), closed on leaving."""
+    check_scheduler(scheduler)
+    timeout = CONNECT_TIMEOUT if timeout is None else timeout
+    try:  # imported here: dask loads only with --scheduler (start-up time, and it is an extra)
+        import dask
+        from distributed import Client, LocalCluster
+    except ImportError as e:
+        raise UsageError(f"--scheduler needs dask.distributed ({e}): pip install 'ptexport[cluster]'") from e
+
+    cluster = None
+    client = None
+    scratch = None
+    # dask's own log lines (a lost scheduler, a restarted worker) stay quiet: what matters comes out
+    # as one ClusterError (the CLI is the only place that prints)
+    quiet = logging.getLogger("distributed")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        m = _LOCAL.match(scheduler)
+        try:
+            if m:
+                # the cluster's scratch space (dask's default leaves dask-scratch-space in /tmp): removed at the end
+                scratch = tempfile.TemporaryDirectory(prefix="ptexport-dask-")
+                with dask.config.set({"temporary-directory": scratch.name}):
+                    cluster = LocalCluster(n_workers=int(m.group(1)), threads_per_worker=1, processes=True,
+                                           host="127.0.0.1", dashboard_address=":0", silence_logs=logging.CRITICAL,
+                                           local_directory=scratch.name)
+                client = Client(cluster, timeout=timeout)
+            else:
+                client = Client(scheduler, timeout=timeout)
+        except PtExportError:
+            raise
+        except Exception as e:  # noqa: BLE001 - dask raises OSError, TimeoutError, ValueError (a bad address)...
+            raise ClusterError(f"cannot reach scheduler {scheduler}: {type(e).__name__}: {e}") from e
+        try:
+            client.wait_for_workers(1, timeout=WORKER_TIMEOUT)
+        except Exception as e:  # noqa: BLE001 - dask's TimeoutError, or the scheduler gone
+            raise ClusterError(f"scheduler {scheduler} has no workers ({type(e).__name__}: {e}): start some with "
+                               f"`dask worker {scheduler}`") from e
+        yield DaskUnits(client, f"scheduler {scheduler}")
+    finally:
+        if client is not None:
+            with contextlib.suppress(Exception):  # closing a client whose scheduler is gone
+                client.close()
+        if cluster is not None:
+            with contextlib.suppress(Exception):
+                cluster.close()
+        if scratch is not None:
+            scratch.cleanup()
+        quiet.setLevel(level)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerView:
+    """The recording as the workers see it: path, decode options (paths mapped) and what tells them it
+    is the coordinator's file."""
+
+    path: str
+    config: Any
+    ident: tuple
+
+    def bind(self, session: Any) -> None:
+        """Point ``session``'s segment streams at the cluster."""
+        session.worker_path = self.path
+        session.worker_config = self.config
+        session.worker_ident = self.ident
+
+
+def prepare_workers(units: DaskUnits, cls: Any, path: str, config: Any,
+                    mapping: tuple[tuple[str, str], ...]) -> WorkerView | None:
+    """Check every worker can read the recording at ``path`` (mapped) and that it is this one, then let
+    each open it and load its kernels (not waited for: meanwhile this process reads the sideband).
+    None for pipe input (decoded here)."""
+    path = os.path.abspath(str(path))
+    if not os.path.exists(path):
+        return None
+    view = WorkerView(map_path(path, mapping) or path, worker_config(config, mapping), file_identity(path))
+    units.check_workers(view.path, view.ident)
+    units.warm(cls, view.path, view.config, view.ident)
+    return view

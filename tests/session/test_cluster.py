@@ -1,0 +1,448 @@
+"""Decoding on a dask cluster (``--scheduler``, session/cluster.py) gives the ``--jobs 1`` database.
+
+One LocalCluster of 2 worker processes (1 thread each, loopback) serves the module; exports reach it
+by its tcp:// address, as a real cluster's.  Segments are made tiny in this process (the coordinator
+plans them; workers only get positions) so every trace is cut into many Dask tasks and every join
+is exercised.  Each generator variant of the export tests (threads on two CPUs, per-thread, fork and
+exec with corruption, overflows, power events and ptwrite, pipe mode, kcore), event trace and a VM
+recording must give the same rows in every table, in SQLite and in PostgreSQL (decoded on the
+cluster, written by this process).  A worker SIGKILLed while it decodes costs a retry, not a row;
+a failed run leaves no database; an unreachable scheduler, a worker that cannot read the recording,
+a bad option end in one typed error, never a traceback.  Without ``--scheduler`` dask is not imported.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from exporttest import EXPORT_VARIANTS, PG_BASE
+from ptxtest import REPO
+from ptexport.cli import main
+from ptexport.dbexport.exporter import ExportConfig
+from ptexport.errors import ClusterError, InputError, UsageError
+from ptexport.samples.itrace import export_default, parse_itrace
+from ptexport.session import cluster as C
+from ptexport.session import parallel
+from ptexport.session.export import export_trace
+
+distributed = pytest.importorskip("distributed", reason="the cluster extra (pip install 'ptexport[cluster]')")
+
+_VOLATILE = {("schema_version", "created"), ("ptexport_migrations", "applied")}
+_BRANCHES = "8000"
+
+
+def _local_cluster(scratch) -> "distributed.LocalCluster":
+    """2 worker processes of 1 thread each on loopback, their scratch space (and the scheduler's) in
+    ``scratch``, not in /tmp."""
+    import dask
+
+    with dask.config.set({"temporary-directory": str(scratch)}):
+        return distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                        dashboard_address=":0", silence_logs=logging.CRITICAL,
+                                        local_directory=str(scratch))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A LocalCluster of 2 worker processes of 1 thread each, and a client to watch it."""
+    lc = _local_cluster(tmp_path_factory.mktemp("dask"))
+    client = distributed.Client(lc)
+    yield lc.scheduler_address, client
+    client.close()
+    lc.close()
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    """Segments of 1 KB from any trace size on: an 8000-branch trace is a dozen tasks or more."""
+    monkeypatch.setattr(parallel, "MIN_SEGMENT_BYTES", 1)
+    monkeypatch.setattr(parallel, "STREAM_SEGMENT_BYTES", 1024)
+
+
+def _trace(synth_trace, name: str) -> str:
+    """The variant with a PSB every 512 bytes at least (the segments' cuts)."""
+    opts = EXPORT_VARIANTS[name]
+    if "--psb-period" not in opts:
+        opts = (*opts, "--psb-period", "512")
+    d = synth_trace("--branches", _BRANCHES, "--seed", "5", *opts)
+    return str(d) if "--kcore" in opts else str(d / "perf.data")  # the kcore form: a perf.data directory
+
+
+def dump(path) -> dict[str, list[tuple]]:
+    """Every table's rows in rowid order (creation timestamps blanked)."""
+    con = sqlite3.connect(path)
+    try:
+        out = {}
+        for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").fetchall():
+            cols = [r[1] for r in con.execute(f'PRAGMA table_info("{t}")')]
+            sel = ", ".join("NULL" if (t, c) in _VOLATILE else f'"{c}"' for c in cols)
+            out[t] = con.execute(f'SELECT {sel} FROM "{t}" ORDER BY rowid').fetchall()
+        return out
+    finally:
+        con.close()
+
+
+def _config(itrace: str | None = None, **kw) -> ExportConfig:
+    return ExportConfig(itrace=parse_itrace(itrace) if itrace else export_default(), force=True, **kw)
+
+
+def _assert_same(got: dict, want: dict) -> None:
+    assert sorted(got) == sorted(want)
+    for t in want:
+        assert got[t] == want[t], t
+    assert want["samples"], "no samples: the comparison says nothing"
+
+
+def _jobs1(path: str, tmp_path, itrace: str | None = None) -> dict:
+    db = tmp_path / "jobs1.sqlite"
+    export_trace(path, str(db), _config(itrace, jobs=1))
+    return dump(db)
+
+
+# ------------------------------------------------------------------ same rows
+
+
+CASES = [(name, None) for name in EXPORT_VARIANTS] + [("threads-2cpus-cyc", "bepZ"), ("forkexec-corrupt", "bepi100")]
+
+
+@pytest.mark.parametrize("name,itrace", CASES, ids=[n + (f"-{i}" if i else "") for n, i in CASES])
+def test_cluster_gives_the_jobs1_sqlite_database(cluster, synth_trace, tmp_path, tiny, name, itrace):
+    addr, _ = cluster
+    path = _trace(synth_trace, name)
+    want = _jobs1(path, tmp_path, itrace)
+    db = tmp_path / "cluster.sqlite"
+    s = export_trace(path, str(db), _config(itrace, scheduler=addr))
+    _assert_same(dump(db), want)
+    assert s.cluster_workers == 2
+    if itrace != "bepi100":  # instruction samples are not cut into segments: decoded by the coordinator
+        assert s.cluster_units >= 4, s.cluster_units  # the trace really went through the cluster
+
+
+def test_event_trace_on_the_cluster(cluster, synth_trace, tmp_path, tiny):
+    addr, _ = cluster
+    path = str(synth_trace("--program", "threads", "--cpus", "2", "--preempt", "400", "--event-trace",
+                           "--psb-period", "1024", "--branches", _BRANCHES, "--seed", "11") / "perf.data")
+    want = _jobs1(path, tmp_path, "bepI")
+    db = tmp_path / "cluster.sqlite"
+    s = export_trace(path, str(db), _config("bepI", scheduler=addr))
+    _assert_same(dump(db), want)
+    assert s.cluster_units >= 4
+
+
+@pytest.mark.slow
+@pytest.mark.perf
+def test_vm_recording_on_the_cluster(cluster, mixed, tmp_path, tiny):
+    """A generated VM recording (guest kernel and user, two VCPUs on two host CPUs, perf inject's
+    output): the cluster's database is the in-process one."""
+    addr, _ = cluster
+    vm, _theirs, _ours = mixed
+    want = _jobs1(str(vm.data), tmp_path)
+    db = tmp_path / "cluster.sqlite"
+    s = export_trace(str(vm.data), str(db), _config(scheduler=addr))
+    _assert_same(dump(db), want)
+    assert s.cluster_units >= 4
+    assert want["vcpus"] and any(r[1] != -1 for r in want["machines"] if len(r) > 1)
+
+
+# ------------------------------------------------------------------ PostgreSQL
+
+
+@pytest.fixture(scope="module")
+def pg_admin():
+    psycopg = pytest.importorskip("psycopg")
+    try:
+        conn = psycopg.connect(f"{PG_BASE}/postgres", autocommit=True, connect_timeout=3)
+    except psycopg.Error as e:
+        pytest.skip(f"no PostgreSQL server reachable at {PG_BASE}: {str(e).strip().splitlines()[0]}")
+    yield conn
+    conn.close()
+
+
+def _pg_dump(url: str) -> dict[str, list[tuple]]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        tables = [r[0] for r in conn.execute("SELECT table_name FROM information_schema.tables WHERE "
+                                             "table_schema = 'public' AND table_type = 'BASE TABLE'")]
+        out = {}
+        for t in sorted(tables):
+            cols = [r[0] for r in conn.execute("SELECT column_name FROM information_schema.columns WHERE "
+                                               "table_schema = 'public' AND table_name = %s ORDER BY ordinal_position",
+                                               (t,))]
+            sel = ", ".join("NULL" if (t, c) in _VOLATILE else f'"{c}"' for c in cols)
+            order = ", ".join(str(i + 1) for i in range(len(cols)))
+            out[t] = conn.execute(f'SELECT {sel} FROM "{t}" ORDER BY {order}').fetchall()
+        return out
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", ["threads-2cpus-cyc", "forkexec-corrupt"])
+def test_cluster_gives_the_jobs1_postgres_database(cluster, synth_trace, pg_admin, tiny, name):
+    addr, _ = cluster
+    path = _trace(synth_trace, name)
+    names = [f"ptx_cluster_{uuid.uuid4().hex[:10]}" for _ in range(2)]
+    try:
+        urls = [f"{PG_BASE}/{n}" for n in names]
+        export_trace(path, urls[0], _config(jobs=1))
+        s = export_trace(path, urls[1], _config(scheduler=addr))
+        assert s.cluster_units >= 4
+        _assert_same(_pg_dump(urls[1]), _pg_dump(urls[0]))
+    finally:
+        for n in names:
+            for (db,) in pg_admin.execute("SELECT datname FROM pg_database WHERE datname = %s OR datname LIKE %s",
+                                          (n, f"{n[:30]}__ptexport_tmp_%")).fetchall():
+                pg_admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+# ------------------------------------------------------------------ faults
+
+
+def _kill_a_busy_worker(client, monkeypatch, after: int = 6) -> dict:
+    """From the ``after``-th segment submitted on: SIGKILL a worker while it decodes one (once);
+    the dict says which worker and which tasks it was running."""
+    pids = client.run(os.getpid)
+    killed: dict = {}
+    submit = C.DaskUnits.submit
+
+    def submit_and_kill(self, fn, *args):
+        fut = submit(self, fn, *args)
+        if not killed and self.submitted >= after:
+            for _ in range(2000):  # until a worker is busy with a segment
+                busy = {w: [k for k in keys if str(k).startswith("_segment_job")]
+                        for w, keys in client.processing().items() if w in pids}  # (not the warm-up)
+                busy = {w: keys for w, keys in busy.items() if keys}
+                if busy:
+                    w, keys = sorted(busy.items())[0]
+                    killed.update(worker=w, keys=list(keys))
+                    os.kill(pids[w], signal.SIGKILL)
+                    break
+        return fut
+
+    monkeypatch.setattr(C.DaskUnits, "submit", submit_and_kill)
+    return killed
+
+
+def test_a_worker_killed_mid_task_costs_a_retry_not_a_row(cluster, synth_trace, tmp_path, tiny, monkeypatch):
+    """SIGKILL a worker while it decodes a segment: the scheduler runs that segment again on the other
+    (or the restarted) worker; the database is the --jobs 1 one, no row lost or repeated."""
+    addr, client = cluster
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    want = _jobs1(path, tmp_path)
+    killed = _kill_a_busy_worker(client, monkeypatch)
+    db = tmp_path / "cluster.sqlite"
+    export_trace(path, str(db), _config(scheduler=addr))
+    assert killed, "no worker was busy: nothing was killed"
+    _assert_same(dump(db), want)
+    # the segment the killed worker was decoding ran again (processing twice in the scheduler's story)
+    story = client.run_on_scheduler(lambda dask_scheduler, keys=killed["keys"]: [
+        (t[0], t[1], t[2]) for t in dask_scheduler.story(*keys)])
+    assert sum(1 for key, _start, finish in story if finish == "processing") >= 2, story
+    client.wait_for_workers(2, timeout=60)  # the nanny restarts it: the other tests keep two workers
+
+
+def test_a_failed_run_leaves_no_database(cluster, synth_trace, tmp_path, tiny, monkeypatch):
+    """Workers that fail mid-run (here: every task finds another recording than the coordinator's) end the
+    export with their typed error, and neither the database nor a temporary of it is left."""
+    addr, _ = cluster
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    def bind_then_break(view, session):
+        session.worker_path, session.worker_config = view.path, view.config
+        session.worker_ident = (1, "not this file")  # after the probe: the tasks themselves refuse
+
+    monkeypatch.setattr(C.WorkerView, "bind", bind_then_break)
+    db = tmp_path / "cluster.sqlite"
+    # the worker's InputError crosses as it was raised (what, where, why), not re-rendered
+    with pytest.raises(InputError, match=rf"^{re.escape(path)}: worker on \S+: not the coordinator's recording"):
+        export_trace(path, str(db), _config(scheduler=addr))
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
+
+
+def test_cluster_path_maps_where_workers_read(cluster, synth_trace, tmp_path, tiny):
+    """--cluster-path LOCAL=WORKER: the workers open the copy under WORKER; a copy that is another file
+    is refused before any database is opened, naming the worker."""
+    addr, _ = cluster
+    src = os.path.dirname(_trace(synth_trace, "threads-2cpus-cyc"))
+    here, there, other = tmp_path / "here", tmp_path / "there", tmp_path / "other"
+    for d in (here, there):
+        shutil.copytree(src, d)
+    want = _jobs1(str(here / "perf.data"), tmp_path)
+    db = tmp_path / "cluster.sqlite"
+    s = export_trace(str(here / "perf.data"), str(db), _config(scheduler=addr, cluster_paths=((str(here), str(there)),)))
+    assert s.cluster_units >= 4
+    _assert_same(dump(db), want)
+
+    shutil.copytree(os.path.dirname(_trace(synth_trace, "forkexec-corrupt")), other)
+    db.unlink()
+    with pytest.raises(ClusterError, match=r"worker tcp://127\.0\.0\.1:\d+.*not the coordinator's recording"):
+        export_trace(str(here / "perf.data"), str(db), _config(scheduler=addr, cluster_paths=((str(here), str(other)),)))
+    with pytest.raises(ClusterError, match="cannot read the recording"):
+        export_trace(str(here / "perf.data"), str(db),
+                     _config(scheduler=addr, cluster_paths=((str(here), str(tmp_path / "nowhere")),)))
+    assert not db.exists()
+
+
+def test_unreachable_scheduler_is_one_line_and_no_database(synth_trace, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(C, "CONNECT_TIMEOUT", 1.0)
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    db = tmp_path / "x.sqlite"
+    rc = main([path, "--db", str(db), "--scheduler", "tcp://127.0.0.1:9", "-q"], out=io.StringIO())
+    err = capsys.readouterr().err
+    assert rc == ClusterError.exit_code == 69
+    assert "cannot reach scheduler tcp://127.0.0.1:9" in err and "Traceback" not in err, err
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--scheduler", "127.0.0.1:8786"], "expected tcp://HOST:PORT"),
+    (["--scheduler", "local:0"], "N >= 1"),
+    (["--cluster-path", "/a=/b"], "only with --scheduler"),
+    (["--scheduler", "local:2", "--cluster-path", "/a"], "expected LOCAL=WORKER"),
+])
+def test_bad_cluster_options(synth_trace, tmp_path, capsys, argv, msg):
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    rc = main([path, "--db", str(tmp_path / "x.sqlite"), "-q", *argv], out=io.StringIO())
+    err = capsys.readouterr().err
+    assert rc == UsageError.exit_code and msg in err and "Traceback" not in err, err
+    assert os.listdir(tmp_path) == []
+
+
+def test_map_path_and_worker_config():
+    from ptexport.session.guestdata import GuestDataSpec
+    from ptexport.session.perfsession import DecodeConfig
+
+    m = (("/data", "/mnt/nfs/data"), ("/data/deep", "/deep"), ("/opt/sym", "/sym"))
+    assert C.map_path("/data/a/perf.data", m) == "/mnt/nfs/data/a/perf.data"
+    assert C.map_path("/data/deep/x", m) == "/deep/x"  # the longest prefix
+    assert C.map_path("/database/x", m) == "/database/x"  # a prefix of a name is no directory
+    assert C.map_path("/data", m) == "/mnt/nfs/data"
+    assert C.map_path(None, m) is None
+    cfg = DecodeConfig(itrace=export_default(), symfs="/opt/sym", buildid_dir="/data/.debug",
+                       guest_data=(GuestDataSpec("/data/guest.data", 7),))
+    w = C.worker_config(cfg, m)
+    assert (w.symfs, w.buildid_dir, w.guest_data[0].path, w.guest_data[0].machine_pid) == \
+        ("/sym", "/mnt/nfs/data/.debug", "/mnt/nfs/data/guest.data", 7)
+    assert C.parse_cluster_path("/x/=/y/") == ("/x", "/y")
+
+
+def test_without_scheduler_dask_is_not_imported(synth_trace, tmp_path):
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    code = ("import sys\nfrom ptexport.cli import main\n"
+            f"rc = main([{path!r}, '--db', {str(tmp_path / 'x.sqlite')!r}, '-q', '--jobs', '2'])\n"
+            "assert rc == 0, rc\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed'))\n"
+            "assert not bad, bad\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "x.sqlite").exists()
+
+
+@pytest.mark.slow
+def test_cli_local_cluster(synth_trace, tmp_path, tiny):
+    """``--scheduler local:2`` starts its own LocalCluster, says where the segments went and gives the
+    --jobs 1 rows."""
+    path = _trace(synth_trace, "forkexec-corrupt")
+    want = _jobs1(path, tmp_path)
+    out = io.StringIO()
+    db = tmp_path / "local.sqlite"
+    assert main([path, "--db", str(db), "--scheduler", "local:2"], out=out) == 0
+    assert "cluster workers" in out.getvalue() and " on 2 cluster workers" in out.getvalue(), out.getvalue()
+    _assert_same(dump(db), want)
+
+
+def test_ordered_keeps_the_budget_over_all_streams():
+    """units.ordered: each stream has its next unit whatever the budget; beyond that the streams together
+    keep at most ``budget`` submitted and not taken; results in order; closing cancels and gives back."""
+    from concurrent.futures import Future
+
+    from ptexport.session.units import ordered
+
+    class Ex:
+        width, window, budget, in_flight = 2, 4, 3, 0
+        peak = 0
+
+        def submit(self, fn, *args):
+            f = Future()
+            f.set_result(fn(*args))
+            Ex.peak = max(Ex.peak, self.in_flight + 1)
+            return f
+
+        def release(self):
+            pass
+
+    def calls(q):
+        return ((lambda k=k: (q, k), ()) for k in range(10))
+
+    ex = Ex()
+    streams = [ordered(ex, calls(q), ex.window) for q in range(5)]
+    got = {q: [] for q in range(5)}
+    for step in range(10):
+        for q, s in enumerate(streams):
+            got[q].append(next(s))
+            assert ex.in_flight <= ex.budget + len(streams)
+    assert all(got[q] == [(q, k) for k in range(10)] for q in got)
+    assert Ex.peak <= ex.budget + len(streams)
+    s = ordered(ex, ((lambda k=k: k, ()) for k in range(10)), ex.window)
+    assert next(s) == 0 and ex.in_flight > 0
+    s.close()
+    assert ex.in_flight == 0
+
+
+@pytest.mark.slow
+def test_no_retries_left_is_one_error_and_no_database(synth_trace, tmp_path, tmp_path_factory, tiny, monkeypatch):
+    """With dask's allowed-failures at 0, the worker killed mid-task ends the run: a ClusterError
+    (KilledWorker), and neither the database nor a temporary of it."""
+    import dask
+
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        lc = _local_cluster(tmp_path_factory.mktemp("dask"))
+    try:
+        with distributed.Client(lc) as client:
+            killed = _kill_a_busy_worker(client, monkeypatch)
+            db = tmp_path / "x.sqlite"
+            with pytest.raises(ClusterError, match="a decode task lost its worker 1 time "):
+                export_trace(path, str(db), _config(scheduler=lc.scheduler_address))
+            assert killed
+    finally:
+        lc.close()
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_lost_scheduler_is_one_error_and_no_database(synth_trace, tmp_path, tmp_path_factory, tiny, monkeypatch,
+                                                       capfd):
+    """The scheduler (and its workers) gone in the middle of the run: a ClusterError, no database, and
+    nothing of dask's on stderr from this process."""
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    lc = _local_cluster(tmp_path_factory.mktemp("dask"))
+    submit = C.DaskUnits.submit
+
+    def submit_then_lose(self, fn, *args):
+        fut = submit(self, fn, *args)
+        if self.submitted == 6:
+            lc.close()
+        return fut
+
+    monkeypatch.setattr(C.DaskUnits, "submit", submit_then_lose)
+    monkeypatch.setattr(C, "CONNECT_TIMEOUT", 3.0)
+    db = tmp_path / "lost.sqlite"
+    try:
+        with pytest.raises(ClusterError, match="lost the cluster"):
+            export_trace(path, str(db), _config(scheduler=lc.scheduler_address))
+    finally:
+        lc.close()
+    assert os.listdir(tmp_path) == []
+    err = capfd.readouterr().err
+    assert "distributed.client" not in err and "Traceback" not in err, err[-2000:]
