@@ -118,6 +118,45 @@ class _Thread:
 
 
 @dataclass
+class _Call:
+    """A calls row (with its call path's symbol and ip)."""
+
+    id: int
+    thread_id: int
+    start: int
+    end: int | None  # None: no return time in the database
+    flags: int
+    parent_id: int
+    call_path_id: int
+    branch_count: int
+    insn: int
+    cyc: int
+    symbol_id: int
+    ip: int
+
+    @classmethod
+    def of(cls, r: tuple[Any, ...]) -> "_Call":
+        start = int(r[2])
+        end = int(r[3]) if r[3] is not None and int(r[3]) >= start and int(r[3]) != 0 else None
+        return cls(int(r[0]), int(r[1]), start, end, int(r[4] or 0), int(r[5] or 0), int(r[6] or 0), int(r[7] or 0),
+                   int(r[8] or 0), int(r[9] or 0), int(r[10] or 0), int(r[11] or 0))
+
+    def order(self) -> tuple[float, int]:
+        """Of calls that begin at one time under one caller: the one that returned first ran first."""
+        return (self.end if self.end is not None else float("inf"), self.id)
+
+
+@dataclass
+class _ThreadCalls:
+    """One thread's open calls while its rows are read."""
+
+    thread_id: int
+    stack: list["_Frame"] = field(default_factory=list)
+    track: int = 0
+    last: int = 0  # the thread's last time so far
+
+
+@dataclass
 class _Frame:
     id: int
     end: int | None  # None: no return time (closed at the thread's last time)
@@ -436,37 +475,76 @@ class _Reader:
         return f" AND {column} IN ({ids})"
 
     def write_calls(self, w: _Out) -> None:
+        """Each thread's calls as nested slices.
+
+        The database sorts them by thread and call time; the calls that begin at the same time (a caller
+        and its callee, or a call that returned at once and the next one) are put in the order they ran
+        from their parent_id: callers first, siblings by return time, then id (perf writes a call when it
+        returns, so the lower id returned first).  A stack of the open calls gives the nesting.
+        """
         has_counts = self._has("calls", "insn_count")
         counts = "c.insn_count, c.cyc_count" if has_counts else "0, 0"
         sql = (f"SELECT c.id, c.thread_id, c.call_time, c.return_time, c.flags, c.parent_id, c.call_path_id, "
                f"c.branch_count, {counts}, p.symbol_id, p.ip FROM calls c JOIN call_paths p ON p.id = c.call_path_id "
-               f"WHERE c.id <> 0{self._thread_filter('c.thread_id')} "
-               "ORDER BY c.thread_id, c.call_time, c.return_time DESC, c.id DESC")
-        stack: list[_Frame] = []
-        thread = None
-        track = 0
-        last = 0
+               f"WHERE c.id <> 0{self._thread_filter('c.thread_id')} ORDER BY c.thread_id, c.call_time, c.id")
+        th: _ThreadCalls | None = None
+        group: list[_Call] = []
         for rows in self.src.stream(sql, "calls"):
             for row in rows:
-                tid = int(row[1])
-                if tid != thread:
-                    self._close_thread(w, stack, track, last)
-                    thread, last = tid, 0
-                    track = 0
-                track, last = self._call(w, stack, row, tid, track, last)
-        self._close_thread(w, stack, track, last)
+                c = _Call.of(row)
+                if group and (c.thread_id != group[0].thread_id or c.start != group[0].start):
+                    th = self._group(w, th, group)
+                    group = []
+                group.append(c)
+        if group:
+            th = self._group(w, th, group)
+        if th is not None:
+            self._close_thread(w, th)
 
-    def _call(self, w: _Out, stack: list[_Frame], row: tuple[Any, ...], thread_id: int, track: int,
-              last: int) -> tuple[int, int]:
+    def _group(self, w: _Out, th: _ThreadCalls | None, group: list[_Call]) -> _ThreadCalls:
+        """The calls of one thread that begin at one time, in the order they ran."""
+        if th is None or th.thread_id != group[0].thread_id:
+            if th is not None:
+                self._close_thread(w, th)
+            th = _ThreadCalls(group[0].thread_id)
+        th.last = max(th.last, group[0].start, *(c.end or 0 for c in group))
+        if len(group) == 1:
+            self._call(w, th, group[0])
+            return th
+        ids = {c.id for c in group}
+        children: dict[int, list[_Call]] = {}
+        roots = []
+        for c in group:
+            if c.parent_id in ids and c.parent_id != c.id:
+                children.setdefault(c.parent_id, []).append(c)
+            else:
+                roots.append(c)
+        depth = {f.id: i for i, f in enumerate(th.stack)}
+        roots.sort(key=lambda c: (-depth.get(c.parent_id, -1), c.order()))  # the deepest caller's first
+        todo = [iter(roots)]
+        while todo:  # depth first: a call, then its callees
+            c = next(todo[-1], None)
+            if c is None:
+                todo.pop()
+                continue
+            self._call(w, th, c)
+            kids = children.pop(c.id, None)
+            if kids:
+                todo.append(iter(sorted(kids, key=_Call.order)))
+        for orphans in children.values():  # a cycle of parent ids (never in perf's trees): as they come
+            for c in orphans:
+                self._call(w, th, c)
+        return th
+
+    def _call(self, w: _Out, th: _ThreadCalls, c: _Call) -> None:
         s = self.summary
-        cid, start, ret, flags, parent_id = int(row[0]), int(row[2]), row[3], int(row[4] or 0), int(row[5] or 0)
-        end = int(ret) if ret is not None and int(ret) >= start and int(ret) != 0 else None
-        last = max(last, start, end or 0)
-        while stack:  # the calls that ended before this one began (an equal time: unless it is the caller)
+        stack = th.stack
+        start, end = c.start, c.end
+        while stack:  # the calls that ended before this one began (at the same time: unless it is the caller)
             top = stack[-1]
-            if top.end is None or top.end > start or (top.end == start and top.id == parent_id):
+            if top.end is None or top.end > start or (top.end == start and top.id == c.parent_id):
                 break
-            self._pop(w, stack, track, last)
+            self._pop(w, th)
         if stack and stack[-1].end is not None and (end is None or end > stack[-1].end):
             if end is not None:
                 s.clamped += 1
@@ -479,50 +557,47 @@ class _Reader:
                 drop = "depth"
             elif self.opts.min_duration and end is not None and end - start < self.opts.min_duration:
                 drop = "duration"
-        stack.append(_Frame(cid, end, drop))
+        stack.append(_Frame(c.id, end, drop))
         if drop == "time":
             s.outside_time += 1
-            return track, last
+            return
         if drop == "depth":
             s.dropped_depth += 1
-            return track, last
+            return
         if drop == "duration":
             s.dropped_duration += 1
-            return track, last
-        if not track:
-            track = self.thread_track(w, thread_id)
-        symbol_id, ip = int(row[10] or 0), int(row[11] or 0)
-        name, dso_id = self.symbols.get(symbol_id, ("", 0))
-        if not name or symbol_id == 0:
-            name = f"[unknown] {ip & _U64:#x}" if ip else "[unknown]"
-        args: list[tuple[str, Any]] = [("dso", self.dsos.get(dso_id, "unknown")), ("call_path_id", int(row[6]))]
-        if ip:
-            args.append(("ip", Pointer(ip)))
-        args.append(("branch_count", int(row[7] or 0)))
-        insn, cyc = int(row[8] or 0), int(row[9] or 0)
-        if insn or cyc:
-            args += [("insn_count", insn), ("cyc_count", cyc)]
-        if cyc:
-            args.append(("IPC", round(insn / cyc, 2)))
-        if flags:
-            args.append(("flags", FLAG_NAMES.get(flags, str(flags))))
-        if (flags & CALL_NO_RETURN and not flags & CALL_NON_CALL) or end is None:
+            return
+        if not th.track:
+            th.track = self.thread_track(w, c.thread_id)
+        name, dso_id = self.symbols.get(c.symbol_id, ("", 0))
+        if not name or c.symbol_id == 0:
+            name = f"[unknown] {c.ip & _U64:#x}" if c.ip else "[unknown]"
+        args: list[tuple[str, Any]] = [("dso", self.dsos.get(dso_id, "unknown")), ("call_path_id", c.call_path_id)]
+        if c.ip:
+            args.append(("ip", Pointer(c.ip)))
+        args.append(("branch_count", c.branch_count))
+        if c.insn or c.cyc:
+            args += [("insn_count", c.insn), ("cyc_count", c.cyc)]
+        if c.cyc:
+            args.append(("IPC", round(c.insn / c.cyc, 2)))
+        if c.flags:
+            args.append(("flags", FLAG_NAMES.get(c.flags, str(c.flags))))
+        if (c.flags & CALL_NO_RETURN and not c.flags & CALL_NON_CALL) or end is None:
             s.closed += 1
         if end is None:
             args.append(("closed_at_thread_end", True))
-        args.append(("call_id", cid))
-        w.event(BEGIN, start, track, name, CAT_CALL, args)
+        args.append(("call_id", c.id))
+        w.event(BEGIN, start, th.track, name, CAT_CALL, args)
         s.slices += 1
-        return track, last
 
-    def _pop(self, w: _Out, stack: list[_Frame], track: int, last: int) -> None:
-        f = stack.pop()
+    def _pop(self, w: _Out, th: _ThreadCalls) -> None:
+        f = th.stack.pop()
         if f.drop is None:
-            w.event(END, f.end if f.end is not None else last, track)
+            w.event(END, f.end if f.end is not None else th.last, th.track)
 
-    def _close_thread(self, w: _Out, stack: list[_Frame], track: int, last: int) -> None:
-        while stack:
-            self._pop(w, stack, track, last)
+    def _close_thread(self, w: _Out, th: _ThreadCalls) -> None:
+        while th.stack:
+            self._pop(w, th)
 
     # context switches: which thread ran on each CPU (host) and VCPU (guest)
 
