@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import re
 import time as _time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -523,10 +523,11 @@ class _Reader:
         roots.sort(key=lambda c: (-depth.get(c.parent_id, -1), c.order()))  # the deepest caller's first
         todo = [iter(roots)]
         while todo:  # depth first: a call, then its callees
-            c = next(todo[-1], None)
-            if c is None:
+            nxt = next(todo[-1], None)
+            if nxt is None:
                 todo.pop()
                 continue
+            c = nxt
             self._call(w, th, c)
             kids = children.pop(c.id, None)
             if kids:
@@ -676,7 +677,7 @@ class _Reader:
             self.summary.counters += 1
 
     def write_power(self, w: _Out) -> None:
-        kinds = {
+        kinds: dict[str, tuple[str, Callable[[tuple[Any, ...]], list[tuple[str, Any]]]]] = {
             "mwait": ("x.hints, x.extensions", lambda r: [("hints", Pointer(int(r[3]))), ("extensions", Pointer(int(r[4])))]),
             "pwre": ("x.cstate, x.subcstate, x.hw", lambda r: [("cstate", int(r[3])), ("subcstate", int(r[4])),
                                                               ("hw", bool(r[5]))]),
