@@ -53,6 +53,10 @@ K_PROCESS, K_THREAD, K_MACHINE, K_CPUS, K_CPU, K_VCPU, K_CBR, K_POWER, K_PTWRITE
 SEQUENCE_ID = 1
 #: Packets serialized and written at a time.
 FLUSH_PACKETS = 4096
+#: Slice templates (one per call path) kept at most; then they are made again.
+TEMPLATES = 1 << 16
+#: Rows fetched at a time (Python tuples: ~0.5 KiB a calls row).
+READ_CHUNK = 8192
 SEQ_CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 SEQ_NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 BEGIN, END, INSTANT, COUNTER = (pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_SLICE_END,
@@ -175,6 +179,7 @@ class _Out:
         self.strings: dict[str, int] = {}
         self.categories: dict[str, int] = {}
         self.tracks: set[int] = set()
+        self.templates: dict[Any, Any] = {}
         pk = self._packet()
         pk.sequence_flags = SEQ_CLEARED  # the sequence's interned state starts here
 
@@ -190,7 +195,7 @@ class _Out:
         """Write the packets made so far (a Trace's packets, serialized one batch after another, are a Trace)."""
         if self.pending:
             self.f.write(self.trace.SerializeToString())
-            self.trace.Clear()
+            self.trace = pb.Trace()  # a new one: Clear() keeps what the message's arena allocated
             self.pending = 0
 
     # ------------------------------------------------------------------ tracks
@@ -240,6 +245,9 @@ class _Out:
         te = pk.track_event
         te.type = kind
         te.track_uuid = track
+        self._fill(te, pk, name, category, args)
+
+    def _fill(self, te: Any, pk: Any, name: str | None, category: str | None, args: Iterable[tuple[str, Any]]) -> None:
         if name is not None:
             te.name_iid = self._iid(self.names, name, pk, "event_names")
         if category is not None:
@@ -257,6 +265,33 @@ class _Out:
                 a.pointer_value = value.value & _U64
             else:
                 a.string_value_iid = self._iid(self.strings, str(value), pk, "debug_annotation_string_values")
+
+    def begin(self, ts: int, track: int, key: Any, fixed: Callable[[], tuple[str, str, list[tuple[str, Any]]]],
+              args: Iterable[tuple[str, Any]]) -> None:
+        """A slice's begin whose name, category and first args are the same for every ``key`` (a call
+        path): made once as a TrackEvent and copied (the protobuf library's CopyFrom), then ``args``."""
+        pk = self._packet()
+        pk.timestamp = ts
+        pk.sequence_flags = SEQ_NEEDS
+        tmpl = self.templates.get(key)
+        if tmpl is None:
+            if len(self.templates) >= TEMPLATES:
+                self.templates.clear()
+            tmpl = self.templates[key] = pb.TrackEvent(type=BEGIN)
+            name, category, fixed_args = fixed()
+            self._fill(tmpl, pk, name, category, fixed_args)  # the strings it interns go in this packet
+        te = pk.track_event
+        te.CopyFrom(tmpl)
+        te.track_uuid = track
+        self._fill(te, pk, None, None, args)
+
+    def end(self, ts: int, track: int) -> None:
+        pk = self._packet()
+        pk.timestamp = ts
+        pk.sequence_flags = SEQ_NEEDS
+        te = pk.track_event
+        te.type = END
+        te.track_uuid = track
 
     def counter(self, ts: int, track: int, value: float) -> None:
         pk = self._packet()
@@ -489,7 +524,7 @@ class _Reader:
                f"WHERE c.id <> 0{self._thread_filter('c.thread_id')} ORDER BY c.thread_id, c.call_time, c.id")
         th: _ThreadCalls | None = None
         group: list[_Call] = []
-        for rows in self.src.stream(sql, "calls"):
+        for rows in self.src.stream(sql, "calls", READ_CHUNK):
             for row in rows:
                 c = _Call.of(row)
                 if group and (c.thread_id != group[0].thread_id or c.start != group[0].start):
@@ -570,13 +605,7 @@ class _Reader:
             return
         if not th.track:
             th.track = self.thread_track(w, c.thread_id)
-        name, dso_id = self.symbols.get(c.symbol_id, ("", 0))
-        if not name or c.symbol_id == 0:
-            name = f"[unknown] {c.ip & _U64:#x}" if c.ip else "[unknown]"
-        args: list[tuple[str, Any]] = [("dso", self.dsos.get(dso_id, "unknown")), ("call_path_id", c.call_path_id)]
-        if c.ip:
-            args.append(("ip", Pointer(c.ip)))
-        args.append(("branch_count", c.branch_count))
+        args: list[tuple[str, Any]] = [("branch_count", c.branch_count)]
         if c.insn or c.cyc:
             args += [("insn_count", c.insn), ("cyc_count", c.cyc)]
         if c.cyc:
@@ -588,13 +617,23 @@ class _Reader:
         if end is None:
             args.append(("closed_at_thread_end", True))
         args.append(("call_id", c.id))
-        w.event(BEGIN, start, th.track, name, CAT_CALL, args)
+        w.begin(start, th.track, c.call_path_id, lambda: self._call_path_args(c), args)
         s.slices += 1
+
+    def _call_path_args(self, c: _Call) -> tuple[str, str, list[tuple[str, Any]]]:
+        """A call slice's name, category and the args its call path gives it."""
+        name, dso_id = self.symbols.get(c.symbol_id, ("", 0))
+        if not name or c.symbol_id == 0:
+            name = f"[unknown] {c.ip & _U64:#x}" if c.ip else "[unknown]"
+        args: list[tuple[str, Any]] = [("dso", self.dsos.get(dso_id, "unknown")), ("call_path_id", c.call_path_id)]
+        if c.ip:
+            args.append(("ip", Pointer(c.ip)))
+        return name, CAT_CALL, args
 
     def _pop(self, w: _Out, th: _ThreadCalls) -> None:
         f = th.stack.pop()
         if f.drop is None:
-            w.event(END, f.end if f.end is not None else th.last, th.track)
+            w.end(f.end if f.end is not None else th.last, th.track)
 
     def _close_thread(self, w: _Out, th: _ThreadCalls) -> None:
         while th.stack:
@@ -605,13 +644,13 @@ class _Reader:
     def write_switches(self, w: _Out) -> None:
         if "context_switches" not in self.tables:
             return
-        vcpu = "vcpu" if self._has("context_switches", "vcpu") else "-1"
-        sql = (f"SELECT machine_id, {vcpu}, cpu, time, thread_out_id, thread_in_id, flags FROM context_switches "
-               f"ORDER BY machine_id, {vcpu}, cpu, time, id")
+        has_vcpu = self._has("context_switches", "vcpu")  # perf's table has none
+        sql = (f"SELECT machine_id, {'vcpu' if has_vcpu else '-1'}, cpu, time, thread_out_id, thread_in_id, flags "
+               f"FROM context_switches ORDER BY machine_id, {'vcpu, ' if has_vcpu else ''}cpu, time, id")
         key = None
         running: tuple[int, int] | None = None  # (thread id, since)
         track = 0
-        for rows in self.src.stream(sql, "context_switches"):
+        for rows in self.src.stream(sql, "context_switches", READ_CHUNK):
             for mid, vc, cpu, t, t_out, t_in, flags in rows:
                 mid, t, flags = int(mid or 0), int(t), int(flags or 0)
                 guest = self.is_guest(mid)
@@ -663,7 +702,7 @@ class _Reader:
             return
         sql = (f"SELECT s.time, s.cpu, s.thread_id, {cols} FROM {table} x JOIN samples s ON s.id = x.id "
                f"WHERE x.id <> 0{self._thread_filter('s.thread_id')} ORDER BY {order}, s.time, s.id")
-        for rows in self.src.stream(sql, table):
+        for rows in self.src.stream(sql, table, READ_CHUNK):
             for r in rows:
                 if self.ranges.keeps(int(r[0])):
                     yield r
@@ -711,7 +750,7 @@ class _Reader:
             return
         sql = ("SELECT machine_id, vcpu, exit_time, entry_time, entry_id, reason, guest_ip, cpu FROM vm_exits "
                "ORDER BY machine_id, vcpu, exit_time, id")
-        for rows in self.src.stream(sql, "vm_exits"):
+        for rows in self.src.stream(sql, "vm_exits", READ_CHUNK):
             for mid, vcpu, t0, t1, entry_id, reason, gip, cpu in rows:
                 mid, vcpu, t0 = int(mid), int(vcpu), int(t0)
                 t1 = int(t1) if entry_id and t1 is not None and int(t1) >= t0 else self.end
@@ -730,7 +769,7 @@ class _Reader:
         if "decode_errors" in self.tables:
             sql = ('SELECT time, cpu, kind, message, "offset", ip, thread_id, segment FROM decode_errors '
                    "WHERE id <> 0 ORDER BY id")
-            for rows in self.src.stream(sql, "decode_errors"):
+            for rows in self.src.stream(sql, "decode_errors", READ_CHUNK):
                 for t, cpu, kind, message, offset, ip, thread_id, segment in rows:
                     t = int(t or 0) or self.start
                     if not self.ranges.keeps(t):

@@ -419,3 +419,32 @@ def test_guest_machines_and_vcpus_have_tracks(tmp_path_factory):
         assert sl[u] and all(s.name in names for s in sl[u])
     exits = [s for u, ss in sl.items() for s in ss if "vm_exit" in s.categories]
     assert len(exits) == query(db, "SELECT COUNT(*) FROM vm_exits")[0][0] > 0
+
+
+def test_interrupt_after_the_database_stops_the_trace_and_keeps_the_database(synth_trace, tmp_path, monkeypatch):
+    """``TRACE --db DB --perfetto OUT``: the database is in place when the trace is written; a signal then
+    still stops the run (exit 130), the database stays, no trace and no temporary is left.  Without
+    --db the temporary database goes too."""
+    trace = synth_trace(*EXPORT_VARIANTS["forkexec-corrupt"])
+
+    def stop(self, w):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(P._Reader, "write_errors", stop)
+    db, out = tmp_path / "x.db", tmp_path / "x.pftrace"
+    assert run(trace / "perf.data", "--db", db, "--perfetto", out, "-q")[0] == 130
+    assert sorted(os.listdir(tmp_path)) == ["x.db"]
+    assert query(db, "SELECT COUNT(*) FROM calls")[0][0] > 1
+    assert run(trace / "perf.data", "--perfetto", tmp_path / "y.pftrace", "-q")[0] == 130
+    assert sorted(os.listdir(tmp_path)) == ["x.db"]
+
+
+def test_a_database_perf_wrote(perf_db, tmp_path):
+    """perf 6.1's export-to-sqlite.py ("branches calls"): no ptexport tables, the trace all the same."""
+    out = tmp_path / "perf.pftrace"
+    write(perf_db, out)
+    calls = db_calls(perf_db)
+    got, tr = call_slices(out)
+    assert set(got) == set(calls) and calls
+    for cid, s in got.items():
+        assert (s.name, s.ts, s.end) == calls[cid][1:4]
