@@ -205,7 +205,8 @@ class _Out:
 
     def track(self, uuid: int, name: str | None = None, parent: int | None = None, *,
               process: tuple[int, str] | None = None, thread: tuple[int, int, str] | None = None,
-              counter_unit: str | None = None) -> int:
+              counter_unit: str | None = None, rank: int | None = None, ordered: bool = False) -> int:
+        """Declare a track once (``rank``: its place among its siblings when the parent is ``ordered``)."""
         if uuid in self.tracks:
             return uuid
         self.tracks.add(uuid)
@@ -221,6 +222,10 @@ class _Out:
             d.thread.pid, d.thread.tid, d.thread.thread_name = thread
         if counter_unit is not None:
             d.counter.unit_name = counter_unit
+        if rank is not None:
+            d.sibling_order_rank = rank
+        if ordered:
+            d.child_ordering = pb.TrackDescriptor.EXPLICIT
         return uuid
 
     # ------------------------------------------------------------------ events
@@ -387,7 +392,7 @@ class _Reader:
             if need not in self.tables:
                 raise ExportError(f"{src.name}: no table {need}: not a ptexport or perf export "
                                   "(export with calls: ptexport TRACE --db DB)")
-        self.machines = {int(r[0]): (int(r[1]), r[2] or "") for r in src.query_rows(
+        self.machines = {int(r[0]): (int(r[1] if r[1] is not None else -1), r[2] or "") for r in src.query_rows(
             "SELECT id, pid, root_dir FROM machines")}
         self.threads = self._threads()
         self.symbols = {int(r[0]): (r[1] or "", int(r[2] or 0)) for r in src.query_rows(
@@ -423,7 +428,8 @@ class _Reader:
         out = {}
         for r in self.src.query_rows("SELECT id, machine_id, process_id, pid, tid FROM threads"):
             i = int(r[0])
-            out[i] = _Thread(i, int(r[1] or 0), int(r[2] or 0), int(r[3]), int(r[4]),
+            out[i] = _Thread(i, int(r[1] or 0), int(r[2] or 0), int(r[3] if r[3] is not None else -1),
+                             int(r[4] if r[4] is not None else -1),
                              comm[i][2] if i in comm else ("unknown" if i == 0 else ""))
         return out
 
@@ -464,7 +470,7 @@ class _Reader:
             hv = next((t.comm for t in self.threads.values()
                        if t.pid == pid and t.tid == pid and not self.is_guest(t.machine_id)), "")
             name = f"guest machine {pid}" + (f" ({hv})" if hv else "") + (f" {root}" if root else "")
-            w.track(uuid, name)
+            w.track(uuid, name, ordered=True)
         return uuid
 
     def process_track(self, w: _Out, t: _Thread) -> int:
@@ -473,7 +479,8 @@ class _Reader:
             return uuid
         main = self.threads.get(t.process_id, t)
         if self.is_guest(t.machine_id):
-            return w.track(uuid, f"{main.comm} {main.pid}", self.machine_track(w, t.machine_id))
+            return w.track(uuid, f"{main.comm} {main.pid}", self.machine_track(w, t.machine_id),
+                           rank=(1 << 24) + max(main.pid, 0))  # after the VCPUs
         if t.pid < 0:
             return w.track(uuid, f"{main.comm or 'unknown'} (unknown process)")
         return w.track(uuid, process=(t.pid, main.comm))
@@ -495,13 +502,14 @@ class _Reader:
     # ------------------------------------------------------------------ the passes
 
     def write(self, w: _Out) -> None:
-        self.write_calls(w)
-        self.write_switches(w)
-        self.write_cbr(w)
-        self.write_power(w)
-        self.write_ptwrite(w)
-        self.write_vm_exits(w)
-        self.write_errors(w)
+        passes = (("calls", self.write_calls), ("context_switches", self.write_switches), ("cbr", self.write_cbr),
+                  ("power events", self.write_power), ("ptwrite", self.write_ptwrite),
+                  ("vm_exits", self.write_vm_exits), ("decode_errors", self.write_errors))
+        for what, write in passes:
+            try:
+                write(w)
+            except (TypeError, ValueError, OverflowError) as e:  # a NULL or out-of-range value the schema does not allow
+                raise ExportError(f"{self.src.name}: {what}: a row that is not what the schema says ({e})") from e
 
     def _thread_filter(self, column: str) -> str:
         if self.kept_threads is None:
@@ -678,11 +686,11 @@ class _Reader:
             host = self.vcpu_host.get((machine_id, n))
             return w.track(track_uuid(K_VCPU, (machine_id << 20) | (n & 0xFFFFF)),
                            f"VCPU {n}" + (f" (host thread {host})" if host is not None else ""),
-                           self.machine_track(w, machine_id))
-        return w.track(track_uuid(K_CPU, n & 0xFFFFF), f"CPU {n}", self._cpus_track(w))
+                           self.machine_track(w, machine_id), rank=2 * n)
+        return w.track(track_uuid(K_CPU, n & 0xFFFFF), f"CPU {n}", self._cpus_track(w), rank=3 * n)
 
     def _cpus_track(self, w: _Out) -> int:
-        return w.track(track_uuid(K_CPUS, 0), "CPUs")
+        return w.track(track_uuid(K_CPUS, 0), "CPUs", ordered=True)
 
     def _ran(self, w: _Out, track: int, key: Any, running: tuple[int, int], until: int) -> None:
         thread_id, since = running
@@ -711,7 +719,7 @@ class _Reader:
         for r in self._payload_rows("cbr", "x.mhz", "s.cpu"):
             cpu = int(r[1] if r[1] is not None else -1)
             uuid = track_uuid(K_CBR, cpu & 0xFFFFF)
-            w.track(uuid, f"CBR CPU {cpu} (MHz)", self._cpus_track(w), counter_unit="MHz")
+            w.track(uuid, f"CBR CPU {cpu} (MHz)", self._cpus_track(w), counter_unit="MHz", rank=3 * cpu + 1)
             w.counter(int(r[0]), uuid, float(r[3] or 0))
             self.summary.counters += 1
 
@@ -728,7 +736,8 @@ class _Reader:
         for table, (cols, args) in kinds.items():
             for r in self._payload_rows(table, cols, "s.cpu"):
                 cpu = int(r[1] if r[1] is not None else -1)
-                uuid = w.track(track_uuid(K_POWER, cpu & 0xFFFFF), f"Power events CPU {cpu}", self._cpus_track(w))
+                uuid = w.track(track_uuid(K_POWER, cpu & 0xFFFFF), f"Power events CPU {cpu}", self._cpus_track(w),
+                               rank=3 * cpu + 2)
                 w.event(INSTANT, int(r[0]), uuid, table, CAT_POWER, [("cpu", cpu), *args(r)])
                 self.summary.instants += 1
 
@@ -758,7 +767,7 @@ class _Reader:
                     continue
                 uuid = track_uuid(K_VMEXITS, (mid << 20) | (vcpu & 0xFFFFF))
                 if not w.has_track(uuid):
-                    w.track(uuid, f"VCPU {vcpu} VM exits", self.machine_track(w, mid))
+                    w.track(uuid, f"VCPU {vcpu} VM exits", self.machine_track(w, mid), rank=2 * vcpu + 1)
                 w.event(BEGIN, t0, uuid, f"VM exit: {reason}", CAT_VMEXIT,
                         [("guest_ip", Pointer(int(gip or 0))), ("cpu", int(cpu if cpu is not None else -1))])
                 w.event(END, max(t1, t0), uuid)

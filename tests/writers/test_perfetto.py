@@ -448,3 +448,29 @@ def test_a_database_perf_wrote(perf_db, tmp_path):
     assert set(got) == set(calls) and calls
     for cid, s in got.items():
         assert (s.name, s.ts, s.end) == calls[cid][1:4]
+
+
+@pytest.mark.parametrize("damage", [
+    "UPDATE calls SET call_time = NULL WHERE id = 7",
+    "UPDATE calls SET call_time = 'soon' WHERE id = 7",
+    "UPDATE context_switches SET time = NULL WHERE id = 2",
+    "UPDATE cbr SET mhz = 'fast'",
+    "DROP TABLE call_paths",
+    "truncate",
+])
+def test_a_damaged_database_is_one_line_error(dbs, tmp_path, capsys, damage):
+    db = tmp_path / "bad.db"
+    shutil.copy(dbs["threads"], db)
+    if damage == "truncate":
+        data = db.read_bytes()
+        db.write_bytes(data[: len(data) // 3])
+    else:
+        con = sqlite3.connect(db)
+        con.execute(damage)
+        con.commit()
+        con.close()
+    out = tmp_path / "t.pftrace"
+    code, _ = run("perfetto", db, out)
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith(f"ptexport: error: {db}") and "Traceback" not in err, err
+    assert sorted(os.listdir(tmp_path)) == ["bad.db"]
