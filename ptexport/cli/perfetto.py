@@ -10,12 +10,16 @@ HELP = "write an export (SQLite, PostgreSQL or DuckDB) as a Perfetto trace for u
 
 
 def add_arguments(parser) -> None:
-    from ptexport.cli.dump_branches import add_filter_arguments
-
     parser.add_argument("source", metavar="DB", help="the export to read: SQLite file, postgresql://user@host/dbname "
                                                      "or NAME.duckdb (with calls: exported without --no-calls)")
     parser.add_argument("out", metavar="OUT", help="the Perfetto trace to write (NAME.pftrace)")
-    add_filter_arguments(parser)
+    # perf script's filters, in its words (parsed as for the export: dump_branches.filter_config), on the database
+    parser.add_argument("--time", metavar="RANGES",
+                        help="only the calls that overlap these perf time ranges, and the events in them: START,STOP "
+                             "in seconds (either side may be empty; several ranges separated by blanks), or percent "
+                             "slices of the export's first..last time such as 10%%/2 or 0%%-10%%,30%%-40%%")
+    parser.add_argument("--pid", metavar="LIST", help="only the calls (and PTWRITE, power events) of these process ids")
+    parser.add_argument("--tid", metavar="LIST", help="only the calls (and PTWRITE, power events) of these thread ids")
     add_trace_options(parser)
     parser.add_argument("-f", "--force", action="store_true", help="replace an existing trace file")
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary")

@@ -46,8 +46,9 @@ CALL_NO_CALL = 1
 CALL_NO_RETURN = 2
 CALL_NON_CALL = 4  # with NO_RETURN: entered by a jump (calls_view's "jump"), not a call that never returned
 FLAG_NAMES = {1: "no call", 2: "no return", 3: "no call/return", 6: "jump"}
-#: Track uuids: a kind in the top bits, the row's id below (ids are trace-unique).
-_KIND_SHIFT = 48
+#: Track uuids: the row's id (ids are trace-unique) above a kind in the low 4 bits: small numbers, which
+#: every event names in a few bytes.
+_KIND_BITS = 4
 K_PROCESS, K_THREAD, K_MACHINE, K_CPUS, K_CPU, K_VCPU, K_CBR, K_POWER, K_PTWRITE, K_ERRORS, K_VMEXITS = range(1, 12)
 #: The one packet sequence of the file (interning is per sequence).
 SEQUENCE_ID = 1
@@ -69,7 +70,12 @@ _UNIT_NS = {None: 1, "ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 
 def track_uuid(kind: int, n: int) -> int:
-    return (kind << _KIND_SHIFT) | (n & ((1 << _KIND_SHIFT) - 1))
+    return (n << _KIND_BITS) | kind
+
+
+def track_kind(uuid: int) -> tuple[int, int]:
+    """A track uuid's kind (``K_*``) and number (a thread's, machine's, CPU's id)."""
+    return uuid & ((1 << _KIND_BITS) - 1), uuid >> _KIND_BITS
 
 
 def parse_duration(text: str) -> int:

@@ -93,8 +93,9 @@ def call_slices(path: Path) -> tuple[dict, dict[int, P.Pointer]]:
 
 def thread_of(tr, track: int) -> int:
     """The thread id the writer put in the track's uuid."""
-    assert track >> P._KIND_SHIFT == P.K_THREAD
-    return track & ((1 << P._KIND_SHIFT) - 1)
+    kind, n = P.track_kind(track)
+    assert kind == P.K_THREAD
+    return n
 
 
 @pytest.mark.parametrize("case", list(CASES))
