@@ -114,7 +114,7 @@ class PerfettoSummary:
 
     @property
     def dropped(self) -> int:
-        return self.dropped_depth + self.dropped_duration
+        return self.dropped_depth + self.dropped_duration + self.outside_time
 
 
 @dataclass
@@ -330,6 +330,17 @@ class _Ranges:
     def __bool__(self) -> bool:
         return bool(self.ranges)
 
+    def sql(self, start: str, end: str) -> str:
+        """A WHERE condition (`` AND ...``) keeping the rows whose [start, end] meets the ranges' envelope
+        (a superset of what :meth:`keeps` keeps: several ranges are then tested one by one)."""
+        if not self.ranges:
+            return ""
+        lo = min(r.start for r in self.ranges)
+        hi = 0 if any(r.end == 0 for r in self.ranges) else max(r.end for r in self.ranges)
+        cond = [f"{end} >= {lo}"] + ([f"{start} <= {hi}"] if hi else [])
+        # no end time (closed at the thread's last time), time 0 (never dropped)
+        return f" AND (({' AND '.join(cond)}) OR {end} IS NULL OR {end} < {start} OR {start} = 0)"
+
     def keeps(self, start: int, end: int | None = None) -> bool:
         if not self.ranges or start == 0:
             return True
@@ -535,7 +546,13 @@ class _Reader:
         counts = "c.insn_count, c.cyc_count" if has_counts else "0, 0"
         sql = (f"SELECT c.id, c.thread_id, c.call_time, c.return_time, c.flags, c.parent_id, c.call_path_id, "
                f"c.branch_count, {counts}, p.symbol_id, p.ip FROM calls c JOIN call_paths p ON p.id = c.call_path_id "
-               f"WHERE c.id <> 0{self._thread_filter('c.thread_id')} ORDER BY c.thread_id, c.call_time, c.id")
+               f"WHERE c.id <> 0{self._thread_filter('c.thread_id')}{self.ranges.sql('c.call_time', 'c.return_time')} "
+               "ORDER BY c.thread_id, c.call_time, c.id")
+        if self.ranges:  # the calls the database leaves out are outside --time too
+            total = self.src.query_rows(f"SELECT COUNT(*) FROM calls c WHERE c.id <> 0{self._thread_filter('c.thread_id')}")
+            within = self.src.query_rows(f"SELECT COUNT(*) FROM calls c WHERE c.id <> 0"
+                                         f"{self._thread_filter('c.thread_id')}{self.ranges.sql('c.call_time', 'c.return_time')}")
+            self.summary.outside_time += int(total[0][0]) - int(within[0][0])
         th: _ThreadCalls | None = None
         group: list[_Call] = []
         for rows in self.src.stream(sql, "calls", READ_CHUNK):

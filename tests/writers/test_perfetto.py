@@ -234,10 +234,21 @@ def test_time_pid_tid_filters(dbs, tmp_path):
     # every event of the other kinds lies in the range too
     assert all(a <= e.ts <= b or e.type == 2 for e in tr.events if "call" not in e.categories
                and "sched" not in e.categories)
+    # two ranges: the database reads their envelope, each call is kept when it meets one of them
+    def sec(t: int) -> str:
+        return f"{t // 10**9}.{t % 10**9:09d}"
+
+    r1, r2 = (lo + (hi - lo) // 10, lo + (hi - lo) // 8), (lo + (hi - lo) * 7 // 10, lo + (hi - lo) * 3 // 4)
+    text = write(db, out, "-f", "--time", f"{sec(r1[0])},{sec(r1[1])} {sec(r2[0])},{sec(r2[1])}")
+    got, _ = call_slices(out)
+    want = {c for c, v in calls.items() if any(v[2] <= b and v[3] >= a for a, b in (r1, r2))}
+    assert set(got) == want and 0 < len(want) < len(calls)
+    assert f"slices dropped: {len(calls) - len(want)} ({len(calls) - len(want)} outside --time)" in text
     tid = query(db, "SELECT tid FROM threads WHERE pid = 1000 AND tid <> pid LIMIT 1")[0][0]
     write(db, out, "--tid", str(tid), "-f")
     got, tr = call_slices(out)
-    want = {c for c, v in calls.items() if v[0] == query(db, f"SELECT id FROM threads WHERE tid = {tid}")[0][0]}
+    thread_id = query(db, f"SELECT id FROM threads WHERE tid = {tid}")[0][0]
+    want = {c for c, v in calls.items() if v[0] == thread_id}
     assert set(got) == want and want
     write(db, out, "--pid", "1000", "-f")
     got, tr = call_slices(out)
