@@ -160,13 +160,10 @@ def _export(args, out, summary_line: bool = True) -> None:
 
 def _write_perfetto(args, out, db: str, opts) -> None:
     from ptexport.cli import run_goes_on
-    from ptexport.cli.perfetto import format_summary as perfetto_summary
-    from ptexport.writers.perfetto import write_perfetto
+    from ptexport.cli.perfetto import write
 
     run_goes_on()  # the database is in place, the run is not over: a signal still stops it
-    summary = write_perfetto(db, args.perfetto, opts)
-    if not args.quiet:
-        out.write(perfetto_summary(summary) + "\n")
+    write(db, args.perfetto, opts, args.quiet, out)
 
 
 def _perfetto_only(args, out, opts) -> int:

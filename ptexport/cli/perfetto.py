@@ -60,11 +60,33 @@ def format_summary(s) -> str:
             f"{s.tracks} tracks; {s.seconds:.2f} s")
 
 
-def run(args, out) -> int:
+def write(db: str, target: str, opts, quiet: bool, out) -> None:
+    """The trace from ``db``, with a progress bar on a terminal (calls read, throttled by tqdm) and the
+    summary line."""
     from ptexport.writers.perfetto import write_perfetto
 
-    opts = options(args, args.force)  # bad values fail before anything is read
-    summary = write_perfetto(args.source, args.out, opts)
-    if not args.quiet:
+    bar = None
+    progress = None
+    if not quiet and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=0, unit=" calls", unit_scale=True, mininterval=0.1, file=sys.stderr, desc=target)
+
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.n = done
+            bar.refresh()
+
+    try:
+        summary = write_perfetto(db, target, opts, progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    if not quiet:
         out.write(format_summary(summary) + "\n")
+
+
+def run(args, out) -> int:
+    opts = options(args, args.force)  # bad values fail before anything is read
+    write(args.source, args.out, opts, args.quiet, out)
     return 0

@@ -360,8 +360,10 @@ def check_target(out: str, force: bool) -> str:
     return parent
 
 
-def write_perfetto(source: str, out: str, options: PerfettoOptions | None = None) -> PerfettoSummary:
-    """Write the export at ``source`` (SQLite file, PostgreSQL URL, DuckDB file) as a Perfetto trace at ``out``."""
+def write_perfetto(source: str, out: str, options: PerfettoOptions | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> PerfettoSummary:
+    """Write the export at ``source`` (SQLite file, PostgreSQL URL, DuckDB file) as a Perfetto trace at ``out``.
+    ``progress(calls read, calls to read)`` is called after each chunk of calls rows."""
     opts = options or PerfettoOptions()
     t0 = _time.perf_counter()
     if opts.max_depth is not None and opts.max_depth < 1:
@@ -372,7 +374,7 @@ def write_perfetto(source: str, out: str, options: PerfettoOptions | None = None
     parent = check_target(out, opts.force)
     summary = PerfettoSummary(out)
     with DbSource(source, reader="perfetto") as src:
-        reader = _Reader(src, opts, summary)
+        reader = _Reader(src, opts, summary, progress)
         tmp = os.path.join(parent, f".{os.path.basename(out)}.ptexport-tmp-{os.getpid()}")
         try:
             with open(tmp, "wb") as f:
@@ -400,7 +402,9 @@ def write_perfetto(source: str, out: str, options: PerfettoOptions | None = None
 class _Reader:
     """The database's rows as trace events (one pass per table, in the order the tracks need)."""
 
-    def __init__(self, src: DbSource, opts: PerfettoOptions, summary: PerfettoSummary) -> None:
+    def __init__(self, src: DbSource, opts: PerfettoOptions, summary: PerfettoSummary,
+                 progress: Callable[[int, int], None] | None = None) -> None:
+        self.progress = progress
         self.src = src
         self.opts = opts
         self.summary = summary
@@ -548,11 +552,16 @@ class _Reader:
                f"c.branch_count, {counts}, p.symbol_id, p.ip FROM calls c JOIN call_paths p ON p.id = c.call_path_id "
                f"WHERE c.id <> 0{self._thread_filter('c.thread_id')}{self.ranges.sql('c.call_time', 'c.return_time')} "
                "ORDER BY c.thread_id, c.call_time, c.id")
+        within = total = 0
+        if self.ranges or self.progress is not None:
+            where = f"WHERE c.id <> 0{self._thread_filter('c.thread_id')}"
+            total = int(self.src.query_rows(f"SELECT COUNT(*) FROM calls c {where}")[0][0])
+            within = total
         if self.ranges:  # the calls the database leaves out are outside --time too
-            total = self.src.query_rows(f"SELECT COUNT(*) FROM calls c WHERE c.id <> 0{self._thread_filter('c.thread_id')}")
-            within = self.src.query_rows(f"SELECT COUNT(*) FROM calls c WHERE c.id <> 0"
-                                         f"{self._thread_filter('c.thread_id')}{self.ranges.sql('c.call_time', 'c.return_time')}")
-            self.summary.outside_time += int(total[0][0]) - int(within[0][0])
+            within = int(self.src.query_rows(f"SELECT COUNT(*) FROM calls c {where}"
+                                             f"{self.ranges.sql('c.call_time', 'c.return_time')}")[0][0])
+            self.summary.outside_time += total - within
+        done = 0
         th: _ThreadCalls | None = None
         group: list[_Call] = []
         for rows in self.src.stream(sql, "calls", READ_CHUNK):
@@ -562,6 +571,9 @@ class _Reader:
                     th = self._group(w, th, group)
                     group = []
                 group.append(c)
+            if self.progress is not None:
+                done += len(rows)
+                self.progress(done, within)
         if group:
             th = self._group(w, th, group)
         if th is not None:
