@@ -38,6 +38,7 @@ SUBCOMMANDS: dict[str, str] = {
     "dump": "dump",
     "upgrade": "upgrade",
     "convert": "convert",
+    "perfetto": "perfetto",
     "info": "info",
     "synth": "synth",
     "vm-time-correlation": "vm_time_correlation",
@@ -154,6 +155,8 @@ class _SignalGuard:
         self._placed = _databases_placed()  # a database put in place after this: the run has succeeded
 
     def __enter__(self) -> "_SignalGuard":
+        global _active_guard
+        _active_guard = self
         if threading.current_thread() is not threading.main_thread():
             return self
         for sig in FATAL_SIGNALS:
@@ -168,6 +171,9 @@ class _SignalGuard:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        global _active_guard
+        if _active_guard is self:
+            _active_guard = None
         self._closing = True
         for sig, old in self._saved.items():
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
@@ -193,6 +199,16 @@ class _SignalGuard:
         if self._count >= 3:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
+
+
+_active_guard: _SignalGuard | None = None
+
+
+def run_goes_on() -> None:
+    """A run that has put a database in place and goes on (``--perfetto`` writes a trace from it):
+    a signal from now on stops it again (and removes what the rest wrote), as before the database."""
+    if _active_guard is not None:
+        _active_guard._placed = _databases_placed()
 
 
 def _databases_placed() -> int:
@@ -221,7 +237,7 @@ def _quiet_unraisable(unraisable: object) -> None:
     """sys.unraisablehook after a fatal signal: say nothing (see :func:`_signalled`)."""
 
 
-_NO_DECODE = {"info", "upgrade", "synth", "vm-time-correlation", "clean"}
+_NO_DECODE = {"info", "upgrade", "synth", "vm-time-correlation", "clean", "perfetto"}
 _warned = False
 
 

@@ -1,5 +1,7 @@
 """``ptexport TRACE --db DB`` / ``--parquet DIR``: decode a recording and export it into SQLite,
-PostgreSQL, DuckDB or a directory of Parquet files."""
+PostgreSQL, DuckDB or a directory of Parquet files; ``--perfetto OUT.pftrace`` (beside ``--db`` or
+instead of it) then writes that database as a Perfetto trace (without ``--db``: a temporary SQLite file
+beside OUT, removed after)."""
 
 from __future__ import annotations
 
@@ -8,19 +10,25 @@ import os
 import sys
 
 NAME = "export"
-HELP = "decode TRACE and export it into a database (SQLite path, postgresql:// URL, NAME.duckdb) or Parquet files"
+HELP = ("decode TRACE and export it into a database (SQLite path, postgresql:// URL, NAME.duckdb) or Parquet files, "
+        "or a Perfetto trace")
 
 
 def add_arguments(parser) -> None:
     from ptexport.cli.dump_branches import add_filter_arguments, add_guest_data_argument, add_strict_argument
+    from ptexport.cli.perfetto import add_trace_options
 
     parser.add_argument("trace", help="perf.data file, pipe-mode file, directory, or - for stdin")
-    where = parser.add_mutually_exclusive_group(required=True)
+    where = parser.add_mutually_exclusive_group()
     where.add_argument("--db", metavar="DB",
                        help="SQLite file, postgresql://user@host/dbname, or a DuckDB file (NAME.duckdb, NAME.ddb, "
                             "duckdb:PATH)")
     where.add_argument("--parquet", metavar="DIR",
                        help="a directory of Parquet files: one per table, samples partitioned by cpu, schema.json")
+    parser.add_argument("--perfetto", metavar="OUT",
+                        help="then write a Perfetto trace (OUT.pftrace: ui.perfetto.dev) from the database (--db, "
+                             "or without it a temporary SQLite file beside OUT); --time/--pid/--tid apply to it too")
+    add_trace_options(parser)
     parser.add_argument("--itrace", default=None, metavar="OPTS",
                         help="perf's --itrace letters (default: all branches, errors and power events)")
     parser.add_argument("--calls", dest="calls", action="store_true", default=True,
@@ -62,6 +70,33 @@ def add_arguments(parser) -> None:
 
 
 def run(args, out) -> int:
+    from ptexport.errors import UsageError
+
+    if args.db is None and args.parquet is None and args.perfetto is None:
+        raise UsageError("give --db DB, --parquet DIR or --perfetto OUT.pftrace")
+    if args.perfetto is not None and args.parquet is not None:
+        raise UsageError("--perfetto reads a database: give --db DB (or neither) with it, not --parquet")
+    perfetto_opts = None
+    if args.perfetto is not None:
+        from ptexport.cli.perfetto import options as perfetto_options
+        from ptexport.writers.perfetto import check_target
+
+        perfetto_opts = perfetto_options(args, args.force)  # bad values fail before decoding
+        check_target(args.perfetto, args.force)
+    elif args.max_depth is not None or args.min_duration is not None:
+        raise UsageError("--max-depth and --min-duration are options of the Perfetto trace: give --perfetto OUT")
+    if args.parquet is not None:
+        args.db = f"parquet:{args.parquet}"
+    if args.db is None:  # --perfetto alone: a temporary database beside its file, removed after
+        return _perfetto_only(args, out, perfetto_opts)
+    _export(args, out)
+    if perfetto_opts is not None:
+        _write_perfetto(args, out, args.db, perfetto_opts)
+    return 0
+
+
+def _export(args, out, summary_line: bool = True) -> None:
+    """The export itself, its warnings and (with ``summary_line``) its summary line."""
     from ptexport.cli.dump_branches import filter_config, parse_cpu_list
     from ptexport.errors import UsageError
     from ptexport.dbexport.exporter import ExportConfig
@@ -71,8 +106,6 @@ def run(args, out) -> int:
 
     from ptexport.session import default_jobs
 
-    if args.parquet is not None:
-        args.db = f"parquet:{args.parquet}"
     if args.jobs is None:
         args.jobs = default_jobs()
     if args.jobs < 1:
@@ -137,8 +170,34 @@ def run(args, out) -> int:
     if summary.leftovers and not args.quiet:
         print(f"ptexport: removed {format_leftovers(summary.leftovers)} of exports to {args.db} that died",
               file=sys.stderr)
-    if not args.quiet:
+    if not args.quiet and summary_line:
         out.write(format_summary(summary) + "\n")
+
+
+def _write_perfetto(args, out, db: str, opts) -> None:
+    from ptexport.cli import run_goes_on
+    from ptexport.cli.perfetto import write
+
+    run_goes_on()  # the database is in place, the run is not over: a signal still stops it
+    write(db, args.perfetto, opts, args.quiet, out)
+
+
+def _perfetto_only(args, out, opts) -> int:
+    """``--perfetto OUT`` without ``--db``: the export into ``.OUT.ptexport-tmp-PID.db`` (a name
+    ``ptexport clean`` knows, should the process be killed), the trace from it, the database removed."""
+    import shutil
+    import tempfile
+
+    parent = os.path.dirname(os.path.abspath(args.perfetto))
+    tmpdir = tempfile.mkdtemp(prefix=f".{os.path.basename(args.perfetto)}.ptexport-tmp-{os.getpid()}.",
+                              dir=parent)
+    try:
+        args.db = os.path.join(tmpdir, "export.db")
+        args.aggregates = False  # nothing reads them
+        _export(args, out, summary_line=False)  # the database is removed: its summary is not news
+        _write_perfetto(args, out, args.db, opts)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
     return 0
 
 

@@ -20,7 +20,8 @@ Public API::
 The factory (:func:`open_writer`) and ``ptexport clean``'s dispatch (:func:`clean`) live here,
 above the writers they pick; each module of the package imports only modules below it (from the
 bottom: targets, schema, verify; migrate; base; leftovers; the SQLite, PostgreSQL and DuckDB writers;
-the Parquet writer, which stages in DuckDB; convert, which reads a database into any writer).
+the Parquet writer, which stages in DuckDB; source, a database read back; convert, which reads a
+database into any writer; perfetto, which reads one into a Perfetto trace).
 See docs/architecture.md.
 """
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,10 +30,9 @@ from ptexport.writers import open_writer
 from ptexport.writers.aggregates import AGGREGATE_TABLES, aggregate_sql
 from ptexport.writers.base import TIME_BLOCK_COLUMNS, UNKNOWN_ROWS, Writer
 from ptexport.writers.schema import SCHEMA_VERSION, load_schema
-from ptexport.writers.targets import parse_target, target_kind, target_path
+from ptexport.writers.source import CHUNK_ROWS, DbSource  # noqa: F401 - CHUNK_ROWS: the docstring's, as before
+from ptexport.writers.targets import target_path
 
-#: Rows read and written at a time (bounded memory).
-CHUNK_ROWS = 1 << 17
 #: Tables the writer makes itself from the rows of the others (and a new database's own rows).
 DERIVED = {"branch_types", "schema_version", "ptexport_migrations", *(f"{t}_time_blocks" for t in TIME_BLOCK_COLUMNS)}
 
@@ -43,86 +42,6 @@ class ConvertSummary:
     target: str
     rows: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
-
-
-class _Source:
-    """A database read with DB-API cursors: SQLite, DuckDB or PostgreSQL (a server-side cursor)."""
-
-    def __init__(self, source: str) -> None:
-        self.name = source
-        self.kind = target_kind(source)
-        if self.kind == "parquet":
-            raise UsageError(f"{source}: convert reads a database (SQLite, PostgreSQL or DuckDB), not Parquet files")
-        self.conn: Any
-        try:
-            if self.kind == "postgresql":
-                import psycopg  # ~0.6 s: only for a PostgreSQL source
-                from psycopg.conninfo import make_conninfo
-
-                self._errors: tuple[type[BaseException], ...] = (psycopg.Error,)
-                self.conn = psycopg.connect(make_conninfo(**parse_target(source)))
-            elif self.kind == "duckdb":
-                import duckdb  # with the DuckDB writer: only for a DuckDB source or target
-
-                self._errors = (duckdb.Error,)
-                path = target_path(source)
-                if not os.path.isfile(path):
-                    raise ExportError(f"{source}: no such database")
-                self.conn = duckdb.connect(path, read_only=True)
-            else:
-                import sqlite3
-
-                self._errors = (sqlite3.Error,)
-                if not os.path.isfile(source):
-                    raise ExportError(f"{source}: no such database")
-                self.conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-        except ExportError:
-            raise
-        except Exception as e:
-            raise ExportError(f"{source}: cannot open: {e}") from e
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def tables(self) -> set[str]:
-        if self.kind == "sqlite":
-            sql = "SELECT name FROM sqlite_master WHERE type = 'table'"
-        else:
-            sql = "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'"
-        return {r[0] for r in self._query(sql)}
-
-    def _query(self, sql: str) -> list[tuple[Any, ...]]:
-        try:
-            return list(self.conn.execute(sql).fetchall())
-        except self._errors as e:
-            raise ExportError(f"{self.name}: {e}") from e
-
-    def query_rows(self, sql: str) -> list[tuple[Any, ...]]:
-        """All rows of a query (a small result: the aggregates of a source without them)."""
-        return self._query(sql)
-
-    def version(self) -> int | None:
-        rows = self._query("SELECT MAX(version) FROM schema_version") if "schema_version" in self.tables() else []
-        return int(rows[0][0]) if rows and rows[0][0] is not None else None
-
-    def chunks(self, table: str, cols: list[str], skip_unknown: bool) -> Iterator[list[tuple[Any, ...]]]:
-        sql = (f"SELECT {', '.join(chr(34) + c + chr(34) for c in cols)} FROM {table}"
-               f"{' WHERE id <> 0' if skip_unknown else ''} ORDER BY id")
-        try:
-            cur = self.conn.cursor(name="ptexport_convert") if self.kind == "postgresql" else self.conn.cursor()
-            try:
-                cur.execute(sql)
-                while True:
-                    rows = cur.fetchmany(CHUNK_ROWS)
-                    if not rows:
-                        break
-                    yield rows
-            finally:
-                cur.close()
-            if self.kind == "postgresql":
-                self.conn.rollback()  # the server-side cursor's transaction (nothing was changed)
-        except self._errors as e:
-            raise ExportError(f"{self.name}: reading {table}: {e}") from e
 
 
 def _columns(rows: list[tuple[Any, ...]], cols: list[str], types: list[str]) -> dict[str, Any]:
@@ -145,7 +64,7 @@ def convert(source: str, target: str, *, force: bool = False,
     t0 = time.perf_counter()
     if os.path.abspath(target_path(source)) == os.path.abspath(target_path(target)):
         raise UsageError(f"{source}: the source and the target are the same")
-    src = _Source(source)
+    src = DbSource(source, reader="convert")
     try:
         version = src.version()
         if version != SCHEMA_VERSION:
@@ -175,7 +94,7 @@ def convert(source: str, target: str, *, force: bool = False,
     return summary
 
 
-def _copy_table(src: _Source, w: Writer, table: str, cols: list[str], types: list[str],
+def _copy_table(src: DbSource, w: Writer, table: str, cols: list[str], types: list[str],
                 progress: Callable[[str, int], None] | None) -> None:
     n = 0
     # the writer wrote the id-0 "unknown" rows when it opened; a source's are the same rows
