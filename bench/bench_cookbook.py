@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--file", metavar="TRACE", help="time this perf.data instead of generating one")
     ap.add_argument("--postgres", metavar="URL", help="also PostgreSQL: postgresql://user@host (a database is "
                                                       "created and dropped)")
+    ap.add_argument("--reuse-exports", action="store_true",
+                    help="with --keep DIR --force: query the SQLite, DuckDB and Parquet exports an earlier run left in "
+                         "DIR instead of exporting again (PostgreSQL is exported again)")
     ap.add_argument("--raw", action="store_true",
                     help="also the raw forms of docs/cookbook-raw.md (minutes on SQLite at tens of millions of rows)")
     ap.add_argument("--runs", type=int, default=3, help="runs of each query (the best counts; default 3)")
@@ -121,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
 
         with workdir(args.keep, "bench_cookbook_") as d:
             trace = Path(args.file) if args.file else d / "trace" / "perf.data"
-            if not args.file:
+            lite, duck, pq = d / "cookbook.sqlite", d / "cookbook.duckdb", d / "cookbook-parquet"
+            reuse = args.reuse_exports and lite.exists() and duck.exists() and pq.exists()
+            if not args.file and not (reuse and trace.exists()):
                 if trace.exists() and args.force:
                     import shutil
 
@@ -131,11 +136,13 @@ def main(argv: list[str] | None = None) -> int:
                                "--timing", "cyc", "--branches", str(args.branches), "--seed", "7",
                                "--replay", replay])
                 print(f"generated {args.branches} branches in {t_synth:.1f} s", flush=True)
-            lite, duck, pq = d / "cookbook.sqlite", d / "cookbook.duckdb", d / "cookbook-parquet"
             base = [str(trace), "-q", "--force", "--jobs", str(args.jobs)]
-            exports = {"sqlite": run([*base, "--db", str(lite)]),
-                       "duckdb": run([*base, "--db", str(duck)]),
-                       "parquet": run([*base, "--parquet", str(pq)])}
+            if reuse:
+                exports: dict[str, float] = {}  # a --keep DIR's exports of an earlier run, as they are
+            else:
+                exports = {"sqlite": run([*base, "--db", str(lite)]),
+                           "duckdb": run([*base, "--db", str(duck)]),
+                           "parquet": run([*base, "--parquet", str(pq)])}
             sizes = {"sqlite": _size(lite), "duckdb": _size(duck), "parquet": _size(pq)}
             if args.compare_export:
                 bare = d / "cookbook-noagg.sqlite"
