@@ -100,3 +100,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.perf)
         if item.get_closest_marker("soak"):  # soak tests are slow ones too: -m "not slow" (which replaces the
             item.add_marker(pytest.mark.slow)  # default -m 'not soak') leaves them out
+
+
+@pytest.fixture(scope="session")
+def pg_admin():
+    """An autocommit connection to the PostgreSQL server's ``postgres`` database (PTEXPORT_TEST_PG, default
+    the local server), for creating and dropping test databases; the test is skipped without a server."""
+    from exporttest import PG_BASE
+
+    psycopg = pytest.importorskip("psycopg")
+    try:
+        conn = psycopg.connect(f"{PG_BASE}/postgres", autocommit=True, connect_timeout=3)
+    except psycopg.Error as e:
+        pytest.skip(f"no PostgreSQL server reachable at {PG_BASE}: {str(e).strip().splitlines()[0]}")
+    yield conn
+    conn.close()

@@ -197,6 +197,16 @@ class _Out:
         self.pending += 1
         return pk
 
+    def _track_event(self, ts: int, kind: int, track: int) -> tuple[Any, Any]:
+        """A new packet at ``ts`` holding a TrackEvent of ``kind`` on ``track``: (packet, event)."""
+        pk = self._packet()
+        pk.timestamp = ts
+        pk.sequence_flags = SEQ_NEEDS
+        te = pk.track_event
+        te.type = kind
+        te.track_uuid = track
+        return pk, te
+
     def flush(self) -> None:
         """Write the packets made so far (a Trace's packets, serialized one batch after another, are a Trace)."""
         if self.pending:
@@ -250,12 +260,7 @@ class _Out:
 
     def event(self, kind: int, ts: int, track: int, name: str | None = None, category: str | None = None,
               args: Iterable[tuple[str, Any]] = ()) -> None:
-        pk = self._packet()
-        pk.timestamp = ts
-        pk.sequence_flags = SEQ_NEEDS
-        te = pk.track_event
-        te.type = kind
-        te.track_uuid = track
+        pk, te = self._track_event(ts, kind, track)
         self._fill(te, pk, name, category, args)
 
     def _fill(self, te: Any, pk: Any, name: str | None, category: str | None, args: Iterable[tuple[str, Any]]) -> None:
@@ -297,21 +302,10 @@ class _Out:
         self._fill(te, pk, None, None, args)
 
     def end(self, ts: int, track: int) -> None:
-        pk = self._packet()
-        pk.timestamp = ts
-        pk.sequence_flags = SEQ_NEEDS
-        te = pk.track_event
-        te.type = END
-        te.track_uuid = track
+        self._track_event(ts, END, track)
 
     def counter(self, ts: int, track: int, value: float) -> None:
-        pk = self._packet()
-        pk.timestamp = ts
-        pk.sequence_flags = SEQ_NEEDS
-        te = pk.track_event
-        te.type = COUNTER
-        te.track_uuid = track
-        te.double_counter_value = float(value)
+        self._track_event(ts, COUNTER, track)[1].double_counter_value = float(value)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from faultstest import (PG_BASE, PTEXPORT_SMALL_RUNS, Calibration, injector_env, pg_url, read_report, synth,
+from faultstest import (PTEXPORT_SMALL_RUNS, Calibration, injector_env, pg_url, read_report, synth,
                         timed_run)
 
 
@@ -92,17 +92,6 @@ def pg_calibration(tiny_trace, pg_admin) -> Calibration:
         return Calibration(seconds, pg_samples(name))
     finally:
         pg_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture(scope="session")
-def pg_admin():
-    psycopg = pytest.importorskip("psycopg")
-    try:
-        conn = psycopg.connect(f"{PG_BASE}/postgres", autocommit=True, connect_timeout=3)
-    except psycopg.Error as e:
-        pytest.skip(f"no PostgreSQL server reachable at {PG_BASE}: {str(e).strip().splitlines()[0]}")
-    yield conn
-    conn.close()
 
 
 @pytest.fixture

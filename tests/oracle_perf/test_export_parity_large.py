@@ -290,18 +290,6 @@ PG = os.environ.get("PTEXPORT_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 _BIG = 50_000  # tables above this many rows are compared by checksums computed by each server
 
 
-@pytest.fixture(scope="module")
-def pg_admin():
-    """A connection to the server's postgres database (module scope: checked before the traces are made)."""
-    psycopg = pytest.importorskip("psycopg")
-    try:
-        conn = psycopg.connect(f"{PG}/postgres", autocommit=True, connect_timeout=3)
-    except psycopg.Error as e:
-        pytest.skip(f"no PostgreSQL server at {PG}: {e}")
-    yield conn
-    conn.close()
-
-
 def _norm(v):
     if isinstance(v, bool):
         return int(v)

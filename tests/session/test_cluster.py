@@ -158,17 +158,6 @@ def test_vm_recording_on_the_cluster(cluster, mixed, tmp_path, tiny):
 # ------------------------------------------------------------------ PostgreSQL
 
 
-@pytest.fixture(scope="module")
-def pg_admin():
-    psycopg = pytest.importorskip("psycopg")
-    try:
-        conn = psycopg.connect(f"{PG_BASE}/postgres", autocommit=True, connect_timeout=3)
-    except psycopg.Error as e:
-        pytest.skip(f"no PostgreSQL server reachable at {PG_BASE}: {str(e).strip().splitlines()[0]}")
-    yield conn
-    conn.close()
-
-
 def _pg_dump(url: str) -> dict[str, list[tuple]]:
     import psycopg
 

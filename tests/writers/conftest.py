@@ -16,26 +16,6 @@ from exporttest import (  # noqa: F401
 )
 
 
-def _pg_admin():
-    try:
-        import psycopg
-    except ImportError:
-        return None, "psycopg is not installed"
-    try:
-        return psycopg.connect(f"{PG_BASE}/postgres", autocommit=True, connect_timeout=3), ""
-    except psycopg.Error as e:
-        return None, f"no PostgreSQL server reachable at {PG_BASE}: {str(e).strip().splitlines()[0]}"
-
-
-@pytest.fixture(scope="session")
-def pg_admin():
-    conn, reason = _pg_admin()
-    if conn is None:
-        pytest.skip(reason)
-    yield conn
-    conn.close()
-
-
 @pytest.fixture
 def pg_url(pg_admin):
     """A factory of unique database URLs; every database (and temp leftovers) is dropped afterwards."""

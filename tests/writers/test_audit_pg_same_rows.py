@@ -30,17 +30,6 @@ TRACES = {
 }
 
 
-@pytest.fixture(scope="module")
-def admin():
-    psycopg = pytest.importorskip("psycopg")
-    try:
-        conn = psycopg.connect(f"{PG}/postgres", autocommit=True, connect_timeout=3)
-    except psycopg.Error as e:
-        pytest.skip(f"no PostgreSQL server at {PG}: {e}")
-    yield conn
-    conn.close()
-
-
 def _norm(v):
     if isinstance(v, bool):
         return int(v)
@@ -119,7 +108,7 @@ def _compare(lite, url) -> dict[str, int]:
     return counts
 
 
-def _export_both(admin, trace, tmp_path, extra=()):
+def _export_both(pg_admin, trace, tmp_path, extra=()):
     name = f"ptx_audit_pg_{uuid.uuid4().hex[:10]}"
     lite = tmp_path / "x.db"
     assert main([str(trace), "--db", str(lite), "-q", *extra], out=io.StringIO()) == 0
@@ -127,17 +116,17 @@ def _export_both(admin, trace, tmp_path, extra=()):
         assert main([str(trace), "--db", f"{PG}/{name}", "-q", *extra], out=io.StringIO()) == 0
         return _compare(lite, f"{PG}/{name}")
     finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        pg_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.parametrize("trace", sorted(TRACES))
-def test_every_table_and_view_equal_in_postgres(admin, tmp_path, trace):
+def test_every_table_and_view_equal_in_postgres(pg_admin, tmp_path, trace):
     synth, extra = TRACES[trace]
     d = tmp_path / "t"
     assert main(["synth", "--out", str(d), "--seed", "9", *synth], out=io.StringIO()) == 0
-    counts = _export_both(admin, d / "perf.data", tmp_path, extra)
+    counts = _export_both(pg_admin, d / "perf.data", tmp_path, extra)
     assert counts["samples"] > 10000 and counts["calls"] > 100
     if trace == "threads-faults":
         assert counts["decode_errors"] > 0
@@ -148,12 +137,12 @@ def test_every_table_and_view_equal_in_postgres(admin, tmp_path, trace):
 @pytest.mark.slow
 @pytest.mark.perf  # perf inject makes the VM recording
 @pytest.mark.postgres
-def test_vm_export_every_table_and_view_equal_in_postgres(admin, tmp_path):
+def test_vm_export_every_table_and_view_equal_in_postgres(pg_admin, tmp_path):
     if not HAVE_PERF:
         pytest.skip("perf inject makes the VM recording")
     sys.path.insert(0, str(REPO / "tests" / "helpers"))
     from vmexporttest import make_vm_trace
 
     vm = make_vm_trace(tmp_path / "vm", guest="mixed", seed=5, branches=6000)
-    counts = _export_both(admin, vm.data, tmp_path)
+    counts = _export_both(pg_admin, vm.data, tmp_path)
     assert counts["vcpus"] >= 2 and counts["vm_exits"] > 0 and counts["machines"] >= 3  # unknown, host, guest

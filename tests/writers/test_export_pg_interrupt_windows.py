@@ -19,18 +19,8 @@ BASE = "postgresql://postgres@127.0.0.1:5432"
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture()
-def admin():
-    try:
-        conn = psycopg.connect(f"{BASE}/postgres", autocommit=True, connect_timeout=3)
-    except psycopg.Error as e:
-        pytest.skip(f"no PostgreSQL server: {e}")
-    yield conn
-    conn.close()
-
-
-def _ours(admin, name: str) -> list[str]:
-    return [r[0] for r in admin.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{name}%",))]
+def _ours(pg_admin, name: str) -> list[str]:
+    return [r[0] for r in pg_admin.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{name}%",))]
 
 
 def _interrupt_at(monkeypatch, words: str, before: bool) -> list[int]:
@@ -54,32 +44,32 @@ def _interrupt_at(monkeypatch, words: str, before: bool) -> list[int]:
     return hit
 
 
-def test_interrupt_right_after_create_database_leaves_nothing(admin, monkeypatch):
+def test_interrupt_right_after_create_database_leaves_nothing(pg_admin, monkeypatch):
     name = f"ptx_int_create_{uuid.uuid4().hex[:8]}"
     hit = _interrupt_at(monkeypatch, "CREATE DATABASE", before=False)
     with pytest.raises(KeyboardInterrupt):
         PostgresWriter(f"{BASE}/{name}")
     monkeypatch.undo()
     assert hit
-    assert _ours(admin, name) == []
+    assert _ours(pg_admin, name) == []
 
 
-def test_interrupt_before_the_rename_leaves_nothing(admin, monkeypatch):
+def test_interrupt_before_the_rename_leaves_nothing(pg_admin, monkeypatch):
     name = f"ptx_int_rename_{uuid.uuid4().hex[:8]}"
     w = PostgresWriter(f"{BASE}/{name}")
-    assert _ours(admin, name) == [w.tmp_name]
+    assert _ours(pg_admin, name) == [w.tmp_name]
     hit = _interrupt_at(monkeypatch, "RENAME TO", before=True)
     with pytest.raises(KeyboardInterrupt):
         with w:
             pass
     monkeypatch.undo()
     assert hit
-    assert _ours(admin, name) == []
+    assert _ours(pg_admin, name) == []
     # and a completed export is still renamed and kept
     w = PostgresWriter(f"{BASE}/{name}")
     with w:
         pass
     try:
-        assert _ours(admin, name) == [name]
+        assert _ours(pg_admin, name) == [name]
     finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        pg_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
