@@ -196,8 +196,9 @@ def main(argv: list[str] | None = None) -> int:
                 # a query over the aggregates and its raw form over calls / samples: the same rows everywhere
                 for q in [q for q in all_rows if f"{q}_raw" in all_rows]:
                     report["same_as_raw"][q] = all(all_rows[q][n] == all_rows[f"{q}_raw"][n] for n in names)
-                print("aggregates == raw: " + ", ".join(f"{q} {'yes' if ok else 'NO'}"
-                                                        for q, ok in report["same_as_raw"].items()))
+                if args.raw:
+                    print("aggregates == raw: " + ", ".join(f"{q} {'yes' if ok else 'NO'}"
+                                                            for q, ok in report["same_as_raw"].items()))
             finally:
                 for c in conns.values():
                     c.close()
