@@ -757,6 +757,8 @@ class ProcessUnits:
     def __init__(self, jobs: int, users: int, session: Any) -> None:
         self.pool = _pool(jobs, session)
         self.width = self.window = jobs
+        self.budget: int | None = None  # each queue's stream has its window
+        self.in_flight = 0
         self.users = users
 
     def submit(self, fn: Any, *args: Any) -> Any:

@@ -35,14 +35,16 @@ class UnitExecutor(Protocol):
     while to come back); ``submit(fn, *args)``: a :class:`UnitFuture`; ``release()``: this user is
     done with it (the owner closes it when the last one is).
 
-    Optional: ``budget``, the units all streams together may have submitted and not yet taken (a
-    queue's stream may always have one, its next); ``in_flight`` counts them (:func:`ordered` keeps
+    ``budget``: the units all streams together may have submitted and not yet taken (a queue's
+    stream may always have one, its next), or None; ``in_flight`` counts them (:func:`ordered` keeps
     it).  Without a budget each stream has its ``window`` (the process pool: ``jobs`` per queue, as
     before); a cluster sets one, so a trace of 128 CPU queues on 128 workers holds ``budget`` + 128
     results, not 128 x 256."""
 
     width: int
     window: int
+    budget: int | None
+    in_flight: int
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> UnitFuture: ...
 
@@ -59,11 +61,11 @@ def ordered(executor: UnitExecutor, calls: Iterable[tuple[Callable[..., Any], tu
     futs: deque = deque()
     more = True
     window = max(1, window)
-    budget = getattr(executor, "budget", None)
+    budget = executor.budget
     try:
         while True:
             while more and len(futs) < window:
-                if futs and budget is not None and executor.in_flight >= budget:  # type: ignore[attr-defined]
+                if futs and budget is not None and executor.in_flight >= budget:
                     break  # others hold the budget: this stream's next only
                 nxt = next(it, None)
                 if nxt is None:
@@ -72,12 +74,12 @@ def ordered(executor: UnitExecutor, calls: Iterable[tuple[Callable[..., Any], tu
                 fn, args = nxt
                 futs.append(executor.submit(fn, *args))
                 if budget is not None:
-                    executor.in_flight += 1  # type: ignore[attr-defined]
+                    executor.in_flight += 1
             if not futs:
                 return
             fut = futs.popleft()
             if budget is not None:
-                executor.in_flight -= 1  # type: ignore[attr-defined]
+                executor.in_flight -= 1
             res = fut.result()
             if on_result is not None:
                 on_result(res, futs)
@@ -86,4 +88,4 @@ def ordered(executor: UnitExecutor, calls: Iterable[tuple[Callable[..., Any], tu
         for f in futs:
             f.cancel()
         if budget is not None:
-            executor.in_flight -= len(futs)  # type: ignore[attr-defined]
+            executor.in_flight -= len(futs)
