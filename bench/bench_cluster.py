@@ -101,6 +101,8 @@ class _Inline:
 
     def __init__(self, width: int = 2) -> None:
         self.width = self.window = width
+        self.budget = None  # each stream has its window (units.py)
+        self.in_flight = 0
         self.results: dict = {}
         self.unit_s: list[float] = []
         self.unit_bytes: list[int] = []
