@@ -26,7 +26,7 @@ import numpy as np
 from ptexport.jit import numba
 from ptexport.samples import text as _reference
 from ptexport.samples.columns import EV_BRANCH, EV_ERROR, SampleColumns
-from ptexport.samples.flags import format_flags_field
+from ptexport.samples.flags import distinct_flags, format_flags_field
 from ptexport.samples.text import (  # noqa: F401 - the twin's names that have no compiled form
     CSV_COLUMNS,
     CSV_VM_COLUMNS,
@@ -201,7 +201,7 @@ def sample_bytes(cols: SampleColumns, fields: frozenset[str] = DEFAULT_FIELDS, *
     err = kind == EV_ERROR
     mps = cols.machine_pid if cols.machine_pid is not None else np.zeros(n, np.int64)
     vcpus = cols.vcpu if cols.vcpu is not None else np.full(n, -1, np.int64)
-    uniq, inv = np.unique(np.asarray(cols.flags), return_inverse=True)
+    uniq, inv = distinct_flags(np.asarray(cols.flags))
     texts = [format_flags_field(int(v)) for v in uniq]
     errors = error_lines(cols, np.flatnonzero(err).tolist(), np.asarray(mps).tolist(),
                                      np.asarray(vcpus).tolist())
@@ -209,4 +209,4 @@ def sample_bytes(cols: SampleColumns, fields: frozenset[str] = DEFAULT_FIELDS, *
         kind == EV_BRANCH, np.asarray(mps, np.int64), np.asarray(vcpus, np.int64), np.asarray(cols.pid, np.int64),
         np.asarray(cols.tid, np.int64), np.asarray(cols.cpu, np.int64), np.asarray(cols.time, np.int64),
         np.asarray(cols.ip).astype(np.uint64, copy=False), np.asarray(cols.addr).astype(np.uint64, copy=False),
-        inv.ravel().astype(np.int64), texts, err, errors)
+        inv.astype(np.int64), texts, err, errors)

@@ -11,6 +11,7 @@ import pytest
 from ptexport.samples.flags import (
     PERF_BRANCH_TYPES,
     IpFlag,
+    distinct_flags,
     format_flags,
     format_flags_array,
     format_flags_field,
@@ -67,6 +68,28 @@ def test_format_flags_array_maps_each_value():
     vals = np.array([3, 5, 3, 4131], dtype=np.uint32)
     assert format_flags_array(vals) == [format_flags(3), format_flags(5), format_flags(3), "bcyh"]
     assert format_flags_array(np.array([], dtype=np.int64)) == []
+
+
+@pytest.mark.parametrize("values", [
+    [B | C, B | R, B | O, B | O, B, B | C | TB, 0, B | Y | I],       # a branch batch's few masks
+    [1 << 19, 3, (1 << 20) - 1],                                     # up to the table's largest
+    [1 << 20, 1, 1 << 40],                                           # past it: sorted out instead
+    [-1, 2, 2, -1],                                                  # (not perf's, but a column may say so)
+    [7],
+])
+def test_distinct_flags_equals_numpy_unique(values):
+    rng = np.random.default_rng(len(values))
+    col = rng.choice(np.array(values, np.int64), 5000)
+    uniq, inv = distinct_flags(col)
+    want_u, want_inv = np.unique(col, return_inverse=True)
+    assert uniq.tolist() == want_u.tolist()
+    assert inv.tolist() == want_inv.ravel().tolist()
+    assert (uniq[inv] == col).all()
+
+
+def test_distinct_flags_of_nothing():
+    uniq, inv = distinct_flags(np.zeros(0, np.int64))
+    assert len(uniq) == 0 and len(inv) == 0
 
 
 def test_perf_branch_types_rows():
