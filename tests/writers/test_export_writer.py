@@ -218,3 +218,28 @@ def test_many_integer_rows_go_in_as_columns_with_the_same_values(tmp_path):
     assert c.execute("SELECT count(*), sum(hw), typeof(hw) FROM pwre WHERE id > 0").fetchone() == (699, 350, "integer")
     assert c.execute("SELECT payload FROM ptwrite WHERE id = 1").fetchone() == (-1,)
     c.close()
+
+
+@pytest.mark.parametrize("n_psb", [700, 70_000])
+def test_planner_statistics_equal_a_full_analyze(tmp_path, monkeypatch, n_psb):
+    """sqlite_stat1 as ANALYZE (analysis_limit 1000) writes it, also where a large table without an
+    index is counted by the writer rather than read again (psb: no index; the samples' id-0 row counts)."""
+    import ptexport.writers.sqlite as sqlite_writer
+
+    monkeypatch.setattr(sqlite_writer, "ANALYZE_COUNTED_ROWS", 5000)
+    db = tmp_path / "a.sqlite"
+    with open_writer(str(db)) as w:
+        ids = np.arange(1, n_psb + 1, dtype=np.int64)
+        w.write_columns("psb", {"id": ids, "offset": ids << 12})
+        sids = np.arange(1, 6001, dtype=np.int64)
+        w.write_columns("samples", {"id": sids, "time": sids * 10, "cpu": sids % 2})
+    c = sqlite3.connect(db)
+    written = sorted(c.execute("SELECT tbl, idx, stat FROM sqlite_stat1").fetchall(), key=repr)
+    c.execute("DELETE FROM sqlite_stat1")
+    c.commit()
+    c.execute("PRAGMA analysis_limit = 1000")
+    c.execute("ANALYZE")
+    analyzed = sorted(c.execute("SELECT tbl, idx, stat FROM sqlite_stat1").fetchall(), key=repr)
+    c.close()
+    assert written == analyzed
+    assert ("samples", None, "6001") in written and ("psb", None, str(n_psb)) in written
