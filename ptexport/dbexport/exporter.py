@@ -257,6 +257,8 @@ class DbExporter:
         # its loop lets go of the GIL (_tree_submit); its rows are written, in order, before N + 1's
         self._tree_pool: ThreadPoolExecutor | None = None
         self._tree_future: Future[None] | None = None
+        self._stats_pool: ThreadPoolExecutor | None = None
+        self._stats_future: Future[None] | None = None
         self.n_samples = 0
         self.n_switches = 0
         self.n_errors = 0
@@ -502,7 +504,7 @@ class DbExporter:
                 self.vm.samples(samples)
             self.w.write_samples(samples)
             if self.cpu_time is not None:
-                self._add_cpu_time(samples)
+                self._stats_submit(samples)
         if self.calltree is not None and tree is not None and len(tree["ref"]):
             self._tree_submit(tree)
         if self.switch_rows:
@@ -536,6 +538,7 @@ class DbExporter:
             for table, cols in self.calltree.take_stats().items():
                 if len(cols["id"]):
                     self.w.write_columns(table, cols)
+        self._stats_wait()
         self._write_cpu_time()
         self.m.flush(self.w)
         if self.vm.active:
@@ -543,6 +546,22 @@ class DbExporter:
         self.stats_rows = self.stats.rows(self.s)
         first = len(self.vm.stats) + 1 if self.vm.active else 1  # after the VM guest-data warnings
         self.w.write_rows("stats", [(first + i, *row) for i, row in enumerate(self.stats_rows)])
+
+    def _stats_submit(self, samples: dict[str, np.ndarray]) -> None:
+        """Fold a batch's samples into the aggregates (cpu_time_stats, sample_stats) in a thread of their
+        own, one batch at a time and in order: their sorts and sums release the GIL, and on the thread
+        that reads the batches they cost 1 s of 6 exporting 10 M branches.  (The batch's columns are
+        not written to after this: the writer copies what it keeps.)"""
+        self._stats_wait()
+        if self._stats_pool is None:
+            self._stats_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptexport-stats")
+        self._stats_future = self._stats_pool.submit(self._add_cpu_time, samples)
+
+    def _stats_wait(self) -> None:
+        """The batch in flight folded into the aggregates (its error raised here)."""
+        fut, self._stats_future = self._stats_future, None
+        if fut is not None:
+            fut.result()
 
     def _add_cpu_time(self, samples: dict[str, np.ndarray]) -> None:
         assert self.cpu_time is not None
@@ -623,13 +642,20 @@ class DbExporter:
             self._write_calls()
 
     def close(self) -> None:
-        """Stop the call tree's thread (after an error: its batch in flight is dropped)."""
+        """Stop the call tree's and the aggregates' threads (after an error: their batches in flight are
+        dropped)."""
         fut, self._tree_future = self._tree_future, None
         if fut is not None:
             fut.cancel()
         if self._tree_pool is not None:
             self._tree_pool.shutdown(wait=True)
             self._tree_pool = None
+        fut, self._stats_future = self._stats_future, None
+        if fut is not None:
+            fut.cancel()
+        if self._stats_pool is not None:
+            self._stats_pool.shutdown(wait=True)
+            self._stats_pool = None
 
     def _write_calls(self) -> None:
         tree = self.calltree
