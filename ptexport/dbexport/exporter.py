@@ -632,14 +632,19 @@ class DbExporter:
             return
         if self._tree_pool is None:
             self._tree_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptexport-calltree")
-        self._tree_future = self._tree_pool.submit(calltree.process_batch, tree)
+
+        def job() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+            # the rows taken (and folded into call_path_stats) in the tree's thread too: only writing is left
+            calltree.process_batch(tree)
+            return calltree.take_call_paths(), calltree.take_calls()
+
+        self._tree_future = self._tree_pool.submit(job)
 
     def _tree_wait(self) -> None:
         """The call tree's batch in flight finished (its error raised here) and its rows written."""
         fut, self._tree_future = self._tree_future, None
         if fut is not None:
-            fut.result()
-            self._write_calls()
+            self._write_calls(*fut.result())
 
     def close(self) -> None:
         """Stop the call tree's and the aggregates' threads (after an error: their batches in flight are
@@ -657,13 +662,16 @@ class DbExporter:
             self._stats_pool.shutdown(wait=True)
             self._stats_pool = None
 
-    def _write_calls(self) -> None:
+    def _write_calls(self, paths: dict[str, np.ndarray] | None = None, calls: dict[str, np.ndarray] | None = None) -> None:
+        """Write the call paths and calls the tree made (``paths``, ``calls``: taken already)."""
         tree = self.calltree
         assert tree is not None  # called with --calls only
-        paths = tree.take_call_paths()
+        if paths is None:
+            paths = tree.take_call_paths()
         if len(paths.get("id", ())):
             self.w.write_call_paths(paths)
-        calls = tree.take_calls()
+        if calls is None:
+            calls = tree.take_calls()
         if len(calls["id"]):
             self.w.write_calls(calls)
 

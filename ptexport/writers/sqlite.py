@@ -205,9 +205,13 @@ class SqliteWriter(Writer):
         return self.tmp_path.with_name(f"{self.tmp_path.name}.{table}.pages")
 
     def _spool_add(self, table: str, mat: np.ndarray) -> None:
-        self._collect_index_keys(table, mat)
         spool = self._spools[table]
-        self._spool_submit(table, lambda: spool.add(mat), mat[:, 0])
+
+        def job() -> None:  # the index keys too: a table's index runs are its thread's alone until the splice
+            self._collect_index_keys(table, mat)
+            spool.add(mat)
+
+        self._spool_submit(table, job, mat[:, 0])
 
     def _spool_submit(self, table: str, job: Any, ids: np.ndarray) -> None:
         """``job`` (spooling rows ``ids``) on the table's thread, after the jobs before it; bounded: waits
