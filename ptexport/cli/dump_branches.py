@@ -45,8 +45,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--jobs", type=int, metavar="N",
                         help="processes to use (default: the cores here): --count decodes in N workers; "
                              "text and CSV decode in a child process (with N - 1 workers of its own when N > 2) "
-                             "while this one formats (1: all in this process); output streams in bounded "
-                             "memory either way")
+                             "while this one formats (1, and 2 for the text: decoding here, formatting on a "
+                             "thread); output streams in bounded memory either way")
 
 
 def parse_fields(text: str) -> frozenset[str]:
@@ -187,11 +187,19 @@ def run(args, out) -> int:
             out.write(f"{n_samples} samples, {n_err} errors\n")
             return 0
         # Text and CSV stream batches in perf's order: memory stays bounded.  --jobs 1 decodes and
-        # formats in this process; N >= 2 decodes in a child (with N - 1 workers of its own when N > 2).
+        # formats in this process (the text on a thread of its own); N >= 2 decodes in a child (with
+        # N - 1 workers of its own when N > 2), except the text with N = 2, decoded as with --jobs 1.
         from ptexport.session import default_jobs
         from ptexport.session.decode_proc import maybe_process
 
         jobs = default_jobs() if args.jobs is None else args.jobs
+        from ptexport.jit import numba
+
+        text_thread = not args.csv and numba is not None and getattr(out, "buffer", None) is not None
+        if text_thread and jobs == 2:
+            # two cores: decoding here and formatting on the text thread (_write_formatted) use both, as
+            # a decoding child and this process formatting would, without handing the batches over
+            jobs = 1
         proc = maybe_process(session, jobs)
         batches = proc if proc is not None else session.iter_batches(jobs)
         try:
