@@ -17,7 +17,9 @@ Parts, each on inputs made once in this run (a temporary directory, or ``--keep 
 2. decode, on one single-thread ``--branches`` trace (``ptexport synth --program calls``): ``dump
    branches --count`` and text output to /dev/null, ``--jobs 1`` and ``--jobs 2``, against ``perf
    script --itrace=b > /dev/null`` (and perf printing ptexport's fields, ``-F pid,tid,cpu,time,ip,addr,flags``);
-   the branch counts must agree with perf's;
+   the branch counts must agree with perf's.  The decoder's scaling, ``--count`` with ``--jobs 2``
+   against ``--jobs 1``, also on a ``--scale-branches`` trace (40 M): at 10 M the start-up (imports,
+   numba's cache, the sideband: the same in both) is a third of the ``--jobs 2`` run;
 3. export, on the same trace: ``ptexport TRACE --db`` with ``--jobs 1`` and ``--jobs 2`` against perf's
    export-to-sqlite.py (``--itrace=bep ... branches calls``), with each one's peak RSS; the sample counts
    must agree;
@@ -67,7 +69,7 @@ SIMPLEPT_CPU = "6/151/2"  # PROVENANCE.md: ptxed --cpu 6/151/2 (Alder Lake-S)
 TINY_RAW_SLICE = 128 << 10
 WARM_BRANCHES = 2000
 #: What a run makes in its work folder (--keep DIR --force replaces these, and only these).
-RUN_FILES = ("decode", "first", "checkout", "venv", "pip-install.log", "warm", "warm-vm", "perf.db", "ours-j1.sqlite",
+RUN_FILES = ("decode", "scale", "first", "checkout", "venv", "pip-install.log", "warm", "warm-vm", "perf.db", "ours-j1.sqlite",
              "ours-j2.sqlite", "vm", "host", "raw-hotloop", "raw-calls", "simplept-slice.pt")
 
 # The issue's targets (DESIGN.md section 6): (what, test on the ratio, text).
@@ -300,13 +302,34 @@ def part_decode(m: Matrix, trace: Path) -> dict:
     for kind in ("count", "text"):
         one, two = rep[f"{kind} --jobs 1"], rep[f"{kind} --jobs 2"]
         rep[f"{kind}_scaling"] = ratio(one["wall_s"], two["wall_s"])
+        # (the text: --jobs 1 decodes and formats on two threads already, and --jobs 2 runs the same way)
         m.row("decode", f"{kind}: --jobs 2 vs --jobs 1", (two["wall_s"], two["cpu_s"]), (one["wall_s"], one["cpu_s"]),
-              rep[f"{kind}_scaling"], "scaling")
+              rep[f"{kind}_scaling"], "scaling" if kind == "count" else None,
+              note="" if kind == "count" else "--jobs 1 formats on a thread of its own: both use 2 cores")
     t = rep["text --jobs 1"]
     m.row("decode", f"text --jobs 1 vs perf -F {PERF_FIELDS}", (t["wall_s"], t["cpu_s"]), (pf["wall_s"], pf["cpu_s"]),
           ratio(pf["wall_s"], t["wall_s"]), "text", cpu_ratio=ratio(pf["cpu_s"], t["cpu_s"]),
           note="perf printing the same fields")
     rep["branches"] = n
+    return rep
+
+
+def part_scaling(m: Matrix, work: Path, branches: int) -> dict:
+    """``dump branches --count`` with ``--jobs 2`` against ``--jobs 1`` on a trace big enough that the
+    start-up both pay (the row above: imports, numba's cache) does not hide the decoder's scaling."""
+    trace = bench_decode.generate(work / "scale", branches, "calls")
+    rep: dict = {}
+    for j in (1, 2):
+        cmd = decode_cmds(trace)[f"count --jobs {j}"][0]
+        wall, cpu, _rss, out = bench_decode.measure(cmd, subprocess.PIPE, trace.parent)
+        found = re.match(rb"(\d+) samples", out)
+        rep[f"jobs {j}"] = {"wall_s": wall, "cpu_s": cpu, "branches": int(found[1]) if found else None}
+    one, two = rep["jobs 1"], rep["jobs 2"]
+    if one["branches"] != two["branches"]:
+        m.problems.append(f"scaling: --jobs 1 counted {one['branches']}, --jobs 2 {two['branches']}")
+    rep["scaling"] = ratio(one["wall_s"], two["wall_s"])
+    m.row("decode", f"count at {branches / 1e6:g} M: --jobs 2 vs 1", (two["wall_s"], two["cpu_s"]),
+          (one["wall_s"], one["cpu_s"]), rep["scaling"], "scaling", note=f"{one['branches']} branches")
     return rep
 
 
@@ -434,9 +457,12 @@ def main(argv: list[str] | None = None) -> int:
                          "instructions, the shape of ptxed's reference trace)")
     ap.add_argument("--raw-branches", type=parse_count, default=2_000_000,
                     help="branches of the generated raw dump (default 2M: about 2 MB, ptxed's input size)")
+    ap.add_argument("--scale-branches", type=parse_count, default=40_000_000,
+                    help="branches of the trace the decoder's --jobs 2 / --jobs 1 scaling is also measured on "
+                         "(default 40M; 0: only on --branches)")
     ap.add_argument("--skip-venv", action="store_true", help="skip the fresh install (part 1: minutes)")
     add_options(ap, keep=True)
-    args = parse(ap, argv, tiny={"branches": 20_000, "vm_branches": WARM_BRANCHES, "raw_branches": WARM_BRANCHES, "hot_branches": WARM_BRANCHES,
+    args = parse(ap, argv, tiny={"branches": 20_000, "scale_branches": 30_000, "vm_branches": WARM_BRANCHES, "raw_branches": WARM_BRANCHES, "hot_branches": WARM_BRANCHES,
                                  "skip_venv": True})
     need_perf(ap, exporter=True)
     sys.stdout.reconfigure(line_buffering=True)  # in order with the generators' lines on stderr
@@ -465,6 +491,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
     if not args.tiny:
         report["startup"] = warm_up(m, work)
     report["decode"] = part_decode(m, trace)
+    if args.scale_branches:
+        report["scaling"] = part_scaling(m, work, args.scale_branches)
     report["export"] = part_export(m, trace, work)
     report["vm"] = part_vm(m, work, args.vm_branches)
     report["raw"] = part_raw(m, work, args.raw_branches, args.hot_branches, args.tiny)

@@ -186,6 +186,9 @@ def test_bench_matrix(tmp_path):
         assert positive(run["wall_s"]) and positive(run["cpu_s"]) and positive(run["peak_rss_bytes"])
         assert run["ratio_to_perf"] == pytest.approx(dec["perf script --itrace=b"]["wall_s"] / run["wall_s"])
     assert dec["count_scaling"] == pytest.approx(dec["count --jobs 1"]["wall_s"] / dec["count --jobs 2"]["wall_s"])
+    sc = rep["scaling"]  # the decoder's scaling on a trace of its own (--tiny: 30 k branches)
+    assert sc["jobs 1"]["branches"] == sc["jobs 2"]["branches"] >= 30_000
+    assert sc["scaling"] == pytest.approx(sc["jobs 1"]["wall_s"] / sc["jobs 2"]["wall_s"])
     exp = rep["export"]
     assert exp["perf"]["samples"] == exp["jobs 1"]["samples"] == exp["jobs 2"]["samples"] >= n
     for run in exp.values():
