@@ -27,6 +27,12 @@ Three ways in, fastest first, each falling back to the next:
 * ``bind`` - int64 matrices bound by a numba loop on the connection's own
   handle (:mod:`ptexport.writers._fastsqlite`);
 * ``executemany`` - plain ``sqlite3``, used for text columns and without numba.
+
+In the ``btree`` way a batch's rows become a matrix, pages and index keys on
+their table's thread; the caller's thread only checks their ids.  At the end
+the planner's statistics are ANALYZE's (``analysis_limit`` 1000), except that a
+large table without an index (the samples) is counted by the writer rather
+than read again (:meth:`SqliteWriter._analyze`).
 """
 
 from __future__ import annotations
