@@ -649,18 +649,13 @@ class DbExporter:
     def close(self) -> None:
         """Stop the call tree's and the aggregates' threads (after an error: their batches in flight are
         dropped)."""
-        fut, self._tree_future = self._tree_future, None
-        if fut is not None:
-            fut.cancel()
-        if self._tree_pool is not None:
-            self._tree_pool.shutdown(wait=True)
-            self._tree_pool = None
-        fut, self._stats_future = self._stats_future, None
-        if fut is not None:
-            fut.cancel()
-        if self._stats_pool is not None:
-            self._stats_pool.shutdown(wait=True)
-            self._stats_pool = None
+        for fut, pool in ((self._tree_future, self._tree_pool), (self._stats_future, self._stats_pool)):
+            if fut is not None:
+                fut.cancel()
+            if pool is not None:
+                pool.shutdown(wait=True)
+        self._tree_future = self._stats_future = None
+        self._tree_pool = self._stats_pool = None
 
     def _write_calls(self, paths: dict[str, np.ndarray] | None = None, calls: dict[str, np.ndarray] | None = None) -> None:
         """Write the call paths and calls the tree made (``paths``, ``calls``: taken already)."""
