@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-import ptexport.dbexport.exporter as exporter
+from ptexport.dbexport import exporter
 from ptexport.cli import main
 from ptexport.errors import PtExportError
 
