@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from ptexport.dbexport import exporter
 from ptexport.cli import main
+from ptexport.dbexport import exporter
 from ptexport.errors import PtExportError
 
 
