@@ -256,7 +256,7 @@ class DbExporter:
         # the call tree of batch N runs in a thread while batch N + 1 is resolved and written, where
         # its loop lets go of the GIL (_tree_submit); its rows are written, in order, before N + 1's
         self._tree_pool: ThreadPoolExecutor | None = None
-        self._tree_future: Future[None] | None = None
+        self._tree_future: Future[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] | None = None
         self._stats_pool: ThreadPoolExecutor | None = None
         self._stats_future: Future[None] | None = None
         self.n_samples = 0

@@ -30,10 +30,18 @@ def synth(d: Path, branches: str) -> Path:
     return d / "perf.data"
 
 
+def _default_stop_signals() -> None:
+    # as a shell on a terminal starts a command: a suite run under nohup (SIGHUP ignored, which
+    # ptexport leaves as it is, by design) must not make the export deaf to the signals it is sent
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def start(argv: list[str], prog: list[str] = PTEXPORT, **kw) -> subprocess.Popen:
-    """``ptexport ARGV`` in a session of its own (its workers in its process group)."""
+    """``ptexport ARGV`` in a session of its own (its workers in its process group), with the default
+    dispositions of SIGINT, SIGTERM and SIGHUP."""
     return subprocess.Popen([*prog, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, **kw)
+                            start_new_session=True, preexec_fn=_default_stop_signals, **kw)
 
 
 def wait_for(p: subprocess.Popen, pred, timeout: float = 180.0) -> bool:

@@ -253,6 +253,7 @@ def test_deep_trees_at_the_smallest_page_size(tmp_path, monkeypatch):
         for start in range(0, n, 5_000):
             w.write_samples(_samples(names, ids[start:start + 5_000]))
             w.write_calls(_calls(cnames, ids[start:start + 5_000]))
+        w._drain()  # (the index keys are collected by the table's thread)
         assert len(w._index_runs["pcpid_idx"].runs) >= 5  # merged when the index is laid down
     c = sqlite3.connect(db)
     roots = dict(c.execute("SELECT name, rootpage FROM sqlite_master WHERE rootpage > 0"))
