@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_right
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -512,6 +513,13 @@ class VmExport:
         self.stats: list[tuple[str, int, str, str]] = []  # (name, value, severity, description)
         self._kvm_exit_offset: int | None = None
         self._check_guests()
+        # The VCPU threads' offsets (a pass of its own over the start of each CPU's trace, Python but
+        # for its packet tokenizer) are measured beside the export, read by vcpu_rows at the end.
+        self._measured: Future[dict[int, tuple[int, int, str]]] | None = None
+        if self.hypervisors:
+            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptexport-vmcs")
+            self._measured = pool.submit(self.trace.measure_vmcs)
+            pool.shutdown(wait=False)  # (its thread ends with the measurement)
 
     @property
     def active(self) -> bool:
@@ -697,7 +705,7 @@ class VmExport:
         ex = self.ex
         rows = []
         host = ex.machines[0]
-        measured = self.trace.measure_vmcs()
+        measured = self._measured.result() if self._measured is not None else self.trace.measure_vmcs()
         for mpid, vcpus in sorted(self.hypervisors.items()):
             idx = self.by_pid.get(mpid)
             if idx is None and self.sb.machine(mpid) is None:
