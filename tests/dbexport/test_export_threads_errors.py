@@ -3,7 +3,6 @@ export as any error does: one line, exit 1, no database, no thread left behind."
 
 from __future__ import annotations
 
-import io
 import threading
 
 import pytest
@@ -14,11 +13,8 @@ from ptexport.errors import PtExportError
 
 
 @pytest.fixture(scope="module")
-def trace(tmp_path_factory):
-    d = tmp_path_factory.mktemp("trace")
-    assert main(["synth", "--out", str(d), "--program", "threads", "--cpus", "2", "--branches", "150000",
-                 "--seed", "3"], out=io.StringIO()) == 0
-    return d / "perf.data"
+def trace(synth_trace):
+    return synth_trace("--program", "threads", "--cpus", "2", "--branches", "150000", "--seed", "3") / "perf.data"
 
 
 def _threads() -> set[str]:
