@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import threading
+from types import FrameType
 from typing import IO, Sequence
 
 from ptexport import __version__
@@ -193,12 +194,62 @@ class _SignalGuard:
             self.signum = signum
             if self._closing or _databases_placed() > self._placed:  # the run is over or has succeeded: nothing to stop
                 return
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            raise Terminated(signum)
+            exc = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+            if isinstance(frame, FrameType) and _in_native_call(frame):
+                _raise_when_back(frame, exc)
+                return
+            raise exc
         if self._count >= 3:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
+
+
+#: Code that Python runs while LLVM waits for it (llvmlite's ctypes callbacks, as when numba loads a
+#: cached function), and numba's own, which calls into LLVM.
+_NATIVE_CODE = (f"{os.sep}llvmlite{os.sep}", f"{os.sep}numba{os.sep}")
+
+
+def _native(frame: FrameType) -> bool:
+    return any(p in frame.f_code.co_filename for p in _NATIVE_CODE)
+
+
+def _in_native_call(frame: FrameType) -> bool:
+    """The signal came while the main thread runs llvmlite's Python inside a call from LLVM: an
+    exception raised there is dropped by ctypes ("Exception ignored on calling ctypes callback
+    function") and leaves LLVM without what it asked for, which crashed the process (SIGSEGV)."""
+    f: FrameType | None = frame
+    while f is not None:
+        if f"{os.sep}llvmlite{os.sep}" in f.f_code.co_filename:
+            return True
+        f = f.f_back
+    return False
+
+
+def _raise_when_back(frame: FrameType, exc: BaseException) -> None:
+    """Raise ``exc`` at the next line this thread runs outside llvmlite and numba: in the frame the
+    native call returns to (or any Python function it calls first), by the tracing hooks a debugger
+    uses, which then are removed again."""
+    marked: list[FrameType] = []
+
+    def local(f: FrameType, event: str, arg: object) -> object:
+        if event == "line":
+            sys.settrace(None)
+            for g in marked:
+                g.f_trace = None
+            raise exc
+        return local
+
+    def calls(f: FrameType, event: str, arg: object) -> object:
+        return None if _native(f) else local
+
+    f: FrameType | None = frame
+    while f is not None:
+        if not _native(f):
+            f.f_trace = local
+            f.f_trace_lines = True
+            marked.append(f)
+        f = f.f_back
+    sys.settrace(calls)
 
 
 _active_guard: _SignalGuard | None = None
