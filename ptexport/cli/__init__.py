@@ -206,7 +206,8 @@ class _SignalGuard:
 
 #: Code that Python runs while LLVM waits for it (llvmlite's ctypes callbacks, as when numba loads a
 #: cached function), and numba's own, which calls into LLVM.
-_NATIVE_CODE = (f"{os.sep}llvmlite{os.sep}", f"{os.sep}numba{os.sep}")
+_LLVMLITE = f"{os.sep}llvmlite{os.sep}"
+_NATIVE_CODE = (_LLVMLITE, f"{os.sep}numba{os.sep}")
 
 
 def _native(frame: FrameType) -> bool:
@@ -219,7 +220,7 @@ def _in_native_call(frame: FrameType) -> bool:
     function") and leaves LLVM without what it asked for, which crashed the process (SIGSEGV)."""
     f: FrameType | None = frame
     while f is not None:
-        if f"{os.sep}llvmlite{os.sep}" in f.f_code.co_filename:
+        if _LLVMLITE in f.f_code.co_filename:
             return True
         f = f.f_back
     return False

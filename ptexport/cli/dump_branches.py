@@ -193,10 +193,13 @@ def run(args, out) -> int:
         from ptexport.session.decode_proc import maybe_process
 
         jobs = default_jobs() if args.jobs is None else args.jobs
-        from ptexport.jit import numba
+        # The text by the compiled formatter where numba loads: the reference's lines at the decoder's
+        # speed, as bytes to a binary stdout.  Imported here, not at the top: it loads numba, which
+        # `info` and `export` (importing this module's shared options) do not need.
+        from ptexport.samples import text_compiled
 
-        text_thread = not args.csv and numba is not None and getattr(out, "buffer", None) is not None
-        if text_thread and jobs == 2:
+        raw = getattr(out, "buffer", None) if not args.csv and text_compiled.numba is not None else None
+        if raw is not None and jobs == 2:
             # two cores: decoding here and formatting on the text thread (_write_formatted) use both, as
             # a decoding child and this process formatting would, without handing the batches over
             jobs = 1
@@ -212,13 +215,7 @@ def run(args, out) -> int:
                 for cols in batches:
                     w.writerows(text.csv_rows(session.vcpu_columns(cols) if vm else cols, vm))
             else:
-                # The compiled formatter where numba loads: the reference's lines at the decoder's speed.
-                # Imported here, not at the top: it loads numba, which `info` and `export` (importing
-                # this module's shared options) do not need.  Bytes go to a binary stdout as they are.
-                from ptexport.samples import text_compiled
-
                 fields = text.DEFAULT_FIELDS if fields is None else fields
-                raw = getattr(out, "buffer", None) if text_compiled.numba is not None else None
                 if raw is not None:
                     out.flush()
                     _write_formatted(raw, (session.vcpu_columns(cols) for cols in batches),

@@ -551,7 +551,7 @@ class DbExporter:
         """Fold a batch's samples into the aggregates (cpu_time_stats, sample_stats) in a thread of their
         own, one batch at a time and in order: their sorts and sums release the GIL, and on the thread
         that reads the batches they cost 1 s of 6 exporting 10 M branches.  (The batch's columns are
-        not written to after this: the writer copies what it keeps.)"""
+        not written to after this: each batch's arrays are made anew.)"""
         self._stats_wait()
         if self._stats_pool is None:
             self._stats_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptexport-stats")
