@@ -321,4 +321,28 @@ def entry() -> None:
         import gc
 
         gc.collect()
-    sys.exit(code)
+        sys.exit(code)
+    _exit(code)
+
+
+def _exit(code: int) -> None:
+    """End the process with ``code`` as ``sys.exit`` would, without tearing the interpreter down.
+
+    The exit handlers run and the standard streams are flushed; what is skipped is Python's
+    finalization (every module's objects, numba's and llvmlite's with LLVM's compiled code), a
+    fifth of a second after every command here (0.9 -> 0.7 s for ``dump branches --count`` of the
+    small sample).  With a thread still running the normal exit is taken, which waits for it.
+    """
+    import atexit
+    import threading
+
+    if threading.active_count() > 1:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream: Python's exit would report it (120)
+            code = code or 120
+    os._exit(code)

@@ -17,7 +17,7 @@ the call paths of calls.  Branch samples keep call path 0, as in perf.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def chain_addresses(ip: int, rets: list[int], sz: int, kernel_start: int) -> lis
 
 
 def apply_callchains(ct: Any, machines: Sequence[Any], callchain_sz: int, samples: dict[str, np.ndarray],
-                     tree: dict[str, np.ndarray] | None, chains: dict[str, np.ndarray]) -> None:
+                     tree: Mapping[str, np.ndarray] | None, chains: dict[str, np.ndarray]) -> None:
     """Run the call tree ``ct`` over ``tree`` (this batch's branches) in pieces, setting each chain sample's
     ``call_path_id`` in ``samples`` when the tree stands where perf's stood at it.  ``machines``: the
     export's machine states (a chain's ``mi`` indexes them); ``callchain_sz``: --itrace's ``g`` size."""

@@ -40,6 +40,7 @@ from __future__ import annotations
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
+from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
@@ -478,7 +479,7 @@ class DbExporter:
             v.clear()
         return out
 
-    def write_batch(self, samples: dict[str, np.ndarray] | None, tree: dict[str, np.ndarray] | None,
+    def write_batch(self, samples: dict[str, np.ndarray] | None, tree: Mapping[str, np.ndarray] | None,
                     payload_rows: dict[str, list[tuple]], chains: dict[str, np.ndarray] | None = None) -> None:
         """Write one batch: new small-table rows, samples (with pending SAMPLE records, by id), call-tree
         input, and the pending context switches, decode errors and payload rows.  ``chains``: the samples
@@ -486,7 +487,7 @@ class DbExporter:
         if chains is not None and len(chains["sid"]) and samples is not None:
             self._tree_wait()
             apply_callchains(self.calltree, self.machines, self.cfg.itrace.callchain_sz, samples, tree, chains)
-            if tree is not None and len(tree["ref"]):
+            if tree is not None and branch_rows(tree):
                 tree = None
                 self.m.flush(self.w)
                 self._write_calls()
@@ -505,7 +506,7 @@ class DbExporter:
             self.w.write_samples(samples)
             if self.cpu_time is not None:
                 self._stats_submit(samples)
-        if self.calltree is not None and tree is not None and len(tree["ref"]):
+        if self.calltree is not None and tree is not None and branch_rows(tree):
             self._tree_submit(tree)
         if self.switch_rows:
             self.w.write_rows("context_switches", self.switch_rows)
@@ -620,7 +621,7 @@ class DbExporter:
         self.w.write_columns("cpu_time_stats", {"id": np.arange(1, len(keys) + 1, dtype=np.int64),
                                                 **{k: v[order] for k, v in out.items()}})
 
-    def _tree_submit(self, tree: dict[str, np.ndarray]) -> None:
+    def _tree_submit(self, tree: Mapping[str, np.ndarray]) -> None:
         """Run the call tree over one batch's branches: in the tree's thread where its loop releases
         the GIL (the rows of the batch before are written first), else here and now."""
         calltree = self.calltree
@@ -669,6 +670,12 @@ class DbExporter:
             calls = tree.take_calls()
         if len(calls["id"]):
             self.w.write_calls(calls)
+
+
+def branch_rows(tree: Mapping[str, np.ndarray]) -> int:
+    """The branches of a batch's call-tree input (a lazy one knows without gathering its columns)."""
+    rows = getattr(tree, "rows", None)
+    return len(tree["ref"]) if rows is None else int(rows)
 
 
 _SIDEBAND = (RecordType.SAMPLE, RecordType.COMM, RecordType.FORK, RecordType.MMAP, RecordType.MMAP2,

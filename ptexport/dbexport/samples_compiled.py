@@ -27,6 +27,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -545,10 +546,15 @@ class _Batch:
         return {"machine_pid": pick(np.asarray(cols.machine_pid, np.int64)),
                 "vcpu": pick(np.asarray(cols.vcpu, np.int64))}
 
-    def tree_columns(self) -> dict[str, np.ndarray]:
+    def tree_columns(self) -> "TreeColumns":
+        """The call tree's input: the branches' columns, gathered when first read (by the tree's thread)."""
+        is_br = self.cols.kind == EV_BRANCH
+        rows = int(np.count_nonzero(is_br))
+        return TreeColumns(lambda: self._tree_columns(is_br, rows), rows)
+
+    def _tree_columns(self, is_br: np.ndarray, rows: int) -> dict[str, np.ndarray]:
         cols = self.cols
-        is_br = cols.kind == EV_BRANCH
-        br: Any = slice(None) if is_br.all() else np.flatnonzero(is_br)
+        br: Any = slice(None) if rows == len(is_br) else np.flatnonzero(is_br)
         i64 = np.int64
         return {"time": cols.time[br].astype(i64, copy=False), "ip": cols.ip[br].astype(np.uint64, copy=False),
                 "addr": cols.addr[br].astype(np.uint64, copy=False), "flags": cols.flags[br].astype(i64, copy=False),
@@ -610,6 +616,31 @@ class _Batch:
             elif k == EV_IFLAG:
                 out["iflag"] = [iflag_row(s, p) for s, p in zip(sid, pl.tolist())]
         return out
+
+
+class TreeColumns(Mapping):
+    """A batch's call-tree input (``rows`` branches), its columns gathered when first read: in the call
+    tree's thread, not the exporting one (17 columns gathered by the branches' index: 0.4 s of the
+    exporting thread at 10 M branches, where each batch has a PSB or two among them)."""
+
+    def __init__(self, build: Callable[[], dict[str, np.ndarray]], rows: int) -> None:
+        self._build: Callable[[], dict[str, np.ndarray]] | None = build
+        self._cols: dict[str, np.ndarray] = {}
+        self.rows = rows
+
+    def _columns(self) -> dict[str, np.ndarray]:
+        if self._build is not None:
+            self._cols, self._build = self._build(), None
+        return self._cols
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._columns()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._columns())
+
+    def __len__(self) -> int:
+        return len(self._columns())
 
 
 def export_samples(ex: DbExporter, batches: Iterable[SampleColumns],

@@ -28,6 +28,7 @@ import numpy as np
 
 from ptexport import __version__
 from ptexport.errors import ExportError
+from ptexport.writers._blocks import block_extents
 from ptexport.writers.branch_types import branch_type_rows
 from ptexport.writers.migrate import load_migrations
 from ptexport.writers.schema import SCHEMA_VERSION, Schema, load_schema, utc_now
@@ -44,6 +45,8 @@ COLUMN_DEFAULTS: dict[tuple[str, str], Any] = {
 
 #: Rows per block of the *_time_blocks zone maps: block = id >> TIME_BLOCK_SHIFT.
 TIME_BLOCK_SHIFT = 10
+#: Each table's list is (A, min), (A, max) and, for calls, (B, max): the shape
+#: ``_blocks.block_extents`` computes.
 TIME_BLOCK_COLUMNS: dict[str, list[tuple[str, Any]]] = {
     "samples": [("time", np.minimum), ("time", np.maximum)],
     "calls": [("call_time", np.minimum), ("call_time", np.maximum), ("return_time", np.maximum)],
@@ -225,6 +228,15 @@ class Writer:
     def _note_time_blocks(self, table: str, cols: dict[str, Any], n: int) -> None:
         """Keep each block's (id >> 10) min/max of the time columns (the *_time_blocks tables)."""
         ids = np.asarray(cols["id"], dtype=np.int64)
+        spec = TIME_BLOCK_COLUMNS[table]
+        a, b = spec[0][0], spec[-1][0]  # min and max of a, then (calls) max of b
+        va, vb = cols[a], cols[b]
+        if not (np.isscalar(va) or np.isscalar(vb)):
+            found = block_extents(np.ascontiguousarray(ids), np.ascontiguousarray(va, dtype=np.int64),
+                                      np.ascontiguousarray(vb, dtype=np.int64), TIME_BLOCK_SHIFT)
+            if found is not None:
+                self._merge_time_blocks(table, found[0].tolist(), found[1][:, :len(spec)].tolist())
+                return
         keep: Any = ids > 0  # not the id-0 "unknown" row
         if keep.all():
             keep = slice(None)
@@ -243,14 +255,18 @@ class Writer:
             v = np.full(n, v, dtype=np.int64) if np.isscalar(v) else np.asarray(v, dtype=np.int64)
             v = v[keep] if order is None else v[keep][order]
             stats.append((func.reduceat(v, start), func))
+        self._merge_time_blocks(table, uniq.tolist(), [[int(s[0][i]) for s in stats] for i in range(len(uniq))])
+
+    def _merge_time_blocks(self, table: str, blocks: list[int], values: list[list[int]]) -> None:
+        """Fold a batch's per-block statistics (in TIME_BLOCK_COLUMNS' order) into the table's."""
         have = self._time_blocks[table]
-        for i, b in enumerate(uniq.tolist()):
-            new = [int(s[0][i]) for s in stats]
-            old = have.get(b)
+        funcs = [min if f is np.minimum else max for _, f in TIME_BLOCK_COLUMNS[table]]
+        for blk, new in zip(blocks, values):
+            old = have.get(blk)
             if old is None:
-                have[b] = new
+                have[blk] = new
             else:
-                have[b] = [int(f(o, x)) for o, x, (_, f) in zip(old, new, stats)]
+                have[blk] = [f(o, x) for o, x, f in zip(old, new, funcs)]
 
     # ------------------------------------------------------------ helpers for subclasses
     def _write_unknown_rows(self) -> None:

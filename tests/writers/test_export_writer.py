@@ -9,6 +9,7 @@ import pytest
 from dbdump import dump, sqlite_dump
 
 from ptexport.errors import DatabaseExistsError, ExportError
+from ptexport.jit import available as jit_available
 from known_db import build_fixture_db
 from ptexport.writers.model import ExportModel
 from ptexport.writers.sqlite import SqliteWriter
@@ -243,3 +244,35 @@ def test_planner_statistics_equal_a_full_analyze(tmp_path, monkeypatch, n_psb):
     c.close()
     assert written == analyzed
     assert ("samples", None, "6001") in written and ("psb", None, str(n_psb)) in written
+
+
+@pytest.mark.skipif(not jit_available(), reason="numba is not loaded")
+def test_time_blocks_compiled_equal_numpy():
+    """The compiled zone-map pass (``_blocks.block_extents``) gives the numpy form's blocks and values:
+    ids ascending, shuffled (calls: in the order they return), with id-0 rows, one row, blocks far
+    apart (the numpy form then), and the calls' three statistics."""
+    from ptexport.writers import base
+
+    rng = np.random.default_rng(7)
+    shuffled = rng.permutation(np.arange(3000, 9000))
+    cases = [np.arange(1, 5000), shuffled, np.concatenate(([0, 0], shuffled[:700])), np.array([5]),
+             np.array([0, 0]), np.array([3, 1 << 40, 7])]
+    for ids in cases:
+        for table in ("samples", "calls"):
+            n = len(ids)
+            cols = {"id": ids.astype(np.int64), "time": rng.integers(0, 1 << 50, n),
+                    "call_time": rng.integers(-5, 1 << 40, n), "return_time": rng.integers(0, 1 << 40, n)}
+            got, want = base.Writer.__new__(base.Writer), base.Writer.__new__(base.Writer)
+            for w in (got, want):
+                w._time_blocks = {t: {} for t in base.TIME_BLOCK_COLUMNS}
+            compiled = base.block_extents(cols["id"], cols["time"], cols["time"], base.TIME_BLOCK_SHIFT)
+            assert (compiled is None) == (ids.max() > 1 << 30), ids[:5]  # the numpy form only for the far blocks
+            got._note_time_blocks(table, cols, n)
+            orig = base.block_extents
+            base.block_extents = lambda *a: None  # the numpy form
+            try:
+                want._note_time_blocks(table, cols, n)
+            finally:
+                base.block_extents = orig
+            assert got._time_blocks == want._time_blocks, (table, ids[:5])
+            assert all(isinstance(v, int) for vals in got._time_blocks[table].values() for v in vals)
