@@ -367,10 +367,9 @@ class LeafSpool:
             return False
         return bool(ids.size == 1 or np.all(ids[1:] > ids[:-1]))
 
-    def reserve(self, ids: np.ndarray) -> None:
-        """Record that rows up to ``ids[-1]`` are on their way (called before :meth:`add`, in order)."""
-        if ids.size:
-            self.last_rowid = int(ids[-1])
+    def reserve(self, last: int) -> None:
+        """Record that rows up to id ``last`` are on their way (called before :meth:`add`, in order)."""
+        self.last_rowid = last
 
     def add(self, mat: np.ndarray) -> None:
         """Build and spool the leaf pages of ``mat`` (may run in a background thread)."""

@@ -118,7 +118,7 @@ def _index_db(tmp_path, n, page_size, keys):
     assert ps == page_size
     ids = np.arange(1, n + 1, dtype=np.int64)
     sp = _btree.LeafSpool(Path(f"{p}.pages"), 2, ps)
-    sp.reserve(ids)
+    sp.reserve(int(ids[-1]))
     sp.add(np.column_stack([ids, keys]))
     _btree.splice(p, roots["t"], sp)
     sp.remove()

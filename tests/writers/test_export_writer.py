@@ -124,6 +124,11 @@ def test_bad_batches_are_rejected(tmp_path):
     with pytest.raises(ExportError, match="samples"):
         with open_writer(str(tmp_path / "b.db")) as w:
             w.write_samples({"id": [1, 1]})  # duplicate id
+    ids = np.random.default_rng(3).permutation(np.arange(1, 100_001))
+    ids[7] = 4321
+    with pytest.raises(ExportError, match=r"writing calls: UNIQUE constraint failed: calls.id \(id 4321 twice\)"):
+        with open_writer(str(tmp_path / "c.db")) as w:
+            w.write_calls({"id": ids})  # out of order (the spool's thread sorts them), an id twice
     assert list(tmp_path.iterdir()) == []
 
 
