@@ -331,12 +331,14 @@ def _exit(code: int) -> None:
     The exit handlers run and the standard streams are flushed; what is skipped is Python's
     finalization (every module's objects, numba's and llvmlite's with LLVM's compiled code), a
     fifth of a second after every command here (0.9 -> 0.7 s for ``dump branches --count`` of the
-    small sample).  With a thread still running the normal exit is taken, which waits for it.
+    small sample).  With a thread still running the normal exit is taken, which waits for it, and
+    under a profiler, tracer or debugger (``python -m cProfile`` writes its statistics after the
+    program returns).
     """
     import atexit
     import threading
 
-    if threading.active_count() > 1:
+    if threading.active_count() > 1 or sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
