@@ -119,7 +119,25 @@ def _rehash_py(tab_g, tab_a, tab_v, slot_g, slot_a, n):
         _slot_of(tab_g, tab_a, tab_v, slot_g, slot_a, s, slot_g[s], slot_a[s])
 
 
+def _slot_values_py(out_ip, out_to, with_to, cdso, csym, coff, cstart, dso, sym, off, to_dso, to_sym, to_off,
+                    to_start, lo):
+    """The ids of each sample's slots from ``lo`` on: dso/sym/off of its ip slot and, ``with_to``, the
+    to_* of its addr slot (one pass instead of a gather per column)."""
+    for i in range(len(out_ip)):
+        s = out_ip[i]
+        dso[lo + i] = cdso[s]
+        sym[lo + i] = csym[s]
+        off[lo + i] = coff[s]
+        if with_to:
+            s = out_to[i]
+            to_dso[lo + i] = cdso[s]
+            to_sym[lo + i] = csym[s]
+            to_off[lo + i] = coff[s]
+            to_start[lo + i] = cstart[s]
+
+
 if numba is not None:
+    _slot_values = numba.njit(cache=True, nogil=True)(_slot_values_py)
     _slot_of = numba.njit(cache=True, nogil=True)(_slot_of)
     _sample_slots = numba.njit(cache=True, nogil=True)(_sample_slots_py)
     _rehash = numba.njit(cache=True, nogil=True)(_rehash_py)
@@ -408,14 +426,19 @@ class _Batch:
         new_to: Any = ()
         if len(miss):
             first_only, new_ip, new_to = self._resolve_misses(cache, lo, out_ip, out_to, miss)
-        self.dso[lo:hi] = cache.dso[out_ip]
-        self.sym[lo:hi] = cache.sym[out_ip]
-        self.off[lo:hi] = cache.off[out_ip]
-        if is_br.any():
-            self.to_dso[lo:hi] = cache.dso[out_to]
-            self.to_sym[lo:hi] = cache.sym[out_to]
-            self.to_off[lo:hi] = cache.off[out_to]
-            self.to_start[lo:hi] = cache.start[out_to]
+        with_to = bool(is_br.any())
+        if numba is not None:
+            _slot_values(out_ip, out_to, with_to, cache.dso, cache.sym, cache.off, cache.start, self.dso, self.sym,
+                         self.off, self.to_dso, self.to_sym, self.to_off, self.to_start, lo)
+        else:  # pragma: no cover - the same values, a gather per column
+            self.dso[lo:hi] = cache.dso[out_ip]
+            self.sym[lo:hi] = cache.sym[out_ip]
+            self.off[lo:hi] = cache.off[out_ip]
+            if with_to:
+                self.to_dso[lo:hi] = cache.dso[out_to]
+                self.to_sym[lo:hi] = cache.sym[out_to]
+                self.to_off[lo:hi] = cache.off[out_to]
+                self.to_start[lo:hi] = cache.start[out_to]
         for i, to, r in first_only:  # perf fixed the kernel map up after resolving this address once
             if to:
                 self.to_dso[i], self.to_sym[i], self.to_off[i], self.to_start[i] = r
