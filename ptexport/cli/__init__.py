@@ -332,9 +332,9 @@ def _exit(code: int) -> None:
     the process (its handlers and the libraries' destructors run: an LD_PRELOAD tool's report, for
     one); what is skipped is Python's finalization (every module's objects torn down one by one,
     numba's and llvmlite's among them), a fifth of a second after every command here (0.9 -> 0.7 s
-    for ``dump branches --count`` of the small sample).  With a thread still running the normal exit is taken, which waits for it, and
-    under a profiler, tracer or debugger (``python -m cProfile`` writes its statistics after the
-    program returns).
+    for ``dump branches --count`` of the small sample).  The normal exit is taken with a thread
+    still running (it waits for the thread) and under a profiler, tracer or debugger (``python -m
+    cProfile`` writes its statistics after the program returns).
     """
     import atexit
     import threading
