@@ -46,6 +46,7 @@ from ptexport.images.kallsyms import load_kallsyms
 from ptexport.images.symbols import Symbol, SymbolTable
 from ptexport.dbexport.machine import _KERNEL_DSOS, MachineState
 from ptexport.dbexport.threads import PerfThreads
+from ptexport.samples.columns import few_distinct
 from ptexport.samples.flags import IpFlag
 from ptexport.sideband.model import Machine
 
@@ -582,7 +583,7 @@ class VmExport:
         out_mp = np.full(n, -1, np.int64)
         out_vc = np.where(guest, vc, -1)
         if guest.any():
-            for p in np.unique(mp[guest]).tolist():
+            for p in few_distinct(mp[guest]).tolist():
                 w = guest & (mp == p)
                 mi[w] = self.state(int(p))
                 out_mp[w] = p

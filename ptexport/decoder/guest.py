@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ptexport.decoder.codewalk import KcoreCode
+from ptexport.samples.columns import few_distinct
 
 DEFAULT_GUEST_PID = 0  # perf's DEFAULT_GUEST_KERNEL_ID machine
 
@@ -159,7 +160,7 @@ class VcpuAttribution:
                 htid = np.asarray(cols.tid)[rows]
                 tsc = np.asarray(cols.tsc)[rows].astype(np.uint64, copy=False)
                 # one look-up per host thread (a batch has a few VCPU threads), then its rows at once
-                for h in np.unique(htid).tolist():
+                for h in few_distinct(htid).tolist():
                     hit = self.vcpu_of(int(h))
                     if hit is None:
                         continue

@@ -89,3 +89,22 @@ def concat_columns(batches: list[SampleColumns]) -> SampleColumns:
     if len(batches) == 1:
         return batches[0]
     return SampleColumns(**{c: np.concatenate([getattr(b, c) for b in batches]) for c in OUT_COLUMNS})
+
+
+def few_distinct(values: np.ndarray, most: int = 16) -> np.ndarray:
+    """``np.unique(values)`` for a column with a few distinct values (a batch's VCPU threads, its guest
+    machines): a comparison pass per value instead of a sort of the batch (a 64 K-row batch with
+    three values: 0.05 ms against np.unique's 1 ms); np.unique once more than ``most`` turn up."""
+    a = np.asarray(values).ravel()
+    if not a.size:
+        return np.unique(a)
+    found = [a[0]]
+    left = a != a[0]  # the rows of values not found yet
+    while True:
+        i = int(left.argmax())
+        if not left[i]:
+            return np.sort(np.array(found, dtype=a.dtype))
+        if len(found) == most:
+            return np.unique(a)
+        found.append(a[i])
+        left &= a != a[i]
