@@ -359,14 +359,6 @@ class LeafSpool:
         self._out = np.empty(0, dtype=np.uint8)
         self._maxrow = np.empty(0, dtype=np.int64)
 
-    def fits(self, ids: np.ndarray) -> bool:
-        """True if ``ids`` continue the table in strictly increasing order."""
-        if ids.size == 0:
-            return True
-        if ids[0] <= self.last_rowid or ids[0] < 0:
-            return False
-        return bool(ids.size == 1 or np.all(ids[1:] > ids[:-1]))
-
     def reserve(self, last: int) -> None:
         """Record that rows up to id ``last`` are on their way (called before :meth:`add`, in order)."""
         self.last_rowid = last

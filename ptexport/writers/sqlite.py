@@ -91,6 +91,13 @@ def sqlite_error(e: sqlite3.Error, target: str, what: str) -> ExportError:
     return ExportError(f"{target}: {what}: {e}")
 
 
+def _by_id(mat: np.ndarray) -> tuple[np.ndarray, int | None]:
+    """The rows of ``mat`` in the order of their ids (column 0), and an id found twice (else None)."""
+    mat = mat[np.argsort(mat[:, 0], kind="stable")]
+    same = np.flatnonzero(mat[1:, 0] == mat[:-1, 0])
+    return mat, (int(mat[same[0], 0]) if same.size else None)
+
+
 class SqliteWriter(Writer):
     dialect = "sqlite"
 
@@ -255,11 +262,10 @@ class SqliteWriter(Writer):
         def job() -> None:
             mat = self._matrix(table, cols, start, stop)
             if not ordered:
-                mat = mat[np.argsort(mat[:, 0], kind="stable")]
-                same = np.flatnonzero(mat[1:, 0] == mat[:-1, 0])
-                if same.size:  # as SQLite would say it
+                mat, twice = _by_id(mat)
+                if twice is not None:  # as SQLite would say it
                     raise ExportError(f"{self.target}: writing {table}: UNIQUE constraint failed: {table}.id "
-                                      f"(id {int(mat[same[0], 0])} twice)")
+                                      f"(id {twice} twice)")
             self._collect_index_keys(table, mat)
             spool.add(mat)
 
@@ -374,12 +380,11 @@ class SqliteWriter(Writer):
         kept aside and inserted by SQLite into the spliced B-tree at the end;
         if too many pile up the table is spliced now and continues through SQL.
         """
-        ids = mat[:, 0]
-        if ids.size > 1 and not np.all(ids[1:] > ids[:-1]):
-            mat = mat[np.argsort(ids, kind="stable")]
-            ids = mat[:, 0]
-            if np.any(ids[1:] == ids[:-1]):
+        if mat.shape[0] > 1 and not np.all(mat[1:, 0] > mat[:-1, 0]):
+            mat, twice = _by_id(mat)
+            if twice is not None:
                 return False  # duplicate ids: let SQLite report them
+        ids = mat[:, 0]
         spool = self._spools[table]
         k = int(np.searchsorted(ids, spool.last_rowid, side="right"))
         if k:
