@@ -6,7 +6,10 @@ durations of its direct callees, the calls whose ``parent_id`` is its id) and :c
 folds them, batch after batch in the order the rows are taken, into one row per (thread, call
 path).  The per-symbol sums follow from those rows and the call paths' symbols
 (:func:`symbol_stats`).  :class:`GroupStats` is the running group-by both use (and the export's
-per-CPU time buckets): integer sums, minima and maxima per int64 key, exact (no floats).
+per-CPU time buckets): integer sums, minima and maxima per int64 key, exact (no floats).  With numba
+it folds each batch into an open-addressing table in one pass (a VM's guest stacks make hundreds of
+thousands of call paths, and merging every batch's groups into sorted arrays cost a sort of them
+all per batch); without it, the numpy form sorts each batch.  Both give the same groups.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+
+from ptexport.jit import numba
 
 __all__ = [
     "CALL_PATH_STATS_COLUMNS",
@@ -33,30 +38,119 @@ SYMBOL_STATS_COLUMNS = ("id", "symbol_id", "calls", "total_ns", "self_ns", "min_
 _SUMS = ("total_ns", "self_ns", "branch_count", "insn_count", "cyc_count")
 
 
+_SUM, _MIN, _MAX = 0, 1, 2
+_GOLDEN = 0x9E3779B97F4A7C15  # Fibonacci hashing: the key times 2**64 / phi, its top bits
+
+if numba is not None:
+
+    @numba.njit(cache=True, nogil=True)
+    def _fold(keys, vals, ops, table, shift, gkeys, gcols, ngroups):  # pragma: no cover - compiled
+        """Fold rows into the groups: ``keys[i]`` with ``vals[:, i]``, by ``ops`` (sum, min, max);
+        ``table`` (slot + 1, 0 = free; a power of two at least twice the groups after the fold),
+        ``gkeys`` and ``gcols`` (row 0: the count) hold the groups.  Returns the group count."""
+        mask = table.shape[0] - 1
+        m = vals.shape[0]
+        for i in range(keys.shape[0]):
+            k = keys[i]
+            j = np.int64((np.uint64(k) * np.uint64(_GOLDEN)) >> shift)
+            while True:
+                s = table[j]
+                if s == 0:
+                    s = ngroups + 1
+                    table[j] = s
+                    gkeys[ngroups] = k
+                    gcols[0, ngroups] = 1
+                    for c in range(m):
+                        gcols[c + 1, ngroups] = vals[c, i]
+                    ngroups += 1
+                    break
+                if gkeys[s - 1] == k:
+                    g = s - 1
+                    gcols[0, g] += 1
+                    for c in range(m):
+                        v = vals[c, i]
+                        op = ops[c]
+                        if op == _SUM:
+                            gcols[c + 1, g] += v
+                        elif op == _MIN:
+                            if v < gcols[c + 1, g]:
+                                gcols[c + 1, g] = v
+                        elif v > gcols[c + 1, g]:
+                            gcols[c + 1, g] = v
+                    break
+                j = (j + 1) & mask
+        return ngroups
+
+    @numba.njit(cache=True, nogil=True)
+    def _rehash(table, shift, gkeys, ngroups):  # pragma: no cover - compiled
+        """Enter the first ``ngroups`` keys (distinct) into the empty ``table``."""
+        mask = table.shape[0] - 1
+        for g in range(ngroups):
+            j = np.int64((np.uint64(gkeys[g]) * np.uint64(_GOLDEN)) >> shift)
+            while table[j] != 0:
+                j = (j + 1) & mask
+            table[j] = g + 1
+
+
 class GroupStats:
     """Running ``COUNT(*)``, ``SUM``, ``MIN`` and ``MAX`` of int64 columns grouped by an int64 key.
 
-    :meth:`add` folds one batch (sorted once, reduced with ``reduceat``, merged into the running
-    groups by binary search); :meth:`result` gives the groups in key order.
+    :meth:`add` folds one batch (compiled: one pass through a hash table of the groups; numpy:
+    sorted once, reduced with ``reduceat``, merged into the running groups by binary search);
+    :meth:`result` gives the groups in key order.  Sums wrap at 64 bits in both forms.
     """
 
     def __init__(self, sums: Sequence[str] = (), mins: Sequence[str] = (), maxs: Sequence[str] = (),
                  count: str = "count") -> None:
         self.sums, self.mins, self.maxs, self.count = tuple(sums), tuple(mins), tuple(maxs), count
-        self.keys = np.zeros(0, dtype=np.int64)
-        self.cols: dict[str, np.ndarray] = {name: np.zeros(0, dtype=np.int64)
-                                            for name in (count, *self.sums, *self.mins, *self.maxs)}
+        self.names = (count, *self.sums, *self.mins, *self.maxs)
+        self._ops = np.array([_SUM] * len(self.sums) + [_MIN] * len(self.mins) + [_MAX] * len(self.maxs),
+                             dtype=np.int64)
+        self._n = 0  # groups, compiled form: unordered in _gkeys[:_n] and _gcols[:, :_n]
+        self._gkeys = np.zeros(0, dtype=np.int64)
+        self._gcols = np.zeros((len(self.names), 0), dtype=np.int64)
+        self._table = np.zeros(0, dtype=np.int64)
+        self._shift = np.uint64(64)
+        self._keys = np.zeros(0, dtype=np.int64)  # numpy form: ascending, with their columns
+        self._cols: dict[str, np.ndarray] = {name: np.zeros(0, dtype=np.int64) for name in self.names}
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return self._n if numba is not None else len(self._keys)
 
     def add(self, keys: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
         """Fold rows: ``keys`` (int64) and one int64 array per summed / min / max column."""
-        n = len(keys)
-        if n == 0:
+        if len(keys) == 0:
             return
+        if numba is None:
+            self._add_sorted(keys, values)
+            return
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        n = len(keys)
+        vals = np.empty((len(self.names) - 1, n), dtype=np.int64)
+        for c, name in enumerate(self.names[1:]):
+            vals[c] = values[name]
+        self._reserve(self._n + n)
+        self._n = _fold(keys, vals, self._ops, self._table, self._shift, self._gkeys, self._gcols, self._n)
+
+    def _reserve(self, groups: int) -> None:
+        """Room for ``groups`` groups: the arrays, and a table at most half full."""
+        if groups > len(self._gkeys):
+            cap = max(groups, 2 * len(self._gkeys), 1024)
+            gkeys = np.zeros(cap, dtype=np.int64)
+            gkeys[:self._n] = self._gkeys[:self._n]
+            gcols = np.zeros((len(self.names), cap), dtype=np.int64)
+            gcols[:, :self._n] = self._gcols[:, :self._n]
+            self._gkeys, self._gcols = gkeys, gcols
+        if 2 * groups > len(self._table):
+            bits = max(int(4 * groups - 1).bit_length(), 11)
+            self._table = np.zeros(1 << bits, dtype=np.int64)
+            self._shift = np.uint64(64 - bits)
+            _rehash(self._table, self._shift, self._gkeys, self._n)
+
+    def _add_sorted(self, keys: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
+        n = len(keys)
         order = np.argsort(keys, kind="stable")
-        k = keys[order]
+        k = np.asarray(keys, dtype=np.int64)[order]
         start = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
         uniq = k[start]
         part = {self.count: np.diff(np.append(start, n)).astype(np.int64)}
@@ -66,28 +160,31 @@ class GroupStats:
             part[name] = np.minimum.reduceat(np.asarray(values[name], dtype=np.int64)[order], start)
         for name in self.maxs:
             part[name] = np.maximum.reduceat(np.asarray(values[name], dtype=np.int64)[order], start)
-        pos = np.searchsorted(self.keys, uniq)
-        found = pos < len(self.keys)
-        found[found] = self.keys[pos[found]] == uniq[found]
+        pos = np.searchsorted(self._keys, uniq)
+        found = pos < len(self._keys)
+        found[found] = self._keys[pos[found]] == uniq[found]
         at = pos[found]
         if len(at):
             for name in (self.count, *self.sums):
-                self.cols[name][at] += part[name][found]
+                self._cols[name][at] += part[name][found]
             for name in self.mins:
-                self.cols[name][at] = np.minimum(self.cols[name][at], part[name][found])
+                self._cols[name][at] = np.minimum(self._cols[name][at], part[name][found])
             for name in self.maxs:
-                self.cols[name][at] = np.maximum(self.cols[name][at], part[name][found])
+                self._cols[name][at] = np.maximum(self._cols[name][at], part[name][found])
         new = ~found
         if new.any():
-            keys_all = np.concatenate([self.keys, uniq[new]])
+            keys_all = np.concatenate([self._keys, uniq[new]])
             o = np.argsort(keys_all, kind="stable")
-            self.keys = keys_all[o]
-            for name, col in self.cols.items():
-                self.cols[name] = np.concatenate([col, part[name][new]])[o]
+            self._keys = keys_all[o]
+            for name, col in self._cols.items():
+                self._cols[name] = np.concatenate([col, part[name][new]])[o]
 
     def result(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The keys (ascending) and the columns of their groups."""
-        return self.keys.copy(), {name: col.copy() for name, col in self.cols.items()}
+        if numba is None:
+            return self._keys.copy(), {name: col.copy() for name, col in self._cols.items()}
+        order = np.argsort(self._gkeys[:self._n], kind="stable")
+        return self._gkeys[order], {name: self._gcols[c, order] for c, name in enumerate(self.names)}
 
 
 class CallStats:

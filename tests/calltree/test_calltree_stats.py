@@ -118,3 +118,35 @@ def test_group_stats_merges_batches_exactly():
     for j, key in enumerate(k.tolist()):
         v = vals[keys == key]
         assert (cols["count"][j], cols["v"][j], cols["lo"][j], cols["hi"][j]) == (len(v), v.sum(), v.min(), v.max())
+
+
+@pytest.mark.skipif(not available(), reason="numba not installed")
+@pytest.mark.parametrize("spread", [7, 200_000, 1 << 62])
+def test_group_stats_compiled_equals_sorted_form(monkeypatch, spread):
+    """The hash-table fold (growing through many batches and rehashes) gives the numpy form's groups,
+    keys negative and far apart included, sums wrapping at 64 bits alike."""
+    from ptexport.calltree import stats
+
+    rng = np.random.default_rng(spread % 1000)
+    keys = rng.integers(-spread, spread, 150_000)
+    vals = rng.integers(-(1 << 62), 1 << 62, 150_000)
+    kinds = {"sums": ("v",), "mins": ("lo",), "maxs": ("hi",), "count": "n"}
+    compiled = GroupStats(**kinds)
+    real = stats.numba
+    monkeypatch.setattr(stats, "numba", None)
+    sorted_form = GroupStats(**kinds)
+    cuts = [0, 1, 100, 3000, 20_000, 90_000, 150_000]
+    for a, b in itertools.pairwise(cuts):
+        sl = {"v": vals[a:b], "lo": vals[a:b], "hi": vals[a:b] ^ 5}
+        sorted_form.add(keys[a:b], sl)
+        monkeypatch.setattr(stats, "numba", real)
+        compiled.add(keys[a:b], sl)
+        monkeypatch.setattr(stats, "numba", None)
+    want = sorted_form.result()
+    assert len(sorted_form) == len(want[0])
+    monkeypatch.setattr(stats, "numba", real)
+    got = compiled.result()
+    assert len(compiled) == len(want[0])
+    assert got[0].tolist() == want[0].tolist()
+    for name in ("n", "v", "lo", "hi"):
+        assert got[1][name].tolist() == want[1][name].tolist(), name
