@@ -317,6 +317,53 @@ def _same_epoch(changes: np.ndarray, tmin: int, tmax: int) -> int | None:
     return e if e == int(np.searchsorted(changes, tmax, side="right")) else None
 
 
+class _VmRuns:
+    """The runs of a VM trace's batch, for walking the runs between two records a thread at a time.
+
+    A VM trace's runs alternate between a few threads (host and guest, at every VM exit and entry:
+    tens of thousands of runs a million samples) and :class:`ThreadMemo` answers each ask after the
+    first from its memo.  :meth:`walk` asks once per thread instead, in the order the runs first ask:
+    a run that repeats a thread is a memo hit (no call, nothing changed, the same answer) as long as
+    every thread asked so far still is, which is checked after each ask; where that fails (an ask
+    created a thread or a row, or a thread's pid is unknown) the walk stops after that run and the
+    runs go on one by one.  The asks, their order and the answers are those of the run-by-run walk.
+    """
+
+    def __init__(self, starts: np.ndarray, mi: np.ndarray, pid: np.ndarray, tid: np.ndarray, err: np.ndarray,
+                 cuts: np.ndarray) -> None:
+        n = len(starts)
+        stop = err.copy()  # a segment ends before an error run or a record's run
+        at = np.searchsorted(starts, cuts)
+        stop[at[at < n]] = True
+        idx = np.append(np.flatnonzero(stop), n)
+        self.next_stop = idx[np.searchsorted(idx, np.arange(n), side="right")].tolist()
+        self.key = np.unique(np.stack([mi, pid, tid], axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+        self.mi, self.pid, self.tid = mi.tolist(), pid.tolist(), tid.tolist()
+
+    def walk(self, memo: ThreadMemo, machines: list[Any], k0: int, run_th: np.ndarray,
+             run_comm: np.ndarray) -> int:
+        """Fill ``run_th``/``run_comm`` from run ``k0`` (no error) up to the next record or error run, or
+        the run after which a repeat would not be a memo hit; returns the run after the last one filled."""
+        k1 = self.next_stop[k0]
+        seg = self.key[k0:k1]
+        uniq, first, inv = np.unique(seg, return_index=True, return_inverse=True)
+        th = np.zeros(len(uniq), np.int64)
+        comm = np.zeros(len(uniq), np.int64)
+        asked: list[int] = []
+        done = k1
+        for u in np.argsort(first, kind="stable").tolist():
+            k = k0 + int(first[u])
+            th[u], comm[u] = memo.threads(machines[self.mi[k]], self.mi[k], self.pid[k], self.tid[k])
+            asked.append(k)
+            if not all(memo.hit(machines[self.mi[j]], self.mi[j], self.pid[j], self.tid[j]) for j in asked):
+                done = k + 1
+                break
+        inv = inv.reshape(-1)[:done - k0]
+        run_th[k0:done] = th[inv]
+        run_comm[k0:done] = comm[inv]
+        return done
+
+
 class _Batch:
     """One batch of samples on its way to rows."""
 
@@ -355,23 +402,30 @@ class _Batch:
         return np.flatnonzero(brk)
 
     def threads_and_events(self, ev_recs: list[Any], cuts: np.ndarray) -> None:
-        """Walk the runs in order: sideband records where due, errors, one thread lookup per run."""
+        """Walk the runs in order: sideband records where due, errors, one thread lookup per run
+        (in a VM trace, one per thread between records: :meth:`_vm_runs`)."""
         ex, cols = self.ex, self.cols
         starts = self.run_starts(cuts)
-        ends = np.append(starts[1:], self.n).tolist()
+        starts_l = starts.tolist()
+        nruns = len(starts_l)
+        ends = starts_l[1:] + [self.n]
         pid_l = cols.pid[starts].tolist()
         tid_l = cols.tid[starts].tolist()
         err_l = self.err[starts].tolist()
-        mi_l = self.mi[starts].tolist() if self.mi is not None else [0] * len(pid_l)
+        mi_l = self.mi[starts].tolist() if self.mi is not None else [0] * nruns
         cut_l = cuts.tolist()
         nev = len(cut_l)
         ev_i = 0
         sym_from = 0
         machines = ex.machines
-        thread_id, comm_id, sid = self.thread_id, self.comm_id, self.sid
-        memo = ThreadMemo(ex.m) if self.mi is not None else None  # VM: runs alternate between a few threads
-        run_th, run_comm, run_sid = ([0] * len(pid_l) for _ in range(3))
-        for k, (a, b, p, t, e, m) in enumerate(zip(starts.tolist(), ends, pid_l, tid_l, err_l, mi_l)):
+        run_th, run_comm, run_sid = (np.zeros(nruns, np.int64) for _ in range(3))
+        memo = vm = None
+        if self.mi is not None:  # VM: the runs alternate between a few threads
+            memo = ThreadMemo(ex.m)
+            vm = _VmRuns(starts, self.mi[starts], cols.pid[starts], cols.tid[starts], self.err[starts], cuts)
+        k = 0
+        while k < nruns:
+            a = starts_l[k]
             while ev_i < nev and cut_l[ev_i] == a:
                 rec = ev_recs[ev_i]
                 if rec.type == _SAMPLE and sym_from < a:
@@ -381,22 +435,31 @@ class _Batch:
                 ev_i += 1
                 if memo is not None:
                     memo.clear()
+            p, t, m = pid_l[k], tid_l[k], mi_l[k]
             st = machines[m]
-            if e:
+            if err_l[k]:
                 th = st.pt.find(p, t)
                 ex.error_row(st, a, cols, th.db_id if th is not None else 0)
+                k += 1
+                continue
+            if vm is not None and vm.next_stop[k] - k > 1:
+                done = vm.walk(memo, machines, k, run_th, run_comm)
+                run_sid[k:done] = ex.n_samples + 1 - a
+                ex.n_samples += ends[done - 1] - a
+                k = done
                 continue
             th_id, c_id = st.threads(p, t) if memo is None else memo.threads(st, m, p, t)
             run_th[k], run_comm[k], run_sid[k] = th_id, c_id, ex.n_samples + 1 - a
-            ex.n_samples += b - a
+            ex.n_samples += ends[k] - a
+            k += 1
         while ev_i < nev:  # pragma: no cover - every cut is below n
             ex.event(ev_recs[ev_i])
             ev_i += 1
         # each run's values over its rows (error rows keep 0s); sample ids count on from each run's first
         lens = np.diff(np.append(starts, self.n))
-        thread_id[:] = np.repeat(run_th, lens)
-        comm_id[:] = np.repeat(run_comm, lens)
-        sid[:] = np.where(self.err, 0, np.repeat(run_sid, lens) + np.arange(self.n))
+        self.thread_id[:] = np.repeat(run_th, lens)
+        self.comm_id[:] = np.repeat(run_comm, lens)
+        self.sid[:] = np.where(self.err, 0, np.repeat(run_sid, lens) + np.arange(self.n))
         self.resolve_range(sym_from, self.n)
 
     def resolve_range(self, lo: int, hi: int) -> None:

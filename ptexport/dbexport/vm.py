@@ -463,17 +463,24 @@ class ThreadMemo:
     def clear(self) -> None:
         self.memo.clear()
 
-    def threads(self, st: MachineState, mi: int, pid: int, tid: int) -> tuple[int, int]:
+    def _generation(self, st: MachineState) -> tuple[int, int, int, int]:
         m = self.m
-        gen = (len(st.pt.all), m.threads.next_id, m.comms.next_id, m.comm_threads.next_id)
+        return len(st.pt.all), m.threads.next_id, m.comms.next_id, m.comm_threads.next_id
+
+    def hit(self, st: MachineState, mi: int, pid: int, tid: int) -> bool:
+        """Whether :meth:`threads` would answer (mi, pid, tid) from the memo now (no call, no change)."""
+        got = self.memo.get((mi, pid, tid))
+        return got is not None and got[0] == self._generation(st)
+
+    def threads(self, st: MachineState, mi: int, pid: int, tid: int) -> tuple[int, int]:
+        gen = self._generation(st)
         hit = self.memo.get((mi, pid, tid))
         if hit is not None and hit[0] == gen:
             return hit[1], hit[2]
         th_id, c_id = st.threads(pid, tid)
         th = st.pt.by_tid.get(tid)
         if th is not None and th.pid != -1:
-            self.memo[(mi, pid, tid)] = ((len(st.pt.all), m.threads.next_id, m.comms.next_id,
-                                          m.comm_threads.next_id), th_id, c_id)
+            self.memo[(mi, pid, tid)] = (self._generation(st), th_id, c_id)
         return th_id, c_id
 
 
