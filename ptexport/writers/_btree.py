@@ -35,7 +35,7 @@ import errno
 import os
 import struct
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -194,32 +194,32 @@ if numba is not None:
         return 6, 8
 
     @numba.njit(cache=True, nogil=True)
-    def _index_record(cell, p, key, rowid):  # pragma: no cover - compiled
-        """Payload size varint + record (key, rowid) at cell[p:]; returns the new end."""
-        t1, s1 = _int_serial(key)
-        t2, s2 = _int_serial(rowid)
-        cell[p] = 3 + s1 + s2  # payload size (< 128)
-        cell[p + 1] = 3  # header size
-        cell[p + 2] = t1
-        cell[p + 3] = t2
-        q = p + 4
-        for b in range(s1):
-            cell[q + s1 - 1 - b] = (key >> (8 * b)) & 0xFF
-        q += s1
-        for b in range(s2):
-            cell[q + s2 - 1 - b] = (rowid >> (8 * b)) & 0xFF
-        return q + s2
+    def _index_record(cell, p, ent, i):  # pragma: no cover - compiled
+        """Payload size varint + the record of entry ``ent[i]`` (its key columns, then the rowid) at
+        cell[p:]; returns the new end.  At most 13 fields: the payload stays below 128 bytes."""
+        f = ent.shape[1]
+        q = p + 2 + f
+        for c in range(f):
+            v = ent[i, c]
+            t, size = _int_serial(v)
+            cell[p + 2 + c] = t
+            for b in range(size):
+                cell[q + size - 1 - b] = (v >> (8 * b)) & 0xFF
+            q += size
+        cell[p] = q - p - 1  # payload size (< 128)
+        cell[p + 1] = 1 + f  # header size
+        return q
 
     @numba.njit(cache=True, nogil=True)
-    def _build_index_leaves(keys, rowids, page_size, out, seps):  # pragma: no cover - compiled
-        """Index-leaf pages (0x0A) of sorted (key, rowid) entries.
+    def _build_index_leaves(ent, page_size, out, seps):  # pragma: no cover - compiled
+        """Index-leaf pages (0x0A) of sorted entries (rows of ``ent``: key columns, then the rowid).
 
         An index B-tree holds every entry once: after each full leaf the next
         entry is promoted to the parent level (``seps[i]`` = entry index between
         leaf i and i+1).  Returns (pages, separators).
         """
-        n = keys.size
-        cell = np.empty(24, dtype=np.uint8)
+        n = ent.shape[0]
+        cell = np.empty(2 + 9 * ent.shape[1], dtype=np.uint8)
         npages = 0
         nsep = 0
         i = 0
@@ -230,7 +230,7 @@ if numba is not None:
             content = page_size
             last = 0
             while i < n:
-                p = _index_record(cell, 0, keys[i], rowids[i])
+                p = _index_record(cell, 0, ent, i)
                 if ncell > 0 and 8 + 2 * (ncell + 1) + (page_size - content) + p > page_size:
                     break
                 content -= p
@@ -317,8 +317,9 @@ if numba is not None:
             out[base + 11] = r & 0xFF
 
 
-def index_record(key: int, rowid: int) -> bytes:
-    """Python twin of the kernel's record: payload size varint + (key, rowid) record."""
+def index_record(fields: Sequence[int]) -> bytes:
+    """Python twin of the kernel's record: payload size varint + record of ``fields`` (key columns,
+    then the rowid)."""
     def serial(v: int) -> tuple[int, bytes]:
         if v == 0:
             return 8, b""
@@ -329,10 +330,31 @@ def index_record(key: int, rowid: int) -> bytes:
                 return t, v.to_bytes(size, "big", signed=True)
         raise ValueError(v)
 
-    t1, b1 = serial(key)
-    t2, b2 = serial(rowid)
-    rec = bytes([3, t1, t2]) + b1 + b2
+    types, values = zip(*(serial(int(v)) for v in fields))
+    rec = bytes([1 + len(types), *types]) + b"".join(values)
     return bytes([len(rec)]) + rec
+
+
+#: Key columns an index spliced from pages may have (13 fields with the rowid: records under 128 bytes).
+MAX_INDEX_COLUMNS = 12
+
+
+def index_entries(keys: np.ndarray, rowids: np.ndarray) -> np.ndarray:
+    """The (n, columns + 1) int64 entries of ``keys`` (one column, or n x columns) and their rowids."""
+    keys = np.asarray(keys, dtype=np.int64)
+    return np.column_stack([keys.reshape(len(rowids), -1), np.asarray(rowids, dtype=np.int64)])
+
+
+def sort_entries(ent: np.ndarray) -> np.ndarray:
+    """Entries in SQLite's order for integer columns: by each key column, then the rowid."""
+    if len(ent) > 1 and np.all(ent[1:, -1] > ent[:-1, -1]) and ent.shape[1] == 2:
+        return ent[np.argsort(ent[:, 0], kind="stable")]  # rows in rowid order: a stable sort by key
+    return ent[np.lexsort(ent.T[::-1])]
+
+
+def _leaf_capacity(n: int, fields: int, page_size: int) -> int:
+    """Pages enough for ``n`` entries of ``fields`` integers (the largest cells: 9 bytes a field)."""
+    return n // max(1, (page_size - 8) // (4 + 9 * fields)) + 2
 
 
 class LeafSpool:
@@ -546,23 +568,22 @@ def _index_interior(ps: int, cells: list[bytes], right: int) -> bytes:
 
 def splice_index(db_path: str | os.PathLike[str], root_page: int, page_size: int,
                  keys: np.ndarray, rowids: np.ndarray) -> None:
-    """Make the (empty) index whose root is ``root_page`` hold (key, rowid) for every row.
+    """Make the (empty) index whose root is ``root_page`` hold (key columns, rowid) for every row
+    (``keys``: one column, or a row of key columns per rowid).
 
-    Entries are sorted here (key, then rowid: SQLite's order for an integer
-    column); the leaves are built by a numba kernel, the interior pages
+    Entries are sorted here (each key column, then the rowid: SQLite's order for integer
+    columns); the leaves are built by a numba kernel, the interior pages
     (0x02, each cell a left child and a promoted entry) in Python.
     """
-    n = int(keys.size)
+    n = int(len(rowids))
     if n == 0:
         return
-    order = np.lexsort((rowids, keys))
-    keys = np.ascontiguousarray(keys[order], dtype=np.int64)
-    rowids = np.ascontiguousarray(rowids[order], dtype=np.int64)
+    ent = np.ascontiguousarray(sort_entries(index_entries(keys, rowids)))
     ps = page_size
-    cap = n // max(1, (ps - 8) // 26) + 2
+    cap = _leaf_capacity(n, ent.shape[1], ps)
     out = np.zeros(cap * ps, dtype=np.uint8)
     seps = np.zeros(cap, dtype=np.int64)
-    npages, nsep = _build_index_leaves(keys, rowids, ps, out, seps)
+    npages, nsep = _build_index_leaves(ent, ps, out, seps)
     with open(db_path, "r+b") as db:
         pf = _PageFile(db, ps)
         if npages == 1:
@@ -570,15 +591,16 @@ def splice_index(db_path: str | os.PathLike[str], root_page: int, page_size: int
             pf.close()
             return
         children = pf.append(memoryview(out), npages)
-        entries = [index_record(int(keys[i]), int(rowids[i])) for i in seps[:nsep].tolist()]
+        entries = [index_record(ent[i].tolist()) for i in seps[:nsep].tolist()]
         _index_interiors(pf, root_page, children, entries)
         pf.close()
 
 
 def splice_index_blocks(db_path: str | os.PathLike[str], root_page: int, page_size: int,
-                        blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
-    """:func:`splice_index` for entries already sorted, given as consecutive (keys, rowids) blocks,
-    in memory bounded by a block (for more entries than fit: see the SQLite writer's index runs).
+                        blocks: Iterable[np.ndarray]) -> None:
+    """:func:`splice_index` for entries already sorted, given as consecutive blocks (rows: key
+    columns, then the rowid), in memory bounded by a block (for more entries than fit: see the
+    SQLite writer's index runs).
 
     Each block but the last gives its leaves and, as the separator before the next block's first
     leaf, its last entry.  Needs at least two leaves' worth of entries in all.
@@ -586,32 +608,30 @@ def splice_index_blocks(db_path: str | os.PathLike[str], root_page: int, page_si
     ps = page_size
     children: list[int] = []
     entries: list[bytes] = []
-    carry_k = np.zeros(0, np.int64)
-    carry_r = np.zeros(0, np.int64)
+    carry: np.ndarray | None = None
     with open(db_path, "r+b") as db:
         pf = _PageFile(db, ps)
 
-        def leaves(k: np.ndarray, r: np.ndarray) -> None:
-            cap = k.size // max(1, (ps - 8) // 26) + 2
+        def leaves(e: np.ndarray) -> None:
+            cap = _leaf_capacity(len(e), e.shape[1], ps)
             out = np.zeros(cap * ps, dtype=np.uint8)
             seps = np.zeros(cap, dtype=np.int64)
-            npages, nsep = _build_index_leaves(k, r, ps, out, seps)
+            npages, nsep = _build_index_leaves(e, ps, out, seps)
             children.extend(pf.append(memoryview(out), npages))
-            entries.extend(index_record(int(k[i]), int(r[i])) for i in seps[:nsep].tolist())
+            entries.extend(index_record(e[i].tolist()) for i in seps[:nsep].tolist())
 
-        for keys, rowids in blocks:
-            k = np.ascontiguousarray(np.concatenate([carry_k, keys]), dtype=np.int64)
-            r = np.ascontiguousarray(np.concatenate([carry_r, rowids]), dtype=np.int64)
-            if k.size < 3:
-                carry_k, carry_r = k, r
+        for block in blocks:
+            e = np.ascontiguousarray(block if carry is None else np.concatenate([carry, block]), dtype=np.int64)
+            if len(e) < 3:
+                carry = e
                 continue
             # hold the last two back: one may be needed as the final leaf's content, one as separator
-            leaves(k[:-2], r[:-2])
-            entries.append(index_record(int(k[-2]), int(r[-2])))
-            carry_k, carry_r = k[-1:], r[-1:]
-        if not children:
+            leaves(e[:-2])
+            entries.append(index_record(e[-2].tolist()))
+            carry = e[-1:]
+        if not children or carry is None:
             raise ValueError("splice_index_blocks needs more entries than one leaf holds")
-        leaves(carry_k, carry_r)
+        leaves(carry)
         _index_interiors(pf, root_page, children, entries)
         pf.close()
 

@@ -143,11 +143,48 @@ def test_index_pages_are_valid_for_every_size_around_page_breaks(tmp_path, page_
         c.close()
 
 
-def test_index_record_matches_the_kernel():
-    for key, rowid in ((0, 1), (1, 0), (-1, 300), (1 << 40, 2), (-(1 << 63), (1 << 62))):
-        cell = np.zeros(24, dtype=np.uint8)
-        end = _btree._index_record(cell, 0, np.int64(key), np.int64(rowid))
-        assert bytes(cell[:end]) == _btree.index_record(key, rowid)
+@pytest.mark.parametrize("fields", [(0, 1), (1, 0), (-1, 300), (1 << 40, 2), (-(1 << 63), (1 << 62)),
+                                    (5, 0, -(1 << 63), 77), (1, 1, 1), tuple(range(-6, 7))])
+def test_index_record_matches_the_kernel(fields):
+    cell = np.zeros(2 + 9 * len(fields), dtype=np.uint8)
+    end = _btree._index_record(cell, 0, np.array([fields], np.int64), 0)
+    assert bytes(cell[:end]) == _btree.index_record(fields)
+
+
+def _paths_db(tmp_path, n, page_size, rng):
+    """A call_paths-like table and its (parent_id, symbol_id, ip) index, both from pages."""
+    from pathlib import Path
+
+    p = tmp_path / f"cp{n}_{page_size}.db"
+    c = sqlite3.connect(p, isolation_level=None)
+    c.execute(f"PRAGMA page_size = {page_size}")
+    c.execute("CREATE TABLE t (id integer PRIMARY KEY, parent_id bigint, symbol_id bigint, ip bigint)")
+    c.execute("CREATE INDEX ti ON t (parent_id, symbol_id, ip)")
+    roots = dict(c.execute("SELECT name, rootpage FROM sqlite_master"))
+    c.close()
+    ids = np.arange(1, n + 1, dtype=np.int64)
+    cols = np.column_stack([ids, rng.integers(0, 5, n), rng.integers(0, 4, n),
+                            rng.choice([0, 1, -(1 << 63), (1 << 63) - 1, -5, 1 << 40], n)])
+    sp = _btree.LeafSpool(Path(f"{p}.pages"), 4, page_size)
+    sp.reserve(n)
+    sp.add(cols)
+    _btree.splice(p, roots["t"], sp)
+    sp.remove()
+    _btree.splice_index(p, roots["ti"], page_size, cols[:, 1:], ids)
+    return sqlite3.connect(p), cols
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 40, 900, 7000])
+def test_multi_column_index_pages_are_what_sqlite_keeps(tmp_path, n):
+    """Entries ordered by every key column (signed, as SQLite compares integers), then the rowid:
+    integrity_check reads the index against the table, and a range scan through it sees the order."""
+    c, cols = _paths_db(tmp_path, n, 512, np.random.default_rng(n))
+    assert c.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    got = c.execute("SELECT parent_id, symbol_id, ip, id FROM t INDEXED BY ti WHERE parent_id >= 0").fetchall()
+    assert got == sorted(map(tuple, cols[:, [1, 2, 3, 0]].tolist()))
+    want = int(((cols[:, 1] == 2) & (cols[:, 2] == 1)).sum())
+    assert c.execute("SELECT COUNT(*) FROM t INDEXED BY ti WHERE parent_id = 2 AND symbol_id = 1").fetchone() == (want,)
+    c.close()
 
 
 @pytest.mark.parametrize("page_size", [512, 4096])
@@ -270,3 +307,30 @@ def test_adopted_spool_skips_the_pending_byte_page(tmp_path, monkeypatch):
     if not _insert_range_works_in(tmp_path):
         pytest.skip(f"{tmp_path}: the file system has no FALLOC_FL_INSERT_RANGE")
     _check_pending_page_skipped(tmp_path, monkeypatch, 100, 20000)
+
+
+@pytest.mark.parametrize("run_rows", [700, 1 << 18])
+def test_call_paths_index_from_runs_equals_sqlite_create_index(tmp_path, monkeypatch, run_rows):
+    """call_paths (parent_id, symbol_id, ip) built as pages, from sorted runs merged field by field
+    (equal parents and symbols across runs, addresses above 2**63) or in memory: the same database
+    as SQLite's inserts and CREATE INDEX."""
+    from ptexport.writers import sqlite as sqlite_writer
+    monkeypatch.setattr(sqlite_writer, "INDEX_RUN_ROWS", run_rows)
+    rng = np.random.default_rng(3)
+    ids = np.arange(1, 6001)
+    cols = {"id": ids, "parent_id": rng.integers(0, 6, ids.size), "symbol_id": rng.integers(0, 3, ids.size),
+            "ip": rng.choice(np.array([0, 5, 0xFFFFFFFF81000000, 0x7F0000001000], np.uint64), ids.size)}
+    for path, mode in ((tmp_path / "b.db", "btree"), (tmp_path / "s.db", "executemany")):
+        with open_writer(str(path), mode=mode) as w:
+            for part in np.array_split(np.arange(ids.size), 7):
+                w.write_columns("call_paths", {k: v[part] for k, v in cols.items()})
+        if mode == "btree":
+            assert "call_paths_parent_idx" in w._built_indexes
+    assert not list(tmp_path.glob("*.runs"))
+    c = sqlite3.connect(tmp_path / "b.db")
+    assert c.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    got = c.execute("SELECT parent_id, symbol_id, ip, id FROM call_paths INDEXED BY call_paths_parent_idx"
+                    " WHERE parent_id >= 0").fetchall()
+    assert got == sorted(got) and len(got) == ids.size + 1  # with the unknown path, id 0
+    c.close()
+    assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
