@@ -48,6 +48,7 @@ from ptexport.samples.columns import (
     EV_PWRX,
     EV_TRANSACTION,
     SampleColumns,
+    few_distinct,
 )
 from ptexport.dbexport.exporter import DbExporter
 from ptexport.dbexport.payloads import evt_row, iflag_row
@@ -317,6 +318,20 @@ def _same_epoch(changes: np.ndarray, tmin: int, tmax: int) -> int | None:
     return e if e == int(np.searchsorted(changes, tmax, side="right")) else None
 
 
+def _key_ids(*cols: np.ndarray) -> np.ndarray:
+    """Per row, the number of its distinct tuple of ``cols`` (0, 1, ... in tuple order): what
+    ``np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)`` gives, without its sort of
+    the rows as byte strings."""
+    order = np.lexsort(cols[::-1])
+    new = np.zeros(len(order), bool)
+    for c in cols:
+        sc = np.asarray(c)[order]
+        new[1:] |= sc[1:] != sc[:-1]
+    ids = np.empty(len(order), np.int64)
+    ids[order] = np.cumsum(new)
+    return ids
+
+
 class _VmRuns:
     """The runs of a VM trace's batch, for walking the runs between two records a thread at a time.
 
@@ -337,7 +352,7 @@ class _VmRuns:
         stop[at[at < n]] = True
         idx = np.append(np.flatnonzero(stop), n)
         self.next_stop = idx[np.searchsorted(idx, np.arange(n), side="right")].tolist()
-        self.key = np.unique(np.stack([mi, pid, tid], axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+        self.key = _key_ids(mi, pid, tid)
         self.mi, self.pid, self.tid = mi.tolist(), pid.tolist(), tid.tolist()
 
     def walk(self, memo: ThreadMemo, machines: list[Any], k0: int, run_th: np.ndarray,
@@ -547,10 +562,8 @@ class _Batch:
                            else cache.groups(m, pmin, st.user_epochs(pmin, tm)))
                 continue
             g = np.empty(len(pm), np.int64)
-            u, inv = np.unique(pm, return_inverse=True)
-            inv = inv.reshape(-1)
-            for j, q in enumerate(u.tolist()):
-                w = np.flatnonzero(inv == j)
+            for q in few_distinct(pm).tolist():  # a few processes a batch (a VM's guest and host ones)
+                w = np.flatnonzero(pm == q)
                 g[w] = cache.groups(m, q, st.user_epochs(q, tm[w]))
             gu[sel] = g
         return gu, gk, ks

@@ -24,7 +24,51 @@ from typing import Any
 import numpy as np
 
 from ptexport.decoder.codewalk import KcoreCode
+from ptexport.jit import numba
 from ptexport.samples.columns import few_distinct
+
+if numba is not None:
+
+    @numba.njit(cache=True, nogil=True)
+    def _vm_split(guest, tid, tsc, hosts, h_mp, h_vc, h_lo, h_hi, t_tsc, t_pid, t_tid, mp, vc, pid,
+                  out_tid):  # pragma: no cover - compiled
+        """:meth:`VcpuAttribution.apply` in one pass: each guest row of a VCPU thread (``hosts[k]``)
+        takes its machine and VCPU and the guest thread current at its TSC on that VCPU (the last
+        switch at or before it in ``t_*[h_lo[k]:h_hi[k]]``; -1 before the first, or without a
+        timeline: ``h_lo[k]`` < 0)."""
+        for i in range(guest.shape[0]):
+            if not guest[i]:
+                continue
+            h = tid[i]
+            k = -1
+            for j in range(hosts.shape[0]):
+                if hosts[j] == h:
+                    k = j
+                    break
+            if k < 0:
+                continue
+            mp[i] = h_mp[k]
+            vc[i] = h_vc[k]
+            lo = h_lo[k]
+            if lo < 0:
+                pid[i] = -1
+                out_tid[i] = -1
+                continue
+            a = lo
+            b = h_hi[k]
+            t = tsc[i]
+            while a < b:
+                m = (a + b) >> 1
+                if t_tsc[m] <= t:
+                    a = m + 1
+                else:
+                    b = m
+            if a == lo:
+                pid[i] = -1
+                out_tid[i] = -1
+            else:
+                pid[i] = t_pid[a - 1]
+                out_tid[i] = t_tid[a - 1]
 
 DEFAULT_GUEST_PID = 0  # perf's DEFAULT_GUEST_KERNEL_ID machine
 
@@ -101,6 +145,7 @@ class VcpuAttribution:
         self.enabled = self.guests.have_guest_sideband
         self._vcpu: dict[int, tuple[int, int] | None] = {}
         self._tl: dict[tuple[int, int], tuple[Any, Any, Any] | None] = {}
+        self._split_tables: dict[tuple[int, ...], tuple[np.ndarray, ...]] = {}
 
     def vcpu_of(self, host_tid: int) -> tuple[int, int] | None:
         """(guest machine pid, VCPU) run by host thread ``host_tid``, or None."""
@@ -147,12 +192,45 @@ class VcpuAttribution:
         got = tl.at(time) if tl is not None else None
         return got[0] if got is not None else -1
 
+    def _hosts(self, tids: list[int]) -> tuple[np.ndarray, ...]:
+        """The VCPU threads among host threads ``tids`` and their timelines, for :func:`_vm_split`:
+        (hosts, machine pids, VCPUs, timeline starts (-1: none), ends, TSCs, pids, tids)."""
+        rows, parts = [], []
+        at = 0
+        for h in tids:
+            hit = self.vcpu_of(h)
+            if hit is None:
+                continue
+            tl = self._timeline(*hit)
+            if tl is None:
+                rows.append((h, hit[0], hit[1], -1, -1))
+                continue
+            rows.append((h, hit[0], hit[1], at, at + len(tl[0])))
+            parts.append(tl)
+            at += len(tl[0])
+        table = np.array(rows, dtype=np.int64).reshape(-1, 5)
+        cat = [np.concatenate([np.asarray(p[j], dt) for p in parts]) if parts else np.zeros(0, dt)
+               for j, dt in enumerate((np.uint64, np.int64, np.int64))]
+        return (*(np.ascontiguousarray(table[:, j]) for j in range(5)), *cat)
+
     def apply(self, cols: Any) -> Any:
         """Fill ``cols.machine_pid`` / ``cols.vcpu`` and give guest samples their guest pid/tid."""
         n = len(cols.kind)
         mp = np.zeros(n, np.int64)
         vc = np.full(n, -1, np.int64)
-        if self.enabled and n:
+        if self.enabled and n and numba is not None:
+            guest = np.asarray(cols.nr) != 0
+            tid_all = np.asarray(cols.tid, dtype=np.int64)
+            hosts = few_distinct(tid_all[guest]).tolist()
+            key = tuple(hosts)
+            got = self._split_tables.get(key)
+            if got is None:
+                got = self._split_tables[key] = self._hosts(hosts)
+            pid = np.array(cols.pid, dtype=np.int64, copy=True)
+            tid = tid_all.copy()
+            _vm_split(guest, tid_all, np.asarray(cols.tsc).astype(np.uint64, copy=False), *got, mp, vc, pid, tid)
+            cols.pid, cols.tid = pid, tid
+        elif self.enabled and n:  # without numba: the same values, numpy a VCPU thread at a time
             rows = np.nonzero(np.asarray(cols.nr) != 0)[0]
             pid = np.array(cols.pid, copy=True)
             tid = np.array(cols.tid, copy=True)

@@ -80,7 +80,9 @@ def test_thread_memo_remembers_settled_threads():
 
 
 @pytest.mark.perf  # perf inject makes the VM recording
-def test_guest_attribution_columns_equal_per_row(tmp_path):
+@pytest.mark.parametrize("compiled", [True, False])
+def test_guest_attribution_columns_equal_per_row(tmp_path, monkeypatch, compiled):
+    """Both forms of the split: the compiled pass over the batch, and numpy a VCPU thread at a time."""
     import shutil
 
     if shutil.which("perf") is None:
@@ -100,6 +102,9 @@ def test_guest_attribution_columns_equal_per_row(tmp_path):
         htid, pid, tsc, nr = (np.array(getattr(cols, c), copy=True) for c in ("tid", "pid", "tsc", "nr"))
         va = VcpuAttribution(s)
         assert va.enabled
+        if not compiled:
+            from ptexport.decoder import guest
+            monkeypatch.setattr(guest, "numba", None)
         va.apply(cols)
         guest = np.flatnonzero(nr != 0)
         assert len(guest) > 100 and (cols.vcpu[guest] >= 0).all()

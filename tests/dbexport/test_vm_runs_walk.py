@@ -125,3 +125,13 @@ def test_steady_threads_are_asked_once_per_segment():
     assert runs.walk(memo, machines, 400, th, comm) == n
     assert log == [(1, 10, 11), (0, 20, 21)]  # the memo answered the first segment; the record cleared it
     assert th.tolist() == [1, 2] * 500
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 300, 5000])
+def test_key_ids_number_the_distinct_tuples_as_np_unique(n):
+    from ptexport.dbexport.samples_compiled import _key_ids
+
+    rng = np.random.default_rng(n)
+    cols = (rng.integers(0, 2, n), rng.integers(-1, 3, n), rng.integers(0, 1 << 40, n) % 5)
+    want = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+    assert _key_ids(*cols).tolist() == want.tolist()
