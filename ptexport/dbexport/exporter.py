@@ -257,7 +257,7 @@ class DbExporter:
         # the call tree of batch N runs in a thread while batch N + 1 is resolved and written, where
         # its loop lets go of the GIL (_tree_submit); its rows are written, in order, before N + 1's
         self._tree_pool: ThreadPoolExecutor | None = None
-        self._tree_future: Future[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] | None = None
+        self._tree_future: Future[Any] | None = None  # a batch's (paths, calls), or the end's
         self._stats_pool: ThreadPoolExecutor | None = None
         self._stats_future: Future[None] | None = None
         self.n_samples = 0
@@ -531,19 +531,35 @@ class DbExporter:
         export_samples(self, batches, progress, total)
         self.write_batch(None, None, {})
         self._tree_wait()
+        tree_end: Future[Any] | None = None
         if self.calltree is not None:
+            # the stacks left flushed and the aggregates taken in the tree's thread, beside the VM rows
+            tree = self.calltree
             exported = [(th, st.pid) for st in self.machines for th in st.pt.all if th.db_id]
-            self.calltree.flush_all(perf_flush_order([th.db_id for th, _ in exported], [th.tid for th, _ in exported],
-                                                     [pid for _, pid in exported]))
-            self._write_calls()
-            for table, cols in self.calltree.take_stats().items():
-                if len(cols["id"]):
-                    self.w.write_columns(table, cols)
+            order = perf_flush_order([th.db_id for th, _ in exported], [th.tid for th, _ in exported],
+                                     [pid for _, pid in exported])
+
+            def end() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
+                tree.flush_all(order)
+                return tree.take_call_paths(), tree.take_calls(), tree.take_stats()
+
+            if tree.releases_gil and self._tree_pool is not None:
+                tree_end = self._tree_future = self._tree_pool.submit(end)
+            else:
+                paths, calls, stats = end()
         self._stats_wait()
         self._write_cpu_time()
         self.m.flush(self.w)
         if self.vm.active:
             self.vm.finish(self.w)
+        if self.calltree is not None:
+            if tree_end is not None:
+                paths, calls, stats = tree_end.result()
+                self._tree_future = None
+            self._write_calls(paths, calls)
+            for table, cols in stats.items():
+                if len(cols["id"]):
+                    self.w.write_columns(table, cols)
         self.stats_rows = self.stats.rows(self.s)
         first = len(self.vm.stats) + 1 if self.vm.active else 1  # after the VM guest-data warnings
         self.w.write_rows("stats", [(first + i, *row) for i, row in enumerate(self.stats_rows)])

@@ -344,8 +344,9 @@ class _VmRuns:
     runs go on one by one.  The asks, their order and the answers are those of the run-by-run walk.
     """
 
-    def __init__(self, starts: np.ndarray, mi: np.ndarray, pid: np.ndarray, tid: np.ndarray, err: np.ndarray,
-                 cuts: np.ndarray) -> None:
+    def __init__(self, memo: ThreadMemo, starts: np.ndarray, mi: np.ndarray, pid: np.ndarray, tid: np.ndarray,
+                 err: np.ndarray, cuts: np.ndarray) -> None:
+        self.memo = memo
         n = len(starts)
         stop = err.copy()  # a segment ends before an error run or a record's run
         at = np.searchsorted(starts, cuts)
@@ -353,29 +354,30 @@ class _VmRuns:
         idx = np.append(np.flatnonzero(stop), n)
         self.next_stop = idx[np.searchsorted(idx, np.arange(n), side="right")].tolist()
         self.key = _key_ids(mi, pid, tid)
+        self.nkeys = int(self.key.max()) + 1 if n else 0
         self.mi, self.pid, self.tid = mi.tolist(), pid.tolist(), tid.tolist()
 
-    def walk(self, memo: ThreadMemo, machines: list[Any], k0: int, run_th: np.ndarray,
-             run_comm: np.ndarray) -> int:
+    def walk(self, machines: list[Any], k0: int, run_th: np.ndarray, run_comm: np.ndarray) -> int:
         """Fill ``run_th``/``run_comm`` from run ``k0`` (no error) up to the next record or error run, or
         the run after which a repeat would not be a memo hit; returns the run after the last one filled."""
+        memo = self.memo
         k1 = self.next_stop[k0]
         seg = self.key[k0:k1]
-        uniq, first, inv = np.unique(seg, return_index=True, return_inverse=True)
-        th = np.zeros(len(uniq), np.int64)
-        comm = np.zeros(len(uniq), np.int64)
+        # each thread's first run (a batch has a few threads: a pass per thread)
+        firsts = sorted(int(np.argmax(seg == u)) for u in np.flatnonzero(np.bincount(seg, minlength=self.nkeys)))
+        th = np.zeros(self.nkeys, np.int64)
+        comm = np.zeros(self.nkeys, np.int64)
         asked: list[int] = []
         done = k1
-        for u in np.argsort(first, kind="stable").tolist():
-            k = k0 + int(first[u])
-            th[u], comm[u] = memo.threads(machines[self.mi[k]], self.mi[k], self.pid[k], self.tid[k])
+        for j in firsts:
+            k = k0 + j
+            th[seg[j]], comm[seg[j]] = memo.threads(machines[self.mi[k]], self.mi[k], self.pid[k], self.tid[k])
             asked.append(k)
-            if not all(memo.hit(machines[self.mi[j]], self.mi[j], self.pid[j], self.tid[j]) for j in asked):
+            if not all(memo.hit(machines[self.mi[i]], self.mi[i], self.pid[i], self.tid[i]) for i in asked):
                 done = k + 1
                 break
-        inv = inv.reshape(-1)[:done - k0]
-        run_th[k0:done] = th[inv]
-        run_comm[k0:done] = comm[inv]
+        run_th[k0:done] = th[seg[:done - k0]]
+        run_comm[k0:done] = comm[seg[:done - k0]]
         return done
 
 
@@ -437,7 +439,7 @@ class _Batch:
         memo = vm = None
         if self.mi is not None:  # VM: the runs alternate between a few threads
             memo = ThreadMemo(ex.m)
-            vm = _VmRuns(starts, self.mi[starts], cols.pid[starts], cols.tid[starts], self.err[starts], cuts)
+            vm = _VmRuns(memo, starts, self.mi[starts], cols.pid[starts], cols.tid[starts], self.err[starts], cuts)
         k = 0
         while k < nruns:
             a = starts_l[k]
@@ -458,7 +460,7 @@ class _Batch:
                 k += 1
                 continue
             if vm is not None and vm.next_stop[k] - k > 1:
-                done = vm.walk(memo, machines, k, run_th, run_comm)
+                done = vm.walk(machines, k, run_th, run_comm)
                 run_sid[k:done] = ex.n_samples + 1 - a
                 ex.n_samples += ends[done - 1] - a
                 k = done

@@ -104,27 +104,59 @@ def exit_reason_of_insn(code: bytes, ip: int = 0) -> str:
     FUP of the exit points at it; any other instruction there means the exit was not caused
     by it: :data:`OTHER_REASON`.  Unreadable code: :data:`UNKNOWN_REASON`.
     """
+    return _insn_reason(code, ip)[0]
+
+
+def _disassembler() -> Any:
+    """capstone's x86-64 disassembler (imported and made on first use)."""
     global _CAPSTONE
-    if not code:
-        return UNKNOWN_REASON
     if _CAPSTONE is None:
         import capstone
 
-        md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-        _CAPSTONE = md
-    for insn in _CAPSTONE.disasm(code[:16], ip, 1):
+        _CAPSTONE = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    return _CAPSTONE
+
+
+def _insn_reason(code: bytes, ip: int = 0) -> tuple[str, int]:
+    """:func:`exit_reason_of_insn` and the length of the instruction it read (0: none decoded)."""
+    if not code:
+        return UNKNOWN_REASON, 0
+    for insn in _disassembler().disasm(code[:16], ip, 1):
         name = insn.mnemonic
         if name == "mov":
             ops = [o.strip() for o in insn.op_str.split(",")]
             if any(o.startswith("cr") for o in ops):
-                return "CR_ACCESS"
+                return "CR_ACCESS", insn.size
             if any(o.startswith("dr") for o in ops):
-                return "DR_ACCESS"
+                return "DR_ACCESS", insn.size
         for prefix in ("rep ", "repe ", "repne "):
             if name.startswith(prefix):
                 name = name[len(prefix):]
-        return _INSN_REASONS.get(name, OTHER_REASON)
-    return UNKNOWN_REASON
+        return _INSN_REASONS.get(name, OTHER_REASON), insn.size
+    return UNKNOWN_REASON, 0
+
+
+class InsnReasons:
+    """:func:`exit_reason_of_insn` remembered per instruction: an instruction is its bytes alone (the
+    decoder reads no further), so code read at an exit whose first bytes are an instruction seen
+    before has that instruction's reason, whatever follows it (the 16 bytes read at each of a VM's
+    thousands of exits differ in what follows; the instructions at its exit sites are a few)."""
+
+    def __init__(self) -> None:
+        self._by_insn: dict[bytes, str] = {}
+        self._sizes: list[int] = []  # the lengths of the instructions seen, each once
+
+    def __call__(self, code: bytes, ip: int = 0) -> str:
+        for size in self._sizes:
+            reason = self._by_insn.get(code[:size])
+            if reason is not None and len(code) >= size:
+                return reason
+        reason, size = _insn_reason(code, ip)
+        if size:
+            self._by_insn[code[:size]] = reason
+            if size not in self._sizes:
+                self._sizes.append(size)
+        return reason
 
 
 def perf_event_modifier(attr: Any) -> str:
@@ -517,7 +549,7 @@ class VmExport:
         self.exits = VmExits(self._reason)
         self._kcode: dict[tuple[int, int], bytes] = {}  # (machine pid, guest kernel ip) -> code (kcore is fixed)
         self._ucode: dict[tuple[int, int, int], tuple[Any, bytes]] = {}  # (machine pid, id(map), ip) -> (map, code)
-        self._reasons: dict[bytes, str] = {}  # guest code at an exit -> exit_reason_of_insn
+        self._reasons = InsnReasons()  # guest code at an exit -> exit_reason_of_insn
         self.stats: list[tuple[str, int, str, str]] = []  # (name, value, severity, description)
         self._kvm_exit_offset: int | None = None
         self._check_guests()
@@ -527,6 +559,7 @@ class VmExport:
         if self.hypervisors:
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptexport-vmcs")
             self._measured = pool.submit(self.trace.measure_vmcs)
+            pool.submit(_disassembler)  # the exits' reasons at the end need capstone (its import: 40 ms)
             pool.shutdown(wait=False)  # (its thread ends with the measurement)
 
     @property
@@ -626,10 +659,7 @@ class VmExport:
 
     def _reason(self, machine_pid: int, vcpu: int, guest_thread: int, ip: int, time: int) -> tuple[str, str]:
         code = self._read_guest(machine_pid, guest_thread, ip, time)
-        reason = self._reasons.get(code)  # the mnemonic does not depend on the address: one per code
-        if reason is None:
-            reason = self._reasons[code] = exit_reason_of_insn(code, ip)
-        return reason, "instruction"
+        return self._reasons(code, ip), "instruction"  # the mnemonic does not depend on the address
 
     def _read_guest(self, machine_pid: int, guest_thread: int, ip: int, time: int) -> bytes:
         if not ip or machine_pid < 0:

@@ -80,3 +80,20 @@ def test_exits_pair_with_the_next_entry_of_their_vcpu_thread():
         (3, 2, 0, 10, 1, 9, 300, 0x401000, 0, 0, "HLT", "instruction"),
     ]
     assert asked == [(4000, 0, 20, 0x401000, 100), (4000, 0, 20, 0x401000, 300)]
+
+
+def test_reasons_remembered_per_instruction_equal_capstone_every_time():
+    """InsnReasons answers from an instruction seen before whatever bytes follow it, and decodes
+    anew where the first instruction differs (also a longer one starting with a shorter one's bytes)."""
+    import random
+
+    from ptexport.dbexport.vm import InsnReasons
+
+    rng = random.Random(3)
+    insns = [b"\x0f\xa2", b"\xf4", b"\x0f\x01\xc1", b"\xec", b"\xee", b"\xf3\x6c", b"\x0f\x32", b"\x0f\x22\xd8",
+             b"\x0f\x20\xc0", b"\x0f\x21\xc0", b"\x90", b"\x48\x89\xc3", b"\xe8\x00\x00\x00\x00", b"\x0f",
+             b"\x66\x90", b"\xf3\x90", b"\x0f\x01\xd1", b"\x0f\x31", b""]
+    memo = InsnReasons()
+    for _ in range(2000):
+        code = (rng.choice(insns) + bytes(rng.randrange(256) for _ in range(rng.randrange(0, 14))))[:16]
+        assert memo(code, 0xFFFFFFFF81000000) == exit_reason_of_insn(code, 0xFFFFFFFF81000000), code.hex()

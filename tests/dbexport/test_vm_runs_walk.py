@@ -74,7 +74,7 @@ def _walk(keys, err, cuts, fast, comm_every):
     starts = np.arange(n, dtype=np.int64) * 3
     err = np.array(err, bool)
     memo = ThreadMemo(model)
-    runs = _VmRuns(starts, mi, pid, tid, err, starts[cuts])
+    runs = _VmRuns(memo, starts, mi, pid, tid, err, starts[cuts])
     th, comm = np.zeros(n, np.int64), np.zeros(n, np.int64)
     cut_set = set(cuts)
     k = 0
@@ -85,7 +85,7 @@ def _walk(keys, err, cuts, fast, comm_every):
             k += 1
             continue
         if fast and runs.next_stop[k] - k > 1:
-            k = runs.walk(memo, machines, k, th, comm)
+            k = runs.walk(machines, k, th, comm)
             continue
         th[k], comm[k] = memo.threads(machines[keys[k][0]], *keys[k])
         k += 1
@@ -117,12 +117,12 @@ def test_steady_threads_are_asked_once_per_segment():
     log.clear()
     n = len(keys)
     arr = np.array(keys, np.int64)
-    runs = _VmRuns(np.arange(n, dtype=np.int64), arr[:, 0], arr[:, 1], arr[:, 2], np.zeros(n, bool),
+    runs = _VmRuns(memo, np.arange(n, dtype=np.int64), arr[:, 0], arr[:, 1], arr[:, 2], np.zeros(n, bool),
                    np.array([400], np.int64))
     th, comm = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    assert runs.walk(memo, machines, 0, th, comm) == 400
+    assert runs.walk(machines, 0, th, comm) == 400
     memo.clear()
-    assert runs.walk(memo, machines, 400, th, comm) == n
+    assert runs.walk(machines, 400, th, comm) == n
     assert log == [(1, 10, 11), (0, 20, 21)]  # the memo answered the first segment; the record cleared it
     assert th.tolist() == [1, 2] * 500
 
