@@ -196,6 +196,7 @@ def test_bench_matrix(tmp_path):
     vm = rep["vm"]
     assert vm["vm"]["samples"] >= vm["vm_branches"] > 1000 and vm["host"]["samples"] >= vm["vm_branches"]
     assert positive(vm["ratio_per_sample"]) and positive(vm["ratio_cpu_per_sample"])
+    assert len(vm["vm"]["walls_s"]) == len(vm["host"]["walls_s"]) == vm["runs"] >= 3  # medians of alternated runs
     raw = rep["raw"]
     assert raw["generated"]["program"] == "hotloop" and raw["generated_calls"]["program"] == "calls"
     for gen in (raw["generated"], raw["generated_calls"]):
