@@ -142,7 +142,7 @@ class GroupStats:
             gcols[:, :self._n] = self._gcols[:, :self._n]
             self._gkeys, self._gcols = gkeys, gcols
         if 2 * groups > len(self._table):
-            bits = max(int(4 * groups - 1).bit_length(), 11)
+            bits = max(int(3 * groups).bit_length(), 11)  # 3 to 6 slots a group
             self._table = np.zeros(1 << bits, dtype=np.int64)
             self._shift = np.uint64(64 - bits)
             _rehash(self._table, self._shift, self._gkeys, self._n)

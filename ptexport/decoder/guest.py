@@ -32,7 +32,7 @@ if numba is not None:
     @numba.njit(cache=True, nogil=True)
     def _vm_split(guest, tid, tsc, hosts, h_mp, h_vc, h_lo, h_hi, t_tsc, t_pid, t_tid, mp, vc, pid,
                   out_tid):  # pragma: no cover - compiled
-        """:meth:`VcpuAttribution.apply` in one pass: each guest row of a VCPU thread (``hosts[k]``)
+        """:meth:`VcpuAttribution.apply` in one pass: each guest row of a VCPU thread (``hosts[k]``, ascending)
         takes its machine and VCPU and the guest thread current at its TSC on that VCPU (the last
         switch at or before it in ``t_*[h_lo[k]:h_hi[k]]``; -1 before the first, or without a
         timeline: ``h_lo[k]`` < 0)."""
@@ -40,13 +40,17 @@ if numba is not None:
             if not guest[i]:
                 continue
             h = tid[i]
-            k = -1
-            for j in range(hosts.shape[0]):
-                if hosts[j] == h:
-                    k = j
-                    break
-            if k < 0:
+            a = 0
+            b = hosts.shape[0]
+            while a < b:  # hosts ascending
+                m = (a + b) >> 1
+                if hosts[m] < h:
+                    a = m + 1
+                else:
+                    b = m
+            if a == hosts.shape[0] or hosts[a] != h:
                 continue
+            k = a
             mp[i] = h_mp[k]
             vc[i] = h_vc[k]
             lo = h_lo[k]
@@ -193,7 +197,7 @@ class VcpuAttribution:
         return got[0] if got is not None else -1
 
     def _hosts(self, tids: list[int]) -> tuple[np.ndarray, ...]:
-        """The VCPU threads among host threads ``tids`` and their timelines, for :func:`_vm_split`:
+        """The VCPU threads among host threads ``tids`` (ascending) and their timelines, for :func:`_vm_split`:
         (hosts, machine pids, VCPUs, timeline starts (-1: none), ends, TSCs, pids, tids)."""
         rows, parts = [], []
         at = 0
