@@ -420,7 +420,7 @@ class _Batch:
 
     def threads_and_events(self, ev_recs: list[Any], cuts: np.ndarray) -> None:
         """Walk the runs in order: sideband records where due, errors, one thread lookup per run
-        (in a VM trace, one per thread between records: :meth:`_vm_runs`)."""
+        (in a VM trace, one per thread between records: :class:`_VmRuns`)."""
         ex, cols = self.ex, self.cols
         starts = self.run_starts(cuts)
         starts_l = starts.tolist()
