@@ -44,18 +44,22 @@ _GOLDEN = 0x9E3779B97F4A7C15  # Fibonacci hashing: the key times 2**64 / phi, it
 if numba is not None:
 
     @numba.njit(cache=True, nogil=True)
-    def _fold(keys, vals, ops, table, shift, gkeys, gcols, ngroups):  # pragma: no cover - compiled
-        """Fold rows into the groups: ``keys[i]`` with ``vals[:, i]``, by ``ops`` (sum, min, max);
-        ``table`` (slot + 1, 0 = free; a power of two at least twice the groups after the fold),
-        ``gkeys`` and ``gcols`` (row 0: the count) hold the groups.  Returns the group count."""
+    def _fold(keys, vals, ops, table, shift, gkeys, gcols, ngroups, i, limit):  # pragma: no cover - compiled
+        """Fold rows ``i``, ``i + 1``, ... into the groups: ``keys[i]`` with ``vals[:, i]``, by ``ops``
+        (sum, min, max); ``table`` (slot + 1, 0 = free; a power of two), ``gkeys`` and ``gcols`` (row 0:
+        the count) hold the groups.  Stops before a row that would make group ``limit`` (the room
+        left).  Returns (groups, the first row not folded)."""
         mask = table.shape[0] - 1
         m = vals.shape[0]
-        for i in range(keys.shape[0]):
+        n = keys.shape[0]
+        while i < n:
             k = keys[i]
             j = np.int64((np.uint64(k) * np.uint64(_GOLDEN)) >> shift)
             while True:
                 s = table[j]
                 if s == 0:
+                    if ngroups == limit:
+                        return ngroups, i
                     s = ngroups + 1
                     table[j] = s
                     gkeys[ngroups] = k
@@ -79,7 +83,8 @@ if numba is not None:
                             gcols[c + 1, g] = v
                     break
                 j = (j + 1) & mask
-        return ngroups
+            i += 1
+        return ngroups, i
 
     @numba.njit(cache=True, nogil=True)
     def _rehash(table, shift, gkeys, ngroups):  # pragma: no cover - compiled
@@ -129,20 +134,29 @@ class GroupStats:
         vals = np.empty((len(self.names) - 1, n), dtype=np.int64)
         for c, name in enumerate(self.names[1:]):
             vals[c] = values[name]
-        self._reserve(self._n + n)
-        self._n = _fold(keys, vals, self._ops, self._table, self._shift, self._gkeys, self._gcols, self._n)
+        if not len(self._table):
+            self._grow()
+        i = 0
+        while True:
+            room = min(len(self._gkeys), len(self._table) // 2)  # the table at most half full
+            self._n, i = _fold(keys, vals, self._ops, self._table, self._shift, self._gkeys, self._gcols,
+                               self._n, i, room)
+            if i == n:
+                return
+            self._grow()
 
-    def _reserve(self, groups: int) -> None:
-        """Room for ``groups`` groups: the arrays, and a table at most half full."""
-        if groups > len(self._gkeys):
-            cap = max(groups, 2 * len(self._gkeys), 1024)
+    def _grow(self) -> None:
+        """Room for half as many groups again (at least 1024): the arrays, and the table at least
+        twice that (memory follows the groups, not the batches)."""
+        cap = max(1024, self._n + self._n // 2)
+        if cap > len(self._gkeys):
             gkeys = np.zeros(cap, dtype=np.int64)
             gkeys[:self._n] = self._gkeys[:self._n]
             gcols = np.zeros((len(self.names), cap), dtype=np.int64)
             gcols[:, :self._n] = self._gcols[:, :self._n]
             self._gkeys, self._gcols = gkeys, gcols
-        if 2 * groups > len(self._table):
-            bits = max(int(3 * groups).bit_length(), 11)  # 3 to 6 slots a group
+        if 2 * len(self._gkeys) > len(self._table):
+            bits = max(int(2 * len(self._gkeys) - 1).bit_length(), 11)
             self._table = np.zeros(1 << bits, dtype=np.int64)
             self._shift = np.uint64(64 - bits)
             _rehash(self._table, self._shift, self._gkeys, self._n)
