@@ -111,6 +111,9 @@ class GroupStats:
         self.names = (count, *self.sums, *self.mins, *self.maxs)
         self._ops = np.array([_SUM] * len(self.sums) + [_MIN] * len(self.mins) + [_MAX] * len(self.maxs),
                              dtype=np.int64)
+        self._reset()
+
+    def _reset(self) -> None:
         self._n = 0  # groups, compiled form: unordered in _gkeys[:_n] and _gcols[:, :_n]
         self._gkeys = np.zeros(0, dtype=np.int64)
         self._gcols = np.zeros((len(self.names), 0), dtype=np.int64)
@@ -200,6 +203,23 @@ class GroupStats:
         order = np.argsort(self._gkeys[:self._n], kind="stable")
         return self._gkeys[order], {name: self._gcols[c, order] for c, name in enumerate(self.names)}
 
+    def take(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """:meth:`result`, the groups given away (they restart empty): put in key order where they
+        are, a column at a time, not copied whole (a VM trace's 650 K call paths: 50 MB less at the
+        export's end)."""
+        if numba is None:
+            keys, cols = self._keys, self._cols
+        else:
+            n = self._n
+            order = np.argsort(self._gkeys[:n], kind="stable")
+            keys = self._gkeys[:n][order]
+            for c in range(len(self.names)):
+                row = self._gcols[c, :n]
+                row[:] = row[order]
+            cols = {name: self._gcols[c, :n] for c, name in enumerate(self.names)}
+        self._reset()
+        return keys, cols
+
 
 class CallStats:
     """``call_path_stats`` rows of the ``calls`` rows given to :meth:`add`: one per (thread, call path)."""
@@ -219,8 +239,9 @@ class CallStats:
                               "cyc_count": calls["cyc_count"]})
 
     def rows(self) -> dict[str, np.ndarray]:
-        """The ``call_path_stats`` columns, ordered by thread id then call path id (ids from 1)."""
-        keys, cols = self.groups.result()
+        """The ``call_path_stats`` columns, ordered by thread id then call path id (ids from 1): the
+        rows folded so far, taken (the next :meth:`add` starts anew)."""
+        keys, cols = self.groups.take()
         out = {"id": np.arange(1, len(keys) + 1, dtype=np.int64), "thread_id": keys >> 32,
                "call_path_id": keys & 0xFFFFFFFF}
         out.update(cols)
@@ -233,7 +254,7 @@ def symbol_stats(cp_stats: Mapping[str, np.ndarray], cp_symbol: np.ndarray) -> d
     groups = GroupStats(sums=("calls", *_SUMS), mins=("min_ns",), maxs=("max_ns",), count="paths")
     cp = np.asarray(cp_stats["call_path_id"], dtype=np.int64)
     groups.add(np.asarray(cp_symbol, dtype=np.int64)[cp], cp_stats)
-    keys, cols = groups.result()
+    keys, cols = groups.take()
     out = {"id": np.arange(1, len(keys) + 1, dtype=np.int64), "symbol_id": keys}
     out.update(cols)
     return {name: out[name] for name in SYMBOL_STATS_COLUMNS}

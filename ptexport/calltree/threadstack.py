@@ -324,7 +324,7 @@ class CallTree:
 
     def take_stats(self) -> dict[str, dict[str, np.ndarray]]:
         """The aggregates of every ``calls`` row taken so far (``stats=True``; else none), as the
-        ``call_path_stats`` and ``symbol_stats`` tables' columns."""
+        ``call_path_stats`` and ``symbol_stats`` tables' columns; given away (asked once, at the end)."""
         if self.call_stats is None:
             return {}
         cps = self.call_stats.rows()

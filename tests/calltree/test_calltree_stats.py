@@ -150,3 +150,25 @@ def test_group_stats_compiled_equals_sorted_form(monkeypatch, spread):
     assert got[0].tolist() == want[0].tolist()
     for name in ("n", "v", "lo", "hi"):
         assert got[1][name].tolist() == want[1][name].tolist(), name
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_group_stats_take_gives_the_result_and_starts_anew(monkeypatch, compiled):
+    from ptexport.calltree import stats
+
+    if not compiled:
+        monkeypatch.setattr(stats, "numba", None)
+    elif not available():
+        pytest.skip("numba not installed")
+    rng = np.random.default_rng(9)
+    g = GroupStats(sums=("v",), mins=("lo",), maxs=("hi",))
+    keys, vals = rng.integers(-50, 3000, 20_000), rng.integers(-(1 << 40), 1 << 40, 20_000)
+    for a in range(0, 20_000, 3000):
+        g.add(keys[a:a + 3000], {"v": vals[a:a + 3000], "lo": vals[a:a + 3000], "hi": vals[a:a + 3000]})
+    want_k, want = g.result()
+    got_k, got = g.take()
+    assert got_k.tolist() == want_k.tolist()
+    assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in want.items()}
+    assert len(g) == 0 and len(g.result()[0]) == 0
+    g.add(keys[:10], {"v": vals[:10], "lo": vals[:10], "hi": vals[:10]})  # folds anew
+    assert g.result()[1]["count"].sum() == 10
