@@ -103,27 +103,31 @@ def test_spool_files_are_removed_on_abort(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def _index_db(tmp_path, n, page_size, keys):
-    """A table filled and indexed through the page builders; returns the connection."""
+def _spliced_db(path, page_size, columns, rows):
+    """Table ``t`` (``id`` and the integer ``columns``) and its index ``ti`` on all of ``columns``, both
+    laid down by the page builders from ``rows`` (id first); returns the connection."""
     from pathlib import Path
 
-    p = tmp_path / f"ix{n}_{page_size}.db"
-    c = sqlite3.connect(p, isolation_level=None)
+    c = sqlite3.connect(path, isolation_level=None)
     c.execute(f"PRAGMA page_size = {page_size}")
-    c.execute("CREATE TABLE t (id integer PRIMARY KEY, k integer)")
-    c.execute("CREATE INDEX ti ON t (k)")
+    c.execute(f"CREATE TABLE t (id integer PRIMARY KEY, {', '.join(f'{x} bigint' for x in columns)})")
+    c.execute(f"CREATE INDEX ti ON t ({', '.join(columns)})")
     roots = dict(c.execute("SELECT name, rootpage FROM sqlite_master"))
     c.close()
-    ps = _btree.check_file(p)
-    assert ps == page_size
-    ids = np.arange(1, n + 1, dtype=np.int64)
-    sp = _btree.LeafSpool(Path(f"{p}.pages"), 2, ps)
-    sp.reserve(int(ids[-1]))
-    sp.add(np.column_stack([ids, keys]))
-    _btree.splice(p, roots["t"], sp)
+    assert _btree.check_file(path) == page_size
+    sp = _btree.LeafSpool(Path(f"{path}.pages"), rows.shape[1], page_size)
+    sp.reserve(int(rows[-1, 0]))
+    sp.add(rows)
+    _btree.splice(path, roots["t"], sp)
     sp.remove()
-    _btree.splice_index(p, roots["ti"], ps, keys, ids)
-    return sqlite3.connect(p)
+    _btree.splice_index(path, roots["ti"], page_size, rows[:, 1:], rows[:, 0])
+    return sqlite3.connect(path)
+
+
+def _index_db(tmp_path, n, page_size, keys):
+    """A table of one key column, filled and indexed through the page builders."""
+    ids = np.arange(1, n + 1, dtype=np.int64)
+    return _spliced_db(tmp_path / f"ix{n}_{page_size}.db", page_size, ["k"], np.column_stack([ids, keys]))
 
 
 @pytest.mark.slow
@@ -153,25 +157,11 @@ def test_index_record_matches_the_kernel(fields):
 
 def _paths_db(tmp_path, n, page_size, rng):
     """A call_paths-like table and its (parent_id, symbol_id, ip) index, both from pages."""
-    from pathlib import Path
-
-    p = tmp_path / f"cp{n}_{page_size}.db"
-    c = sqlite3.connect(p, isolation_level=None)
-    c.execute(f"PRAGMA page_size = {page_size}")
-    c.execute("CREATE TABLE t (id integer PRIMARY KEY, parent_id bigint, symbol_id bigint, ip bigint)")
-    c.execute("CREATE INDEX ti ON t (parent_id, symbol_id, ip)")
-    roots = dict(c.execute("SELECT name, rootpage FROM sqlite_master"))
-    c.close()
     ids = np.arange(1, n + 1, dtype=np.int64)
     cols = np.column_stack([ids, rng.integers(0, 5, n), rng.integers(0, 4, n),
                             rng.choice([0, 1, -(1 << 63), (1 << 63) - 1, -5, 1 << 40], n)])
-    sp = _btree.LeafSpool(Path(f"{p}.pages"), 4, page_size)
-    sp.reserve(n)
-    sp.add(cols)
-    _btree.splice(p, roots["t"], sp)
-    sp.remove()
-    _btree.splice_index(p, roots["ti"], page_size, cols[:, 1:], ids)
-    return sqlite3.connect(p), cols
+    c = _spliced_db(tmp_path / f"cp{n}_{page_size}.db", page_size, ["parent_id", "symbol_id", "ip"], cols)
+    return c, cols
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 40, 900, 7000])
