@@ -39,7 +39,7 @@ from ptexport.pt.perfpkt import PSB_BYTES
 from ptexport.samples.columns import EV_ERROR
 from ptexport.errors import InputError
 from ptexport.session import default_jobs
-from ptexport.session.queues import PerfQueueHeap
+from ptexport.session import queues_compiled as QC
 from ptexport.session.units import UnitExecutor, ordered
 
 
@@ -655,6 +655,8 @@ def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | N
 # output batch and the sideband, not the trace's samples.
 
 STREAM_CHUNK = 1 << 16  # rows (and items) per compiled-decoder chunk (= iter_batches' default batch)
+MERGE_TURNS = 1 << 12  # queue turns the merge's kernel runs before their rows are taken (a VM trace's
+# two CPU queues take turns every ~75 rows: 13 K turns a million samples, each a few Python calls before)
 
 
 def _drive_chunk(qd: Any) -> int:
@@ -1049,8 +1051,15 @@ class StreamMerge:
         self.batch_rows = max(1, batch_rows)
         self.pending: list[tuple[dict[str, np.ndarray], int, int]] = []  # (chunk, lo, hi) pieces
         self.npending = 0
-        self.heap = PerfQueueHeap()
-        self.nxt = [0] * len(sources)
+        # perf's queue heap over arrays (queues_compiled: the kernel runs it over the decoded items)
+        nq = len(sources)
+        self.hord = np.zeros(nq + 1, np.int64)  # the heap: ordinals (timestamps) and queues
+        self.hq = np.zeros(nq + 1, np.int64)
+        self.nxt = np.zeros(nq, np.int64)  # each queue's pending item
+        self.done = np.zeros(nq, np.bool_)  # each queue decoded to its end
+        self.st = np.zeros(QC.ST_SIZE, np.int64)
+        self.st[QC._ST_Q] = -1
+        self.turns = np.empty((2, MERGE_TURNS), np.int64)
 
     def _emit(self, pieces: list) -> None:
         """Queue rows for the batches: (chunk, lo, hi) pieces or whole column dicts."""
@@ -1102,54 +1111,51 @@ class StreamMerge:
             self.npending -= n
             yield _gather(pieces, n)
 
-    def _run(self, q: int, limit: int):
-        """Emit queue ``q`` from its pending item until an item at or past ``limit``; its ordinal or None."""
-        s = self.src[q]
-        i = self.nxt[q] + 1
-        win = 64
-        while True:
-            if not s.ensure(i):
-                self.nxt[q] = s.end
-                self._emit(s.take_pieces(s.end))
-                s.drop_items(s.end)
-                yield from self._flush()
-                return None
-            a = i - s.base
-            b = min(a + win, len(s.ts))
-            hit = np.flatnonzero((~s.err[a:b]) & (s.ts[a:b] >= limit))
-            if len(hit):
-                i += int(hit[0])
-                self.nxt[q] = i
-                self._emit(s.take_pieces(i))
-                s.drop_items(i)
-                yield from self._flush()
-                return int(s.ts[i - s.base])
-            i += b - a
-            win = min(win * 4, 1 << 16)
-            if self.npending + 0 < self.batch_rows and i < s.end:
-                continue
-            self._emit(s.take_pieces(i))  # these items are emitted whatever comes next
-            s.drop_items(i)
-            yield from self._flush()
+    def _items(self) -> tuple[np.ndarray, ...]:
+        """The decoded items of every queue, end to end: (off, err, ts, base) for the kernel."""
+        lens = [len(s.ts) for s in self.src]
+        off = np.zeros(len(lens) + 1, np.int64)
+        off[1:] = np.cumsum(lens)
+        err = np.concatenate([s.err for s in self.src]) if len(self.src) > 1 else self.src[0].err
+        ts = np.concatenate([s.ts for s in self.src]) if len(self.src) > 1 else self.src[0].ts
+        return off, err, ts, np.array([s.base for s in self.src], np.int64)
 
     def _process(self, limit: int):
-        heap = self.heap
-        while heap and heap[0][0] < limit:
-            q = heap[0][1]
-            self.heap.pop_top()
-            ts = min(heap[0][0] + 1, limit) if heap else limit
-            ordinal = yield from self._run(q, ts)
-            if ordinal is not None:
-                self.heap.push(q, ordinal)
+        """perf's heap run up to ``limit`` (a sideband event's TSC, or 1 << 64: to the end): each queue
+        taken in turn emits its rows up to its next item at or past the next queue's timestamp (+1)."""
+        unbounded = limit >= 1 << 63
+        st, tq, ti = self.st, self.turns[0], self.turns[1]
+        while True:
+            off, err, ts, base = self._items()
+            nt = QC._merge_turns(off, err, ts, base, self.done, self.nxt, self.hord, self.hq, st,
+                                 0 if unbounded else int(limit), unbounded, tq, ti)
+            for q, i in zip(tq[:nt].tolist(), ti[:nt].tolist()):
+                self._emit(self.src[q].take_pieces(i))
+            if nt:
+                mid = int(st[QC._ST_Q])
+                for q in set(tq[:nt].tolist()):  # their items before the pending ones are done with
+                    self.src[q].drop_items(int(st[QC._ST_I]) if q == mid else int(self.nxt[q]))
+            yield from self._flush()
+            status = st[QC._ST_STATUS]
+            if status == QC.MERGE_DONE:
+                return
+            if status == QC.MERGE_NEED:
+                q = int(st[QC._ST_Q])
+                if not self.src[q].more():
+                    self.done[q] = True
 
     def _lost_row(self, i: int) -> dict[str, np.ndarray]:
         return {k: v[i:i + 1] for k, v in self.lost.items()}
 
     def start(self) -> None:
         """Decode every queue up to its first timestamped state (all setup failures are known then)."""
+        n = 0
         for q, s in enumerate(self.src):
             if s.ensure(0):
-                self.heap.push(q, int(s.ts[0]))
+                n = QC._push(self.hord, self.hq, n, q, int(s.ts[0]))
+            else:
+                self.done[q] = True
+        self.st[QC._ST_HEAP] = n
 
     def batches(self):
         """Row chunks (column dicts with obj and step) in perf's order, about ``batch_rows`` each."""

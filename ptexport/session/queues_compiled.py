@@ -152,7 +152,74 @@ def _row_ranks(queue, step, item_off, rank_item, rank_lost, lost_base, default, 
             out[i] = rank_lost[j] if 0 <= j < len(rank_lost) else default
 
 
+# The streamed order (``parallel.StreamMerge``): the same heap run over the items decoded so far,
+# resumable.  ``st`` holds what carries over between calls (the _ST_* slots).
+_ST_HEAP = 0  # queues in the heap
+_ST_Q = 1  # the queue whose run stopped for want of items (-1: none)
+_ST_LIM = 2  # its run's limit
+_ST_UNB = 3  # 1: that limit is above every timestamp
+_ST_I = 4  # the item its run goes on from
+_ST_STATUS = 5  # how the last call ended: MERGE_DONE, MERGE_NEED (queue _ST_Q needs items), MERGE_FULL
+ST_SIZE = 6
+MERGE_DONE, MERGE_NEED, MERGE_FULL = 0, 1, 2
+
+
+def _merge_turns(off, err, ts, base, done, nxt, hord, hq, st, limit, unbounded, tq, ti):
+    """Run the heap up to ``limit`` (every timestamp when ``unbounded``) over the items at hand: queue q's
+    are ``err``/``ts``[off[q]:off[q + 1]], its item ``base[q]`` first; ``done[q]``: no more will come.
+    Each run is a turn (tq, ti): queue tq's rows before item ti go next.  Returns the turns written;
+    ``st[_ST_STATUS]`` says why it stopped (the turns full, a queue needing items, the limit reached)."""
+    n = st[_ST_HEAP]
+    q = st[_ST_Q]
+    lim = st[_ST_LIM]
+    unb = st[_ST_UNB]
+    i = st[_ST_I]
+    nt = 0
+    cap = len(tq)
+    while True:
+        if q < 0:
+            if n == 0 or (not unbounded and hord[0] >= limit):
+                st[_ST_STATUS] = MERGE_DONE
+                break
+            if nt >= cap:
+                st[_ST_STATUS] = MERGE_FULL
+                break
+            q = hq[0]
+            n = _pop(hord, hq, n)
+            lim = limit
+            unb = unbounded
+            if n and (unbounded or hord[0] + 1 < limit) and hord[0] < _INF:
+                lim = hord[0] + 1
+                unb = False
+            i = nxt[q] + 1
+        k = off[q] + i - base[q]
+        stop = off[q + 1]
+        while k < stop and (err[k] or unb or ts[k] < lim):
+            k += 1
+        i = base[q] + k - off[q]
+        tq[nt] = q
+        ti[nt] = i
+        nt += 1
+        if k < stop:  # the pending item: the queue goes back in the heap at its timestamp
+            nxt[q] = i
+            n = _push(hord, hq, n, q, ts[k])
+            q = -1
+        elif done[q]:  # the queue ended within the run
+            nxt[q] = i
+            q = -1
+        else:
+            st[_ST_STATUS] = MERGE_NEED
+            break
+    st[_ST_HEAP] = n
+    st[_ST_Q] = q
+    st[_ST_LIM] = lim
+    st[_ST_UNB] = unb
+    st[_ST_I] = i
+    return nt
+
+
 if numba is not None:
+    _merge_turns = numba.njit(cache=True, nogil=True)(_merge_turns)
     _push = numba.njit(cache=True)(_push)
     _pop = numba.njit(cache=True)(_pop)
     _order = numba.njit(cache=True)(_order)

@@ -62,7 +62,9 @@ def _check(path: str, itrace: str, monkeypatch) -> int:
     with open_perf_data(path) as pd:
         whole = open_session(pd, cfg)._decode_whole(1)
     monkeypatch.setattr(parallel, "STREAM_CHUNK", 64)
-    for batch_rows in (7, 1 << 16):
+    # (the merge's kernel also stopped every 3 queue turns: its state carried across calls)
+    for batch_rows, turns in ((7, 3), (7, parallel.MERGE_TURNS), (1 << 16, parallel.MERGE_TURNS)):
+        monkeypatch.setattr(parallel, "MERGE_TURNS", turns)
         with open_perf_data(path) as pd:
             batches = list(open_session(pd, cfg).iter_batches(1, batch_rows=batch_rows))
         assert all(0 < len(b) <= batch_rows for b in batches)
