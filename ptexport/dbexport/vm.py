@@ -525,10 +525,14 @@ class VmTrace:
     the start of each CPU's trace (a ``vcpus`` row's last columns); ``guest_kcore(machine_pid)``:
     the guest kernel's code (an object whose ``at(ip)`` gives ``(start, end, pgoff, obj)`` with
     ``obj.read(offset, size)``), or None.  The defaults: nothing measured, no guest kernel code.
+    ``measured``: that measurement already under way elsewhere (the decoding process makes it once it has
+    decoded the trace: :class:`ptexport.session.decode_proc.DecodeProcess`'s ``tail``), else None (it is
+    made here, on a thread of its own, beside the export).
     """
 
     measure_vmcs: Callable[[], dict[int, tuple[int, int, str]]] = dict
     guest_kcore: Callable[[int], Any] = lambda machine_pid: None
+    measured: Future[dict[int, tuple[int, int, str]]] | None = None
 
 
 class VmExport:
@@ -554,11 +558,12 @@ class VmExport:
         self._kvm_exit_offset: int | None = None
         self._check_guests()
         # The VCPU threads' offsets (a pass of its own over the start of each CPU's trace, Python but
-        # for its packet tokenizer) are measured beside the export, read by vcpu_rows at the end.
+        # for its packet tokenizer) are measured beside the export - by the decoding process once it has
+        # decoded the trace, else on a thread here - and read by vcpu_rows at the end.
         self._measured: Future[dict[int, tuple[int, int, str]]] | None = None
         if self.hypervisors:
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptexport-vmcs")
-            self._measured = pool.submit(self.trace.measure_vmcs)
+            self._measured = self.trace.measured or pool.submit(self.trace.measure_vmcs)
             pool.submit(_disassembler)  # the exits' reasons at the end need capstone (its import: 40 ms)
             pool.shutdown(wait=False)  # (its thread ends with the measurement)
 

@@ -27,7 +27,8 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Iterator
+from concurrent.futures import Future
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -59,7 +60,8 @@ def _aligned(n: int) -> int:
     return (n + 63) & ~63
 
 
-def _child(session: Any, conn: Any, batch_rows: int, jobs: int, ring: Any = None, free: Any = None) -> None:
+def _child(session: Any, conn: Any, batch_rows: int, jobs: int, ring: Any = None, free: Any = None,
+           tail: Callable[[], Any] | None = None) -> None:
     ignore_stop_signals()
     die_with_parent()
     try:
@@ -84,7 +86,8 @@ def _child(session: Any, conn: Any, batch_rows: int, jobs: int, ring: Any = None
             conn.send(("batch", [(name, a.dtype.str, a.shape[0]) for name, a in parts]))
             for _, a in parts:
                 conn.send_bytes(memoryview(a).cast("B"))
-        conn.send(("end", time.perf_counter() - t0))
+        seconds = time.perf_counter() - t0
+        conn.send(("end", (seconds, tail() if tail is not None else None)))
     except BaseException as e:  # noqa: BLE001 - everything goes to the parent, which raises it
         try:
             conn.send(("error", e))
@@ -113,9 +116,14 @@ class DecodeProcess:
 
     With ``jobs`` > 1 the child decodes with that many worker processes of its own (it is then not
     a daemon process, which multiprocessing forbids to have children; it and its workers end with
-    this process: :func:`die_with_parent`)."""
+    this process: :func:`die_with_parent`).
 
-    def __init__(self, session: Any, batch_rows: int = 1 << 16, jobs: int = 1) -> None:
+    ``tail``: work for the child once it has decoded the last batch, while this process still exports (a
+    VM export's VMCS measurement, :func:`ptexport.session.export.measure_vmcs`): its result is
+    ``self.tail``, a future set when the iteration ends (an error or an early close cancels it)."""
+
+    def __init__(self, session: Any, batch_rows: int = 1 << 16, jobs: int = 1,
+                 tail: Callable[[], Any] | None = None) -> None:
         ctx = multiprocessing.get_context("fork")
         self.jobs = jobs
         self._conn, child_conn = ctx.Pipe(duplex=False)
@@ -126,7 +134,8 @@ class DecodeProcess:
             self._ring = None
         free_r, self._free = ctx.Pipe(duplex=False)
         self._lock = threading.RLock()  # a finalizer may run inside close(), in the same thread
-        self._proc = ctx.Process(target=_child, args=(session, child_conn, batch_rows, jobs, self._ring, free_r),
+        self.tail: Future[Any] | None = Future() if tail is not None else None
+        self._proc = ctx.Process(target=_child, args=(session, child_conn, batch_rows, jobs, self._ring, free_r, tail),
                                  daemon=jobs <= 1, name="ptexport-decode")
         self._proc.start()
         child_conn.close()
@@ -142,8 +151,10 @@ class DecodeProcess:
                 except EOFError as e:
                     raise PtExportError("the decoding process ended unexpectedly") from e
                 if kind == "end":
-                    self.seconds = payload
+                    self.seconds, tail = payload
                     self._done = True
+                    if self.tail is not None:
+                        self.tail.set_result(tail)
                     return
                 if kind == "error":
                     self._done = True
@@ -184,6 +195,8 @@ class DecodeProcess:
         """End the child (at once if it is still decoding) and reap it."""
         if self._proc is None:
             return
+        if self.tail is not None:
+            self.tail.cancel()  # (a no-op once set) nobody waits for what the child did not send
         if not self._done and self._proc.is_alive():
             self._proc.kill()  # it ignores the stop signals (ignore_stop_signals)
         self._conn.close()
@@ -206,8 +219,10 @@ class DecodeProcess:
             pass
 
 
-def maybe_process(session: Any, jobs: int, enabled: bool | None = None) -> Any:
-    """A :class:`DecodeProcess` for ``--jobs jobs`` when possible, else None (decode in-process).
+def maybe_process(session: Any, jobs: int, enabled: bool | None = None,
+                  tail: Callable[[], Any] | None = None) -> Any:
+    """A :class:`DecodeProcess` for ``--jobs jobs`` (and its ``tail``) when possible, else None (decode
+    in-process).
 
     ``enabled`` True or False overrides ``jobs`` >= 2 (as does ``PTEXPORT_DECODE_PROCESS=1`` or ``0``);
     a pipe-mode recording is decoded in-process (the child could not read on from the pipe)."""
@@ -218,4 +233,4 @@ def maybe_process(session: Any, jobs: int, enabled: bool | None = None) -> Any:
         enabled = jobs >= 2
     if not enabled or not available() or getattr(session.pd, "is_pipe", False):
         return None
-    return DecodeProcess(session, jobs=max(1, jobs - 1))
+    return DecodeProcess(session, jobs=max(1, jobs - 1), tail=tail)

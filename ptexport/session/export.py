@@ -144,10 +144,21 @@ def _guest_kcore(session: Any, guestkallsyms: str | None) -> Callable[[int], Any
     return kcore
 
 
-def vm_trace(session: Any, config: ExportConfig) -> VmTrace:
-    """What the VM export reads from the trace of ``session`` (read when it asks)."""
+def vm_trace(session: Any, config: ExportConfig, proc: Any = None) -> VmTrace:
+    """What the VM export reads from the trace of ``session`` (read when it asks); ``proc``: the decoding
+    process (:func:`decode_process`), which may have measured the VMCSs."""
     return VmTrace(measure_vmcs=lambda: measure_vmcs(session),
-                   guest_kcore=_guest_kcore(session, config.guestkallsyms))
+                   guest_kcore=_guest_kcore(session, config.guestkallsyms),
+                   measured=proc.tail if proc is not None else None)
+
+
+def decode_process(session: Any, config: ExportConfig) -> Any:
+    """The decoding process of ``--jobs N`` (:func:`maybe_process`), or None.  A recording with VCPU
+    threads has it measure their VMCSs too (:func:`measure_vmcs`) once it has decoded the trace: there
+    it is idle while this process finishes the export, and the measurement (mostly Python) no longer
+    takes turns with the export for this process's interpreter lock."""
+    tail = (lambda: measure_vmcs(session)) if session.sb.hypervisors() else None
+    return maybe_process(session, config.jobs, config.decode_process, tail=tail)
 
 
 def export_trace(path: str, target: str, config: ExportConfig,
@@ -185,13 +196,13 @@ def export_trace(path: str, target: str, config: ExportConfig,
         else:
             # decoded as the export goes: here with --jobs 1, else by a forked child process on another
             # core (which with --jobs N > 2 has N - 1 workers of its own)
-            proc = maybe_process(session, config.jobs, config.decode_process)
+            proc = decode_process(session, config)
             batches = proc if proc is not None else _Timed(session.iter_batches(config.jobs),
                                                           _time.perf_counter() - t0)
         try:
             with open_writer(target, force=config.force) as w:
                 summary.leftovers = list(getattr(w, "removed_leftovers", ()))
-                ex = DbExporter(session, w, config, vm_trace(session, config))
+                ex = DbExporter(session, w, config, vm_trace(session, config, proc))
                 feed: Iterable[SampleColumns] = batches
                 if progress is not None:
                     feed = ProgressBatches(batches, lambda: ex.n_samples,

@@ -96,6 +96,44 @@ def test_closing_early_ends_the_child(trace):
     assert proc._proc is None
 
 
+def test_the_child_does_its_tail_after_the_last_batch(trace):
+    """``tail`` runs in the child once it has decoded everything; its result is the future ``proc.tail``,
+    set when the iteration ends (the VM export's VMCS measurement goes there); a close before that
+    cancels it."""
+    from ptexport.perfdata import open_perf_data
+    from ptexport.session.perfsession import DecodeConfig, open_session
+
+    with open_perf_data(trace) as pd:
+        session = open_session(pd, DecodeConfig(itrace=export_default()))
+        proc = decode_proc.DecodeProcess(session, batch_rows=500, tail=lambda: (os.getpid(), len(session.queues())))
+        assert not proc.tail.done()
+        n = sum(len(b) for b in proc)
+        pid, queues = proc.tail.result(timeout=0)
+        assert n > 3000 and pid != os.getpid() and queues == len(session.queues()) == 2
+        early = decode_proc.DecodeProcess(session, batch_rows=100, tail=lambda: 1)
+        it = iter(early)
+        next(it)
+        it.close()
+        assert early.tail.cancelled()
+
+
+def test_a_vm_export_measures_its_vmcss_in_the_decoding_child(tmp_path):
+    """The vcpus rows (VMCS, TSC offset, source) are the same whether the decoding child measures them
+    or the export's own thread does."""
+    import sqlite3
+
+    d = tmp_path / "vm"
+    assert main(["synth", "--out", str(d), "--branches", "6000", "--seed", "3", "--vm", "mixed"],
+                out=io.StringIO()) == 0
+    rows = []
+    for child in (True, False):
+        db = tmp_path / f"{child}.sqlite"
+        export_trace(str(d / "host.data"), str(db), ExportConfig(itrace=export_default(), decode_process=child))
+        with sqlite3.connect(db) as c:
+            rows.append(c.execute("SELECT * FROM vcpus ORDER BY id").fetchall())
+    assert rows[0] == rows[1] and len(rows[0]) >= 3 and any(r[4] for r in rows[0])  # VMCS values measured
+
+
 @pytest.fixture(scope="module")
 def bigger(tmp_path_factory):
     """Big enough for PSB segments of 256 bytes (40 K branches, ~12 KB of trace per CPU)."""
