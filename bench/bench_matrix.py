@@ -19,12 +19,15 @@ Parts, each on inputs made once in this run (a temporary directory, or ``--keep 
    script --itrace=b > /dev/null`` (and perf printing ptexport's fields, ``-F pid,tid,cpu,time,ip,addr,flags``);
    the branch counts must agree with perf's.  The decoder's scaling, ``--count`` with ``--jobs 2``
    against ``--jobs 1``, also on a ``--scale-branches`` trace (40 M): at 10 M the start-up (imports,
-   numba's cache, the sideband: the same in both) is a third of the ``--jobs 2`` run;
+   numba's cache, the sideband: the same in both) is a third of the ``--jobs 2`` run (the medians of
+   three alternated runs of each);
 3. export, on the same trace: ``ptexport TRACE --db`` with ``--jobs 1`` and ``--jobs 2`` against perf's
    export-to-sqlite.py (``--itrace=bep ... branches calls``), with each one's peak RSS; the sample counts
    must agree;
 4. VM export: a ``synth --vm mixed`` recording with its guest sideband injected (as bench_vm.py makes
-   it) against a host-only trace of the same branch count, time per sample;
+   it) against a host-only trace of the same branch count, time per sample (medians of three alternated
+   runs of each); then memory: the export's peak RSS at 1 M branches and at ``--rss-branches`` (100 M,
+   the issue's "flat from 1 M to 100 M": a few minutes, its database removed after);
 5. raw mode: ``dump insns --raw FILE.pt --quiet --stat`` on the real simplept-adl ring buffer (ptxed's
    0.30 s input; its binary is not carried, so the flow stops at each TIP: the figure is the time for
    the whole 2 MiB) and on a generated raw dump with its ELF (instructions/s), against ptxed.
@@ -70,9 +73,11 @@ SIMPLEPT_CPU = "6/151/2"  # PROVENANCE.md: ptxed --cpu 6/151/2 (Alder Lake-S)
 TINY_RAW_SLICE = 128 << 10
 WARM_BRANCHES = 2000
 VM_RUNS = 3  # VM and host-only exports, alternated (the VM row compares their medians)
+FLAT_BASE = 1_000_000  # the memory part's small trace (branches)
+SCALE_RUNS = 3  # --count --jobs 1 and 2 at the scaling row's size, alternated (its row compares their medians)
 #: What a run makes in its work folder (--keep DIR --force replaces these, and only these).
 RUN_FILES = ("decode", "scale", "first", "checkout", "venv", "pip-install.log", "warm", "warm-vm", "perf.db", "ours-j1.sqlite",
-             "ours-j2.sqlite", "vm", "host", "raw-hotloop", "raw-calls", "simplept-slice.pt")
+             "ours-j2.sqlite", "vm", "host", "memory", "raw-hotloop", "raw-calls", "simplept-slice.pt")
 
 # The issue's targets (DESIGN.md section 6): (what, test on the ratio, text).
 TARGETS = {
@@ -81,6 +86,7 @@ TARGETS = {
     "text": (lambda r: r >= 1.5, ">= 1.5x perf"),
     "export": (lambda r: r >= 30, ">= 30x perf (10M)"),
     "rss": (lambda mib: mib < 400, "< 400 MB"),
+    "flat": (lambda r: r <= 1.5, "<= 1.5x (flat)"),
     "vm": (lambda r: r <= 1.5, "<= 1.5x host"),
     "raw": (lambda r: r >= 1 / 3, "within 3x ptxed"),
 }
@@ -320,18 +326,28 @@ def part_scaling(m: Matrix, work: Path, branches: int) -> dict:
     """``dump branches --count`` with ``--jobs 2`` against ``--jobs 1`` on a trace big enough that the
     start-up both pay (the row above: imports, numba's cache) does not hide the decoder's scaling."""
     trace = bench_decode.generate(work / "scale", branches, "calls")
-    rep: dict = {}
-    for j in (1, 2):
-        cmd = decode_cmds(trace)[f"count --jobs {j}"][0]
-        wall, cpu, _rss, out = bench_decode.measure(cmd, subprocess.PIPE, trace.parent)
-        found = re.match(rb"(\d+) samples", out)
-        rep[f"jobs {j}"] = {"wall_s": wall, "cpu_s": cpu, "branches": int(found[1]) if found else None}
+    rep: dict = {"runs": SCALE_RUNS}
+    # alternated, the median of each: --jobs 2 runs on both cores of a shared machine, and one run of it
+    # moved by a third from the next (40 M branches: 5.9 s, then 7.9 s)
+    runs: dict[int, list[tuple[float, float, int | None]]] = {1: [], 2: []}
+    for _ in range(SCALE_RUNS):
+        for j in (1, 2):
+            cmd = decode_cmds(trace)[f"count --jobs {j}"][0]
+            wall, cpu, _rss, out = bench_decode.measure(cmd, subprocess.PIPE, trace.parent)
+            found = re.match(rb"(\d+) samples", out)
+            runs[j].append((wall, cpu, int(found[1]) if found else None))
+    for j, rs in runs.items():
+        walls, cpus, counts = zip(*rs)
+        rep[f"jobs {j}"] = {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus),
+                            "walls_s": list(walls), "branches": counts[0] if len(set(counts)) == 1 else None}
     one, two = rep["jobs 1"], rep["jobs 2"]
-    if one["branches"] != two["branches"]:
-        m.problems.append(f"scaling: --jobs 1 counted {one['branches']}, --jobs 2 {two['branches']}")
+    counted = {j: sorted({r[2] for r in rs}, key=str) for j, rs in runs.items()}
+    if len({c for cs in counted.values() for c in cs}) != 1 or None in counted[1]:
+        m.problems.append(f"scaling: --jobs 1 counted {counted[1]}, --jobs 2 {counted[2]}")
     rep["scaling"] = ratio(one["wall_s"], two["wall_s"])
     m.row("decode", f"count at {branches / 1e6:g} M: --jobs 2 vs 1", (two["wall_s"], two["cpu_s"]),
-          (one["wall_s"], one["cpu_s"]), rep["scaling"], "scaling", note=f"{one['branches']} branches")
+          (one["wall_s"], one["cpu_s"]), rep["scaling"], "scaling",
+          note=f"{one['branches']} branches; medians of {SCALE_RUNS} alternated runs")
     return rep
 
 
@@ -362,6 +378,29 @@ def part_export(m: Matrix, trace: Path, work: Path) -> dict:
               note=f"perf's {prss / 1024:.0f} MiB; largest one process")
     print(f"export: {n_perf} samples (perf), ptexport " + ", ".join(
         f"--{k} {rep[k]['samples']}" for k in ("jobs 1", "jobs 2")))
+    return rep
+
+
+def part_memory(m: Matrix, work: Path, branches: int) -> dict:
+    """The export's peak RSS at 1 M branches and at ``branches`` (100 M by default: the issue's "flat from
+    1 M to 100 M"), each a trace of the generator's calls program, the database written and removed."""
+    rep: dict = {}
+    sizes = sorted({min(FLAT_BASE, max(1, branches // 10)), branches})
+    for n in sizes:
+        trace = bench_decode.generate(work / "memory", n, "calls")
+        db = trace.parent / "export.sqlite"
+        db.unlink(missing_ok=True)
+        wall, rss, cpu = bench_export.timed(export_cmd(trace, db, None), cwd=trace.parent)
+        rep[str(n)] = {"wall_s": wall, "cpu_s": cpu, "peak_rss_kib": rss, "samples": bench_export.count_samples(db)}
+        db.unlink()
+        shutil.rmtree(trace.parent)
+        m.row("memory", f"ptexport --db at {n / 1e6:g} M branches: peak RSS MiB", None, None, rss / 1024, "rss",
+              note=f"{rep[str(n)]['samples']} samples in {wall:.0f} s")
+    if len(sizes) == 2:
+        lo, hi = (rep[str(n)]["peak_rss_kib"] for n in sizes)
+        rep["growth"] = ratio(hi, lo)
+        m.row("memory", f"peak RSS at {sizes[1] / 1e6:g} M vs {sizes[0] / 1e6:g} M branches", None, None,
+              rep["growth"], "flat", note=f"{sizes[1] // sizes[0]}x the branches")
     return rep
 
 
@@ -468,9 +507,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-branches", type=parse_count, default=40_000_000,
                     help="branches of the trace the decoder's --jobs 2 / --jobs 1 scaling is also measured on "
                          "(default 40M; 0: only on --branches)")
+    ap.add_argument("--rss-branches", type=parse_count, default=100_000_000,
+                    help="branches of the trace whose export's peak RSS is compared with 1M's (default 100M: "
+                         "minutes, ~7 GB of SQLite written and removed; 0: skip)")
     ap.add_argument("--skip-venv", action="store_true", help="skip the fresh install (part 1: minutes)")
     add_options(ap, keep=True)
-    args = parse(ap, argv, tiny={"branches": 20_000, "scale_branches": 30_000, "vm_branches": WARM_BRANCHES, "raw_branches": WARM_BRANCHES, "hot_branches": WARM_BRANCHES,
+    args = parse(ap, argv, tiny={"branches": 20_000, "scale_branches": 30_000, "rss_branches": 30_000,
+                                 "vm_branches": WARM_BRANCHES, "raw_branches": WARM_BRANCHES,
+                                 "hot_branches": WARM_BRANCHES,
                                  "skip_venv": True})
     need_perf(ap, exporter=True)
     sys.stdout.reconfigure(line_buffering=True)  # in order with the generators' lines on stderr
@@ -503,6 +547,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
         report["scaling"] = part_scaling(m, work, args.scale_branches)
     report["export"] = part_export(m, trace, work)
     report["vm"] = part_vm(m, work, args.vm_branches)
+    if args.rss_branches:
+        report["memory"] = part_memory(m, work, args.rss_branches)
     report["raw"] = part_raw(m, work, args.raw_branches, args.hot_branches, args.tiny)
     load.append(os.getloadavg()[0])
     print()

@@ -189,6 +189,7 @@ def test_bench_matrix(tmp_path):
     sc = rep["scaling"]  # the decoder's scaling on a trace of its own (--tiny: 30 k branches)
     assert sc["jobs 1"]["branches"] == sc["jobs 2"]["branches"] >= 30_000
     assert sc["scaling"] == pytest.approx(sc["jobs 1"]["wall_s"] / sc["jobs 2"]["wall_s"])
+    assert len(sc["jobs 1"]["walls_s"]) == len(sc["jobs 2"]["walls_s"]) == sc["runs"] >= 3  # alternated runs' medians
     exp = rep["export"]
     assert exp["perf"]["samples"] == exp["jobs 1"]["samples"] == exp["jobs 2"]["samples"] >= n
     for run in exp.values():
@@ -197,6 +198,9 @@ def test_bench_matrix(tmp_path):
     assert vm["vm"]["samples"] >= vm["vm_branches"] > 1000 and vm["host"]["samples"] >= vm["vm_branches"]
     assert positive(vm["ratio_per_sample"]) and positive(vm["ratio_cpu_per_sample"])
     assert len(vm["vm"]["walls_s"]) == len(vm["host"]["walls_s"]) == vm["runs"] >= 3  # medians of alternated runs
+    mem = rep["memory"]  # peak RSS at a tenth of --rss-branches (--tiny: 3 k) and at it (30 k)
+    assert mem["3000"]["samples"] > 1000 and mem["30000"]["samples"] > 10 * 1000
+    assert mem["growth"] == pytest.approx(mem["30000"]["peak_rss_kib"] / mem["3000"]["peak_rss_kib"])
     raw = rep["raw"]
     assert raw["generated"]["program"] == "hotloop" and raw["generated_calls"]["program"] == "calls"
     for gen in (raw["generated"], raw["generated_calls"]):
@@ -205,7 +209,7 @@ def test_bench_matrix(tmp_path):
         assert raw["simplept"]["bytes"] == 128 << 10 and positive(raw["simplept"]["ratio"])
     # the table: every part, each target judged on its figure, and the figures are the runs'
     rows = rep["rows"]
-    assert {r["part"] for r in rows} == {"decode", "export", "vm", "raw"}
+    assert {r["part"] for r in rows} == {"decode", "export", "vm", "memory", "raw"}
     judged = [r for r in rows if r["target"]]
     assert len(judged) >= 10 and all(isinstance(r["met"], bool) and is_number(r["ratio"]) for r in judged)
     assert rep["targets_missed"] == [r["what"] for r in judged if not r["met"]]
