@@ -1039,6 +1039,72 @@ def _gather(pieces: list[tuple[dict[str, np.ndarray], int, int]], n: int) -> dic
     return out
 
 
+class _Items:
+    """Every queue's decoded items (is-error, timestamp) in one pair of arrays, for the merge's kernel:
+    queue q's items ``base[q]``... are ``ts[start[q]:start[q] + size[q]]``.  Each queue has a region of
+    its own; a queue's new items go at the end of its region, which first sheds the items the merge is
+    done with and, still too small, moves to the end of the arrays at twice the size (the arrays packed
+    anew when that end is reached).  So a queue's items cost the same whatever the number of queues:
+    a 64-CPU recording's merge copies what each queue decodes, not every queue's items at each step."""
+
+    def __init__(self, nq: int) -> None:
+        self.start = np.zeros(nq, np.int64)
+        self.size = np.zeros(nq, np.int64)
+        self.room = np.zeros(nq, np.int64)  # each region's length
+        self.base = np.zeros(nq, np.int64)  # the absolute item number of each region's first item
+        self.err = np.zeros(0, np.bool_)
+        self.ts = np.zeros(0, np.int64)
+        self.end = 0  # the regions end here
+
+    def update(self, q: int, s: _Source, keep: int) -> None:
+        """Bring queue q's region up to its source's items (``keep``: the first item the merge still reads)."""
+        have = int(self.base[q] + self.size[q])
+        if s.end <= have:
+            return
+        new_ts = s.ts[have - s.base:]
+        new_err = s.err[have - s.base:]
+        n = len(new_ts)
+        drop = min(max(0, keep - int(self.base[q])), int(self.size[q]))
+        a = int(self.start[q])
+        if drop:  # shed what the merge has read
+            k = int(self.size[q]) - drop
+            self.ts[a:a + k] = self.ts[a + drop:a + drop + k]
+            self.err[a:a + k] = self.err[a + drop:a + drop + k]
+            self.base[q] += drop
+            self.size[q] = k
+        k = int(self.size[q])
+        if k + n > self.room[q]:  # to the end, twice as big
+            room = max(2 * (k + n), 1024)
+            if self.end + room > len(self.ts):
+                self._pack(q, room)
+            else:
+                b = self.end
+                self.ts[b:b + k] = self.ts[a:a + k]
+                self.err[b:b + k] = self.err[a:a + k]
+                self.start[q], self.room[q] = b, room
+                self.end += room
+            a = int(self.start[q])
+        self.ts[a + k:a + k + n] = new_ts
+        self.err[a + k:a + k + n] = new_err
+        self.size[q] = k + n
+
+    def _pack(self, q: int, room: int) -> None:
+        """New arrays: every region packed, each with as much room again as it holds, q's ``room``."""
+        rooms = np.maximum(2 * self.size, 1024)
+        rooms[q] = room
+        total = int(rooms.sum())
+        ts = np.empty(2 * total, np.int64)
+        err = np.empty(2 * total, np.bool_)
+        at = 0
+        for j in range(len(rooms)):
+            a, k = int(self.start[j]), int(self.size[j])
+            ts[at:at + k] = self.ts[a:a + k]
+            err[at:at + k] = self.err[a:a + k]
+            self.start[j], self.room[j] = at, rooms[j]
+            at += int(rooms[j])
+        self.ts, self.err, self.end = ts, err, at
+
+
 class StreamMerge:
     """perf's queue-heap order (``PerfSession._perf_order``), run incrementally over :class:`_Source` s."""
 
@@ -1060,6 +1126,7 @@ class StreamMerge:
         self.st = np.zeros(QC.ST_SIZE, np.int64)
         self.st[QC._ST_Q] = -1
         self.turns = np.empty((2, MERGE_TURNS), np.int64)
+        self.items = _Items(nq)
 
     def _emit(self, pieces: list) -> None:
         """Queue rows for the batches: (chunk, lo, hi) pieces or whole column dicts."""
@@ -1111,24 +1178,14 @@ class StreamMerge:
             self.npending -= n
             yield _gather(pieces, n)
 
-    def _items(self) -> tuple[np.ndarray, ...]:
-        """The decoded items of every queue, end to end: (off, err, ts, base) for the kernel."""
-        lens = [len(s.ts) for s in self.src]
-        off = np.zeros(len(lens) + 1, np.int64)
-        off[1:] = np.cumsum(lens)
-        err = np.concatenate([s.err for s in self.src]) if len(self.src) > 1 else self.src[0].err
-        ts = np.concatenate([s.ts for s in self.src]) if len(self.src) > 1 else self.src[0].ts
-        return off, err, ts, np.array([s.base for s in self.src], np.int64)
-
     def _process(self, limit: int):
         """perf's heap run up to ``limit`` (a sideband event's TSC, or 1 << 64: to the end): each queue
         taken in turn emits its rows up to its next item at or past the next queue's timestamp (+1)."""
         unbounded = limit >= 1 << 63
-        st, tq, ti = self.st, self.turns[0], self.turns[1]
+        st, tq, ti, items = self.st, self.turns[0], self.turns[1], self.items
         while True:
-            off, err, ts, base = self._items()
-            nt = QC._merge_turns(off, err, ts, base, self.done, self.nxt, self.hord, self.hq, st,
-                                 0 if unbounded else int(limit), unbounded, tq, ti)
+            nt = QC._merge_turns(items.start, items.size, items.err, items.ts, items.base, self.done, self.nxt,
+                                 self.hord, self.hq, st, 0 if unbounded else int(limit), unbounded, tq, ti)
             for q, i in zip(tq[:nt].tolist(), ti[:nt].tolist()):
                 self._emit(self.src[q].take_pieces(i))
             if nt:
@@ -1141,7 +1198,9 @@ class StreamMerge:
                 return
             if status == QC.MERGE_NEED:
                 q = int(st[QC._ST_Q])
-                if not self.src[q].more():
+                if self.src[q].more():
+                    items.update(q, self.src[q], int(st[QC._ST_I]))
+                else:
                     self.done[q] = True
 
     def _lost_row(self, i: int) -> dict[str, np.ndarray]:
@@ -1153,6 +1212,7 @@ class StreamMerge:
         for q, s in enumerate(self.src):
             if s.ensure(0):
                 n = QC._push(self.hord, self.hq, n, q, int(s.ts[0]))
+                self.items.update(q, s, 0)
             else:
                 self.done[q] = True
         self.st[QC._ST_HEAP] = n

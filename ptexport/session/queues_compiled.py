@@ -164,9 +164,9 @@ ST_SIZE = 6
 MERGE_DONE, MERGE_NEED, MERGE_FULL = 0, 1, 2
 
 
-def _merge_turns(off, err, ts, base, done, nxt, hord, hq, st, limit, unbounded, tq, ti):
+def _merge_turns(start, size, err, ts, base, done, nxt, hord, hq, st, limit, unbounded, tq, ti):
     """Run the heap up to ``limit`` (every timestamp when ``unbounded``) over the items at hand: queue q's
-    are ``err``/``ts``[off[q]:off[q + 1]], its item ``base[q]`` first; ``done[q]``: no more will come.
+    are ``err``/``ts``[start[q]:start[q] + size[q]], its item ``base[q]`` first; ``done[q]``: no more will come.
     Each run is a turn (tq, ti): queue tq's rows before item ti go next.  Returns the turns written;
     ``st[_ST_STATUS]`` says why it stopped (the turns full, a queue needing items, the limit reached)."""
     n = st[_ST_HEAP]
@@ -192,11 +192,11 @@ def _merge_turns(off, err, ts, base, done, nxt, hord, hq, st, limit, unbounded, 
                 lim = hord[0] + 1
                 unb = False
             i = nxt[q] + 1
-        k = off[q] + i - base[q]
-        stop = off[q + 1]
+        k = start[q] + i - base[q]
+        stop = start[q] + size[q]
         while k < stop and (err[k] or unb or ts[k] < lim):
             k += 1
-        i = base[q] + k - off[q]
+        i = base[q] + k - start[q]
         tq[nt] = q
         ti[nt] = i
         nt += 1

@@ -85,6 +85,23 @@ def test_streamed_equals_whole_quipper(quipper, itrace, monkeypatch):
     assert _check(str(quipper), itrace, monkeypatch) > 50
 
 
+def test_streamed_equals_whole_sixteen_cpus(tmp_path, monkeypatch):
+    """16 CPU queues taking turns, decoded 64 rows at a time: the merge's item regions (one per queue in
+    shared arrays) shed what was read, move when full and are packed anew, and the order stays perf's."""
+    assert main(["synth", "--out", str(tmp_path), "--branches", "20000", "--seed", "4", "--program", "threads",
+                 "--cpus", "16"], out=io.StringIO()) == 0
+    packs = []
+    real = parallel._Items._pack
+
+    def pack(self, q, room):
+        packs.append(q)
+        return real(self, q, room)
+
+    monkeypatch.setattr(parallel._Items, "_pack", pack)
+    assert _check(str(tmp_path / "perf.data"), "bep", monkeypatch) > 20000
+    assert packs
+
+
 def test_dump_streams_same_text(traces):
     path = traces["threads-2cpus-cyc"]
     cfg = DecodeConfig(itrace=parse_itrace("be"))
