@@ -40,18 +40,32 @@ from _common import (PERF_EXPORTER, add_options, need_file, need_perf, one_line_
 WARMUP_BRANCHES = 2000
 WARMUP_BYTES = 64 << 10  # a --file this small is timed without a warm-up (2000 branches: about 6 KB)
 
+#: Runs one command and prints its wall seconds, peak RSS and CPU seconds.  A process started from
+#: this one would carry this one's peak RSS over fork and exec into its own ru_maxrss (Linux folds the
+#: forked address space's high-water mark in at exec), and a benchmark that made its inputs in-process
+#: (bench_vm.prepare: ~370 MB) would measure itself; this small interpreter starts the command instead.
+_MEASURE = r"""
+import json, os, subprocess, sys, time
+t0 = time.perf_counter()
+proc = subprocess.Popen(json.loads(sys.argv[1]), stdout=subprocess.DEVNULL)
+_, status, usage = os.wait4(proc.pid, 0)
+print(json.dumps([time.perf_counter() - t0, os.waitstatus_to_exitcode(status), usage.ru_maxrss,
+                  usage.ru_utime + usage.ru_stime]))
+"""
+
+
 def timed(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, int, float]:
     """Wall seconds, peak RSS (KiB) and CPU seconds (user + system) of one child process (and the
-    children it waited for)."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read() if proc.stderr else ""
-    if proc.returncode:
-        sys.exit(f"{' '.join(cmd)} failed:\n{err[-2000:]}")
-    return wall, usage.ru_maxrss, usage.ru_utime + usage.ru_stime
+    children it waited for), started by a small interpreter of its own (``_MEASURE``)."""
+    proc = subprocess.run([sys.executable, "-c", _MEASURE, json.dumps(cmd)], env=env, cwd=cwd,
+                          capture_output=True, text=True)
+    try:
+        wall, code, rss, cpu = json.loads(proc.stdout)
+    except ValueError:
+        sys.exit(f"{' '.join(cmd)}: could not be measured:\n{proc.stderr[-2000:]}")
+    if code:
+        sys.exit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    return wall, rss, cpu
 
 
 def count_samples(db: Path) -> int:
