@@ -406,6 +406,10 @@ class SqliteWriter(Writer):
         if not late:
             return
         mat = np.concatenate(late)
+        # in id order: each row goes into the page after the last one's (SQLite's B-tree insert), not all
+        # over the table - 30 K late calls of 438 K rows took 0.31 s shuffled, 0.23 s in a few sorted runs
+        # (the batches they came in), 0.14 s sorted
+        mat = mat[np.argsort(mat[:, 0], kind="stable")]
         if mat.shape[0] < 100_000:  # a few stragglers: not worth compiling the bind loop
             try:
                 self._conn().executemany(self._insert_sql(table), mat.tolist())
