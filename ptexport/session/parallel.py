@@ -1124,7 +1124,7 @@ class StreamMerge:
         self.nxt = np.zeros(nq, np.int64)  # each queue's pending item
         self.done = np.zeros(nq, np.bool_)  # each queue decoded to its end
         self.st = np.zeros(QC.ST_SIZE, np.int64)
-        self.st[QC._ST_Q] = -1
+        self.st[QC.ST_Q] = -1
         self.turns = np.empty((2, MERGE_TURNS), np.int64)
         self.items = _Items(nq)
 
@@ -1184,22 +1184,22 @@ class StreamMerge:
         unbounded = limit >= 1 << 63
         st, tq, ti, items = self.st, self.turns[0], self.turns[1], self.items
         while True:
-            nt = QC._merge_turns(items.start, items.size, items.err, items.ts, items.base, self.done, self.nxt,
+            nt = QC.merge_turns(items.start, items.size, items.err, items.ts, items.base, self.done, self.nxt,
                                  self.hord, self.hq, st, 0 if unbounded else int(limit), unbounded, tq, ti)
             for q, i in zip(tq[:nt].tolist(), ti[:nt].tolist()):
                 self._emit(self.src[q].take_pieces(i))
             if nt:
-                mid = int(st[QC._ST_Q])
+                mid = int(st[QC.ST_Q])
                 for q in set(tq[:nt].tolist()):  # their items before the pending ones are done with
-                    self.src[q].drop_items(int(st[QC._ST_I]) if q == mid else int(self.nxt[q]))
+                    self.src[q].drop_items(int(st[QC.ST_I]) if q == mid else int(self.nxt[q]))
             yield from self._flush()
-            status = st[QC._ST_STATUS]
+            status = st[QC.ST_STATUS]
             if status == QC.MERGE_DONE:
                 return
             if status == QC.MERGE_NEED:
-                q = int(st[QC._ST_Q])
+                q = int(st[QC.ST_Q])
                 if self.src[q].more():
-                    items.update(q, self.src[q], int(st[QC._ST_I]))
+                    items.update(q, self.src[q], int(st[QC.ST_I]))
                 else:
                     self.done[q] = True
 
@@ -1211,11 +1211,11 @@ class StreamMerge:
         n = 0
         for q, s in enumerate(self.src):
             if s.ensure(0):
-                n = QC._push(self.hord, self.hq, n, q, int(s.ts[0]))
+                n = QC.heap_push(self.hord, self.hq, n, q, int(s.ts[0]))
                 self.items.update(q, s, 0)
             else:
                 self.done[q] = True
-        self.st[QC._ST_HEAP] = n
+        self.st[QC.ST_HEAP] = n
 
     def batches(self):
         """Row chunks (column dicts with obj and step) in perf's order, about ``batch_rows`` each."""

@@ -153,36 +153,36 @@ def _row_ranks(queue, step, item_off, rank_item, rank_lost, lost_base, default, 
 
 
 # The streamed order (``parallel.StreamMerge``): the same heap run over the items decoded so far,
-# resumable.  ``st`` holds what carries over between calls (the _ST_* slots).
-_ST_HEAP = 0  # queues in the heap
-_ST_Q = 1  # the queue whose run stopped for want of items (-1: none)
-_ST_LIM = 2  # its run's limit
-_ST_UNB = 3  # 1: that limit is above every timestamp
-_ST_I = 4  # the item its run goes on from
-_ST_STATUS = 5  # how the last call ended: MERGE_DONE, MERGE_NEED (queue _ST_Q needs items), MERGE_FULL
+# resumable.  ``st`` holds what carries over between calls (the ST_* slots).
+ST_HEAP = 0  # queues in the heap
+ST_Q = 1  # the queue whose run stopped for want of items (-1: none)
+ST_LIM = 2  # its run's limit
+ST_UNB = 3  # 1: that limit is above every timestamp
+ST_I = 4  # the item its run goes on from
+ST_STATUS = 5  # how the last call ended: MERGE_DONE, MERGE_NEED (queue ST_Q needs items), MERGE_FULL
 ST_SIZE = 6
 MERGE_DONE, MERGE_NEED, MERGE_FULL = 0, 1, 2
 
 
-def _merge_turns(start, size, err, ts, base, done, nxt, hord, hq, st, limit, unbounded, tq, ti):
+def merge_turns(start, size, err, ts, base, done, nxt, hord, hq, st, limit, unbounded, tq, ti):
     """Run the heap up to ``limit`` (every timestamp when ``unbounded``) over the items at hand: queue q's
     are ``err``/``ts``[start[q]:start[q] + size[q]], its item ``base[q]`` first; ``done[q]``: no more will come.
     Each run is a turn (tq, ti): queue tq's rows before item ti go next.  Returns the turns written;
-    ``st[_ST_STATUS]`` says why it stopped (the turns full, a queue needing items, the limit reached)."""
-    n = st[_ST_HEAP]
-    q = st[_ST_Q]
-    lim = st[_ST_LIM]
-    unb = st[_ST_UNB]
-    i = st[_ST_I]
+    ``st[ST_STATUS]`` says why it stopped (the turns full, a queue needing items, the limit reached)."""
+    n = st[ST_HEAP]
+    q = st[ST_Q]
+    lim = st[ST_LIM]
+    unb = st[ST_UNB]
+    i = st[ST_I]
     nt = 0
     cap = len(tq)
     while True:
         if q < 0:
             if n == 0 or (not unbounded and hord[0] >= limit):
-                st[_ST_STATUS] = MERGE_DONE
+                st[ST_STATUS] = MERGE_DONE
                 break
             if nt >= cap:
-                st[_ST_STATUS] = MERGE_FULL
+                st[ST_STATUS] = MERGE_FULL
                 break
             q = hq[0]
             n = _pop(hord, hq, n)
@@ -208,22 +208,24 @@ def _merge_turns(start, size, err, ts, base, done, nxt, hord, hq, st, limit, unb
             nxt[q] = i
             q = -1
         else:
-            st[_ST_STATUS] = MERGE_NEED
+            st[ST_STATUS] = MERGE_NEED
             break
-    st[_ST_HEAP] = n
-    st[_ST_Q] = q
-    st[_ST_LIM] = lim
-    st[_ST_UNB] = unb
-    st[_ST_I] = i
+    st[ST_HEAP] = n
+    st[ST_Q] = q
+    st[ST_LIM] = lim
+    st[ST_UNB] = unb
+    st[ST_I] = i
     return nt
 
 
 if numba is not None:
-    _merge_turns = numba.njit(cache=True, nogil=True)(_merge_turns)
+    merge_turns = numba.njit(cache=True, nogil=True)(merge_turns)
     _push = numba.njit(cache=True)(_push)
     _pop = numba.njit(cache=True)(_pop)
     _order = numba.njit(cache=True)(_order)
     _row_ranks = numba.njit(cache=True)(_row_ranks)
+
+heap_push = _push  # (the merge's queues enter the heap from Python: parallel.StreamMerge.start)
 
 
 def perf_order(items: Sequence[tuple[Sequence[bool] | np.ndarray, Sequence[int] | np.ndarray]],
