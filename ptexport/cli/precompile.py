@@ -52,6 +52,12 @@ def warm(samples: Path) -> int:
         print(f"ptexport: compiling ahead: the raw walker: {e}", file=sys.stderr)
         failed += 1
     with tempfile.TemporaryDirectory(prefix="ptexport-warm-") as tmp:
+        try:
+            from ptexport.writers.sqlite import warm_index_runs
+            warm_index_runs(Path(tmp))  # an index of more entries than the writer keeps in memory
+        except Exception as e:  # noqa: BLE001 - a warm-up failure must not fail the install
+            print(f"ptexport: compiling ahead: the index runs: {e}", file=sys.stderr)
+            failed += 1
         for argv in warm_commands(samples, Path(tmp)):
             try:
                 rc = main(argv, out=io.StringIO())

@@ -317,6 +317,130 @@ if numba is not None:
             out[base + 11] = r & 0xFF
 
 
+if numba is not None:
+
+    @numba.njit(cache=True, nogil=True, inline="always")
+    def _row_less(ent, i, j):  # pragma: no cover - compiled
+        """Entry ``ent[i]`` before ``ent[j]`` in SQLite's order (field by field)."""
+        for c in range(ent.shape[1]):
+            a = ent[i, c]
+            b = ent[j, c]
+            if a != b:
+                return a < b
+        return False
+
+    @numba.njit(cache=True, nogil=True)
+    def _merge_pieces(ent, starts, out):  # pragma: no cover - compiled
+        """The sorted pieces ``ent[starts[p]:starts[p + 1]]`` merged into ``out`` (a heap of the
+        pieces' next entries: n log k comparisons)."""
+        k = starts.size - 1
+        pos = starts[:-1].copy()
+        heap = np.empty(k, dtype=np.int64)
+        nh = 0
+        for p in range(k):
+            if pos[p] < starts[p + 1]:
+                # sift up
+                h = nh
+                nh += 1
+                while h > 0:
+                    up = (h - 1) >> 1
+                    if _row_less(ent, pos[p], pos[heap[up]]):
+                        heap[h] = heap[up]
+                        h = up
+                    else:
+                        break
+                heap[h] = p
+        w = ent.shape[1]
+        o = 0
+        while nh > 0:
+            p = heap[0]
+            r = pos[p]
+            for c in range(w):
+                out[o, c] = ent[r, c]
+            o += 1
+            pos[p] = r + 1
+            if pos[p] == starts[p + 1]:  # the piece is done: the heap's last takes the top
+                nh -= 1
+                if nh == 0:
+                    break
+                p = heap[nh]
+            # sift p down from the top
+            h = 0
+            while True:
+                a = 2 * h + 1
+                if a >= nh:
+                    break
+                b = a + 1
+                if b < nh and _row_less(ent, pos[heap[b]], pos[heap[a]]):
+                    a = b
+                if _row_less(ent, pos[heap[a]], pos[p]):
+                    heap[h] = heap[a]
+                    h = a
+                else:
+                    break
+            heap[h] = p
+        return o
+
+    @numba.njit(cache=True, nogil=True)
+    def _count_not_above(ent, bound):  # pragma: no cover - compiled
+        """How many of the sorted entries ``ent`` are at most the entry ``bound`` (binary search)."""
+        lo = 0
+        hi = ent.shape[0]
+        w = ent.shape[1]
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            above = False
+            for c in range(w):
+                if ent[mid, c] != bound[c]:
+                    above = ent[mid, c] > bound[c]
+                    break
+            if above:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    @numba.njit(cache=True, nogil=True)
+    def _records(ent, rows, buf, ends):  # pragma: no cover - compiled
+        """The records (:func:`index_record`) of entries ``ent[rows]``, one after another in ``buf``
+        (``ends[j]``: where record j ends)."""
+        p = 0
+        for j in range(rows.size):
+            p = _index_record(buf, p, ent, rows[j])
+            ends[j] = p
+
+
+def index_records(ent: np.ndarray, rows: np.ndarray) -> list[bytes]:
+    """:func:`index_record` of each entry ``ent[rows]`` (the compiled form)."""
+    buf = np.empty(len(rows) * (2 + 9 * ent.shape[1]), dtype=np.uint8)
+    ends = np.empty(len(rows), dtype=np.int64)
+    _records(ent, rows, buf, ends)
+    data = buf.tobytes()
+    out = []
+    a = 0
+    for b in ends.tolist():
+        out.append(data[a:b])
+        a = b
+    return out
+
+
+def count_not_above(ent: np.ndarray, bound: np.ndarray) -> int:
+    """How many of the sorted entries ``ent`` (SQLite's order) are at most the entry ``bound``."""
+    return int(_count_not_above(ent, np.asarray(bound, dtype=np.int64)))
+
+
+def merge_sorted(pieces: Sequence[np.ndarray]) -> np.ndarray:
+    """Sorted entries (each piece in SQLite's order) merged into one array in that order."""
+    pieces = [p for p in pieces if len(p)]
+    if len(pieces) <= 1:
+        return pieces[0] if pieces else np.zeros((0, 0), np.int64)
+    ent = np.ascontiguousarray(np.concatenate(pieces), dtype=np.int64)
+    starts = np.cumsum([0] + [len(p) for p in pieces]).astype(np.int64)
+    out = np.empty_like(ent)
+    _merge_pieces(ent, starts, out)
+    return out
+
+
 def index_record(fields: Sequence[int]) -> bytes:
     """Python twin of the kernel's record: payload size varint + record of ``fields`` (key columns,
     then the rowid)."""
@@ -591,7 +715,7 @@ def splice_index(db_path: str | os.PathLike[str], root_page: int, page_size: int
             pf.close()
             return
         children = pf.append(memoryview(out), npages)
-        entries = [index_record(ent[i].tolist()) for i in seps[:nsep].tolist()]
+        entries = index_records(ent, seps[:nsep])
         _index_interiors(pf, root_page, children, entries)
         pf.close()
 
@@ -618,7 +742,7 @@ def splice_index_blocks(db_path: str | os.PathLike[str], root_page: int, page_si
             seps = np.zeros(cap, dtype=np.int64)
             npages, nsep = _build_index_leaves(e, ps, out, seps)
             children.extend(pf.append(memoryview(out), npages))
-            entries.extend(index_record(e[i].tolist()) for i in seps[:nsep].tolist())
+            entries.extend(index_records(e, seps[:nsep]))
 
         for block in blocks:
             e = np.ascontiguousarray(block if carry is None else np.concatenate([carry, block]), dtype=np.int64)

@@ -556,6 +556,30 @@ class SqliteWriter(Writer):
         remove_temporary(self.tmp_path, self.target)
 
 
+def warm_index_runs(scratch: Path) -> None:
+    """The index runs' kernels (merge, bound search, separator records) compiled, for compiling ahead:
+    no shipped sample has an index of more than :data:`INDEX_RUN_ROWS` entries."""
+    db = scratch / "warm-index-runs.sqlite"
+    c = sqlite3.connect(db)
+    try:
+        c.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, k INTEGER)")
+        c.execute("CREATE INDEX t_k ON t (k)")
+        root = c.execute("SELECT rootpage FROM sqlite_master WHERE name = 't_k'").fetchone()[0]
+        page_size = c.execute("PRAGMA page_size").fetchone()[0]
+    finally:
+        c.close()
+    runs = _IndexRuns(scratch / "warm-index-runs.runs")
+    try:
+        ids = np.arange(1, 3001, dtype=np.int64)
+        for part in np.array_split(ids, 3):
+            runs.add(_btree.index_entries(part % 7, part))
+            runs._spill()
+        runs.splice(db, root, page_size)
+    finally:
+        runs.remove()
+        db.unlink()
+
+
 class _IndexRuns:
     """The entries (key columns, then the rowid) of one index as rows are spooled, for
     :func:`_btree.splice_index`.
@@ -622,14 +646,14 @@ class _IndexRuns:
                 return
             more = [i for i in live if pos[i] < end[i]]
             if more:  # entries up to the smallest last buffered entry of a run with more to read
-                bound = min(tuple(buf[i][-1].tolist()) for i in more)
-                take = [_count_not_above(buf[i], bound) for i in live]
+                bound = np.array(min(tuple(buf[i][-1].tolist()) for i in more), dtype=np.int64)
+                take = [_btree.count_not_above(buf[i], bound) for i in live]
             else:
                 take = [len(buf[i]) for i in live]
-            ent = np.concatenate([buf[i][:c] for i, c in zip(live, take)])
+            pieces = [buf[i][:c] for i, c in zip(live, take)]
             for i, c in zip(live, take):
                 buf[i] = buf[i][c:]
-            yield _btree.sort_entries(ent)
+            yield _btree.merge_sorted(pieces)
 
     def remove(self) -> None:
         self._ents, self._n = [], 0
@@ -638,13 +662,3 @@ class _IndexRuns:
         except FileNotFoundError:
             pass
 
-
-def _count_not_above(ent: np.ndarray, bound: tuple[int, ...]) -> int:
-    """How many of the sorted entries ``ent`` are at most ``bound`` (compared field by field)."""
-    below = np.zeros(len(ent), bool)
-    same = np.ones(len(ent), bool)
-    for j, b in enumerate(bound):
-        col = ent[:, j]
-        below |= same & (col < b)
-        same &= col == b
-    return int(np.count_nonzero(below | same))

@@ -324,3 +324,29 @@ def test_call_paths_index_from_runs_equals_sqlite_create_index(tmp_path, monkeyp
     assert got == sorted(got) and len(got) == ids.size + 1  # with the unknown path, id 0
     c.close()
     assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 5])
+@pytest.mark.parametrize("pieces", [1, 2, 7, 40])
+def test_merge_kernel_and_its_bound_search_order_as_sqlite_does(width, pieces):
+    """The index runs' merge (a heap over the sorted pieces) and the search for how much of each run
+    is at most a bound: numpy's lexsort over every field (signed, the rowid last) is the oracle;
+    equal keys across pieces, empty pieces, the extremes of int64."""
+    rng = np.random.default_rng(width * 100 + pieces)
+    vals = np.array([-(1 << 63), -5, 0, 1, 2, 1 << 40, (1 << 63) - 1], np.int64)
+    parts = []
+    rowid = 0
+    for _ in range(pieces):
+        n = int(rng.integers(0, 300))
+        keys = vals[rng.integers(0, vals.size, (n, width - 1))] if width > 1 else np.zeros((n, 0), np.int64)
+        ent = np.column_stack([keys, np.arange(rowid, rowid + n, dtype=np.int64)])
+        rowid += n
+        parts.append(ent[np.lexsort(ent.T[::-1])])
+    everything = np.concatenate(parts)
+    want = everything[np.lexsort(everything.T[::-1])]
+    got = _btree.merge_sorted(parts)
+    assert np.array_equal(got, want) or (not len(want) and not len(got))
+    for bound in [want[0], want[len(want) // 2], want[-1]] if len(want) else []:
+        for p in parts:
+            expect = sum(1 for row in p.tolist() if tuple(row) <= tuple(bound.tolist()))
+            assert _btree.count_not_above(p, bound) == expect
