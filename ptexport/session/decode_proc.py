@@ -35,6 +35,7 @@ import numpy as np
 from ptexport.errors import PtExportError
 from ptexport.samples.columns import SampleColumns
 from ptexport.session.parallel import die_with_parent, ignore_stop_signals
+from ptexport.session.prefetch import Prefetched
 
 _FIELDS = [f.name for f in dataclasses.fields(SampleColumns)]
 
@@ -64,10 +65,15 @@ def _child(session: Any, conn: Any, batch_rows: int, jobs: int, ring: Any = None
            tail: Callable[[], Any] | None = None) -> None:
     ignore_stop_signals()
     die_with_parent()
+    batches: Any = None
     try:
         t0 = time.perf_counter()
         idle = list(range(SLOTS)) if ring is not None else []
-        for cols in session.iter_batches(jobs, batch_rows=batch_rows):
+        # the next batches decoded on a thread while this one is handed over (with workers of its own,
+        # jobs > 1, the child decodes here: they are forked by the thread that decodes)
+        stream = session.iter_batches(jobs, batch_rows=batch_rows)
+        batches = Prefetched(stream) if jobs == 1 else stream
+        for cols in batches:
             parts = [(name, np.ascontiguousarray(a)) for name in _FIELDS
                      if (a := getattr(cols, name)) is not None]
             size = sum(_aligned(a.nbytes) for _, a in parts)
@@ -89,6 +95,8 @@ def _child(session: Any, conn: Any, batch_rows: int, jobs: int, ring: Any = None
         seconds = time.perf_counter() - t0
         conn.send(("end", (seconds, tail() if tail is not None else None)))
     except BaseException as e:  # noqa: BLE001 - everything goes to the parent, which raises it
+        if batches is not None:
+            batches.close()
         try:
             conn.send(("error", e))
         except Exception:  # noqa: BLE001 - not picklable: its text

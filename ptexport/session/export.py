@@ -34,6 +34,7 @@ from ptexport.session.cluster import open_cluster, prepare_workers
 from ptexport.session.decode_proc import maybe_process
 from ptexport.session.guestdata import apply_guest_data
 from ptexport.session.perfsession import DecodeConfig, PerfSession, open_session
+from ptexport.session.prefetch import Prefetched
 from ptexport.writers import open_writer
 from ptexport.writers.targets import target_path
 from ptexport.writers.leftovers import refuse_if_busy
@@ -197,8 +198,8 @@ def export_trace(path: str, target: str, config: ExportConfig,
             # decoded as the export goes: here with --jobs 1, else by a forked child process on another
             # core (which with --jobs N > 2 has N - 1 workers of its own)
             proc = decode_process(session, config)
-            batches = proc if proc is not None else _Timed(session.iter_batches(config.jobs),
-                                                          _time.perf_counter() - t0)
+            batches = proc if proc is not None else Prefetched(session.iter_batches(config.jobs),
+                                                              _time.perf_counter() - t0)
         try:
             with open_writer(target, force=config.force) as w:
                 summary.leftovers = list(getattr(w, "removed_leftovers", ()))
