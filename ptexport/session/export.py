@@ -19,7 +19,7 @@ import contextlib
 import os
 import time as _time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 from ptexport.dbexport import samples, samples_compiled
 from ptexport.dbexport.exporter import DbExporter, ExportConfig, RecordTee, SampleLoop
@@ -65,30 +65,6 @@ def sample_loop(config: ExportConfig) -> SampleLoop:
     sideband, not per sample), or with ``config.reference`` the per-sample loop written to read as
     perf's db-export, its oracle (same rows, compared table by table in ``tests/dbexport/``)."""
     return samples.export_samples if config.reference else samples_compiled.export_samples
-
-
-class _Timed:
-    """An iterator of sample batches that adds up the time spent producing them (decoding)."""
-
-    def __init__(self, it: Iterable[SampleColumns], seconds: float = 0.0) -> None:
-        self._it = iter(it)
-        self.seconds = seconds
-
-    def __iter__(self) -> Iterator[SampleColumns]:
-        return self
-
-    def __next__(self) -> SampleColumns:
-        t = _time.perf_counter()
-        try:
-            return next(self._it)
-        finally:
-            self.seconds += _time.perf_counter() - t
-
-    def close(self) -> None:
-        """End the decoding (its workers' pending units are cancelled)."""
-        close = getattr(self._it, "close", None)
-        if close is not None:
-            close()
 
 
 def measure_vmcs(session: Any, limit: int = MEASURE_BYTES) -> dict[int, tuple[int, int, str]]:
@@ -193,7 +169,8 @@ def export_trace(path: str, target: str, config: ExportConfig,
                 view.bind(session)
             proc = None
             summary.cluster_workers = units.workers
-            batches: Any = _Timed(session.iter_batches(config.jobs, units=units), _time.perf_counter() - t0)
+            # joined and merged on a thread of this process while the batches before are exported
+            batches: Any = Prefetched(session.iter_batches(config.jobs, units=units), _time.perf_counter() - t0)
         else:
             # decoded as the export goes: here with --jobs 1, else by a forked child process on another
             # core (which with --jobs N > 2 has N - 1 workers of its own)
