@@ -35,7 +35,6 @@ import numpy as np
 from ptexport.errors import PtExportError
 from ptexport.samples.columns import SampleColumns
 from ptexport.session.parallel import die_with_parent, ignore_stop_signals
-from ptexport.session.prefetch import Prefetched
 
 _FIELDS = [f.name for f in dataclasses.fields(SampleColumns)]
 
@@ -69,10 +68,9 @@ def _child(session: Any, conn: Any, batch_rows: int, jobs: int, ring: Any = None
     try:
         t0 = time.perf_counter()
         idle = list(range(SLOTS)) if ring is not None else []
-        # the next batches decoded on a thread while this one is handed over (with workers of its own,
-        # jobs > 1, the child decodes here: they are forked by the thread that decodes)
-        stream = session.iter_batches(jobs, batch_rows=batch_rows)
-        batches = Prefetched(stream) if jobs == 1 else stream
+        # not decoded ahead on a thread (as --jobs 1 does): batches made faster than the parent frees its
+        # slots go through the pipe, each a new buffer there (100 M branches: peak RSS 367 -> 394 MB)
+        batches = session.iter_batches(jobs, batch_rows=batch_rows)
         for cols in batches:
             parts = [(name, np.ascontiguousarray(a)) for name in _FIELDS
                      if (a := getattr(cols, name)) is not None]

@@ -570,7 +570,9 @@ def warm_index_runs(scratch: Path) -> None:
         c.close()
     runs = _IndexRuns(scratch / "warm-index-runs.runs")
     try:
-        ids = np.arange(1, 3001, dtype=np.int64)
+        # runs longer than the merge's block (INDEX_RUN_ROWS / runs): read in several blocks, each
+        # bounded by the others' last entry read (the bound search)
+        ids = np.arange(1, 3 * (INDEX_RUN_ROWS // 2) + 1, dtype=np.int64)
         for part in np.array_split(ids, 3):
             runs.add(_btree.index_entries(part % 7, part))
             runs._spill()

@@ -350,3 +350,22 @@ def test_merge_kernel_and_its_bound_search_order_as_sqlite_does(width, pieces):
         for p in parts:
             expect = sum(1 for row in p.tolist() if tuple(row) <= tuple(bound.tolist()))
             assert _btree.count_not_above(p, bound) == expect
+
+
+def test_compiling_ahead_reaches_every_kernel_of_the_index_runs(tmp_path, monkeypatch):
+    """precompile's warm-up of the runs (no shipped sample has an index that large) goes through the
+    merge, the bound search and the separators' records: a user's first large export compiles nothing."""
+    from ptexport.writers import sqlite as sqlite_writer
+    called = set()
+
+    def spy(name, real):
+        def call(*a):
+            called.add(name)
+            return real(*a)
+        return call
+
+    for name in ("merge_sorted", "count_not_above", "index_records"):
+        monkeypatch.setattr(_btree, name, spy(name, getattr(_btree, name)))
+    sqlite_writer.warm_index_runs(tmp_path)
+    assert called == {"merge_sorted", "count_not_above", "index_records"}
+    assert list(tmp_path.iterdir()) == []
