@@ -294,6 +294,15 @@ def _segment_starts(tokens: Any, n: int, min_bytes: int) -> list[tuple[int, int]
     return out
 
 
+def _release_stops(qd: Any) -> list[tuple[int, int]]:
+    """Where a count-only decode (one kernel call otherwise) stops so that the trace read so far can
+    leave the resident set (``PerfData.release_pages``): every RELEASE_BUFFERS AUX buffers.  (A
+    segment worker touches only its segment's pages: with its stops too, the 100 M-branch count's
+    peak RSS stayed 181 MB.)"""
+    cur = max(int(qd.S[K.BUF]), 0)
+    return [(b, 0) for b in range(cur + RELEASE_BUFFERS, len(qd.tokens.bi), RELEASE_BUFFERS)]
+
+
 def _segment_job(cls: Any, path: str, config: Any, qnum: int, at: tuple[int, int] | None,
                  stop: tuple[int, int] | None, count_only: bool, window: int | None = None,
                  ident: tuple | None = None) -> dict:
@@ -654,6 +663,9 @@ def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | N
 # their place is known.  Memory holds each queue's undelivered chunk, the
 # output batch and the sideband, not the trace's samples.
 
+#: AUX buffers a count-only decode runs between two releases of the recording's pages (100 M branches,
+#: --jobs 1: peak RSS 279 -> 179 MB; 1 M: 165 MB)
+RELEASE_BUFFERS = 64
 STREAM_CHUNK = 1 << 16  # rows (and items) per compiled-decoder chunk (= iter_batches' default batch)
 MERGE_TURNS = 1 << 12  # queue turns the merge's kernel runs before their rows are taken (a VM trace's
 # two CPU queues take turns every ~75 rows: 13 K turns a million samples, each a few Python calls before)
@@ -700,13 +712,18 @@ def _count_queue(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any])
     qd = QueueDecoder(session.decode_context(), qnum, key, bufs, count_only=True)
     qd.setup()
     kept = []
+    release = getattr(session.pd, "release_pages", None)
+    stops = iter(_release_stops(qd)) if release is not None else iter(())
     while True:
-        r = _drive_chunk(qd)
+        at = next(stops, None)
+        r = qd.drive(stop=at) if at is not None else _drive_chunk(qd)
         o, _ = qd.take()
         if o.shape[1]:
             kept.append(o)
         if r == K.R_DONE:
             break
+        if at is not None:
+            release()
     o = np.concatenate(kept, axis=1) if kept else np.zeros((K.O_SIZE, 0), np.int64)
     rows = qd._rows(o, np.zeros((2, 0), np.int64))
     rows.branch_count = int(qd.S[K.NBRANCH])

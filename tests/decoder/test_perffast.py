@@ -776,3 +776,22 @@ def test_backend_choice_says_why(traces, monkeypatch):
         monkeypatch.setattr(jit, "numba", None)
         monkeypatch.setattr(jit, "PROBLEM", "numba cannot be imported (test)")
         assert backend.choose(s.decode_context()) == backend.Choice(False, "numba cannot be imported (test)")
+
+
+@pytest.mark.parametrize("variant", SEGMENTED[:4], ids=lambda v: "-".join(x.strip("-") for x in v))
+def test_counting_that_stops_at_every_buffer_to_release_pages_counts_the_same(traces, variant, monkeypatch):
+    """dump branches --count --jobs 1 stops the kernel every RELEASE_BUFFERS AUX buffers and drops the
+    trace read so far from the resident set: with a stop at every buffer, the same samples and errors
+    (and the pages were released each time)."""
+    from ptexport.session import parallel
+    path = traces(variant, 300_000)  # AUX buffers of 64 KiB: several a queue
+    with open_perf_data(str(path)) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("bep")))
+        whole = parallel.count_samples(s, 1)
+        released = []
+        real = pd.release_pages
+        monkeypatch.setattr(pd, "release_pages", lambda: (released.append(1), real())[1])
+        monkeypatch.setattr(parallel, "RELEASE_BUFFERS", 1)
+        assert parallel.count_samples(s, 1) == whole
+        nbufs = sum(len(b) for _, b in s.queues())
+        assert nbufs > len(s.queues()) and len(released) >= nbufs - len(s.queues())
