@@ -241,15 +241,22 @@ def _raise_when_back(frame: FrameType, exc: BaseException) -> None:
         return local
 
     def calls(f: FrameType, event: str, arg: object) -> object:
-        return None if _native(f) else local
+        # a frame that LLVM's callback runs (the standard library's, ptexport's cache locator) is
+        # inside the native call too: raising in it would be raising in the callback
+        return None if _native(f) or _in_native_call(f) else local
 
+    chain: list[FrameType] = []
     f: FrameType | None = frame
     while f is not None:
-        if not _native(f):
-            f.f_trace = local
-            f.f_trace_lines = True
-            marked.append(f)
+        chain.append(f)
         f = f.f_back
+    # only the frames the outermost llvmlite frame returns to
+    outer = max((i for i, g in enumerate(chain) if _LLVMLITE in g.f_code.co_filename), default=-1)
+    for g in chain[outer + 1:]:
+        if not _native(g):
+            g.f_trace = local
+            g.f_trace_lines = True
+            marked.append(g)
     sys.settrace(calls)
 
 

@@ -1,0 +1,73 @@
+"""A stop signal that comes while LLVM runs Python (llvmlite's ctypes callbacks, as when numba loads a
+cached kernel) is raised where the native call returns, never inside it: ctypes drops an exception
+raised in a callback ("Exception ignored on calling ctypes callback function") and LLVM, left
+without what it asked for, crashed the process (SIGSEGV instead of 128 + SIGHUP, seen in CI when a
+SIGHUP came while the finish loaded the index runs' kernels)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from ptexport import cli
+from ptexport.cli import Terminated
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def native(tmp_path):
+    """A stand-in for llvmlite (a module under a directory named llvmlite) whose entry calls back
+    into Python and, as ctypes does, drops what the callback raises; and a helper module (the
+    standard library's or ptexport's code that such a callback runs)."""
+    (tmp_path / "llvmlite").mkdir()
+    (tmp_path / "llvmlite" / "fake.py").write_text(
+        "def call_from_llvm(cb):\n"
+        "    try:\n"
+        "        cb()\n"
+        "    except BaseException as e:  # ctypes: printed and dropped\n"
+        "        return e\n"
+        "    return None\n")
+    (tmp_path / "helper.py").write_text(
+        "import sys\n"
+        "def callback(signal_here):\n"
+        "    signal_here(sys._getframe())\n"
+        "    x = 1\n"
+        "    y = x + 1\n"
+        "    return inner(y)\n"
+        "def inner(v):\n"
+        "    w = v * 2\n"
+        "    return w\n")
+    return _load("fake_llvmlite", tmp_path / "llvmlite" / "fake.py"), _load("fake_helper", tmp_path / "helper.py")
+
+
+def test_a_signal_inside_an_llvm_callback_is_raised_where_the_native_call_returns(native):
+    fake, helper = native
+    exc = Terminated(1)
+    dropped = "not called"
+    reached = []
+    try:
+        with pytest.raises(Terminated):
+            dropped = fake.call_from_llvm(lambda: helper.callback(lambda f: cli._raise_when_back(f, exc)))
+            reached.append("the line after the native call")  # raised before this line runs
+    finally:
+        sys.settrace(None)
+    assert dropped is None  # nothing was raised inside the callback (ctypes would have dropped it)
+    assert reached == []
+    assert sys.gettrace() is None
+
+
+def test_the_signal_frame_outside_native_code_raises_at_its_next_line(native):
+    """The common case: the signal came in Python that LLVM does not run (no llvmlite frame)."""
+    _, helper = native
+    exc = Terminated(1)
+    with pytest.raises(Terminated):
+        helper.callback(lambda f: cli._raise_when_back(f, exc))
+    assert sys.gettrace() is None
