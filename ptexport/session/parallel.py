@@ -294,15 +294,6 @@ def _segment_starts(tokens: Any, n: int, min_bytes: int) -> list[tuple[int, int]
     return out
 
 
-def _release_stops(qd: Any) -> list[tuple[int, int]]:
-    """Where a count-only decode (one kernel call otherwise) stops so that the trace read so far can
-    leave the resident set (``PerfData.release_pages``): every RELEASE_BUFFERS AUX buffers.  (A
-    segment worker touches only its segment's pages: with its stops too, the 100 M-branch count's
-    peak RSS stayed 181 MB.)"""
-    cur = max(int(qd.S[K.BUF]), 0)
-    return [(b, 0) for b in range(cur + RELEASE_BUFFERS, len(qd.tokens.bi), RELEASE_BUFFERS)]
-
-
 def _segment_job(cls: Any, path: str, config: Any, qnum: int, at: tuple[int, int] | None,
                  stop: tuple[int, int] | None, count_only: bool, window: int | None = None,
                  ident: tuple | None = None) -> dict:
@@ -705,6 +696,15 @@ def _fast_chunks(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any],
         yield qd._rows(*qd.take())
         if r == K.R_DONE:
             return
+
+
+def _release_stops(qd: Any) -> list[tuple[int, int]]:
+    """Where a count-only decode (one kernel call otherwise) stops so that the trace read so far can
+    leave the resident set (``PerfData.release_pages``): every RELEASE_BUFFERS AUX buffers.  (A
+    segment worker touches only its segment's pages: with its stops too, the 100 M-branch count's
+    peak RSS stayed 181 MB.)"""
+    cur = max(int(qd.S[K.BUF]), 0)
+    return [(b, 0) for b in range(cur + RELEASE_BUFFERS, len(qd.tokens.bi), RELEASE_BUFFERS)]
 
 
 def _count_queue(session: Any, qnum: int, key: tuple[str, int], bufs: list[Any]) -> Any:
