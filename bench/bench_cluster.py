@@ -42,6 +42,8 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
+
 from _common import add_options, one_line_errors, parse, parse_count, ratio, workdir, write_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -203,6 +205,108 @@ def per_unit(trace: Path, pg: str | None) -> dict:
             finally:
                 with psycopg.connect(f"{pg.rstrip('/')}/postgres", autocommit=True) as a:
                     a.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            kept = _keeping_writer()
+            export(kept, True)
+            out.update(worker_loads(kept.batches, pg))
+    return out
+
+
+def _keeping_writer():
+    """A writer that keeps the samples and calls batches (as the workers would get them) and drops the rest."""
+    from ptexport.writers.base import Writer
+
+    class KeepingWriter(Writer):
+        dialect = "postgresql"
+        target = "keep"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.batches: list = []
+
+        def _insert_rows(self, table, rows):
+            pass
+
+        def _insert_columns(self, table, cols, n):
+            if table in ("samples", "calls"):
+                columns = [(c.name, c.type) for c in self.schema.tables[table]]
+                self.batches.append((table, columns, {k: v if np.isscalar(v) else np.array(v) for k, v in cols.items()},
+                                     n))
+
+        def _finish_database(self):
+            pass
+
+        def abort(self):
+            pass
+
+    return KeepingWriter()
+
+
+def worker_loads(batches: list, pg: str) -> dict:
+    """The samples and calls loaded as the cluster's workers load them (pg_copy.copy_batch, in
+    CopyBatches' tasks), one at a time into a new database: ``load_pg_s`` (a worker's encode and COPY,
+    and the server's work), and ``ship_pg_s``, what sending them costs the coordinator (CopyBatches'
+    copy and gathering, and the pickling for the wire)."""
+    import psycopg
+
+    from ptexport.session.cluster import CopyBatches
+    from ptexport.writers.pg_copy import MARKER_SQL, close_sessions, copy_batch
+    from ptexport.writers.schema import load_schema
+    from ptexport.writers.targets import parse_target
+
+    parts = []
+    gathered = CopyBatches()
+    t = time.perf_counter()
+    for batch in batches:
+        parts += gathered.add(*batch)
+    parts += gathered.flush()
+    for p in parts:
+        pickle.dumps(p, protocol=5)
+    ship = time.perf_counter() - t
+    name = f"ptx_bench_loads_{uuid.uuid4().hex[:8]}"
+    base = pg.rstrip("/")
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as a:
+        a.execute(f'CREATE DATABASE "{name}"')
+    try:
+        schema = load_schema("postgresql")
+        with psycopg.connect(f"{base}/{name}", autocommit=True) as c:
+            c.execute(";\n".join([schema.table_sql["samples"], schema.table_sql["calls"], MARKER_SQL]))
+        params = dict(parse_target(f"{base}/{name}"))
+        t = time.perf_counter()
+        rows = sum(copy_batch(params, name, *p, name) for p in parts)  # one session, as a worker's
+        load = time.perf_counter() - t
+        close_sessions(name)
+    finally:
+        with psycopg.connect(f"{base}/postgres", autocommit=True) as a:
+            a.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return {"ship_pg_s": ship, "load_pg_s": load, "load_tasks": len(parts), "load_rows": rows}
+
+
+def pg_end_to_end(trace: Path, pg: str, addr: str, rounds: int = 2) -> dict:
+    """Into PostgreSQL, in this process (imports warm): ``--jobs 1``, and the tcp:// cluster with the
+    workers loading samples and calls or this process loading every table; the best of ``rounds``."""
+    import psycopg
+
+    from ptexport.dbexport.exporter import ExportConfig
+    from ptexport.samples.itrace import export_default
+    from ptexport.session.export import export_trace
+
+    base = pg.rstrip("/")
+    name = f"ptx_bench_e2e_{uuid.uuid4().hex[:8]}"
+    runs = {"pg_jobs1": {"jobs": 1}, "pg_tcp2_here": {"scheduler": addr, "cluster_copy": False},
+            "pg_tcp2_workers": {"scheduler": addr, "cluster_copy": True}}
+    out: dict = {k: float("inf") for k in runs}
+    try:
+        for _ in range(rounds):
+            for key, kw in runs.items():
+                t = time.perf_counter()
+                s = export_trace(str(trace), f"{base}/{name}", ExportConfig(itrace=export_default(), force=True, **kw))
+                out[key] = min(out[key], time.perf_counter() - t)
+                if key == "pg_tcp2_workers":
+                    out["pg_worker_loads"] = s.cluster_copies
+                    assert s.cluster_copies and not s.warnings, (s.cluster_copies, s.warnings)
+    finally:
+        with psycopg.connect(f"{base}/postgres", autocommit=True) as a:
+            a.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     return out
 
 
@@ -267,6 +371,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
         subprocess.run(_ptexport(str(trace), "--db", str(warm / "w.sqlite"), "-q", "--force", "--scheduler", addr),
                        check=True, env=_env())
         wall["tcp2"] = timed(_ptexport(str(trace), "--db", db("tcp2"), "-q", "--force", "--scheduler", addr), work)
+        pg_wall = pg_end_to_end(trace, args.pg, addr) if args.pg else {}
     finally:
         lc.close()
 
@@ -280,6 +385,9 @@ def run(args: argparse.Namespace, work: Path) -> int:
     proj = {"sqlite": project(u, "write_sqlite_s")}
     if "copy_pg_s" in u:
         proj["postgres"] = project(u, "copy_pg_s")
+        # the workers load samples and calls: the coordinator ships them, the load spreads (server allowing)
+        moved = dict(u, decode_s=u["decode_s"] + u["load_pg_s"])
+        proj["postgres_worker_loads"] = project(moved, "ship_pg_s")
 
     n = u["samples"]
     print(f"{n} samples, {u['units']} units of {u['unit_trace_bytes'] >> 10} KiB of trace")
@@ -301,6 +409,15 @@ def run(args: argparse.Namespace, work: Path) -> int:
     print(f"  write SQLite (coordinator) {u['write_sqlite_s'] * per_m:7.3f}")
     if "copy_pg_s" in u:
         print(f"  COPY PostgreSQL (coord.)  {u['copy_pg_s'] * per_m:7.3f}")
+    if "load_pg_s" in u:
+        print(f"  ship to workers (coord.)  {u['ship_pg_s'] * per_m:7.3f}   ({u['load_tasks']} loads of "
+              f"<= {u['load_rows'] // max(1, u['load_tasks'])} rows on average)")
+        print(f"  load on a worker (+server) {u['load_pg_s'] * per_m:6.3f}   (samples and calls: encode, COPY)")
+    if pg_wall:
+        print("into PostgreSQL, in this process (best of 2, wall s):")
+        for k, label in (("pg_jobs1", "--jobs 1"), ("pg_tcp2_here", "tcp:// cluster, this process loads"),
+                         ("pg_tcp2_workers", "tcp:// cluster, the workers load")):
+            print(f"  {label:38s} {pg_wall[k]:8.2f}   x{ratio(pg_wall['pg_jobs1'], pg_wall[k]) or 0:.2f} of --jobs 1")
     for name, p in proj.items():
         print(f"projection into {name}: serial share {p['serial_fraction'] * 100:.0f} % "
               f"(decode {p['decode_s_per_M']:.3f} s/M parallel, coordinator {p['serial_s_per_M']:.3f} s/M serial), "
@@ -316,7 +433,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
                                       "tcp2_over_jobs1": ratio(wall["jobs1"], wall["tcp2"]),
                                       "local2_vs_jobs2": ratio(wall["local2"], wall["jobs2"])},
                            "per_unit": u,
-                           "projection": proj})
+                           "postgres_wall_s": pg_wall, "projection": proj})
     return 0
 
 

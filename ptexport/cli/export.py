@@ -167,6 +167,8 @@ def _export(args, out, summary_line: bool = True) -> None:
         from ptexport.cli.dump_branches import warn_cut
 
         warn_cut(args.trace, summary)
+    for line in summary.warnings:
+        print(f"ptexport: warning: {line}", file=sys.stderr)
     if summary.leftovers and not args.quiet:
         print(f"ptexport: removed {format_leftovers(summary.leftovers)} of exports to {args.db} that died",
               file=sys.stderr)
@@ -234,5 +236,7 @@ def format_summary(summary) -> str:
     lost = ", ".join(f"{n} {k}" for k, n in summary.losses.items()) if summary.losses else "nothing"
     cluster = (f"; {summary.cluster_units} segments decoded on {summary.cluster_workers} cluster workers"
                if summary.cluster_workers else "")
+    if getattr(summary, "cluster_copies", 0):
+        cluster += f", {summary.cluster_copies} batches loaded by them"
     return (f"{summary.target}: {rows}; {summary.errors} decode errors; lost: {lost}; "
             f"{summary.seconds:.2f} s (decode {summary.decode_seconds:.2f} s){cluster}")

@@ -133,6 +133,7 @@ class ExportConfig:
     aggregates: bool = True  # call_path_stats, symbol_stats, sample_stats, cpu_time_stats (else left empty)
     scheduler: str | None = None  # decode on a dask cluster: tcp://HOST:PORT or local:N (session/cluster.py)
     cluster_paths: tuple[tuple[str, str], ...] = ()  # (local, worker) directory prefixes: where workers read
+    cluster_copy: bool = True  # with a cluster and PostgreSQL: the workers load samples and calls (pg_copy.py)
 
 
 def _modifier(attr: Any) -> str:

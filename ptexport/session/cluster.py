@@ -10,6 +10,11 @@ perf's order, builds the call trees and writes the database, as with ``--jobs N`
 segment streams submit to, a bounded window ahead of the merge (the cluster's thread count), so the
 coordinator's memory does not grow with the trace.
 
+Into PostgreSQL the workers also load the two large tables: :class:`DaskCopies` takes the writer's
+samples and calls batches (ids given here, in perf's order), gathers them into tasks of 64 K rows
+or more (:class:`CopyBatches`) and has each worker COPY its tasks on its own session
+(:func:`ptexport.writers.pg_copy.copy_batch`, once per batch whatever the retries).
+
 Faults: a task is a pure function of its arguments.  A worker that dies while it runs one (or holds
 its result) makes the scheduler run it again elsewhere (dask's ``distributed.scheduler.allowed-failures``
 times, 3 by default; then ``KilledWorker``, raised here as :class:`~ptexport.errors.ClusterError`);
@@ -30,14 +35,29 @@ import logging
 import os
 import re
 import tempfile
+import threading
+import uuid
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator
+
+import numpy as np
 
 from ptexport.errors import ClusterError, PtExportError, UsageError
 from ptexport.session.parallel import _warm_job, file_identity
+from ptexport.writers.pg_copy import binary_values, close_sessions, copy_batch
 
 #: Seconds to reach a scheduler, and to wait for its first worker.
 CONNECT_TIMEOUT = 10.0
 WORKER_TIMEOUT = 30.0
+#: Batches the workers load at once at most (each a session on the database server, and each kept
+#: here until it is loaded, to send again if its worker dies: at most ~180 MB of samples).
+MAX_COPIES = 8
+#: Rows a task loads: batches are cut to at most this, smaller ones gathered until they reach it (a
+#: task: COPY_ROWS to 2 * COPY_ROWS - 1 rows; 64 K samples are ~11 MB of columns).
+COPY_ROWS = 1 << 16
+#: Times a batch is sent again after its worker died (then a ClusterError).
+COPY_RETRIES = 3
 
 _LOCAL = re.compile(r"local:(\d+)\Z")
 _REMOTE = re.compile(r"(tcp|tls|ws|wss|inproc)://\S+\Z")
@@ -220,6 +240,187 @@ def _probe(path: str, ident: tuple) -> str | None:
             return f"numba is not available there: {jit.unavailable_reason()}"
     except ImportError as e:  # pragma: no cover - an odd install
         return f"cannot import ptexport's decoder: {e}"
+    return None
+
+
+class CopyBatches:
+    """A table's batches as the workers load them: cut to at most :data:`COPY_ROWS` rows, smaller
+    ones gathered until they reach it (a load task has COPY_ROWS to 2 * COPY_ROWS - 1 rows: the calls
+    come in batches of a few thousand, and each task costs a round trip, a transaction, a key).  Each
+    row is copied once as it is added (the caller may reuse its arrays)."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, list[Any]] = {}  # table -> [columns, parts, rows]: gathered, not out yet
+
+    def add(self, table: str, columns: list[tuple[str, str]], cols: dict[str, Any],
+            n: int) -> list[tuple[str, list[tuple[str, str]], dict[str, Any], int]]:
+        """Take ``n`` rows of ``table``; the batches ready to load: (table, columns, cols, rows)."""
+        out = []
+        for start in range(0, n, COPY_ROWS):
+            stop = min(n, start + COPY_ROWS)
+            buf = self._buffers.setdefault(table, [columns, [], 0])
+            buf[1].append({k: v if np.isscalar(v) else np.array(v[start:stop], copy=True) for k, v in cols.items()})
+            buf[2] += stop - start
+            if buf[2] >= COPY_ROWS:
+                out.append(self._take(table))
+        return out
+
+    def flush(self) -> list[tuple[str, list[tuple[str, str]], dict[str, Any], int]]:
+        """The rows gathered and not out yet, each table's as one batch."""
+        return [self._take(table) for table in list(self._buffers)]
+
+    def _take(self, table: str) -> tuple[str, list[tuple[str, str]], dict[str, Any], int]:
+        columns, parts, n = self._buffers.pop(table)
+        if len(parts) == 1:
+            return table, columns, parts[0], n
+        cols = {}
+        for name, sql_type in columns:
+            vals = [p[name] for p in parts]
+            if all(np.isscalar(v) for v in vals) and len(set(vals)) == 1:
+                cols[name] = vals[0]
+            else:
+                # each part as its COPY field takes it (uint64 as int64, booleans as bools): numpy's
+                # promotion of uint64 with int64 would give floats
+                cols[name] = np.concatenate([binary_values(np.full(len(p["id"]), v) if np.isscalar(v) else v,
+                                                           sql_type) for p, v in zip(parts, vals)])
+        return table, columns, cols, n
+
+
+class DaskCopies:
+    """The cluster's workers load the samples and calls into PostgreSQL
+    (:meth:`~ptexport.writers.postgres.PostgresWriter.offload`): each batch - ids in perf's order,
+    given by this process's db-export and call trees - goes to a worker (``scatter``, straight to
+    it) with a task that encodes it and COPYs it on the worker's own session
+    (:func:`ptexport.writers.pg_copy.copy_batch`, once per batch whatever the retries).  The
+    workers take turns; at most ``window`` batches are out at once (the writer waits for the
+    oldest), each kept here until it is loaded: a batch whose worker dies is sent to another
+    (:data:`COPY_RETRIES` times).  Sending runs on a thread of its own: the export goes on meanwhile."""
+
+    def __init__(self, units: DaskUnits, params: dict[str, Any], shown: str) -> None:
+        self.client = units.client
+        self.where = units.where
+        self.params = params
+        self.shown = shown
+        self.window = max(1, min(MAX_COPIES, 2 * units.width))
+        self._workers = list(units.addresses)
+        self._turn = 0
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptexport-copies")
+        self._pending: deque[list[Any]] = deque()  # [sent future, table, columns, cols, n, tries]
+        self._gathered = CopyBatches()
+        self.key = uuid.uuid4().hex  # this export's: the workers' sessions serve its batches, then close
+        self.batches = 0  # sent
+        self.rows = 0
+        self.retries = 0
+
+    def probe(self) -> str | None:
+        """None when every worker reaches the database, else why one does not."""
+        try:
+            got = _typed(lambda: self.client.run(_probe_database, self.params, self.shown), self.where)
+        except ClusterError as e:
+            return str(e)
+        bad = sorted((addr, why) for addr, why in got.items() if why)
+        return f"worker {bad[0][0]}: {bad[0][1]}" if bad else None
+
+    def _send(self, table: str, columns: list[tuple[str, str]], cols: dict[str, Any], n: int) -> Any:
+        """On the sending thread: the batch onto the next worker, and its task (a dask future)."""
+        client = self.client
+        with self._lock:
+            if not self._workers:
+                self._workers = sorted(client.scheduler_info().get("workers", {}))
+            addr = self._workers[self._turn % len(self._workers)] if self._workers else None
+            self._turn += 1
+        where = [addr] if addr else None
+        # (a list: a scattered dict's keys would name its values on the cluster, the same in every batch)
+        [data] = client.scatter([cols], workers=where, direct=True, hash=False)
+        # (the export's key by position: submit's own key= names the task)
+        return client.submit(copy_batch, self.params, self.shown, table, columns, data, n, self.key,
+                             workers=where, allow_other_workers=True, pure=False)
+
+    def submit(self, table: str, columns: list[tuple[str, str]], cols: dict[str, Any], n: int) -> None:
+        """Load ``n`` rows of ``table`` (``columns``: (name, SQL type) in the table's order; ``cols``
+        by name, a scalar for a column's value in every row) on the workers, in tasks of
+        :class:`CopyBatches`' size."""
+        for batch in self._gathered.add(table, columns, cols, n):
+            self._send_batch(*batch)
+
+    def _send_batch(self, table: str, columns: list[tuple[str, str]], cols: dict[str, Any], n: int) -> None:
+        while len(self._pending) >= self.window:
+            self._wait_oldest()
+        assert self._pool is not None, "submit after drain or cancel"
+        self._pending.append([self._pool.submit(self._send, table, columns, cols, n), table, columns, cols, n, 0])
+        self.batches += 1
+        self.rows += n
+
+    def _wait_oldest(self) -> None:
+        entry = self._pending[0]
+        while True:
+            sent, table, columns, cols, n, tries = entry
+            try:
+                try:
+                    _typed(lambda: sent.result().result(), self.where)
+                except PtExportError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - e.g. the batch lost with its worker (dask's own errors)
+                    raise ClusterError(f"{self.where}: loading {table}: {type(e).__name__}: {e}") from e
+                break
+            except PtExportError as e:
+                if isinstance(e, ClusterError) and tries < COPY_RETRIES:
+                    # its worker died (with the batch): to another; a load that got in is not repeated
+                    with self._lock:
+                        self._workers = []
+                    self.retries += 1
+                    assert self._pool is not None
+                    entry[0] = self._pool.submit(self._send, table, columns, cols, n)
+                    entry[5] = tries + 1
+                    continue
+                raise
+        self._pending.popleft()
+
+    def drain(self) -> tuple[int, int]:
+        """Wait until every batch is loaded, and the workers' sessions are closed: (batches, rows) sent."""
+        for batch in self._gathered.flush():
+            self._send_batch(*batch)
+        while self._pending:
+            self._wait_oldest()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self.close_sessions()
+        return self.batches, self.rows
+
+    def close_sessions(self) -> None:
+        """The workers close their sessions of this export (best effort: the writer ends any left)."""
+        with contextlib.suppress(Exception):
+            self.client.run(close_sessions, self.key)
+
+    def cancel(self) -> None:
+        """Drop what is not loaded yet (the tasks running end with their sessions when the temporary
+        database is dropped)."""
+        pool, self._pool = self._pool, None
+        self._gathered.flush()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        for entry in self._pending:
+            sent = entry[0]
+            if sent.done() and not sent.cancelled() and sent.exception() is None:
+                with contextlib.suppress(Exception):
+                    sent.result().cancel()
+        self._pending.clear()  # (the workers' sessions end with the temporary database: DROP ... WITH (FORCE))
+
+
+def _probe_database(params: dict[str, Any], shown: str) -> str | None:
+    """On a worker: None when it opens a session on the database ``params`` names, else why not."""
+    try:
+        from ptexport.writers.pg_copy import connect_loading
+
+        conn = connect_loading(params)
+    except ImportError as e:  # pragma: no cover - an odd install
+        return f"cannot import psycopg: {e}"
+    except Exception as e:  # noqa: BLE001 - psycopg's errors, whatever the server or network says
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return f"cannot reach {shown}: {first}"
+    conn.close()
     return None
 
 

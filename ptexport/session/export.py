@@ -30,7 +30,7 @@ from ptexport.errors import PtExportError
 from ptexport.perfdata import open_perf_data
 from ptexport.pt.vmtime import VmBuffer, VmTimeConfig, VmTimeCorrelator
 from ptexport.samples.columns import SampleColumns
-from ptexport.session.cluster import open_cluster, prepare_workers
+from ptexport.session.cluster import DaskCopies, open_cluster, prepare_workers
 from ptexport.session.decode_proc import maybe_process
 from ptexport.session.guestdata import apply_guest_data
 from ptexport.session.perfsession import DecodeConfig, PerfSession, open_session
@@ -58,6 +58,8 @@ class ExportSummary:
     cut: Any = None  # where a cut recording ended (perfdata.reader.FileCut), None if it was whole
     cluster_units: int = 0  # PSB segments decoded on the --scheduler cluster's workers
     cluster_workers: int = 0  # its workers when the export started
+    cluster_copies: int = 0  # batches of samples and calls the workers loaded into PostgreSQL
+    warnings: list[str] = field(default_factory=list)  # one line each, for the CLI to show
 
 
 def sample_loop(config: ExportConfig) -> SampleLoop:
@@ -138,6 +140,22 @@ def decode_process(session: Any, config: ExportConfig) -> Any:
     return maybe_process(session, config.jobs, config.decode_process, tail=tail)
 
 
+def _offload(units: Any, w: Any, config: ExportConfig, summary: ExportSummary) -> DaskCopies | None:
+    """With a cluster and a PostgreSQL target, the workers load the samples and calls (each on its own
+    session: :class:`DaskCopies`) when each of them reaches the database; else this process does, with
+    a warning."""
+    if not config.cluster_copy or getattr(w, "dialect", "") != "postgresql":
+        return None
+    copier = DaskCopies(units, w.worker_params(), w.target)
+    why = copier.probe()
+    if why is not None:
+        summary.warnings.append(f"{units.where}: {why}: the workers only decode, this process loads every table "
+                                "(give a database URL the workers reach, not localhost)")
+        return None
+    w.offload(copier)
+    return copier
+
+
 def export_trace(path: str, target: str, config: ExportConfig,
                  progress: ProgressFn | None = None) -> ExportSummary:
     """Decode ``path`` and write the database at ``target`` (SQLite path, postgresql:// URL, NAME.duckdb or
@@ -180,6 +198,7 @@ def export_trace(path: str, target: str, config: ExportConfig,
         try:
             with open_writer(target, force=config.force) as w:
                 summary.leftovers = list(getattr(w, "removed_leftovers", ()))
+                copier = _offload(units, w, config, summary) if units is not None else None
                 ex = DbExporter(session, w, config, vm_trace(session, config, proc))
                 feed: Iterable[SampleColumns] = batches
                 if progress is not None:
@@ -201,6 +220,8 @@ def export_trace(path: str, target: str, config: ExportConfig,
                 summary.cut = getattr(pd, "cut", None)
                 if units is not None:
                     summary.cluster_units = session.decode_stats.units
+                if copier is not None:
+                    summary.cluster_copies = copier.batches
         finally:
             if proc is not None:
                 proc.close()

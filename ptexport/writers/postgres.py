@@ -25,6 +25,11 @@ on one of ``FINISH_STREAMS`` connections, the tables side by side, the largest
 first; a large index build also takes the server's parallel maintenance
 workers (``max_parallel_maintenance_workers``).
 
+With a dask cluster (``--scheduler``) the samples and calls batches go to the cluster's workers
+instead (:meth:`PostgresWriter.offload`): each worker encodes and COPYs its batches on its own
+session (:mod:`ptexport.writers.pg_copy`, once per batch however often a task runs), and the
+writer checks what they loaded against what it was given before it builds the keys.
+
 The tables are logged from the start: an unlogged load set ``LOGGED`` at the
 end writes every table twice more (``SET LOGGED`` rewrites it and, unless the
 server's ``wal_level`` is ``minimal``, copies it into the WAL), which costs
@@ -36,7 +41,6 @@ loads that way).
 from __future__ import annotations
 
 import os
-import struct
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -44,10 +48,12 @@ from typing import Any
 
 import numpy as np
 
-from ptexport.errors import DatabaseExistsError, ExportError, StorageError, TargetBusyError
+from ptexport.errors import DatabaseExistsError, ExportError, TargetBusyError
 from ptexport.writers.leftovers import (PG_NAME_KEEP, CleanReport, Leftover, export_ended, export_started,
                                        pg_drop_leftovers, pg_leftovers, pg_tmp_name, pg_try_lock)
-from ptexport.writers.base import Writer, _mark_placed, distinct, is_text_type
+from ptexport.writers.base import Writer, _mark_placed, distinct
+from ptexport.writers.pg_copy import (LOAD_APPLICATION, MARKER_SQL, MARKER_TABLE, SESSION_SETTINGS, binary_encodable,
+                                      copy_chunks, copy_sql, encode_binary, wrap_error)
 from ptexport.writers.targets import parse_target
 
 try:
@@ -57,54 +63,24 @@ try:
 except ImportError:  # pragma: no cover - a dependency
     psycopg = None  # type: ignore[assignment]
 
-COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
-COPY_TRAILER = struct.pack("!h", -1)
-CHUNK_ROWS = 1 << 18
-#: Rows encoded a column after another while they stay in the CPU's cache (2048 samples: 0.5 MB).
-BLOCK_ROWS = 2048
 #: COPY batches queued for each stream's thread before write_* waits (bounded memory).
 MAX_PENDING = 2
 #: Connections loading the samples, taking batches in turn.
 SAMPLE_STREAMS = 2
 #: Connections building keys and indexes at the end (the tables side by side).
 FINISH_STREAMS = 3
-#: Per session: no wait for the WAL flush at each COPY's commit (the database is renamed in
-#: place only when complete), and room to sort keys.
-SESSION_SETTINGS = ("SET client_min_messages TO WARNING", "SET synchronous_commit TO OFF",
-                    "SET maintenance_work_mem TO '256MB'")
-#: The tables that have a COPY stream of their own (others go through the first connection).
+#: The tables that have a COPY stream of their own (others go through the first connection); with
+#: a cluster (:meth:`PostgresWriter.offload`) the workers load these.
 _OWN_STREAM = ("samples", "calls")
-_BINARY = {"bigint": (">i8", 8), "integer": (">i4", 4), "boolean": ("u1", 1)}
-
-
-#: SQLSTATEs of the server's storage failing: disk_full, io_error.
-_STORAGE_SQLSTATES = {"53100": "the server's disk is full", "58030": "I/O error on the server"}
 
 
 def _wrap(e: Exception, target: str, what: str) -> ExportError:
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    cause = _STORAGE_SQLSTATES.get(getattr(e, "sqlstate", None) or "")
-    if cause:
-        return StorageError(f"{target}: {what}: {cause} ({msg})")
-    return ExportError(f"{target}: {what}: {msg}")
+    return wrap_error(e, target, what)
 
 
 def _redacted(params: dict[str, Any]) -> str:
     p = {k: v for k, v in params.items() if k != "password"}
     return f"postgresql://{p.get('user', '')}@{p.get('host', '')}:{p.get('port', '')}/{p.get('dbname')}"
-
-
-def _binary_values(v: Any, sql_type: str) -> np.ndarray:
-    """A column's values as numpy assigns them into its big-endian binary COPY field: booleans as
-    0/1, uint64 (addresses) as their two's complement, integers as they are."""
-    a = np.asarray(v)
-    if sql_type == "boolean":
-        return a != 0
-    if a.dtype.kind == "u" and a.dtype.itemsize == 8:
-        return a.view(np.int64)
-    if a.dtype.kind not in "iub":
-        return a.astype(np.int64)
-    return a
 
 
 def unlogged_load() -> bool:
@@ -189,6 +165,7 @@ class PostgresWriter(Writer):
         self._next_sample_stream = 0
         self._stopping = threading.Event()  # set by abort: the finish's sessions start no further statement
         self._call_comms: set[int] = set()  # comm ids of the calls rows: comms.has_calls without a scan
+        self._copier: Any = None  # with a cluster: the workers load the samples and calls (offload)
         #: temporary databases of exports to this target that died, dropped
         self.removed_leftovers: list[Leftover] = []
         self.admin = self._connect("postgres")
@@ -280,9 +257,7 @@ class PostgresWriter(Writer):
         return stream
 
     def _copy_sql(self, table: str, binary: bool) -> Any:
-        cols = pgsql.SQL(", ").join(pgsql.Identifier(c) for c in self.schema.columns(table))
-        fmt = pgsql.SQL(" (FORMAT binary)") if binary else pgsql.SQL("")
-        return pgsql.SQL("COPY {} ({}) FROM STDIN").format(pgsql.Identifier(table), cols) + fmt
+        return copy_sql(table, self.schema.columns(table), binary)
 
     def _insert_rows(self, table: str, rows: list[tuple[Any, ...]]) -> None:
         if table == "calls":
@@ -300,11 +275,8 @@ class PostgresWriter(Writer):
 
     def _copy_binary(self, conn: psycopg.Connection, table: str, chunks: list[Any]) -> None:
         try:
-            with conn.cursor() as cur, cur.copy(self._copy_sql(table, True)) as cp:
-                cp.write(COPY_HEADER)
-                for chunk in chunks:
-                    cp.write(chunk)
-                cp.write(COPY_TRAILER)
+            with conn.cursor() as cur:
+                copy_chunks(cur, self._copy_sql(table, True), chunks)
         except psycopg.Error as e:
             raise _wrap(e, self.target, f"writing {table}") from e
 
@@ -313,7 +285,8 @@ class PostgresWriter(Writer):
         if table == "calls":
             # the column, or its default (a scalar, broadcast by the writer) as one value
             self._call_comms.update(distinct(np.asarray(cols["comm_id"], dtype=np.int64).reshape(-1)).tolist())
-        if any(is_text_type(c.type) for c in cdefs):
+        columns = [(c.name, c.type) for c in cdefs]
+        if not binary_encodable([t for _c, t in columns]):
             lists = []
             for c in cdefs:
                 v = cols[c.name]
@@ -328,33 +301,48 @@ class PostgresWriter(Writer):
                     lists.append(a.tolist())
             self._insert_rows(table, list(zip(*lists)))
             return
-        fields: list[tuple[str, str]] = [("n", ">i2")]
-        for j, c in enumerate(cdefs):
-            fields += [(f"l{j}", ">i4"), (f"v{j}", _BINARY[c.type][0])]
-        dt = np.dtype(fields)
-        tpl = np.zeros(1, dtype=dt)  # one row: the field count, the lengths, the defaults
-        tpl["n"] = len(cdefs)
-        given = []
-        for j, c in enumerate(cdefs):
-            tpl[f"l{j}"] = _BINARY[c.type][1]
-            v = cols[c.name]
-            if np.isscalar(v):
-                tpl[f"v{j}"] = v  # a column's default (an int), in every row
-            else:
-                given.append((f"v{j}", _binary_values(v, c.type)))
-        chunks: list[Any] = []
-        for start in range(0, n, CHUNK_ROWS):
-            stop = min(n, start + CHUNK_ROWS)
-            rec = np.repeat(tpl, stop - start)
-            dests = [(rec[name], a) for name, a in given]
-            # by blocks of rows that stay in the CPU's cache while each column is written in (a column
-            # at a time over the whole chunk strides over every row's cache lines: 6x slower)
-            for b in range(start, stop, BLOCK_ROWS):
-                e = min(stop, b + BLOCK_ROWS)
-                for dst, a in dests:
-                    dst[b - start:e - start] = a[b:e]
-            chunks.append(rec.view(np.uint8).data)  # COPY sends the array's bytes (no copy)
-        self._stream(table).submit(self._copy_binary, table, chunks)
+        if self._copier is not None and table in _OWN_STREAM:
+            self._copier.submit(table, columns, cols, n)  # encoded and loaded by a worker
+            return
+        self._stream(table).submit(self._copy_binary, table, encode_binary(columns, cols, n))
+
+    # ------------------------------------------------------------ the cluster's workers
+    def worker_params(self) -> dict[str, Any]:
+        """Connection parameters of the temporary database (what a worker's session needs)."""
+        return dict(self.params, dbname=self.tmp_name)
+
+    def offload(self, copier: Any) -> None:
+        """From now on the workers behind ``copier`` load the samples and calls batches
+        (:class:`ptexport.session.cluster.DaskCopies`: ``submit(table, columns, cols, n)``,
+        ``drain() -> batches loaded``, ``cancel()``); each batch once (:mod:`ptexport.writers.pg_copy`)."""
+        try:
+            self._conn().execute(MARKER_SQL)
+        except psycopg.Error as e:
+            raise _wrap(e, self.target, "cannot create the workers' batch table") from e
+        self._copier = copier
+
+    def _finish_copies(self) -> None:
+        """Every batch the workers were sent is loaded, once: the keys they left say so; then dropped."""
+        copier, self._copier = self._copier, None
+        if copier is None:
+            return
+        sent = copier.drain()
+        with self._conn().cursor() as cur:
+            got = cur.execute(f"SELECT count(*), coalesce(sum(nrows), 0) FROM {MARKER_TABLE}").fetchone()
+            if tuple(got) != (sent[0], sent[1]):
+                raise ExportError(f"{self.target}: the cluster's workers loaded {got[0]} batches ({got[1]} rows), "
+                                  f"{sent[0]} ({sent[1]} rows) were sent")
+            # and those are every row given to this writer, table by table
+            loaded = dict(cur.execute(f"SELECT tbl, sum(nrows) FROM {MARKER_TABLE} GROUP BY tbl").fetchall())
+            for table in _OWN_STREAM:
+                if int(loaded.get(table) or 0) != self.row_counts.get(table, 0):
+                    raise ExportError(f"{self.target}: the cluster's workers loaded {int(loaded.get(table) or 0)} rows "
+                                      f"of {table}, the export made {self.row_counts.get(table, 0)}")
+            cur.execute(f"DROP TABLE {MARKER_TABLE}")
+        # a worker's session left open (its worker gone from the cluster) would keep the database from
+        # being renamed
+        self.admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+                           "AND application_name = %s", (self.tmp_name, LOAD_APPLICATION))
 
     # ------------------------------------------------------------ end
     def _finish_jobs(self) -> list[list[Any]]:
@@ -424,6 +412,7 @@ class PostgresWriter(Writer):
                 st.drain()
             for st in self._streams.values():
                 st.stop()
+            self._finish_copies()
             self._run_jobs(self._finish_jobs())
             with self._conn().cursor() as cur:
                 cur.execute("INSERT INTO schema_version VALUES (%s, %s, %s)", self._version_row())
@@ -470,6 +459,9 @@ class PostgresWriter(Writer):
 
     def abort(self) -> None:
         self._stopping.set()
+        copier, self._copier = self._copier, None
+        if copier is not None:
+            copier.cancel()  # the tasks not started are dropped; the temporary's drop ends the others' sessions
         for st in self._streams.values():
             st.cancel()
         self._close_streams()

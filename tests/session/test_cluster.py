@@ -175,23 +175,147 @@ def _pg_dump(url: str) -> dict[str, list[tuple]]:
         return out
 
 
+@pytest.fixture
+def small_copies(monkeypatch):
+    """The workers load 1500 rows a task, 2 tasks out at once: a trace of 8000 branches is a dozen loads
+    or more, and the writer waits for the oldest at most of them."""
+    monkeypatch.setattr(C, "COPY_ROWS", 1500)
+    monkeypatch.setattr(C, "MAX_COPIES", 2)
+
+
+@pytest.fixture
+def pg_names(pg_admin):
+    """Names of test databases (made on demand), dropped at the end with any temporary of them."""
+    names: list[str] = []
+
+    def make() -> str:
+        names.append(f"ptx_cluster_{uuid.uuid4().hex[:10]}")
+        return names[-1]
+
+    yield make
+    for n in names:
+        for (db,) in _pg_databases(pg_admin, n):
+            pg_admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+def _pg_databases(pg_admin, name: str) -> list[tuple[str]]:
+    """``name`` and its temporaries, as they exist."""
+    return pg_admin.execute("SELECT datname FROM pg_database WHERE datname = %s OR datname LIKE %s",
+                            (name, f"{name[:30]}__ptexport_tmp_%")).fetchall()
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("name", ["threads-2cpus-cyc", "forkexec-corrupt"])
-def test_cluster_gives_the_jobs1_postgres_database(cluster, synth_trace, pg_admin, tiny, name):
+def test_cluster_gives_the_jobs1_postgres_database(cluster, synth_trace, pg_names, tiny, small_copies, name):
+    """Decoded on the workers, samples and calls loaded by them (many small loads, in no set order),
+    the rest by this process: the --jobs 1 database."""
     addr, _ = cluster
     path = _trace(synth_trace, name)
-    names = [f"ptx_cluster_{uuid.uuid4().hex[:10]}" for _ in range(2)]
-    try:
-        urls = [f"{PG_BASE}/{n}" for n in names]
-        export_trace(path, urls[0], _config(jobs=1))
-        s = export_trace(path, urls[1], _config(scheduler=addr))
-        assert s.cluster_units >= 4
-        _assert_same(_pg_dump(urls[1]), _pg_dump(urls[0]))
-    finally:
-        for n in names:
-            for (db,) in pg_admin.execute("SELECT datname FROM pg_database WHERE datname = %s OR datname LIKE %s",
-                                          (n, f"{n[:30]}__ptexport_tmp_%")).fetchall():
-                pg_admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    urls = [f"{PG_BASE}/{pg_names()}" for _ in range(2)]
+    export_trace(path, urls[0], _config(jobs=1))
+    s = export_trace(path, urls[1], _config(scheduler=addr))
+    assert s.cluster_units >= 4
+    want = _pg_dump(urls[0])
+    # (tasks of 1500 to 2999 rows: small batches are gathered until they reach 1500)
+    assert s.cluster_copies >= (len(want["samples"]) + len(want["calls"])) // 3000 >= 3, s.cluster_copies
+    assert not s.warnings
+    _assert_same(_pg_dump(urls[1]), want)
+
+
+def _dying_copy(marker: str, stage: str):
+    """A stand-in for the workers' load task: the first samples load to reach ``stage`` ("copied": the
+    rows sent, not committed; "committed") kills its worker there (once: ``marker`` is the file that
+    says it happened).  Defined here, it is sent to the workers by value."""
+    from ptexport.writers.pg_copy import copy_batch
+
+    def task(params, shown, table, columns, cols, n, key):
+        def hook(at):
+            if at == stage and table == "samples" and not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(1)  # the worker process ends here, its session with it
+
+        return copy_batch(params, shown, table, columns, cols, n, key, hook=hook)
+
+    return task
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("stage", ["copied", "committed"])
+def test_a_worker_dying_while_it_loads_costs_a_retry_not_a_row(cluster, synth_trace, pg_names, tiny, small_copies,
+                                                               tmp_path, monkeypatch, stage):
+    """A worker that dies in a load - before its commit (the server rolls the rows back) or after it (the
+    rows are in, the scheduler never hears): the batch is sent again, loaded once; the --jobs 1 database."""
+    addr, client = cluster
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    urls = [f"{PG_BASE}/{pg_names()}" for _ in range(2)]
+    export_trace(path, urls[0], _config(jobs=1))
+    marker = tmp_path / "died"
+    monkeypatch.setattr(C, "copy_batch", _dying_copy(str(marker), stage))
+    export_trace(path, urls[1], _config(scheduler=addr))
+    assert marker.exists(), "no worker died: the test says nothing"
+    _assert_same(_pg_dump(urls[1]), _pg_dump(urls[0]))
+    client.wait_for_workers(2, timeout=60)  # the nanny restarts it: the other tests keep two workers
+
+
+@pytest.mark.postgres
+def test_a_batch_that_never_lands_is_an_error_not_a_short_table(cluster, synth_trace, pg_admin, pg_names, tiny,
+                                                                 small_copies, monkeypatch):
+    """A load that reports success but left no rows (a task that went wrong without a word): the batches
+    the workers recorded do not add up to those sent, and the export fails before its database is placed."""
+    from ptexport.errors import ExportError
+
+    addr, _ = cluster
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    name = pg_names()
+
+    def lossy(params, shown, table, columns, cols, n, key):
+        import numpy as np
+
+        from ptexport.writers.pg_copy import copy_batch
+
+        return 0 if table == "samples" and int(np.asarray(cols["id"])[0]) > 1 else \
+            copy_batch(params, shown, table, columns, cols, n, key)
+
+    monkeypatch.setattr(C, "copy_batch", lossy)
+    with pytest.raises(ExportError, match=r"the cluster's workers loaded \d+ batches \(\d+ rows\), \d+ \(\d+ rows\) were sent"):
+        export_trace(path, f"{PG_BASE}/{name}", _config(scheduler=addr))
+    assert _pg_databases(pg_admin, name) == []
+
+
+@pytest.mark.postgres
+def test_workers_that_cannot_reach_the_database_leave_the_loads_here(cluster, synth_trace, pg_names, tiny,
+                                                                     monkeypatch):
+    """Workers that cannot open a session on the database (a localhost URL seen from another machine):
+    one warning, and this process loads every table; the same rows."""
+    addr, _ = cluster
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    urls = [f"{PG_BASE}/{pg_names()}" for _ in range(2)]
+    export_trace(path, urls[0], _config(jobs=1))
+    monkeypatch.setattr(C, "_probe_database", lambda params, shown: f"cannot reach {shown}: connection refused")
+    s = export_trace(path, urls[1], _config(scheduler=addr))
+    assert s.cluster_copies == 0
+    assert len(s.warnings) == 1 and "connection refused: the workers only decode" in s.warnings[0], s.warnings
+    _assert_same(_pg_dump(urls[1]), _pg_dump(urls[0]))
+
+
+@pytest.mark.postgres
+def test_a_failed_load_on_a_worker_leaves_no_database(cluster, synth_trace, pg_admin, pg_names, tiny, small_copies,
+                                                      monkeypatch):
+    """A load that fails on a worker (the server's disk full) ends the export with that typed error;
+    neither the database nor its temporary is left."""
+    from ptexport.errors import StorageError
+
+    addr, _ = cluster
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    name = pg_names()
+
+    def full(params, shown, table, columns, cols, n, key):
+        raise StorageError(f"{shown}: writing {table}: the server's disk is full (test)")
+
+    monkeypatch.setattr(C, "copy_batch", full)
+    with pytest.raises(StorageError, match=r"writing samples: the server's disk is full"):
+        export_trace(path, f"{PG_BASE}/{name}", _config(scheduler=addr))
+    assert _pg_databases(pg_admin, name) == []
 
 
 # ------------------------------------------------------------------ faults
@@ -435,3 +559,36 @@ def test_a_lost_scheduler_is_one_error_and_no_database(synth_trace, tmp_path, tm
     assert os.listdir(tmp_path) == []
     err = capfd.readouterr().err
     assert "distributed.client" not in err and "Traceback" not in err, err[-2000:]
+
+
+def test_copy_batches_cut_gather_and_keep_values(monkeypatch):
+    """The workers' load tasks: big batches cut to COPY_ROWS, small ones gathered until they reach it,
+    each table on its own; the values as COPY takes them (uint64 addresses beside int64 defaults stay
+    exact, not floats), scalars kept while every part has the same; the caller's arrays copied."""
+    import numpy as np
+
+    monkeypatch.setattr(C, "COPY_ROWS", 10)
+    cols_of = [("id", "bigint"), ("ip", "bigint"), ("flags", "integer"), ("in_tx", "boolean")]
+    g = C.CopyBatches()
+    out = []
+    ids = np.arange(1, 26, dtype=np.int64)
+    ip = np.arange(25, dtype=np.uint64) + np.uint64(0xFFFF_FFFF_FFFF_FF00)
+    out += g.add("samples", cols_of, {"id": ids, "ip": ip, "flags": 7, "in_tx": ids % 2}, 25)  # 10 + 10 + 5 kept
+    ids[:] = -1  # the caller reuses its arrays
+    out += g.add("calls", cols_of, {"id": np.array([4, 2]), "ip": 3, "flags": 0, "in_tx": 0}, 2)
+    out += g.add("samples", cols_of, {"id": np.arange(26, 30), "ip": np.arange(4, dtype=np.int64), "flags": 7,
+                                      "in_tx": np.zeros(4, bool)}, 4)
+    out += g.add("samples", cols_of, {"id": np.arange(30, 32), "ip": 5, "flags": np.array([1, 2]),
+                                      "in_tx": 1}, 2)  # 5 + 4 + 2 = 11: out
+    out += g.flush()
+    assert [(t, n) for t, _c, _v, n in out] == [("samples", 10), ("samples", 10), ("samples", 11), ("calls", 2)]
+    _t, _c, first, _n = out[0]
+    assert first["id"].tolist() == list(range(1, 11)) and first["flags"] == 7
+    gathered = out[2][2]
+    assert gathered["id"].tolist() == list(range(21, 32))
+    assert gathered["ip"].dtype == np.int64
+    want_ip = [int(v) - (1 << 64) for v in ip[20:25].tolist()] + [0, 1, 2, 3, 5, 5]
+    assert gathered["ip"].tolist() == want_ip  # two's complement of the addresses, exact
+    assert gathered["flags"].tolist() == [7] * 9 + [1, 2]
+    assert gathered["in_tx"].tolist() == [True, False, True, False, True] + [False] * 4 + [True, True]
+    assert out[3][2]["id"].tolist() == [4, 2] and out[3][2]["ip"] == 3
