@@ -328,12 +328,14 @@ class PostgresWriter(Writer):
             return
         sent = copier.drain()
         with self._conn().cursor() as cur:
-            got = cur.execute(f"SELECT count(*), coalesce(sum(nrows), 0) FROM {MARKER_TABLE}").fetchone()
-            if tuple(got) != (sent[0], sent[1]):
+            row = cur.execute(f"SELECT count(*), coalesce(sum(nrows), 0) FROM {MARKER_TABLE}").fetchone()
+            got = (int(row[0]), int(row[1])) if row is not None else (0, 0)
+            if got != (sent[0], sent[1]):
                 raise ExportError(f"{self.target}: the cluster's workers loaded {got[0]} batches ({got[1]} rows), "
                                   f"{sent[0]} ({sent[1]} rows) were sent")
             # and those are every row given to this writer, table by table
-            loaded = dict(cur.execute(f"SELECT tbl, sum(nrows) FROM {MARKER_TABLE} GROUP BY tbl").fetchall())
+            loaded: dict[str, Any] = dict(cur.execute(f"SELECT tbl, sum(nrows) FROM {MARKER_TABLE} GROUP BY tbl")
+                                          .fetchall())
             for table in _OWN_STREAM:
                 if int(loaded.get(table) or 0) != self.row_counts.get(table, 0):
                     raise ExportError(f"{self.target}: the cluster's workers loaded {int(loaded.get(table) or 0)} rows "
