@@ -195,6 +195,7 @@ def export_trace(path: str, target: str, config: ExportConfig,
             proc = decode_process(session, config)
             batches = proc if proc is not None else Prefetched(session.iter_batches(config.jobs),
                                                               _time.perf_counter() - t0)
+        copier: DaskCopies | None = None
         try:
             with open_writer(target, force=config.force) as w:
                 summary.leftovers = list(getattr(w, "removed_leftovers", ()))
@@ -220,8 +221,8 @@ def export_trace(path: str, target: str, config: ExportConfig,
                 summary.cut = getattr(pd, "cut", None)
                 if units is not None:
                     summary.cluster_units = session.decode_stats.units
-                if copier is not None:
-                    summary.cluster_copies = copier.batches
+            if copier is not None:  # (the writer's finish sends the rows gathered last)
+                summary.cluster_copies = copier.batches
         finally:
             if proc is not None:
                 proc.close()

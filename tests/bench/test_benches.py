@@ -443,9 +443,19 @@ def test_every_tool_has_force_and_help(tool, tmp_path):
 
 @pytest.mark.slow
 def test_bench_cluster(tmp_path):
-    """--jobs 1 / 2 / --scheduler local:2 / tcp:// on one trace, the per-unit costs and the projection."""
+    """--jobs 1 / 2 / --scheduler local:2 / tcp:// on one trace, the per-unit costs and the projection; with
+    a PostgreSQL server, the coordinator's COPY, the workers' loads and the exports into it too."""
     pytest.importorskip("distributed", reason="the cluster extra (pip install 'ptexport[cluster]')")
-    rep = refused_then_forced("bench/bench_cluster.py", ["--tiny"], tmp_path)
+    pg = _postgres_up()
+    rep = refused_then_forced("bench/bench_cluster.py",
+                              ["--tiny", *(["--pg", "postgresql://postgres@127.0.0.1:5432"] if pg else [])], tmp_path)
+    if pg:
+        u = rep["per_unit"]
+        assert positive(u["copy_pg_s"]) and positive(u["ship_pg_s"]) and positive(u["load_pg_s"])
+        assert u["load_rows"] > rep["samples"] and u["load_tasks"] >= 2
+        assert set(rep["postgres_wall_s"]) == {"pg_jobs1", "pg_tcp2_here", "pg_tcp2_workers", "pg_worker_loads"}
+        assert rep["postgres_wall_s"]["pg_worker_loads"] >= 2
+        assert {"postgres", "postgres_worker_loads"} <= set(rep["projection"])
     assert set(rep["wall_s"]) == {"jobs1", "jobs2", "local2", "tcp2"}
     assert all(positive(v) for v in rep["wall_s"].values())
     assert len(set(rep["export_samples"].values())) == 1 and rep["samples"] > 1000
