@@ -243,11 +243,24 @@ def _probe(path: str, ident: tuple) -> str | None:
     return None
 
 
+def _part(v: Any, sql_type: str, start: int, stop: int) -> Any:
+    """Rows ``start:stop`` of a column, as a task takes them: a scalar (the column's value in every row)
+    stays one, and so does a column whose rows all have one value (an event, a machine, a CPU, a
+    thread for a whole batch: half the samples' columns, not sent); else a copy of the rows."""
+    if np.isscalar(v):
+        return v
+    rows = v[start:stop]
+    if len(rows) and rows[0] == rows[-1] and bool((rows == rows[0]).all()):
+        return binary_values(rows[:1], sql_type)[0].item()  # (a uint64 address as its two's complement)
+    return np.array(rows, copy=True)
+
+
 class CopyBatches:
     """A table's batches as the workers load them: cut to at most :data:`COPY_ROWS` rows, smaller
     ones gathered until they reach it (a load task has COPY_ROWS to 2 * COPY_ROWS - 1 rows: the calls
     come in batches of a few thousand, and each task costs a round trip, a transaction, a key).  Each
-    row is copied once as it is added (the caller may reuse its arrays)."""
+    row is copied once as it is added (the caller may reuse its arrays), a column of one value kept
+    as that value."""
 
     def __init__(self) -> None:
         self._buffers: dict[str, list[Any]] = {}  # table -> [columns, parts, rows]: gathered, not out yet
@@ -259,7 +272,7 @@ class CopyBatches:
         for start in range(0, n, COPY_ROWS):
             stop = min(n, start + COPY_ROWS)
             buf = self._buffers.setdefault(table, [columns, [], 0])
-            buf[1].append({k: v if np.isscalar(v) else np.array(v[start:stop], copy=True) for k, v in cols.items()})
+            buf[1].append({name: _part(cols[name], sql_type, start, stop) for name, sql_type in columns})
             buf[2] += stop - start
             if buf[2] >= COPY_ROWS:
                 out.append(self._take(table))

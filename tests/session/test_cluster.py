@@ -592,3 +592,21 @@ def test_copy_batches_cut_gather_and_keep_values(monkeypatch):
     assert gathered["flags"].tolist() == [7] * 9 + [1, 2]
     assert gathered["in_tx"].tolist() == [True, False, True, False, True] + [False] * 4 + [True, True]
     assert out[3][2]["id"].tolist() == [4, 2] and out[3][2]["ip"] == 3
+
+
+def test_copy_batches_send_a_column_of_one_value_as_that_value(monkeypatch):
+    """A column whose rows all hold one value (an event, a machine, a CPU for a whole batch) goes to the
+    worker as that value, as COPY writes it (an address as its two's complement); the loads' rows are
+    the same."""
+    import numpy as np
+
+    from ptexport.writers.pg_copy import encode_binary
+
+    monkeypatch.setattr(C, "COPY_ROWS", 8)
+    cols_of = [("id", "bigint"), ("ip", "bigint"), ("cpu", "integer"), ("in_tx", "boolean")]
+    cols = {"id": np.arange(1, 9), "ip": np.full(8, 0xFFFF_FFFF_FFFF_FFF0, dtype=np.uint64),
+            "cpu": np.full(8, 3, dtype=np.int32), "in_tx": np.zeros(8, dtype=np.int64)}
+    [(_t, _c, sent, n)] = C.CopyBatches().add("samples", cols_of, cols, 8)
+    assert sent["ip"] == 0xFFFF_FFFF_FFFF_FFF0 - (1 << 64) and sent["cpu"] == 3 and sent["in_tx"] is False
+    assert isinstance(sent["id"], np.ndarray)
+    assert bytes(b"".join(encode_binary(cols_of, sent, n))) == bytes(b"".join(encode_binary(cols_of, cols, 8)))
