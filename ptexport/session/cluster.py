@@ -243,14 +243,14 @@ def _probe(path: str, ident: tuple) -> str | None:
     return None
 
 
-def _part(v: Any, sql_type: str, start: int, stop: int) -> Any:
+def _part(v: Any, sql_type: str, start: int, stop: int, one_value: bool = True) -> Any:
     """Rows ``start:stop`` of a column, as a task takes them: a scalar (the column's value in every row)
     stays one, and so does a column whose rows all have one value (an event, a machine, a CPU, a
     thread for a whole batch: half the samples' columns, not sent); else a copy of the rows."""
     if np.isscalar(v):
         return v
     rows = v[start:stop]
-    if len(rows) and rows[0] == rows[-1] and bool((rows == rows[0]).all()):
+    if one_value and len(rows) and rows[0] == rows[-1] and bool((rows == rows[0]).all()):
         return binary_values(rows[:1], sql_type)[0].item()  # (a uint64 address as its two's complement)
     return np.array(rows, copy=True)
 
@@ -272,7 +272,9 @@ class CopyBatches:
         for start in range(0, n, COPY_ROWS):
             stop = min(n, start + COPY_ROWS)
             buf = self._buffers.setdefault(table, [columns, [], 0])
-            buf[1].append({name: _part(cols[name], sql_type, start, stop) for name, sql_type in columns})
+            # (the ids stay an array: the task's key is its first)
+            buf[1].append(({name: _part(cols[name], sql_type, start, stop, name != "id")
+                            for name, sql_type in columns}, stop - start))
             buf[2] += stop - start
             if buf[2] >= COPY_ROWS:
                 out.append(self._take(table))
@@ -285,17 +287,17 @@ class CopyBatches:
     def _take(self, table: str) -> tuple[str, list[tuple[str, str]], dict[str, Any], int]:
         columns, parts, n = self._buffers.pop(table)
         if len(parts) == 1:
-            return table, columns, parts[0], n
+            return table, columns, parts[0][0], n
         cols = {}
         for name, sql_type in columns:
-            vals = [p[name] for p in parts]
+            vals = [p[name] for p, _rows in parts]
             if all(np.isscalar(v) for v in vals) and len(set(vals)) == 1:
                 cols[name] = vals[0]
             else:
                 # each part as its COPY field takes it (uint64 as int64, booleans as bools): numpy's
                 # promotion of uint64 with int64 would give floats
-                cols[name] = np.concatenate([binary_values(np.full(len(p["id"]), v) if np.isscalar(v) else v,
-                                                           sql_type) for p, v in zip(parts, vals)])
+                cols[name] = np.concatenate([binary_values(np.full(rows, v) if np.isscalar(v) else v, sql_type)
+                                             for (_p, rows), v in zip(parts, vals)])
         return table, columns, cols, n
 
 

@@ -578,20 +578,23 @@ def test_copy_batches_cut_gather_and_keep_values(monkeypatch):
     out += g.add("calls", cols_of, {"id": np.array([4, 2]), "ip": 3, "flags": 0, "in_tx": 0}, 2)
     out += g.add("samples", cols_of, {"id": np.arange(26, 30), "ip": np.arange(4, dtype=np.int64), "flags": 7,
                                       "in_tx": np.zeros(4, bool)}, 4)
-    out += g.add("samples", cols_of, {"id": np.arange(30, 32), "ip": 5, "flags": np.array([1, 2]),
-                                      "in_tx": 1}, 2)  # 5 + 4 + 2 = 11: out
+    out += g.add("samples", cols_of, {"id": np.arange(30, 31), "ip": np.array([5], dtype=np.uint64),
+                                      "flags": np.array([1]), "in_tx": np.array([1])}, 1)  # 5 + 4 + 1: out
+    out += g.add("samples", cols_of, {"id": np.arange(31, 32), "ip": 6, "flags": 2, "in_tx": 1}, 1)
     out += g.flush()
-    assert [(t, n) for t, _c, _v, n in out] == [("samples", 10), ("samples", 10), ("samples", 11), ("calls", 2)]
+    assert [(t, n) for t, _c, _v, n in out] == [("samples", 10), ("samples", 10), ("samples", 10), ("calls", 2),
+                                                ("samples", 1)]
     _t, _c, first, _n = out[0]
     assert first["id"].tolist() == list(range(1, 11)) and first["flags"] == 7
     gathered = out[2][2]
-    assert gathered["id"].tolist() == list(range(21, 32))
+    assert gathered["id"].tolist() == list(range(21, 31))
     assert gathered["ip"].dtype == np.int64
-    want_ip = [int(v) - (1 << 64) for v in ip[20:25].tolist()] + [0, 1, 2, 3, 5, 5]
+    want_ip = [int(v) - (1 << 64) for v in ip[20:25].tolist()] + [0, 1, 2, 3, 5]
     assert gathered["ip"].tolist() == want_ip  # two's complement of the addresses, exact
-    assert gathered["flags"].tolist() == [7] * 9 + [1, 2]
-    assert gathered["in_tx"].tolist() == [True, False, True, False, True] + [False] * 4 + [True, True]
+    assert gathered["flags"].tolist() == [7] * 9 + [1]
+    assert gathered["in_tx"].tolist() == [True, False, True, False, True] + [False] * 4 + [True]
     assert out[3][2]["id"].tolist() == [4, 2] and out[3][2]["ip"] == 3
+    assert out[4][2]["id"].tolist() == [31]  # one row: its id an array all the same (a task's key)
 
 
 def test_copy_batches_send_a_column_of_one_value_as_that_value(monkeypatch):
