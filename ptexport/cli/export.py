@@ -63,6 +63,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cluster-path", metavar="LOCAL=WORKER", action="append", default=[],
                         help="with --scheduler: files under directory LOCAL here (the recording, --symfs, "
                              "--buildid-dir...) are under WORKER on the workers (repeatable)")
+    parser.add_argument("--no-worker-loads", dest="worker_loads", action="store_false",
+                        help="with --scheduler into PostgreSQL: this process loads every table (by default the "
+                             "workers load the samples and calls, each on its own session)")
     add_guest_data_argument(parser)
     add_strict_argument(parser)
     parser.add_argument("-f", "--force", action="store_true", help="replace an existing database")
@@ -118,6 +121,8 @@ def _export(args, out, summary_line: bool = True) -> None:
         cluster_paths = tuple(parse_cluster_path(p) for p in args.cluster_path)
     elif args.cluster_path:
         raise UsageError("--cluster-path: only with --scheduler")
+    elif not args.worker_loads:
+        raise UsageError("--no-worker-loads: only with --scheduler")
     itrace = parse_itrace(args.itrace) if args.itrace else export_default()
     if args.callchains:
         from ptexport.dbexport.callchains import check_config
@@ -136,7 +141,7 @@ def _export(args, out, summary_line: bool = True) -> None:
                        guest_kcore=args.guest_kcore, guestmount=args.guestmount, jobs=args.jobs,
                        callchains=args.callchains, salvage=not args.strict, aggregates=args.aggregates,
                        guest_data=parse_guest_data_list(args.guest_data), scheduler=args.scheduler,
-                       cluster_paths=cluster_paths, **filter_config(args))
+                       cluster_paths=cluster_paths, cluster_copy=args.worker_loads, **filter_config(args))
     _warn_space(args.trace, args.db, args.parquet)
     progress = None
     bar = None

@@ -420,6 +420,7 @@ def test_unreachable_scheduler_is_one_line_and_no_database(synth_trace, tmp_path
     (["--scheduler", "127.0.0.1:8786"], "expected tcp://HOST:PORT"),
     (["--scheduler", "local:0"], "N >= 1"),
     (["--cluster-path", "/a=/b"], "only with --scheduler"),
+    (["--no-worker-loads"], "only with --scheduler"),
     (["--scheduler", "local:2", "--cluster-path", "/a"], "expected LOCAL=WORKER"),
 ])
 def test_bad_cluster_options(synth_trace, tmp_path, capsys, argv, msg):
@@ -472,6 +473,23 @@ def test_cli_local_cluster(synth_trace, tmp_path, tiny):
     assert main([path, "--db", str(db), "--scheduler", "local:2"], out=out) == 0
     assert "cluster workers" in out.getvalue() and " on 2 cluster workers" in out.getvalue(), out.getvalue()
     _assert_same(dump(db), want)
+
+
+@pytest.mark.postgres
+def test_cli_worker_loads_and_no_worker_loads(cluster, synth_trace, pg_names, tiny):
+    """Into PostgreSQL the summary says how many batches the workers loaded; with --no-worker-loads
+    they load none (this process does); the same rows either way."""
+    addr, _ = cluster
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    urls = [f"{PG_BASE}/{pg_names()}" for _ in range(2)]
+    outs = []
+    for url, extra in zip(urls, ([], ["--no-worker-loads"])):
+        out = io.StringIO()
+        assert main([path, "--db", url, "--scheduler", addr, *extra], out=out) == 0
+        outs.append(out.getvalue())
+    assert re.search(r"on 2 cluster workers, [1-9]\d* batches loaded by them", outs[0]), outs[0]
+    assert "cluster workers" in outs[1] and "loaded by them" not in outs[1], outs[1]
+    _assert_same(_pg_dump(urls[1]), _pg_dump(urls[0]))
 
 
 def test_ordered_keeps_the_budget_over_all_streams():
