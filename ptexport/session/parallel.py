@@ -572,7 +572,7 @@ def _joined_segments(results: Any, starts: list[tuple[int, int]], qd: Any, stats
             Sb, (rows_at, items_at) = matched[2][0], matched[3]
             d_insn = int(qd.S[K.TOT_INSN_CNT]) - int(Sb[K.TOT_INSN_CNT])
             d_step = int(qd.S[K.STEP_NR]) - int(Sb[K.STEP_NR])
-            o = res["o"][:, rows_at:].copy()
+            o = res["o"][:, rows_at:]  # adjusted in place: a result is the join's alone (unpickled here)
             it = res["it"][:, items_at:]
             _remap_fails(qd, o, res["fail_names"])
             o[K.O_STEP] += d_step
