@@ -189,8 +189,8 @@ def close_sessions(key: str | None = None) -> int:
 
 def copy_batch(params: dict[str, Any], shown: str, table: str, columns: Sequence[tuple[str, str]],
                cols: dict[str, Any], n: int, key: str = "", *, hook: Callable[[str], None] | None = None) -> int:
-    """On a worker: load one batch (``n`` rows of ``columns`` of ``table``, ids increasing from
-    ``cols['id'][0]``) into the database ``params`` names, once.  Returns the rows loaded: ``n``, or 0
+    """On a worker: load one batch (``n`` rows of ``columns`` of ``table``, named by its first id
+    ``cols['id'][0]``: ids are unique, in any order) into the database ``params`` names, once.  Returns the rows loaded: ``n``, or 0
     when an earlier run of the same batch has (its key is in :data:`MARKER_TABLE`).  ``shown``: the
     target as errors name it; ``key``: the export's (its batches share a session per thread; without
     one the session is this batch's own).  ``hook(stage)`` (tests: a worker dying at a stage) is
