@@ -131,7 +131,12 @@ def connect_loading(params: dict[str, Any]) -> Any:
     import psycopg
     from psycopg.conninfo import make_conninfo
 
-    conn = psycopg.connect(make_conninfo(**{"application_name": LOAD_APPLICATION, **params}), autocommit=True)
+    return set_for_loading(psycopg.connect(make_conninfo(**{"application_name": LOAD_APPLICATION, **params}),
+                                           autocommit=True))
+
+
+def set_for_loading(conn: Any) -> Any:
+    """``conn`` with :data:`SESSION_SETTINGS` applied (closed if they fail)."""
     try:
         with conn.cursor() as cur:
             for s in SESSION_SETTINGS:
@@ -153,14 +158,11 @@ def _session(params: dict[str, Any], key: str) -> Any:
     """This thread's session for the export ``key`` (opened, or the one of the batch before)."""
     me = threading.get_ident()
     with _SESSIONS_LOCK:
-        old = _SESSIONS.pop(me, None)
+        old = _SESSIONS.get(me)
     if old is not None:
         if old[0] == key and not old[1].closed and not old[1].broken:
-            conn = old[1]
-            with _SESSIONS_LOCK:
-                _SESSIONS[me] = (key, conn)
-            return conn
-        old[1].close()
+            return old[1]
+        old[1].close()  # another export's, or ended
     conn = connect_loading(params)
     with _SESSIONS_LOCK:
         _SESSIONS[me] = (key, conn)
@@ -190,11 +192,12 @@ def close_sessions(key: str | None = None) -> int:
 def copy_batch(params: dict[str, Any], shown: str, table: str, columns: Sequence[tuple[str, str]],
                cols: dict[str, Any], n: int, key: str = "", *, hook: Callable[[str], None] | None = None) -> int:
     """On a worker: load one batch (``n`` rows of ``columns`` of ``table``, named by its first id
-    ``cols['id'][0]``: ids are unique, in any order) into the database ``params`` names, once.  Returns the rows loaded: ``n``, or 0
-    when an earlier run of the same batch has (its key is in :data:`MARKER_TABLE`).  ``shown``: the
-    target as errors name it; ``key``: the export's (its batches share a session per thread; without
-    one the session is this batch's own).  ``hook(stage)`` (tests: a worker dying at a stage) is
-    called with "copied" before the commit and "committed" after."""
+    ``cols['id'][0]``: ids are unique, in any order) into the database ``params`` names, once.
+    Returns the rows loaded: ``n``, or 0 when an earlier run of the same batch has (its key is in
+    :data:`MARKER_TABLE`).  ``shown``: the target as errors name it; ``key``: the export's (its
+    batches share a session per thread; without one the session is this batch's own).
+    ``hook(stage)`` (tests: a worker dying at a stage) is called with "copied" before the commit
+    and "committed" after."""
     import psycopg
 
     first_id = int(np.asarray(cols["id"])[0])

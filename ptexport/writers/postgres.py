@@ -52,8 +52,8 @@ from ptexport.errors import DatabaseExistsError, ExportError, TargetBusyError
 from ptexport.writers.leftovers import (PG_NAME_KEEP, CleanReport, Leftover, export_ended, export_started,
                                        pg_drop_leftovers, pg_leftovers, pg_tmp_name, pg_try_lock)
 from ptexport.writers.base import Writer, _mark_placed, distinct
-from ptexport.writers.pg_copy import (LOAD_APPLICATION, MARKER_SQL, MARKER_TABLE, SESSION_SETTINGS, binary_encodable,
-                                      copy_chunks, copy_sql, encode_binary, wrap_error)
+from ptexport.writers.pg_copy import (LOAD_APPLICATION, MARKER_SQL, MARKER_TABLE, binary_encodable,
+                                      copy_chunks, copy_sql, encode_binary, set_for_loading, wrap_error)
 from ptexport.writers.targets import parse_target
 
 try:
@@ -224,15 +224,7 @@ class PostgresWriter(Writer):
 
     def _data_session(self) -> psycopg.Connection:
         """A new session on the temporary database, set for loading."""
-        conn = self._connect(self.tmp_name)
-        try:
-            with conn.cursor() as cur:
-                for s in SESSION_SETTINGS:
-                    cur.execute(s)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        return set_for_loading(self._connect(self.tmp_name))
 
     def _database_exists(self, name: str) -> bool:
         return self.admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is not None
