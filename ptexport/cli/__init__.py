@@ -195,7 +195,7 @@ class _SignalGuard:
             if self._closing or _databases_placed() > self._placed:  # the run is over or has succeeded: nothing to stop
                 return
             exc = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
-            if isinstance(frame, FrameType) and _in_native_call(frame):
+            if isinstance(frame, FrameType) and (_native(frame) or _in_native_call(frame)):
                 _raise_when_back(frame, exc)
                 return
             raise exc
@@ -211,6 +211,10 @@ _NATIVE_CODE = (_LLVMLITE, f"{os.sep}numba{os.sep}")
 
 
 def _native(frame: FrameType) -> bool:
+    """Code of llvmlite or numba.  A signal that comes while the main thread runs numba's Python
+    is raised where it returns: compiled code calls back into it (``_numba_unpickle``, as a kernel
+    boxes what it returns), and an exception raised there came out as "SystemError: CPUDispatcher(...)
+    returned a result with an exception set" instead of the signal."""
     return any(p in frame.f_code.co_filename for p in _NATIVE_CODE)
 
 

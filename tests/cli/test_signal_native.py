@@ -71,3 +71,32 @@ def test_the_signal_frame_outside_native_code_raises_at_its_next_line(native):
     with pytest.raises(Terminated):
         helper.callback(lambda f: cli._raise_when_back(f, exc))
     assert sys.gettrace() is None
+
+
+def test_a_signal_inside_numba_called_from_compiled_code_is_raised_where_it_returns(tmp_path):
+    """Compiled code calls numba's Python (``_numba_unpickle`` while a kernel boxes its result) and
+    turns an exception raised there into "SystemError: CPUDispatcher(...) returned a result with an
+    exception set": the guard's handler raises the signal at the caller's next line instead."""
+    (tmp_path / "numba").mkdir()
+    (tmp_path / "numba" / "serialize.py").write_text(
+        "import sys\n"
+        "def _numba_unpickle(signal_here):\n"
+        "    signal_here(sys._getframe())\n"
+        "    return 5\n"
+        "def compiled(signal_here):  # as the dispatcher: what the callback raises becomes a SystemError\n"
+        "    try:\n"
+        "        return _numba_unpickle(signal_here)\n"
+        "    except BaseException as e:\n"
+        "        raise SystemError('returned a result with an exception set') from e\n")
+    fake = _load("fake_numba_serialize", tmp_path / "numba" / "serialize.py")
+    guard = cli._SignalGuard()
+    got, reached = [], []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            got.append(fake.compiled(lambda f: guard._handle(2, f)))
+            reached.append("the line after the call")
+    finally:
+        sys.settrace(None)
+    assert got == [5] and reached == []  # the kernel's result came back; the next line raised
+    assert guard.signum == 2
+    assert sys.gettrace() is None

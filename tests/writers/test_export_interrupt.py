@@ -13,11 +13,15 @@ import time
 import pytest
 
 WRITER = r"""
-import sys, numpy as np
+import faulthandler, signal, sys, numpy as np
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the stacks, should it not end
+from ptexport.cli import _SignalGuard
 from ptexport.writers import open_writer
 target, batches = sys.argv[1], int(sys.argv[2])
 n = 20000
-with open_writer(target) as w:
+# as the CLI runs an export: the guard raises a signal that comes inside numba's own Python (its
+# compiler lock's wrapper, a kernel boxing its result) where that returns, not inside it
+with _SignalGuard(), open_writer(target) as w:
     for b in range(batches):
         ids = np.arange(b * n + 1, (b + 1) * n + 1)
         w.write_samples({"id": ids, "time": ids * 10, "ip": ids, "branch_type": np.full(n, 3)})
@@ -36,7 +40,14 @@ def _run_and_signal(target: str, sig: int, delay: float) -> subprocess.Completed
     assert line.strip() == "started", p.stderr.read() if p.stderr else ""
     time.sleep(delay)
     p.send_signal(sig)
-    out, err = p.communicate(timeout=120)
+    try:
+        out, err = p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f"the writer did not end in 120 s after signal {sig} ({delay:.2f} s in); its threads:\n{err}")
     return subprocess.CompletedProcess(p.args, p.returncode, line + out, err)
 
 
