@@ -374,10 +374,11 @@ def test_lock_and_stale_temporaries(tmp_path, kind):
 
 _SLOW_WRITER = r"""
 import sys, numpy as np
+from ptexport.cli import _SignalGuard
 from ptexport.writers import open_writer
 target, batches = sys.argv[1], int(sys.argv[2])
 n = 50000
-with open_writer(target) as w:
+with _SignalGuard(), open_writer(target) as w:  # as the CLI runs an export (tests/writers/test_export_interrupt.py)
     for b in range(batches):
         ids = np.arange(b * n + 1, (b + 1) * n + 1)
         w.write_samples({"id": ids, "time": ids * 10, "ip": ids, "cpu": ids % 4, "branch_type": np.full(n, 3)})
