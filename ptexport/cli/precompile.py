@@ -51,6 +51,12 @@ def warm(samples: Path) -> int:
     except Exception as e:  # noqa: BLE001 - a warm-up failure must not fail the install
         print(f"ptexport: compiling ahead: the raw walker: {e}", file=sys.stderr)
         failed += 1
+    try:
+        from ptexport.dbexport.vm import VmExits
+        VmExits.warm()  # the VM exits' pairing (no VM sample is shipped)
+    except Exception as e:  # noqa: BLE001 - a warm-up failure must not fail the install
+        print(f"ptexport: compiling ahead: the VM exits: {e}", file=sys.stderr)
+        failed += 1
     with tempfile.TemporaryDirectory(prefix="ptexport-warm-") as tmp:
         try:
             from ptexport.writers.sqlite import warm_index_runs

@@ -42,6 +42,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ptexport.errors import PtExportError
+from ptexport.jit import numba
 from ptexport.images.kallsyms import load_kallsyms
 from ptexport.images.symbols import Symbol, SymbolTable
 from ptexport.dbexport.machine import _KERNEL_DSOS, MachineState
@@ -284,6 +285,72 @@ def guest_kallsyms_path(trace_path: str, kcore_dir: str | None, machine_pid: int
 
 # ---------------------------------------------------------------------------------- VM exits
 
+# the columns of VmExits.table, one row per exit (int64; guest_ip in two's complement)
+_X_MACHINE, _X_VCPU, _X_THREAD, _X_CPU, _X_SID, _X_TIME, _X_GIP, _X_ESID, _X_ETIME, _X_MPID, _X_GTHREAD = range(11)
+# the columns of VmExits.guest, one per CPU + 1 (cpu -1: a per-thread recording's)
+_G_SET, _G_MACHINE, _G_MPID, _G_VCPU, _G_THREAD, _G_IP = range(6)
+
+
+def _pair_exits(flags, ip, addr, sid, time, cpu, th, mid, mp, vc, guest, open_row, table, n):  # pragma: no cover - compiled
+    """:class:`VmExits` over a batch of VM entry and exit samples (in export order): the new exits
+    from column ``n`` of ``table`` on; returns the columns used.  ``guest`` (per CPU + 1) and
+    ``open_row`` (per host thread id) carry from batch to batch; ``table`` has room for every exit."""
+    for i in range(flags.shape[0]):
+        f = flags[i]
+        t = th[i]
+        if f & VMEXIT:
+            c = cpu[i] + 1
+            if addr[i] == 0:  # guest side: guest ip => 0
+                guest[_G_SET, c] = 1
+                guest[_G_MACHINE, c] = mid[i]
+                guest[_G_MPID, c] = mp[i]
+                guest[_G_VCPU, c] = vc[i]
+                guest[_G_THREAD, c] = t
+                guest[_G_IP, c] = ip[i]
+                continue
+            if guest[_G_SET, c]:
+                guest[_G_SET, c] = 0
+                table[_X_MACHINE, n] = guest[_G_MACHINE, c]
+                table[_X_MPID, n] = guest[_G_MPID, c]
+                table[_X_VCPU, n] = guest[_G_VCPU, c]
+                table[_X_GTHREAD, n] = guest[_G_THREAD, c]
+                table[_X_GIP, n] = guest[_G_IP, c]
+            else:
+                table[_X_MACHINE, n] = 0
+                table[_X_MPID, n] = -1
+                table[_X_VCPU, n] = -1
+                table[_X_GTHREAD, n] = 0
+                table[_X_GIP, n] = 0
+            table[_X_THREAD, n] = t
+            table[_X_CPU, n] = cpu[i]
+            table[_X_SID, n] = sid[i]
+            table[_X_TIME, n] = time[i]
+            table[_X_ESID, n] = 0
+            table[_X_ETIME, n] = 0
+            open_row[t] = n
+            n += 1
+        elif f & VMENTRY and ip[i] != 0:  # host side: host ip => 0
+            r = open_row[t]
+            if r >= 0:
+                table[_X_ESID, r] = sid[i]
+                table[_X_ETIME, r] = time[i]
+                open_row[t] = -1
+    return n
+
+
+if numba is not None:
+    _pair_exits = numba.njit(cache=True, nogil=True)(_pair_exits)
+
+
+def _int64(col: Any, rows: np.ndarray) -> np.ndarray:
+    """``col[rows]`` as int64 (a uint64 column in two's complement, a scalar repeated)."""
+    a = np.asarray(col)
+    if a.ndim == 0:
+        return np.full(len(rows), a, np.int64) if a.dtype.kind != "u" else np.full(len(rows), a, np.uint64).view(np.int64)
+    a = a[rows]
+    return a.view(np.int64) if a.dtype == np.uint64 else a.astype(np.int64, copy=False)
+
+
 class VmExits:
     """VM exits paired with the next VM entry of their host VCPU thread, in export order.
 
@@ -291,54 +358,101 @@ class VmExits:
     guest machine) and the host side (0 => the host's exit handler, on the host VCPU
     thread), and a VM entry into the host side (host ip => 0) and the guest side
     (0 => guest ip).  An exit is the host-side exit sample; its guest ip, machine and
-    VCPU are those of the guest-side sample just before it on the same CPU.
+    VCPU are those of the guest-side sample just before it on the same CPU.  A batch's
+    entries and exits are paired by one compiled walk (:func:`_pair_exits`: tens of
+    thousands of them per million samples, a Python call each before).
     """
 
     def __init__(self, reason_of: Callable[[int, int, int, int, int], tuple[str, str]]) -> None:
         self.reason_of = reason_of  # (machine pid, VCPU, guest thread id, guest ip, time) -> (reason, source)
-        self.rows: list[list] = []
-        self._guest: dict[int, tuple[int, int, int, int, int]] = {}  # cpu -> last guest-side exit
-        self._open: dict[int, list] = {}  # host thread id -> its exit waiting for the next entry
+        self.table = np.zeros((11, 0), np.int64)  # the exits so far: columns self.table[:, :self.n]
+        self.n = 0
+        self.guest = np.zeros((6, 0), np.int64)  # per CPU + 1: its last guest-side exit, not yet taken
+        self.open_row = np.zeros(0, np.int64)  # per host thread id: its exit waiting for the next entry (-1)
         self._tracepoints: list[tuple[int, int, str]] = []  # (host thread id, time, reason) of kvm:kvm_exit
+
+    def samples(self, flags: np.ndarray, ip: np.ndarray, addr: np.ndarray, sid: np.ndarray, time: np.ndarray,
+                cpu: np.ndarray, thread_id: np.ndarray, machine_id: np.ndarray, machine_pid: np.ndarray,
+                vcpu: np.ndarray) -> None:
+        """A batch of samples in export order (those without a VM entry or exit flag are passed over);
+        int64 columns of one length (ips in two's complement)."""
+        cols = [np.ascontiguousarray(c, dtype=np.int64) for c in
+                (flags, ip, addr, sid, time, cpu, thread_id, machine_id, machine_pid, vcpu)]
+        if not len(cols[0]):
+            return
+        if int(cols[5].min()) < -1 or int(cols[6].min()) < 0:
+            raise ValueError("VM exits: a CPU below -1 or a negative thread id")
+        ncpu = int(cols[5].max()) + 2
+        if ncpu > self.guest.shape[1]:
+            grown = np.zeros((6, max(ncpu, 2 * self.guest.shape[1])), np.int64)
+            grown[:, :self.guest.shape[1]] = self.guest
+            self.guest = grown
+        nth = int(cols[6].max()) + 1
+        if nth > len(self.open_row):
+            grown = np.full(max(nth, 2 * len(self.open_row)), -1, np.int64)
+            grown[:len(self.open_row)] = self.open_row
+            self.open_row = grown
+        need = self.n + int(np.count_nonzero(cols[0] & VMEXIT))
+        if need > self.table.shape[1]:
+            grown = np.zeros((11, max(need, 2 * self.table.shape[1], 1024)), np.int64)
+            grown[:, :self.n] = self.table[:, :self.n]
+            self.table = grown
+        self.n = int(_pair_exits(*cols, self.guest, self.open_row, self.table, self.n))
 
     def sample(self, sid: int, flags: int, ip: int, addr: int, time: int, cpu: int, thread_id: int,
                machine_id: int, machine_pid: int, vcpu: int) -> None:
-        if flags & VMEXIT:
-            if addr == 0:  # guest side: guest ip => 0
-                self._guest[cpu] = (machine_id, machine_pid, vcpu, thread_id, ip)
-                return
-            mid, mp, vc, gth, gip = self._guest.pop(cpu, (0, -1, -1, 0, 0))
-            row = [len(self.rows) + 1, mid, vc, thread_id, cpu, sid, time, gip, 0, 0, None, None, mp, gth]
-            self.rows.append(row)
-            self._open[thread_id] = row
-        elif flags & VMENTRY and ip != 0:  # host side: host ip => 0
-            row = self._open.pop(thread_id, None)
-            if row is not None:
-                row[8], row[9] = sid, time
+        """One sample (:meth:`samples` of one row)."""
+        one = [np.array([v & 0xFFFFFFFFFFFFFFFF], np.uint64).view(np.int64) if k in (1, 2) else np.array([v], np.int64)
+               for k, v in enumerate((flags, ip, addr, sid, time, cpu, thread_id, machine_id, machine_pid, vcpu))]
+        self.samples(*one)
+
+    @classmethod
+    def warm(cls) -> None:
+        """Compile :func:`_pair_exits` ahead (``ptexport.cli.precompile``: no shipped sample is a VM's)."""
+        cls(lambda *a: ("", "")).sample(1, VMEXIT, 0, 0xFFFF0010, 100, 0, 1, 0, -1, -1)
 
     def kvm_exit(self, thread_id: int, time: int, reason: str) -> None:
         """A recorded kvm:kvm_exit tracepoint of host thread ``thread_id`` at ``time``: the reason of that
         thread's last VM exit at or before ``time`` (applied by :meth:`finish`)."""
         self._tracepoints.append((thread_id, time, reason))
 
-    def finish(self) -> list[tuple]:
+    def _reasons(self) -> tuple[list[str], list[str]]:
+        """Each exit's (reason, source): a kvm:kvm_exit tracepoint's, else derived from the guest code."""
+        t = self.table[:, :self.n]
+        reason: list[Any] = [None] * self.n
+        source: list[Any] = [None] * self.n
         if self._tracepoints:
-            by_thread: dict[int, list[list]] = {}
-            for r in self.rows:
-                by_thread.setdefault(r[3], []).append(r)
-            for thread_id, time, reason in self._tracepoints:
-                rows = by_thread.get(thread_id)
-                if not rows:
+            order = np.lexsort((np.arange(self.n), t[_X_THREAD]))  # by thread, in export order within one
+            th_sorted = t[_X_THREAD][order]
+            for thread_id, time, why in self._tracepoints:
+                lo, hi = np.searchsorted(th_sorted, [thread_id, thread_id + 1])
+                if lo == hi:
                     continue
-                i = bisect_right([r[6] for r in rows], time) - 1
-                if i >= 0 and rows[i][11] != "kvm_exit":
-                    rows[i][10], rows[i][11] = reason, "kvm_exit"
-        out = []
-        for r in self.rows:
-            if r[10] is None:
-                r[10], r[11] = self.reason_of(r[12], r[2], r[13], r[7], r[6])
-            out.append(tuple(r[:12]))
-        return out
+                rows = order[lo:hi]
+                i = bisect_right(t[_X_TIME][rows].tolist(), time) - 1
+                if i >= 0 and source[rows[i]] != "kvm_exit":
+                    reason[rows[i]], source[rows[i]] = why, "kvm_exit"
+        gips = (t[_X_GIP].view(np.uint64) if self.n else t[_X_GIP]).tolist()
+        mps, vcs, gths, times = (t[k].tolist() for k in (_X_MPID, _X_VCPU, _X_GTHREAD, _X_TIME))
+        for i in range(self.n):
+            if reason[i] is None:
+                reason[i], source[i] = self.reason_of(mps[i], vcs[i], gths[i], gips[i], times[i])
+        return reason, source
+
+    def columns(self) -> dict[str, Any]:
+        """The vm_exits table's columns (perf's ids from 1; guest_ip as uint64)."""
+        t = self.table[:, :self.n]
+        reason, source = self._reasons()
+        return {"id": np.arange(1, self.n + 1, dtype=np.int64), "machine_id": t[_X_MACHINE].copy(),
+                "vcpu": t[_X_VCPU].copy(), "thread_id": t[_X_THREAD].copy(), "cpu": t[_X_CPU].copy(),
+                "exit_id": t[_X_SID].copy(), "exit_time": t[_X_TIME].copy(),
+                "guest_ip": t[_X_GIP].view(np.uint64).copy(), "entry_id": t[_X_ESID].copy(),
+                "entry_time": t[_X_ETIME].copy(), "reason": reason, "reason_source": source}
+
+    def finish(self) -> list[tuple]:
+        """The rows of :meth:`columns`, as tuples."""
+        cols = self.columns()
+        return list(zip(*(c.tolist() if isinstance(c, np.ndarray) else c for c in cols.values())))
 
 
 def kvm_exit_reason(raw: bytes | None, offset: int = 8) -> str | None:
@@ -656,11 +770,9 @@ class VmExport:
         w = np.flatnonzero(flags & (VMENTRY | VMEXIT))
         if not len(w):
             return
-        get = {k: np.asarray(cols[k])[w].tolist() for k in ("id", "ip", "to_ip", "time", "cpu", "thread_id",
-                                                           "machine_id", "machine_pid", "vcpu")}
-        for j, f in enumerate(flags[w].tolist()):
-            self.exits.sample(get["id"][j], f, get["ip"][j], get["to_ip"][j], get["time"][j], get["cpu"][j],
-                              get["thread_id"][j], get["machine_id"][j], get["machine_pid"][j], get["vcpu"][j])
+        take = [_int64(cols[k], w) for k in ("ip", "to_ip", "id", "time", "cpu", "thread_id", "machine_id",
+                                              "machine_pid", "vcpu")]
+        self.exits.samples(flags[w], *take)
 
     def _reason(self, machine_pid: int, vcpu: int, guest_thread: int, ip: int, time: int) -> tuple[str, str]:
         code = self._read_guest(machine_pid, guest_thread, ip, time)
@@ -721,18 +833,8 @@ class VmExport:
 
     def finish(self, w: Any) -> None:
         """Write vm_exits, vcpus and the guest-data warnings (stats) at the end of the export."""
-        rows = self.exits.finish()
-        if rows:  # as columns: no Python conversion per value (guest_ip stored in two's complement)
-            names = w.columns("vm_exits")
-            cols: dict[str, Any] = {}
-            for j, (name, values) in enumerate(zip(names, zip(*rows))):
-                if j >= 10:
-                    cols[name] = list(values)  # reason, reason_source
-                elif name == "guest_ip":
-                    cols[name] = np.array([v & 0xFFFFFFFFFFFFFFFF for v in values], dtype=np.uint64)
-                else:
-                    cols[name] = np.array(values, dtype=np.int64)
-            w.write_columns("vm_exits", cols)
+        if self.exits.n:
+            w.write_columns("vm_exits", self.exits.columns())
         rows = self.vcpu_rows()
         if rows:
             w.write_rows("vcpus", rows)

@@ -97,3 +97,54 @@ def test_reasons_remembered_per_instruction_equal_capstone_every_time():
     for _ in range(2000):
         code = (rng.choice(insns) + bytes(rng.randrange(256) for _ in range(rng.randrange(0, 14))))[:16]
         assert memo(code, 0xFFFFFFFF81000000) == exit_reason_of_insn(code, 0xFFFFFFFF81000000), code.hex()
+
+
+def _oracle_pairs(rows):
+    """The pairing rule, one sample at a time, with dicts (what VmExits computed before its compiled walk)."""
+    guest, open_, out = {}, {}, []
+    for sid, (flags, ip, addr, time, cpu, thread, mid, mp, vcpu) in enumerate(rows, 1):
+        if flags & VMEXIT:
+            if addr == 0:
+                guest[cpu] = (mid, mp, vcpu, thread, ip)
+                continue
+            gmid, gmp, gvc, gth, gip = guest.pop(cpu, (0, -1, -1, 0, 0))
+            row = [len(out) + 1, gmid, gvc, thread, cpu, sid, time, gip, 0, 0, gmp, gth]
+            out.append(row)
+            open_[thread] = row
+        elif flags & VMENTRY and ip != 0:
+            row = open_.pop(thread, None)
+            if row is not None:
+                row[8], row[9] = sid, time
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_exits_paired_in_batches_as_one_sample_at_a_time(seed):
+    """Random entry and exit streams (CPUs -1..3, guest kernel ips above 2**63), cut into batches at
+    random: the rows of one pass with dicts, and the reason asked once per exit with its guest's values."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(seed)
+    rows = []
+    for t in range(rng.randrange(1, 400)):
+        kind = rng.randrange(5)
+        ip = rng.choice([0x401000, 0xFFFFFFFF81000000 + rng.randrange(1 << 12), 0xFFFF0010])
+        flags, addr = {0: (EXIT, 0), 1: (EXIT, 0xFFFF0010), 2: (ENTRY, 0), 3: (ENTRY, 0), 4: (0, 0x400000)}[kind]
+        if kind == 1 or kind == 3:
+            ip = 0 if kind == 1 else 0xFFFF0020
+        rows.append((flags, ip, addr, 100 + t, rng.randrange(-1, 4), rng.randrange(6), rng.randrange(3),
+                     rng.choice([-1, 4000, 4001]), rng.randrange(-1, 2)))
+    asked = []
+    ex = VmExits(lambda mp, vc, gth, gip, time: asked.append((mp, vc, gth, gip, time)) or ("HLT", "instruction"))
+    cols = [np.array([r[k] for r in rows], np.uint64).view(np.int64) if k in (1, 2)
+            else np.array([r[k] for r in rows], np.int64) for k in range(9)]
+    sids = np.arange(1, len(rows) + 1, dtype=np.int64)
+    cuts = sorted({0, len(rows), *(rng.randrange(len(rows) + 1) for _ in range(rng.randrange(4)))})
+    for a, b in zip(cuts, cuts[1:]):
+        flags, ip, addr, time, cpu, thread, mid, mp, vcpu = (c[a:b] for c in cols)
+        ex.samples(flags, ip, addr, sids[a:b], time, cpu, thread, mid, mp, vcpu)
+    want = _oracle_pairs(rows)
+    assert ex.finish() == [tuple(r[:10]) + ("HLT", "instruction") for r in want]
+    assert asked == [(r[10], r[2], r[11], r[7], r[6]) for r in want]
