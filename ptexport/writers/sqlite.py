@@ -628,7 +628,9 @@ class _IndexRuns:
 
     def _read(self, first: int, count: int) -> np.ndarray:
         w = self._width
-        return np.fromfile(self.path, dtype=np.int64, count=w * count, offset=8 * w * first).reshape(-1, w)
+        # the path as a str: numpy turns a Path into one by calling back into Python, where a signal's
+        # KeyboardInterrupt came out as "SystemError: PurePath.__str__ returned a result with an exception set"
+        return np.fromfile(os.fspath(self.path), dtype=np.int64, count=w * count, offset=8 * w * first).reshape(-1, w)
 
     def _merged(self):
         """Every entry in order, as blocks: a k-way merge of the runs."""
