@@ -342,13 +342,13 @@ if numba is not None:
     _pair_exits = numba.njit(cache=True, nogil=True)(_pair_exits)
 
 
-def _int64(col: Any, rows: np.ndarray) -> np.ndarray:
-    """``col[rows]`` as int64 (a uint64 column in two's complement, a scalar repeated)."""
-    a = np.asarray(col)
-    if a.ndim == 0:
-        return np.full(len(rows), a, np.int64) if a.dtype.kind != "u" else np.full(len(rows), a, np.uint64).view(np.int64)
-    a = a[rows]
-    return a.view(np.int64) if a.dtype == np.uint64 else a.astype(np.int64, copy=False)
+def _grown(a: np.ndarray, size: int, fill: int) -> np.ndarray:
+    """``a`` with at least ``size`` columns (its last axis, at least doubled; the new ones ``fill``)."""
+    if size <= a.shape[-1]:
+        return a
+    out = np.full((*a.shape[:-1], max(size, 2 * a.shape[-1])), fill, np.int64)
+    out[..., :a.shape[-1]] = a
+    return out
 
 
 class VmExits:
@@ -382,21 +382,9 @@ class VmExits:
             return
         if int(cols[5].min()) < -1 or int(cols[6].min()) < 0:
             raise ValueError("VM exits: a CPU below -1 or a negative thread id")
-        ncpu = int(cols[5].max()) + 2
-        if ncpu > self.guest.shape[1]:
-            grown = np.zeros((6, max(ncpu, 2 * self.guest.shape[1])), np.int64)
-            grown[:, :self.guest.shape[1]] = self.guest
-            self.guest = grown
-        nth = int(cols[6].max()) + 1
-        if nth > len(self.open_row):
-            grown = np.full(max(nth, 2 * len(self.open_row)), -1, np.int64)
-            grown[:len(self.open_row)] = self.open_row
-            self.open_row = grown
-        need = self.n + int(np.count_nonzero(cols[0] & VMEXIT))
-        if need > self.table.shape[1]:
-            grown = np.zeros((11, max(need, 2 * self.table.shape[1], 1024)), np.int64)
-            grown[:, :self.n] = self.table[:, :self.n]
-            self.table = grown
+        self.guest = _grown(self.guest, int(cols[5].max()) + 2, 0)
+        self.open_row = _grown(self.open_row, int(cols[6].max()) + 1, -1)
+        self.table = _grown(self.table, max(self.n + int(np.count_nonzero(cols[0] & VMEXIT)), 1024), 0)
         self.n = int(_pair_exits(*cols, self.guest, self.open_row, self.table, self.n))
 
     def sample(self, sid: int, flags: int, ip: int, addr: int, time: int, cpu: int, thread_id: int,
@@ -770,8 +758,9 @@ class VmExport:
         w = np.flatnonzero(flags & (VMENTRY | VMEXIT))
         if not len(w):
             return
-        take = [_int64(cols[k], w) for k in ("ip", "to_ip", "id", "time", "cpu", "thread_id", "machine_id",
-                                              "machine_pid", "vcpu")]
+        # (a column of one value may come as that value; the exits take int64, ips in two's complement)
+        take = [np.broadcast_to(cols[k], flags.shape)[w] for k in ("ip", "to_ip", "id", "time", "cpu", "thread_id",
+                                                                   "machine_id", "machine_pid", "vcpu")]
         self.exits.samples(flags[w], *take)
 
     def _reason(self, machine_pid: int, vcpu: int, guest_thread: int, ip: int, time: int) -> tuple[str, str]:
