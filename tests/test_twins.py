@@ -56,6 +56,9 @@ TWINS = [
     # numbers the reference and the compiled kernel share are checked by tests/flow/test_constants.py
     Twin("decoder.reference.decoder", "decoder.compiled.decoder", ()),
     Twin("decoder.reference", "decoder.compiled", ("decode_queue", "supported")),
+    # perf's VM time correlation: the reference walks a queue in vmtime._Queue._run_python, the twin one
+    # buffer per kernel call (walk_buffer), both driven by vmtime._Queue.run
+    Twin("pt.vmtime", "pt.vmtime_compiled", ()),
 ]
 
 

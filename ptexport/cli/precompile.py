@@ -57,6 +57,12 @@ def warm(samples: Path) -> int:
     except Exception as e:  # noqa: BLE001 - a warm-up failure must not fail the install
         print(f"ptexport: compiling ahead: the VM exits: {e}", file=sys.stderr)
         failed += 1
+    try:
+        from ptexport.pt import vmtime
+        vmtime.warm()  # the VM time correlation's walk (a VM export measures its VMCSs with it)
+    except Exception as e:  # noqa: BLE001 - a warm-up failure must not fail the install
+        print(f"ptexport: compiling ahead: the VM time correlation: {e}", file=sys.stderr)
+        failed += 1
     with tempfile.TemporaryDirectory(prefix="ptexport-warm-") as tmp:
         try:
             from ptexport.writers.sqlite import warm_index_runs

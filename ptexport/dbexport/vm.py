@@ -659,9 +659,9 @@ class VmExport:
         self.stats: list[tuple[str, int, str, str]] = []  # (name, value, severity, description)
         self._kvm_exit_offset: int | None = None
         self._check_guests()
-        # The VCPU threads' offsets (a pass of its own over the start of each CPU's trace, Python but
-        # for its packet tokenizer) are measured beside the export - by the decoding process once it has
-        # decoded the trace, else on a thread here - and read by vcpu_rows at the end.
+        # The VCPU threads' offsets (a pass of its own over the start of each CPU's trace, its packets decoded
+        # and walked by compiled kernels) are measured beside the export - by the decoding process once it
+        # has decoded the trace, else on a thread here - and read by vcpu_rows at the end.
         self._measured: Future[dict[int, tuple[int, int, str]]] | None = None
         if self.hypervisors:
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptexport-vmcs")

@@ -87,17 +87,10 @@ def _kind_table() -> np.ndarray:
     return t
 
 
-def packet_lists(data) -> tuple[list, list, list, list]:
-    """(kinds as Pkt, counts, payloads, offsets) of a buffer, payloads in perf's form (PIP:
-    the NR bit; VMCS: the raw 40-bit field; TMA: CTC with the fast counter as count).
-
-    The compiled columnar decoder is used when numba is installed (a decode error there
-    resynchronizes at the next PSB, as perf's decoder does after a bad packet); otherwise
-    the perf-style tokenizer."""
+def packet_arrays(data) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`packet_lists` as numpy arrays (kinds uint8, counts and payloads uint64, offsets int64), from
+    the compiled columnar decoder (numba must be loaded)."""
     from ptexport.pt import packets_compiled as fastdecode  # lazy: loads numba (start-up time)
-    if fastdecode.numba is None:
-        pk = tokenize(data)
-        return pk.kind.tolist(), pk.count.tolist(), pk.payload.tolist(), pk.pos.tolist()
 
     cols, _errors = fastdecode.decode_columns(data)
     kind = cols["kind"]
@@ -113,8 +106,22 @@ def packet_lists(data) -> tuple[list, list, list, list]:
     count = np.zeros(len(kind), dtype=np.uint64)
     tma = kind == int(K.TMA)
     count[tma] = p1[tma]
-    return (_KINDS[kind].tolist(), count.tolist(), payload.tolist(),
-            cols["offset"][keep].tolist())
+    return _KINDS[kind], count, payload, cols["offset"][keep]
+
+
+def packet_lists(data) -> tuple[list, list, list, list]:
+    """(kinds as Pkt, counts, payloads, offsets) of a buffer, payloads in perf's form (PIP:
+    the NR bit; VMCS: the raw 40-bit field; TMA: CTC with the fast counter as count).
+
+    The compiled columnar decoder is used when numba is installed (a decode error there
+    resynchronizes at the next PSB, as perf's decoder does after a bad packet); otherwise
+    the perf-style tokenizer."""
+    from ptexport.pt import packets_compiled as fastdecode  # lazy: loads numba (start-up time)
+    if fastdecode.numba is None:
+        pk = tokenize(data)
+        return pk.kind.tolist(), pk.count.tolist(), pk.payload.tolist(), pk.pos.tolist()
+    kinds, counts, payloads, offsets = packet_arrays(data)
+    return kinds.tolist(), counts.tolist(), payloads.tolist(), offsets.tolist()
 
 
 def parse_offsets(spec: str) -> tuple[int, dict[int, int]]:
@@ -469,6 +476,60 @@ class _Queue:
         return payload
 
     def run(self) -> list[TscPatch]:
+        """Walk the buffers: compiled where numba loads (as :func:`packet_lists` decides), else here."""
+        from ptexport.pt import packets_compiled as fastdecode  # lazy: loads numba (start-up time)
+        from ptexport.pt import vmtime_compiled
+
+        if fastdecode.numba is not None and vmtime_compiled.walk_buffer is not None:
+            return self._run_compiled(vmtime_compiled)
+        return self._run_python()
+
+    def _run_compiled(self, C) -> list[TscPatch]:
+        """:meth:`_run_python` by :mod:`ptexport.pt.vmtime_compiled`: one kernel call per buffer, the
+        queue's state in an array, the VMCS table as arrays while the queue runs."""
+        o, cfg = self.o, self.o.cfg
+        U = np.zeros(C.STATE_SIZE, dtype=np.uint64)
+        for at, v in ((C.C_SHIFT, self.mtc_shift), (C.C_REM_MASK, self.ctc_rem_mask), (C.C_HAVE_D, self.have_d),
+                      (C.C_MULT, o.mult), (C.C_N, cfg.tsc_ctc_ratio_n), (C.C_D, cfg.tsc_ctc_ratio_d),
+                      (C.C_DEFAULT_OFF, cfg.default_offset), (C.LAST_REL_TS, self.last_reliable_timestamp),
+                      (C.VMCS, NO_VMCS)):
+            U[at] = int(v) & M64
+        cfg_vmcs = np.array([k & M64 for k in cfg.offsets], dtype=np.uint64)
+        cfg_off = np.array([v & M64 for v in cfg.offsets.values()], dtype=np.uint64)
+        infos = list(o.vmcs_table.values())
+        tab = np.zeros((4, len(infos) + 16), dtype=np.uint64)  # rows: vmcs, offset, reliable, error printed
+        for t, info in enumerate(infos):
+            tab[:, t] = (info.vmcs & M64, info.tsc_offset & M64, info.reliable, info.error_printed)
+        U[C.N_TAB] = len(infos)
+        for bi, buf in enumerate(self.buffers):
+            kinds, counts, payloads, positions = packet_arrays(buf.data)
+            n_tsc = int(np.count_nonzero(kinds == int(Pkt.TSC)))
+            n_psb = int(np.count_nonzero(kinds == int(Pkt.PSB)))
+            n_vmcs = int(np.count_nonzero(kinds == int(Pkt.VMCS)))
+            if int(U[C.N_TAB]) + n_tsc > tab.shape[1]:  # a TSC packet makes at most one VMCS row
+                grown = np.zeros((4, 2 * (int(U[C.N_TAB]) + n_tsc)), dtype=np.uint64)
+                grown[:, :tab.shape[1]] = tab
+                tab = grown
+            patches = np.zeros((4, n_tsc), dtype=np.uint64)
+            seen = np.zeros((2, n_vmcs), dtype=np.uint64)
+            msgs = np.zeros((3, 3 * n_tsc + n_psb), dtype=np.uint64)  # at most 3 a TSC, 1 a PSB
+            U[C.N_PATCH] = U[C.N_SEEN] = U[C.N_MSG] = 0
+            C.walk_buffer(U, kinds, counts, payloads, positions, bi, np.uint64(buf.ref_timestamp & M64),
+                          bool(buf.consecutive), tab, cfg_vmcs, cfg_off, patches, seen, msgs)
+            for k in range(int(U[C.N_MSG])):
+                o.messages.append(C.message(int(msgs[0, k]), int(msgs[1, k]), int(msgs[2, k])))
+            self.patches.extend(TscPatch(b, p, old, new) for b, p, old, new in patches[:, :int(U[C.N_PATCH])].T.tolist())
+            o.vmcs_seen.extend((self.queue, ts, v) for ts, v in seen[:, :int(U[C.N_SEEN])].T.tolist())
+        table = {}
+        for t, (vmcs, off, reliable, printed) in enumerate(tab[:, :int(U[C.N_TAB])].T.tolist()):
+            info = infos[t] if t < len(infos) else VmcsInfo(vmcs)
+            info.tsc_offset, info.reliable, info.error_printed = off, bool(reliable), bool(printed)
+            table[vmcs] = info
+        o.vmcs_table.clear()
+        o.vmcs_table.update(table)
+        return self.patches
+
+    def _run_python(self) -> list[TscPatch]:
         # the kinds as plain ints: an enum member look-up per packet and comparison costs more than the rest
         (_BAD, _FUP, _MTC, _OVF, _PIP, _PSB, _PSBEND, _TIP, _TIP_PGD, _TIP_PGE, _TMA, _TNT, _TRACESTOP, _TSC,
          _VMCS) = (int(p) for p in (Pkt.BAD, Pkt.FUP, Pkt.MTC, Pkt.OVF, Pkt.PIP, Pkt.PSB, Pkt.PSBEND, Pkt.TIP,
@@ -534,6 +595,12 @@ class _Queue:
                         if self.timestamp:
                             self.o.vmcs_seen.append((self.queue, self.timestamp, payloads[i]))
         return self.patches
+
+
+def warm() -> None:
+    """Compile the walk ahead (``ptexport.cli.precompile``: no shipped sample is a VM's): a PSB+ walked."""
+    VmTimeCorrelator(VmTimeConfig(mtc_period=3, tsc_ctc_ratio_n=2, tsc_ctc_ratio_d=1)).run_queue(
+        [VmBuffer(b"\x02\x82" * 8 + b"\x02\x23", 0, False)])
 
 
 def apply_patches(data: bytearray, patches: list[TscPatch], base: int = 0) -> None:

@@ -21,6 +21,8 @@ import time as _time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+import numpy as np
+
 from ptexport.dbexport import samples, samples_compiled
 from ptexport.dbexport.exporter import DbExporter, ExportConfig, RecordTee, SampleLoop
 from ptexport.dbexport.progress import AuxPosition, ProgressBatches, ProgressFn
@@ -97,16 +99,32 @@ def measure_vmcs(session: Any, limit: int = MEASURE_BYTES) -> dict[int, tuple[in
     except PtExportError:
         return {}  # unreadable trace data: decode errors say where; no measurement
     out: dict[int, tuple[int, int, str]] = {}
-    for queue, tsc, vmcs in corr.vmcs_seen:
+    # the thread on the CPU at each VMCS packet (a VCPU's runs show thousands): the first per thread wins
+    seen = corr.vmcs_seen
+    queues = {q: i for i, q in enumerate(dict.fromkeys(q for q, _, _ in seen))}
+    qcode = np.array([queues[q] for q, _, _ in seen], dtype=np.int64)
+    tscs = np.array([t for _, t, _ in seen], dtype=np.uint64)
+    tids = np.zeros(len(seen), dtype=np.int64)
+    found = np.zeros(len(seen), dtype=bool)
+    for queue, code in queues.items():
+        at = np.flatnonzero(qcode == code)
         tl = session.sb.host.cpus.get(queue[1])
-        hit = tl.at(tc.tsc_to_perf_time(tsc)) if tl is not None else None
-        if hit is None or hit[1] in out:
+        if tl is None or not len(tl):
             continue
+        idx = np.searchsorted(tl.times, tc.tsc_to_perf_time_array(tscs[at]), side="right") - 1
+        found[at] = idx >= 0
+        tids[at] = tl.tids[np.maximum(idx, 0)]
+    where = np.flatnonzero(found)
+    got, first = np.unique(tids[where], return_index=True)
+    for k in np.argsort(first, kind="stable").tolist():
+        tid = int(got[k])
+        i = int(where[first[k]])
+        vmcs = seen[i][2]
         vi = corr.vmcs_table.get(vmcs)
         if vi is not None and vi.tsc_offset:
-            out[hit[1]] = (vmcs, vi.tsc_offset, "measured")
+            out[tid] = (vmcs, vi.tsc_offset, "measured")
         else:
-            out[hit[1]] = (vmcs, 0, "none")
+            out[tid] = (vmcs, 0, "none")
     return out
 
 
@@ -134,8 +152,8 @@ def vm_trace(session: Any, config: ExportConfig, proc: Any = None) -> VmTrace:
 def decode_process(session: Any, config: ExportConfig) -> Any:
     """The decoding process of ``--jobs N`` (:func:`maybe_process`), or None.  A recording with VCPU
     threads has it measure their VMCSs too (:func:`measure_vmcs`) once it has decoded the trace: there
-    it is idle while this process finishes the export, and the measurement (mostly Python) no longer
-    takes turns with the export for this process's interpreter lock."""
+    it is idle while this process finishes the export, and the measurement (loading its kernels is
+    Python) does not take turns with the export for this process's interpreter lock."""
     tail = (lambda: measure_vmcs(session)) if session.sb.hypervisors() else None
     return maybe_process(session, config.jobs, config.decode_process, tail=tail)
 
