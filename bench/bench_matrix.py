@@ -20,7 +20,10 @@ Parts, each on inputs made once in this run (a temporary directory, or ``--keep 
    the branch counts must agree with perf's.  The decoder's scaling, ``--count`` with ``--jobs 2``
    against ``--jobs 1``, also on a ``--scale-branches`` trace (40 M): at 10 M the start-up (imports,
    numba's cache, the sideband: the same in both) is a third of the ``--jobs 2`` run (the medians of
-   three alternated runs of each);
+   three alternated runs of each); then the other ``--itrace`` modes (instruction samples by instructions,
+   time and ticks, call chains, quick decoding, an initial skip, timestamps ignored, and Event Trace on a
+   recording of its own), ``dump branches --count`` against ``perf script`` printing them, the sample
+   counts checked against perf's;
 3. export, on the same trace: ``ptexport TRACE --db`` with ``--jobs 1`` and ``--jobs 2`` against perf's
    export-to-sqlite.py (``--itrace=bep ... branches calls``), with each one's peak RSS; the sample counts
    must agree;
@@ -77,13 +80,14 @@ FLAT_BASE = 1_000_000  # the memory part's small trace (branches)
 SCALE_RUNS = 3  # --count --jobs 1 and 2 at the scaling row's size, alternated (its row compares their medians)
 #: What a run makes in its work folder (--keep DIR --force replaces these, and only these).
 RUN_FILES = ("decode", "scale", "first", "checkout", "venv", "pip-install.log", "warm", "warm-vm", "perf.db", "ours-j1.sqlite",
-             "ours-j2.sqlite", "vm", "host", "memory", "raw-hotloop", "raw-calls", "simplept-slice.pt")
+             "ours-j2.sqlite", "event-trace", "vm", "host", "memory", "raw-hotloop", "raw-calls", "simplept-slice.pt")
 
 # The issue's targets (DESIGN.md section 6): (what, test on the ratio, text).
 TARGETS = {
     "first_run": (lambda r: r <= 1.5, "<= 1.5x warm"),
     "scaling": (lambda r: r >= 1.7, ">= 1.7x"),
     "text": (lambda r: r >= 1.5, ">= 1.5x perf"),
+    "modes": (lambda r: r >= 1.0, ">= 1.0x perf"),
     "export": (lambda r: r >= 30, ">= 30x perf (10M)"),
     "rss": (lambda mib: mib < 400, "< 400 MB"),
     "flat": (lambda r: r <= 1.5, "<= 1.5x (flat)"),
@@ -322,6 +326,54 @@ def part_decode(m: Matrix, trace: Path) -> dict:
     return rep
 
 
+#: --itrace modes beyond b (issue #13 item 4), each ``dump branches --count --itrace=MODE`` against ``perf script
+#: --itrace=MODE > /dev/null`` on the decode trace: (letters, what they ask for)
+MODES = (("i1000i", "instructions, period 1000 instructions"), ("i10us", "instructions, period 10 us"),
+         ("i100t", "instructions, period 100 ticks"), ("i1000ig", "instructions with call chains"),
+         ("qb", "quick decoding (branches of TIP/FUP only)"), ("bs1000", "the first 1000 samples skipped"),
+         ("bZ", "timestamps ignored (a timeless decode)"))
+ET_BRANCHES = 1_000_000  # the Event Trace recording's (the generator emulates it: ~0.2 M branches/s)
+
+
+def count_samples_printed(cmd: list[str], cwd: Path) -> int:
+    """Samples ``perf script`` prints: its lines less the call chain lines under them (a tab first)."""
+    n = 0
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd) as p:
+        for line in p.stdout:
+            n += line[:1] != b"\t" and bool(line.strip())
+    return n
+
+
+def part_modes(m: Matrix, work: Path, trace: Path, tiny: bool) -> dict:
+    """Item 4: every --itrace mode on the compiled path, each against perf on the same input (the
+    decode trace; Event Trace on a generated recording of its own)."""
+    rep: dict = {}
+    runs = [(mode, what, trace) for mode, what in MODES]
+    et = work / "event-trace"
+    subprocess.run(["ptexport", "synth", "--out", str(et), "--program", "calls", "--branches",
+                    str(WARM_BRANCHES if tiny else ET_BRANCHES), "--event-trace", "--preempt", "20000",
+                    "--elf-path", "."], check=True, stdout=subprocess.DEVNULL)
+    runs.append(("bI", "Event Trace: branches and interrupt events", et / "perf.data"))
+    with open(os.devnull, "wb") as null:
+        for mode, what, path in runs:
+            cwd = path.parent
+            perf_cmd = ["perf", "script", f"--itrace={mode}", "-i", str(path)]
+            pw, pc, _, _ = bench_decode.measure(perf_cmd, null, cwd)
+            ours = ["ptexport", "dump", "branches", "--count", f"--itrace={mode}", str(path)]
+            ow, oc, _, out = bench_decode.measure(ours, subprocess.PIPE, cwd)
+            found = re.match(rb"(\d+) samples", out)
+            n = int(found[1]) if found else None
+            perf_n = count_samples_printed(perf_cmd, cwd)
+            if n != perf_n:
+                m.problems.append(f"modes: --itrace={mode}: perf printed {perf_n} samples, ptexport counted {n}")
+            rep[mode] = r = {"what": what, "trace": str(path), "perf_wall_s": pw, "perf_cpu_s": pc, "wall_s": ow,
+                             "cpu_s": oc, "samples": n, "perf_samples": perf_n, "ratio_to_perf": ratio(pw, ow)}
+            m.row("modes", f"--itrace={mode}: {what}", (ow, oc), (pw, pc), r["ratio_to_perf"], "modes",
+                  cpu_ratio=ratio(pc, oc), value=f"{n} samples",
+                  note="" if path == trace else f"{WARM_BRANCHES if tiny else ET_BRANCHES} branches")
+    return rep
+
+
 def part_scaling(m: Matrix, work: Path, branches: int) -> dict:
     """``dump branches --count`` with ``--jobs 2`` against ``--jobs 1`` on a trace big enough that the
     start-up both pay (the row above: imports, numba's cache) does not hide the decoder's scaling."""
@@ -543,6 +595,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
     if not args.tiny:
         report["startup"] = warm_up(m, work)
     report["decode"] = part_decode(m, trace)
+    report["modes"] = part_modes(m, work, trace, args.tiny)
     if args.scale_branches:
         report["scaling"] = part_scaling(m, work, args.scale_branches)
     report["export"] = part_export(m, trace, work)

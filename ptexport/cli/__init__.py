@@ -327,6 +327,10 @@ def _warn_reference_path(args) -> None:
 
 def entry() -> None:
     """Console-script entry point."""
+    # numpy's OpenBLAS starts a thread per core at import that spins for a while (0.08-0.1 s of CPU a
+    # run here, taken from the cores the decoder and the writer use); ptexport makes no BLAS calls that
+    # want threads.  Before numpy is first imported; a value the user set stands.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     code = main()
     if code > 128:  # ended by a signal: collect what it cut short while the quiet hook is in place
         import gc

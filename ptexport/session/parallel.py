@@ -611,17 +611,30 @@ def decode_queues(session: Any, jobs: int | None = 1, min_segment_bytes: int | N
 
 
 def _count_streamed(session: Any, jobs: int | None) -> tuple[int, int]:
+    """(samples, errors) of the session's batches (its filters, its initial skip applied).  With 2 jobs the
+    batches are decoded here: counting them costs nothing beside, and PSB segments streamed by 2 workers
+    cost twice the CPU of one decoder (10 M branches: 7.4 s against 3.5 s); with more, by the decoding
+    child and its workers, as an export's."""
+    from ptexport.session.decode_proc import maybe_process
+
+    jobs = default_jobs() if jobs is None else jobs
+    proc = maybe_process(session, jobs) if jobs > 2 else None
     n = n_err = 0
-    for cols in session.iter_batches(jobs):
-        n += len(cols)
-        n_err += int((cols.kind == EV_ERROR).sum())
+    try:
+        for cols in (proc if proc is not None else session.iter_batches(1)):
+            n += len(cols)
+            n_err += int((cols.kind == EV_ERROR).sum())
+    finally:
+        if proc is not None:
+            proc.close()
     return n - n_err, n_err
 
 
 def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | None = None) -> tuple[int, int]:
     """(samples, errors) that ``session.decode(jobs)`` would return, without keeping the samples."""
-    if not backend.compiled_for(session.decode_context()) or session.cfg.itrace.initial_skip:
-        # --itrace=sN: which samples and held-back CBRs are dropped is decided in perf's order
+    skip = session.cfg.itrace.initial_skip
+    if not backend.compiled_for(session.decode_context()) or (skip and session.cfg.itrace.pwr_events):
+        # --itrace=sN with power events: which held-back CBRs are dropped is decided in perf's order
         return _count_streamed(session, jobs)
     parts = _decode_all(session, jobs, True, min_segment_bytes)
     kinds = [np.asarray(p.cols["kind"]) for p in parts]
@@ -642,7 +655,9 @@ def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | N
             budget[obj] = n
             if n <= 2:
                 n_err += 1
-    return sum(p.branch_count for p in parts), n_err
+    n = sum(p.branch_count for p in parts)
+    # --itrace=sN without power events: the first N samples in perf's order are dropped, whichever they are
+    return n - min(skip, n), n_err
 
 
 # ------------------------------------------------------------ streaming

@@ -613,24 +613,23 @@ class PerfSession:
         state) while fewer than N - 4 samples were skipped (intel_pt_skip_cbr_event).
         ``state`` carries the count and the CBRs seen over consecutive batches.
         """
-        kinds = cols["kind"].tolist()
+        kinds = np.asarray(cols["kind"])
         keep = np.ones(len(kinds), bool)
         state = {} if state is None else state
         seen: dict[int, int] = state.setdefault("cbr", {})  # queue -> CBR ratio emitted last
-        n = state.get("n", 0)
-        for i, k in enumerate(kinds):
-            if k < 0 or k == EV_ERROR:
-                continue
-            if k == EV_CBR:
-                q, cbr = int(cols["queue"][i]), int(cols["payload"][i]) & 0xFF
-                if seen.get(q) == cbr or (cols["code"][i] and n + 4 < skip):
-                    keep[i] = False
-                else:
-                    seen[q] = cbr
-                continue
-            if n < skip:
+        n0 = state.get("n", 0)
+        sample = (kinds >= 0) & (kinds != EV_ERROR) & (kinds != EV_CBR)
+        before = np.cumsum(sample) - sample  # the samples ahead of each row in this batch
+        if n0 < skip:
+            keep[sample & (before < min(skip - n0, len(kinds)))] = False
+        for i in np.flatnonzero(kinds == EV_CBR).tolist():  # (rare: power events)
+            n = min(skip, n0 + int(before[i]))  # samples skipped so far at this row
+            q, cbr = int(cols["queue"][i]), int(cols["payload"][i]) & 0xFF
+            if seen.get(q) == cbr or (cols["code"][i] and n + 4 < skip):
                 keep[i] = False
-                n += 1
+            else:
+                seen[q] = cbr
+        n = min(skip, n0 + int(np.count_nonzero(sample))) if n0 < skip else n0
         state["n"] = n
         cols["code"][cols["kind"] == EV_CBR] = 0
         return keep

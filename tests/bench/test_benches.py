@@ -186,6 +186,12 @@ def test_bench_matrix(tmp_path):
         assert positive(run["wall_s"]) and positive(run["cpu_s"]) and positive(run["peak_rss_bytes"])
         assert run["ratio_to_perf"] == pytest.approx(dec["perf script --itrace=b"]["wall_s"] / run["wall_s"])
     assert dec["count_scaling"] == pytest.approx(dec["count --jobs 1"]["wall_s"] / dec["count --jobs 2"]["wall_s"])
+    modes = rep["modes"]  # every other --itrace mode against perf, counts equal (checked into problems)
+    assert {"i1000i", "i10us", "i100t", "i1000ig", "qb", "bs1000", "bZ", "bI"} <= set(modes)
+    for mode, r in modes.items():
+        assert r["samples"] == r["perf_samples"] and positive(r["wall_s"]) and positive(r["perf_wall_s"]), mode
+        assert r["ratio_to_perf"] == pytest.approx(r["perf_wall_s"] / r["wall_s"])
+    assert modes["i1000ig"]["samples"] == modes["i1000i"]["samples"] > 0 and modes["bI"]["samples"] > 0
     sc = rep["scaling"]  # the decoder's scaling on a trace of its own (--tiny: 30 k branches)
     assert sc["jobs 1"]["branches"] == sc["jobs 2"]["branches"] >= 30_000
     assert sc["scaling"] == pytest.approx(sc["jobs 1"]["wall_s"] / sc["jobs 2"]["wall_s"])
@@ -209,7 +215,7 @@ def test_bench_matrix(tmp_path):
         assert raw["simplept"]["bytes"] == 128 << 10 and positive(raw["simplept"]["ratio"])
     # the table: every part, each target judged on its figure, and the figures are the runs'
     rows = rep["rows"]
-    assert {r["part"] for r in rows} == {"decode", "export", "vm", "memory", "raw"}
+    assert {r["part"] for r in rows} == {"decode", "modes", "export", "vm", "memory", "raw"}
     judged = [r for r in rows if r["target"]]
     assert len(judged) >= 10 and all(isinstance(r["met"], bool) and is_number(r["ratio"]) for r in judged)
     assert rep["targets_missed"] == [r["what"] for r in judged if not r["met"]]

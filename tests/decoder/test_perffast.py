@@ -190,7 +190,7 @@ def test_fast_equals_reference_initial_skip(traces, variant, itrace):
     assert assert_same_queues(traces(variant, 3000), itrace) > 0
 
 
-@pytest.mark.parametrize("skip, rest", [(3, "bep"), (40, "bepi7i"), (1000, "be")])
+@pytest.mark.parametrize("skip, rest", [(3, "bep"), (40, "bepi7i"), (1000, "be"), (7, "bex")])
 def test_session_initial_skip_equal_reference(traces, monkeypatch, skip, rest):
     """decode() with sN: compiled (serial, worker pool; PSB segments without p) == reference, and
     count_samples agrees; the samples kept are those without sN but the first N (errors and CBRs aside)."""
@@ -201,8 +201,10 @@ def test_session_initial_skip_equal_reference(traces, monkeypatch, skip, rest):
         s = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace)))
         ctx = s.decode_context()
         assert backend.compiled_for(ctx)
-        assert backend.segmentable(ctx) == (rest == "be")  # held-back CBRs need the queue's samples before
+        assert backend.segmentable(ctx) == ("p" not in rest and "i" not in rest)  # held-back CBRs need the queue's samples before
         counted = parallel.count_samples(s, 2)
+        # without p the count is the unskipped one less N (no CBR held back): counted without streaming
+        assert parallel.count_samples(s, 1) == parallel._count_streamed(s, 1) == counted
         _queues_equal(parallel.decode_queues(s, 1), parallel.decode_queues(s, 2, min_segment_bytes=600))
     fast = _session_cols(path, itrace)
     pooled = _session_cols(path, itrace, jobs=2)
