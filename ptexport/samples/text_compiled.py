@@ -161,9 +161,12 @@ def _lines(given, branch, mp, vcpu, pid, tid, cpu, time, ip, addr, flag_idx, fte
 
 if numba is not None:
     _jit = numba.njit(cache=True, nogil=True)
-    _put_dec = _jit(_put_dec)
-    _put_hex = _jit(_put_hex)
-    _put_bytes = _jit(_put_bytes)
+    # the per-field helpers inlined into the line loop (numba's IR inlining): called apart, each of the
+    # ~12 calls a line passed its arrays as structs and counted their references (text 10 M: -5 % CPU)
+    _inline = numba.njit(cache=True, nogil=True, inline="always")
+    _put_dec = _inline(_put_dec)
+    _put_hex = _inline(_put_hex)
+    _put_bytes = _inline(_put_bytes)
     _lines = _jit(_lines)
 
 
