@@ -611,22 +611,14 @@ def decode_queues(session: Any, jobs: int | None = 1, min_segment_bytes: int | N
 
 
 def _count_streamed(session: Any, jobs: int | None) -> tuple[int, int]:
-    """(samples, errors) of the session's batches (its filters, its initial skip applied).  With 2 jobs the
-    batches are decoded here: counting them costs nothing beside, and PSB segments streamed by 2 workers
-    cost twice the CPU of one decoder (10 M branches: 7.4 s against 3.5 s); with more, by the decoding
-    child and its workers, as an export's."""
-    from ptexport.session.decode_proc import maybe_process
-
+    """(samples, errors) of the session's batches (its filters, its initial skip applied).  With 2 jobs or
+    fewer the batches are decoded here: PSB segments streamed by 2 workers cost twice the CPU of one
+    decoder (10 M branches: 7.4 s against 3.5 s), and counting them beside costs nothing."""
     jobs = default_jobs() if jobs is None else jobs
-    proc = maybe_process(session, jobs) if jobs > 2 else None
     n = n_err = 0
-    try:
-        for cols in (proc if proc is not None else session.iter_batches(1)):
-            n += len(cols)
-            n_err += int((cols.kind == EV_ERROR).sum())
-    finally:
-        if proc is not None:
-            proc.close()
+    for cols in session.iter_batches(jobs if jobs > 2 else 1):
+        n += len(cols)
+        n_err += int((cols.kind == EV_ERROR).sum())
     return n - n_err, n_err
 
 
