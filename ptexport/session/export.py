@@ -101,13 +101,14 @@ def measure_vmcs(session: Any, limit: int = MEASURE_BYTES) -> dict[int, tuple[in
     out: dict[int, tuple[int, int, str]] = {}
     # the thread on the CPU at each VMCS packet (a VCPU's runs show thousands): the first per thread wins
     seen = corr.vmcs_seen
-    queues = {q: i for i, q in enumerate(dict.fromkeys(q for q, _, _ in seen))}
-    qcode = np.array([queues[q] for q, _, _ in seen], dtype=np.int64)
+    rows: dict[Any, list[int]] = {}  # queue -> its entries
+    for i, (queue, _, _) in enumerate(seen):
+        rows.setdefault(queue, []).append(i)
     tscs = np.array([t for _, t, _ in seen], dtype=np.uint64)
     tids = np.zeros(len(seen), dtype=np.int64)
     found = np.zeros(len(seen), dtype=bool)
-    for queue, code in queues.items():
-        at = np.flatnonzero(qcode == code)
+    for queue, at_list in rows.items():
+        at = np.array(at_list, dtype=np.int64)
         tl = session.sb.host.cpus.get(queue[1])
         if tl is None or not len(tl):
             continue

@@ -629,8 +629,7 @@ class PerfSession:
                 keep[i] = False
             else:
                 seen[q] = cbr
-        n = min(skip, n0 + int(np.count_nonzero(sample))) if n0 < skip else n0
-        state["n"] = n
+        state["n"] = min(skip, n0 + int(np.count_nonzero(sample)))
         cols["code"][cols["kind"] == EV_CBR] = 0
         return keep
 
