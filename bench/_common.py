@@ -177,10 +177,30 @@ def ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
+#: Set by bench_matrix once it has made the README's venv: the ``ptexport`` every later row measures.
+EXE_ENV = "PTEXPORT_BENCH_EXE"
+
+
+def measured(cmd: list[str]) -> list[str]:
+    """``cmd`` with ``ptexport`` as the install measured: the README venv's console script when
+    bench_matrix made one (``PTEXPORT_BENCH_EXE``: what the README's first command installs), else the
+    one beside this Python - not a version manager's shim found on PATH first (pyenv's runs two shell
+    scripts, 0.05-0.1 s, before ptexport starts).  ``ptexport synth`` (the generator, an extra) and
+    other commands are left as they are."""
+    if not cmd or cmd[0] != "ptexport" or cmd[1:2] == ["synth"]:
+        return cmd
+    exe = os.environ.get(EXE_ENV)
+    if not exe:
+        beside = Path(sys.executable).parent / "ptexport"
+        exe = str(beside) if beside.exists() else "ptexport"
+    return [exe, *cmd[1:]]
+
+
 def run_timed(cmd: list[str], cwd: str | os.PathLike[str] | None = None,
               env: dict[str, str] | None = None) -> dict[str, Any]:
     """One process, stdout discarded: wall s, CPU s (user+sys of it and its waited-for children), peak
     RSS KiB, stderr.  A failure is one line (exit 1) with the command and the end of its stderr."""
+    cmd = measured(cmd)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None  # stderr=PIPE

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import (add_options, need_file, need_perf, one_line_errors, parse, parse_count, ratio,
+from _common import (add_options, measured, need_file, need_perf, one_line_errors, parse, parse_count, ratio,
                      workdir, write_json)
 
 
@@ -46,6 +46,7 @@ def generate(out: Path, branches: int, program: str) -> Path:
 
 def measure(cmd: list[str], stdout, cwd: Path | None = None) -> tuple[float, float, int, bytes]:
     """(wall s, cpu s, peak RSS bytes, stdout) of one run of ``cmd``."""
+    cmd = measured(cmd)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, cwd=cwd)
     out = b""

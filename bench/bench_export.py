@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import (PERF_EXPORTER, add_options, need_file, need_perf, one_line_errors, parse, perf_env,
+from _common import (PERF_EXPORTER, add_options, measured, need_file, need_perf, one_line_errors, parse, perf_env,
                      ratio, workdir, write_json)
 
 #: A first export of a trace this small keeps numba's compile (or cache load) out of the timed run.
@@ -57,6 +57,7 @@ print(json.dumps([time.perf_counter() - t0, os.waitstatus_to_exitcode(status), u
 def timed(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, int, float]:
     """Wall seconds, peak RSS (KiB) and CPU seconds (user + system) of one child process (and the
     children it waited for), started by a small interpreter of its own (``_MEASURE``)."""
+    cmd = measured(cmd)
     proc = subprocess.run([sys.executable, "-c", _MEASURE, json.dumps(cmd)], env=env, cwd=cwd,
                           capture_output=True, text=True)
     try:

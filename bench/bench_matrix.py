@@ -36,8 +36,11 @@ Parts, each on inputs made once in this run (a temporary directory, or ``--keep 
    the whole 2 MiB) and on a generated raw dump with its ELF (instructions/s), against ptxed.
 
 Every ptexport and perf command is a separate process: start-up, imports and numba's cache loading
-count, as for a user.  Before the timed runs of parts 2-5 a tiny trace goes through the same commands
-(numba's cache checked or filled; the first run after install is part 1's business); the last of them
+count, as for a user.  The ``ptexport`` of parts 2-5 is the README venv's (what the README's first
+command installs; with ``--skip-venv`` the console script beside this Python, never a version
+manager's shim: ``_common.measured``); the generator (``ptexport synth``) is this checkout's.
+Before the timed runs of parts 2-5 a tiny trace goes through the same commands (numba's cache
+checked or filled; the first run after install is part 1's business); the last of them
 is the start-up row, the floor under every ptexport figure.  Each row gives
 wall and CPU seconds (user+sys of the process and the children it waited for: on a loaded machine the
 CPU ratio is the steadier one), the ratio, the issue's target and whether it is met.  Exit status 1
@@ -62,8 +65,8 @@ import bench_decode
 import bench_export
 import bench_rawdump
 import bench_vm
-from _common import (PERF_EXPORTER, add_options, need_perf, one_line_errors, parse, parse_count, perf_env, ratio,
-                     run_timed, workdir, write_json)
+from _common import (EXE_ENV, PERF_EXPORTER, add_options, measured, need_perf, one_line_errors, parse, parse_count,
+                     perf_env, ratio, run_timed, workdir, write_json)
 
 REPO = Path(__file__).resolve().parent.parent
 #: The README's first command, split into its two halves.
@@ -135,7 +138,7 @@ class Matrix:
 
 def count_lines(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> int:
     """Lines ``cmd`` prints, read in chunks (untimed: a check, not a figure)."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(measured(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     n = 0
     while chunk := proc.stdout.read(1 << 20):
         n += chunk.count(b"\n")
@@ -597,6 +600,9 @@ def run(args: argparse.Namespace, work: Path) -> int:
         first = trace if args.first_branches == args.branches else \
             bench_decode.generate(work / "first", args.first_branches, "calls")
         report["venv"] = part_venv(m, work, first, args.first_branches)
+        os.environ[EXE_ENV] = str(work / "venv" / "bin" / "ptexport")  # every later row measures the README's install
+    report["measured"] = measured(["ptexport"])[0]
+    print(f"measured: {report['measured']}")
     if not args.tiny:
         report["startup"] = warm_up(m, work)
     report["decode"] = part_decode(m, trace)

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import add_options, one_line_errors, parse, parse_count, workdir, write_json
+from _common import add_options, measured, one_line_errors, parse, parse_count, workdir, write_json
 
 PTXED = {"mib": 2.0, "blocks": 11e6, "insns": 234e6, "seconds": 0.3}  # DESIGN.md section 6
 
@@ -58,6 +58,7 @@ def make_raw(d: Path, branches: int, seed: int, program: str = "calls",
 
 def timed(argv: list[str]) -> tuple[float, float, str]:
     """Wall and CPU (user+sys of the child) seconds and the output of one run."""
+    argv = measured(argv)
     before = os.times()
     t0 = time.perf_counter()
     p = subprocess.run(argv, capture_output=True, text=True)

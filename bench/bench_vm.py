@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import add_options, need_perf, one_line_errors, parse, parse_count, ratio, workdir, write_json
+from _common import add_options, measured, need_perf, one_line_errors, parse, parse_count, ratio, workdir, write_json
 
 FIELDS = "machine_pid,vcpu,pid,tid,cpu,time,flags,ip,addr"
 _INPROCESS = """
@@ -64,6 +64,7 @@ def prepare(base: Path, branches: int, guest: str, seed: int) -> tuple[Path, dic
 
 def timed(cmd: list[str], cwd: Path, stdout: int | object = subprocess.PIPE, env: dict | None = None
           ) -> tuple[float, subprocess.CompletedProcess]:
+    cmd = measured(cmd)
     t = time.perf_counter()
     r = subprocess.run(cmd, cwd=str(cwd), stdout=stdout, stderr=subprocess.PIPE, text=True, env=env)
     wall = time.perf_counter() - t

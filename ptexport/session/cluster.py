@@ -24,7 +24,8 @@ database rule).
 
 dask is imported only here and only when a scheduler is asked for (:func:`open_cluster`): without
 ``--scheduler`` nothing of it loads.  What cannot be cut into segments (the reference decoder,
-``--time`` ranges, instruction samples, pipe input) is decoded by the coordinator, as ``--jobs 1``.
+``--time`` ranges, instruction samples every N instructions (``iNi``), pipe input) is decoded by the
+coordinator, as ``--jobs 1``.
 """
 
 from __future__ import annotations

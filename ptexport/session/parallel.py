@@ -204,8 +204,9 @@ def _cmp_mask() -> np.ndarray:
     mask = np.zeros(K.S_SIZE, bool)
     mask[:K.NSTATE] = True
     for name in ("IDX", "STUCK_IP", "STUCK_IP_PRD", "STUCK_IP_CNT", "RET_ADDR", "TNT_COUNT", "TNT_PAYLOAD",
-                 "FUP_TX_FLAGS", "FUP_PTW_PAYLOAD", "FUP_MWAIT_PAYLOAD", "FUP_PWRE_PAYLOAD", "LAST_MASKED_TS",
+                 "FUP_TX_FLAGS", "FUP_PTW_PAYLOAD", "FUP_MWAIT_PAYLOAD", "FUP_PWRE_PAYLOAD",
                  "PERIOD_INSN_CNT", "TOT_INSN_CNT", "ST_TOT_INSN", "LAST_BR_INSN",
+                 "LAST_INSN_CNT", "LAST_IN_INSN", "LAST_IN_CYC",
                  "TOT_CYC_CNT", "SAMPLE_TOT_CYC_CNT", "ST_TOT_CYC", "LAST_BR_CYC", "BASE_CYC_CNT",
                  "CYC_CNT_TIMESTAMP", "CYCLE_CNT",
                  "ST_PTW_PAYLOAD", "ST_POS", "INS_OP", "INS_BR", "INS_LEN", "INS_REL", "LASTFAIL", "MTC_INSN", "INJ_IP", "INJ_TO",
@@ -238,7 +239,13 @@ def _same_state(a: tuple, b: tuple, mask: np.ndarray) -> bool:
     # Cycle counts: equal, or (once both count CYC packets, integer sums only) equal up to one offset.
     # (BASE_CYC_CNT and CYC_CNT_TIMESTAMP only matter before the first CYC packet.)
     both_cyc = bool(Sa[K.HAVE_CYC] and Sb[K.HAVE_CYC])
-    cyc = [K.TOT_CYC_CNT, K.SAMPLE_TOT_CYC_CNT, K.ST_TOT_CYC, K.LAST_BR_CYC]
+    # The IPC marks of branch and instruction samples only matter where those samples are made (their
+    # instruction counts are raw totals: P_RAW_INSN).
+    cyc = [K.TOT_CYC_CNT, K.SAMPLE_TOT_CYC_CNT, K.ST_TOT_CYC]
+    if Sa[K.P_BRANCHES]:
+        cyc.append(K.LAST_BR_CYC)
+    if Sa[K.P_INSNS]:
+        cyc.append(K.LAST_IN_CYC)
     if not both_cyc:
         cyc += [K.BASE_CYC_CNT, K.CYC_CNT_TIMESTAMP]
     d = Sa[cyc] - Sb[cyc]
@@ -479,21 +486,40 @@ def _stitch_segments(futs: list[Any], starts: list[tuple[int, int]], qd: Any, co
     o = np.concatenate(os_, axis=1)
     it = np.concatenate(its, axis=1)
     if not count_only:
-        _insn_diffs(o, 0)
+        _insn_diffs(o, (0, 0, 0), qd)
     rows = qd._rows(o, it)
     rows.branch_count = nbranch
     return rows
 
 
-def _insn_diffs(o: np.ndarray, prev: int) -> int:
-    """Raw instruction totals -> perf's per-sample differences (``prev``: the queue's last total so far)."""
-    sel = np.flatnonzero(o[K.O_CYC] != 0)
-    if not len(sel):
-        return prev
-    vals = o[K.O_INSN][sel]
-    last = int(vals[-1])
-    o[K.O_INSN][sel] = np.diff(vals, prepend=prev)
-    return last
+def _raw_insn_rows(o: np.ndarray) -> np.ndarray:
+    """The rows whose instruction count is a raw total (``P_RAW_INSN``): samples with IPC."""
+    return o[K.O_CYC] != 0
+
+
+def _raw_period_rows(o: np.ndarray, qd: Any) -> np.ndarray:
+    """The rows whose period is a raw instruction total (``P_RAW_INSN``): instruction samples, but in
+    hop and leap modes (their period is 1)."""
+    if qd.S[K.P_QUICK]:
+        return np.zeros(o.shape[1], bool)
+    return o[K.O_KIND] == K.EV_INSTRUCTION
+
+
+def _insn_diffs(o: np.ndarray, prev: tuple[int, int, int], qd: Any) -> tuple[int, int, int]:
+    """Raw instruction totals -> perf's per-sample differences, each series apart as perf counts them
+    (``prev``: the queue's last totals so far: branch IPC, instruction IPC, instruction period)."""
+    ipc = _raw_insn_rows(o)
+    insn = o[K.O_KIND] == K.EV_INSTRUCTION
+    out = []
+    for (row, sel), p in zip(((K.O_INSN, ipc & ~insn), (K.O_INSN, ipc & insn), (K.O_PERIOD, _raw_period_rows(o, qd))),
+                             prev):
+        at = np.flatnonzero(sel)
+        if len(at):
+            vals = o[row][at]
+            o[row][at] = np.diff(vals, prepend=p)
+            p = int(vals[-1])
+        out.append(p)
+    return out[0], out[1], out[2]
 
 
 def _joined_segments(results: Any, starts: list[tuple[int, int]], qd: Any, stats: Any):
@@ -576,17 +602,20 @@ def _joined_segments(results: Any, starts: list[tuple[int, int]], qd: Any, stats
             it = res["it"][:, items_at:]
             _remap_fails(qd, o, res["fail_names"])
             o[K.O_STEP] += d_step
-            raw = o[K.O_CYC] != 0
-            o[K.O_INSN][raw] += d_insn
+            o[K.O_INSN][_raw_insn_rows(o)] += d_insn
+            o[K.O_PERIOD][_raw_period_rows(o, qd)] += d_insn
             os_.append(o)
             its.append(it)
             nbranch += res["nbranch"] - matched[4]
             S, F, stk, fail, ev = res["final"]
             S = S.copy()
-            for name in ("TOT_INSN_CNT", "ST_TOT_INSN", "LAST_BR_INSN", "PERIOD_INSN_CNT"):
+            insns = S[K.P_INSNS]
+            for name in ("TOT_INSN_CNT", "ST_TOT_INSN", "LAST_BR_INSN", "PERIOD_INSN_CNT") + (
+                    ("LAST_INSN_CNT", "LAST_IN_INSN") if insns else ()):
                 S[getattr(K, name)] += d_insn
             d_cyc = int(qd.S[K.TOT_CYC_CNT]) - int(Sb[K.TOT_CYC_CNT])
-            for name in ("TOT_CYC_CNT", "SAMPLE_TOT_CYC_CNT", "ST_TOT_CYC", "LAST_BR_CYC", "BASE_CYC_CNT"):
+            for name in ("TOT_CYC_CNT", "SAMPLE_TOT_CYC_CNT", "ST_TOT_CYC", "LAST_BR_CYC", "BASE_CYC_CNT") + (
+                    ("LAST_IN_CYC",) if insns else ()):
                 S[getattr(K, name)] += d_cyc
             S[K.STEP_NR] += d_step
             pending = ((S, F, stk, fail, ev), res["final_pos"])
@@ -741,8 +770,8 @@ def _queue_chunks(session: Any, jobs: int | None, chunk: int, units: UnitExecuto
     """Per queue, an iterator of rows objects (``Rows``/``FastRows``) in decoding order, each of
     about ``chunk`` rows: decoded here (``jobs`` == 1) or by worker processes ahead of use.
     ``units``: a cluster's executor (``--scheduler``): the compiled decoder's PSB segments run there;
-    what cannot be cut into segments (the reference decoder, --time, instruction samples) is decoded
-    here, as ``--jobs 1`` would."""
+    what cannot be cut into segments (the reference decoder, --time, instruction samples every N
+    instructions) is decoded here, as ``--jobs 1`` would."""
     queues = session.queues()
     jobs = default_jobs() if jobs is None else max(1, jobs)
     path = getattr(session.pd, "path", None)
@@ -852,9 +881,9 @@ def _segment_stream(session: Any, qnum: int, qd: Any, starts: list[tuple[int, in
     try:
         qd.setup()
         qd.S[K.P_RAW_INSN] = 1
-        prev = 0
+        prev = (0, 0, 0)
         for o, it, nbranch in _joined_segments(results, starts, qd, stats):
-            prev = _insn_diffs(o, prev)
+            prev = _insn_diffs(o, prev, qd)
             rows = qd._rows(o, it)
             rows.branch_count = nbranch
             yield rows

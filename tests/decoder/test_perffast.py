@@ -573,9 +573,31 @@ def test_event_trace_segments_decoded_in_parallel_equal_serial(traces, variant, 
         assert st.matched > 0 and st.redone == 0
 
 
+@pytest.mark.parametrize("itrace", ["bei100t", "i1us", "ei300tg", "bepi1us"])
+@pytest.mark.parametrize("variant", [SEGMENTED[0], ("calls", "--timing", "cyc", "--psb-period", "1024"), SEGMENTED[3],
+                                     SEGMENTED[4]], ids=["calls", "cyc", "multi", "faults"])
+def test_time_period_instruction_segments_decoded_in_parallel_equal_serial(traces, variant, itrace):
+    """Instruction samples with a period in time in PSB segments: a segment decoded from its PSB
+    samples from its first period boundary on as the serial decoder does (the period's window,
+    LAST_MASKED_TS, is joined state; each PSB restarts the period), and the instructions since the last
+    sample (the period, the IPC with CYC) are raw totals made differences after the join: stitched ==
+    serial, and the joins agree."""
+    from ptexport.session import parallel
+    with open_perf_data(str(traces(variant, 40000))) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace)))
+        assert backend.compiled_for(s.decode_context()) and backend.segmentable(s.decode_context())
+        serial = parallel.decode_queues(s, 1)
+        par = parallel.decode_queues(s, 4, min_segment_bytes=4000)
+        _queues_equal(serial, par)
+        assert parallel.count_samples(s, 4, min_segment_bytes=4000) == parallel.count_samples(s, 1)
+        assert sum(int((np.asarray(p.cols["kind"]) == 2).sum()) for p in serial) > 200  # EV_INSTRUCTION
+        st = s.decode_stats
+        assert st.matched > st.redone
+
+
 def test_instruction_queues_whole_in_worker_pool(traces, monkeypatch):
-    """Instruction samples: no PSB segments (the period count carries across PSBs), compiled whole
-    queues in workers == serial == the reference."""
+    """Instruction samples every N instructions: no PSB segments (the period count carries across PSBs),
+    compiled whole queues in workers == serial == the reference."""
     from ptexport.session import parallel
     path = traces(MULTI + ("--psb-period", "512"), 3000)
     with open_perf_data(str(path)) as pd:

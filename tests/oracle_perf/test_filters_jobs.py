@@ -86,3 +86,33 @@ def test_tid_and_time_with_jobs_equal_perf(trace, tiny, jobs):
         n_err = sum(1 for line in theirs if line.startswith("instruction trace error"))
         assert count == f"{len(theirs) - n_err} samples, {n_err} errors"
         assert 0 < len(theirs) - n_err < len(whole)
+
+
+@needs_perf
+@pytest.mark.parametrize("itrace", ["bei1us", "i300t", "ei500ns"])
+def test_time_period_instruction_samples_in_segments_equal_perf(trace, tiny, itrace, monkeypatch):
+    """Instruction samples with a period in time (perf's ticks) are decoded in PSB segments like branches
+    (decoder/compiled/decoder.py segmentable): with the workers (tiny segments, every join exercised) the
+    text equals perf's and the serial decoder's, and ``--count`` counts it."""
+    if not jit.available():
+        pytest.skip("the compiled decoder is not available")
+    with open_perf_data(trace) as pd:
+        assert backend.segmentable(open_session(pd, DecodeConfig(itrace=parse_itrace(itrace))).decode_context())
+    used = []
+    real = parallel._segment_streams
+    monkeypatch.setattr(parallel, "_segment_streams", lambda *a, **k: used.append(real(*a, **k)) or used[-1])
+    monkeypatch.setenv("PTEXPORT_DECODE_PROCESS", "0")  # the workers under this process (the spy sees them)
+    proc = subprocess.run(["perf", "script", "-i", trace, f"--itrace={itrace}", *_FIELDS], capture_output=True,
+                          text=True, timeout=300, env=perf_python_env())
+    assert proc.returncode == 0, proc.stderr
+    theirs = _collapse(proc.stdout)
+    serial, par, count = io.StringIO(), io.StringIO(), io.StringIO()
+    assert main(["dump", "branches", trace, "--itrace", itrace, "--jobs", "1"], out=serial) == 0
+    assert main(["dump", "branches", trace, "--itrace", itrace, "--jobs", "3"], out=par) == 0
+    assert any(s is not None for s in used)  # PSB segments decoded by the workers
+    assert main(["dump", "branches", trace, "--itrace", itrace, "--count", "--jobs", "3"], out=count) == 0
+    assert _collapse(serial.getvalue()) == theirs
+    assert _collapse(par.getvalue()) == theirs
+    n_err = sum(1 for line in theirs if line.startswith("instruction trace error"))
+    assert count.getvalue().strip() == f"{len(theirs) - n_err} samples, {n_err} errors"
+    assert len(theirs) - n_err > 50

@@ -35,9 +35,10 @@ VARIANTS = {
     "threads-event-trace": ("--program", "threads", "--cpus", "2", "--preempt", "400", "--event-trace",
                             "--psb-period", "1024"),
 }
-# (variant, itrace): compiled decoder (be, cr, bep, i10: whole queues, no PSB segments), reference (Ibe),
+# (variant, itrace): compiled decoder (be, cr, bep; i10, every 10 ns, in PSB segments too; i10i: whole queues),
+# reference (Ibe),
 # timeless (beZ), skips (s5bep)
-CASES = [("calls-mtc", "be"), ("calls-mtc", "i10"), ("threads-2cpus-cyc", "cr"), ("threads-2cpus-cyc", "s5bep"),
+CASES = [("calls-mtc", "be"), ("calls-mtc", "i10"), ("calls-mtc", "i10i"), ("threads-2cpus-cyc", "cr"), ("threads-2cpus-cyc", "s5bep"),
          ("threads-per-thread", "be"), ("threads-per-thread", "beZ"), ("forkexec-corrupt", "be"),
          ("calls-ovf-truncated", "bep"), ("calls-ovf-truncated", "beZ"), ("threads-event-trace", "Ibe")]
 
@@ -112,7 +113,7 @@ def test_parent_holds_few_rows(traces, tmp_path, tiny, monkeypatch):
     assert st.max_held_rows > 0  # segments really went through workers
     assert st.max_held_rows * 8 < n, (st, n)
     assert st.max_source_rows * 8 < n, (st, n)
-    n = sum(len(b) for b in _streamed(traces["calls-mtc"], "i10", 2, stats=got))  # reference decoder in a worker process
+    n = sum(len(b) for b in _streamed(traces["calls-mtc"], "i10i", 2, stats=got))  # whole queues in workers (iNi)
     st = got[-1]
     assert 0 < st.max_source_rows <= 8 * 64, (st, n)
     assert n > 8 * st.max_source_rows

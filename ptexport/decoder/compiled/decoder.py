@@ -83,9 +83,16 @@ def segmentable(ctx: DecodeContext) -> bool:
     """True when a queue may be decoded in PSB segments joined by state (session/parallel.py),
     given that this backend decodes the session (:func:`supported`).
 
-    Not with instruction samples: their period counter carries across PSBs
-    (perf resets it only at a sample), so a segment decoded from its PSB
-    samples other instructions than the serial decoder and never joins.
+    Not with instruction samples every N instructions: their period counter
+    carries across PSBs (perf resets it only at a sample), so a segment decoded
+    from its PSB samples other instructions than the serial decoder and never
+    joins.  With a period in time (``iNus``, ``iNt``: perf's ticks) they are: the
+    period's state is the timestamp's window of the last sample
+    (``LAST_MASKED_TS``, compared by the join) and each PSB restarts the period
+    (``CONT_PERIOD``), so a segment agrees with the serial decoder from its first
+    period boundary on.  The instructions since the last sample (its period, its
+    IPC) are then raw totals (``P_RAW_INSN``), made differences in perf's order
+    after the join, as a branch sample's IPC is.
     Hop and leap modes (``q``, ``qq``) are: their state is all in the kernel's
     state array as every mode's is.  A segment decoded from its PSB reports
     that PSB and then its ip (perf's resample) where the serial decoder hops
@@ -98,7 +105,9 @@ def segmentable(ctx: DecodeContext) -> bool:
     which a segment decoded from its PSB does not know.
     """
     it = ctx.itrace
-    return not it.instructions and not (it.initial_skip and it.pwr_events)
+    if it.initial_skip and it.pwr_events:
+        return False
+    return not it.instructions or ctx.params.period_type == PERIOD_TICKS
 
 
 def _i64(v: int) -> int:

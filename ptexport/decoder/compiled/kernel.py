@@ -2248,13 +2248,17 @@ def _synth(S, O, EV):
             _prow(S, O, EV_PWRX, pflags, S[ST_PWRX_PAYLOAD], 0)
     if S[P_INSNS] and S[ST_TYPE] & T_INSTRUCTION:
         # perf's intel_pt_synth_instruction_sample: the period is the instructions since the last one
+        # (P_RAW_INSN, PSB segments: the raw totals, made differences in perf's order by the join)
         cyc = S[ST_TOT_CYC] - S[LAST_IN_CYC] if S[ST_FLAGS] & F_SAMPLE_IPC else 0
         ins = 0
         if cyc:
-            ins = S[ST_TOT_INSN] - S[LAST_IN_INSN]
+            ins = S[ST_TOT_INSN] if S[P_RAW_INSN] else S[ST_TOT_INSN] - S[LAST_IN_INSN]
             S[LAST_IN_INSN] = S[ST_TOT_INSN]
             S[LAST_IN_CYC] = S[ST_TOT_CYC]
-        period = 1 if S[P_QUICK] else S[ST_TOT_INSN] - S[LAST_INSN_CNT]  # hop/leap: 1, as perf
+        if S[P_QUICK]:
+            period = 1  # hop/leap: 1, as perf
+        else:
+            period = S[ST_TOT_INSN] if S[P_RAW_INSN] else S[ST_TOT_INSN] - S[LAST_INSN_CNT]
         S[LAST_INSN_CNT] = S[ST_TOT_INSN]
         if S[P_COUNT_ONLY]:
             S[NBRANCH] += 1
