@@ -81,8 +81,10 @@ WARM_BRANCHES = 2000
 VM_RUNS = 3  # VM and host-only exports, alternated (the VM row compares their medians)
 FLAT_BASE = 1_000_000  # the memory part's small trace (branches)
 SCALE_RUNS = 5  # --count --jobs 1 and 2 at the scaling row's size, alternated (its row compares their medians)
-MODE_RUNS = 3  # runs of each --itrace mode and of perf's, alternated (medians), where perf takes under
-MODE_QUICK_S = 5.0  # seconds: the rows near 1x, where one run's noise (+-30 % here) decides the verdict
+#: Runs of each --itrace mode and of perf's, alternated (the row compares medians), where perf's first run
+#: takes under MODE_QUICK_S seconds: the rows near 1x, where one run's noise (+-30 % here) decides the verdict.
+MODE_RUNS = 3
+MODE_QUICK_S = 5.0
 #: What a run makes in its work folder (--keep DIR --force replaces these, and only these).
 RUN_FILES = ("decode", "scale", "first", "checkout", "venv", "pip-install.log", "warm", "warm-vm", "perf.db", "ours-j1.sqlite",
              "ours-j2.sqlite", "event-trace", "vm", "host", "memory", "raw-hotloop", "raw-calls", "simplept-slice.pt")
