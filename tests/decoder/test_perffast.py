@@ -24,7 +24,7 @@ from ptexport.decoder.constants import PERIOD_INSTRUCTIONS, PERIOD_MTC, PERIOD_N
 from ptexport.pt import perfpkt_compiled
 from ptexport.perfdata import open_perf_data
 from ptexport.session.perfsession import DecodeConfig, open_session
-from ptexport.samples.columns import COLUMNS as _COLUMNS, EV_CBR, EV_ERROR
+from ptexport.samples.columns import COLUMNS as _COLUMNS, EV_CBR, EV_ERROR, EV_INSTRUCTION
 from ptexport.pt.perfpkt import tokenize
 from ptexport.samples.itrace import parse_itrace
 
@@ -590,7 +590,7 @@ def test_time_period_instruction_segments_decoded_in_parallel_equal_serial(trace
         par = parallel.decode_queues(s, 4, min_segment_bytes=4000)
         _queues_equal(serial, par)
         assert parallel.count_samples(s, 4, min_segment_bytes=4000) == parallel.count_samples(s, 1)
-        assert sum(int((np.asarray(p.cols["kind"]) == 2).sum()) for p in serial) > 200  # EV_INSTRUCTION
+        assert sum(int((np.asarray(p.cols["kind"]) == EV_INSTRUCTION).sum()) for p in serial) > 200
         st = s.decode_stats
         assert st.matched > st.redone
 
