@@ -533,6 +533,20 @@ def test_segments_decoded_in_parallel_equal_serial(traces, variant):
         assert sum(st.redone for st in stats) == 0
 
 
+def _segments_equal_serial(path, itrace: str, min_bytes: int = 4000):
+    """The queues of ``path`` decoded in PSB segments by 4 workers == serial, counted alike; the
+    session's DecodeStats (joins agreed / segments decoded again) and the serial parts."""
+    from ptexport.session import parallel
+    with open_perf_data(str(path)) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace)))
+        assert backend.compiled_for(s.decode_context()) and backend.segmentable(s.decode_context())
+        serial = parallel.decode_queues(s, 1)
+        par = parallel.decode_queues(s, 4, min_segment_bytes=min_bytes)
+        _queues_equal(serial, par)
+        assert parallel.count_samples(s, 4, min_segment_bytes=min_bytes) == parallel.count_samples(s, 1)
+        return s.decode_stats, serial
+
+
 @pytest.mark.parametrize("itrace", ["beq", "beqq", "bepq"])
 @pytest.mark.parametrize("variant", [SEGMENTED[0], SEGMENTED[3], SEGMENTED[4]], ids=["calls", "multi", "faults"])
 def test_hop_leap_segments_decoded_in_parallel_equal_serial(traces, variant, itrace):
@@ -541,16 +555,8 @@ def test_hop_leap_segments_decoded_in_parallel_equal_serial(traces, variant, itr
     A segment decoded from its PSB reports that PSB and then its ip (perf's resample) where the serial
     decoder hops over the PSB in one state, so a join agrees from the next PSB on (leap) or the next
     packet (hop): segments here hold several PSBs."""
-    from ptexport.session import parallel
-    with open_perf_data(str(traces(variant, 40000))) as pd:
-        s = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace)))
-        assert backend.compiled_for(s.decode_context()) and backend.segmentable(s.decode_context())
-        serial = parallel.decode_queues(s, 1)
-        par = parallel.decode_queues(s, 4, min_segment_bytes=4000)
-        _queues_equal(serial, par)
-        assert parallel.count_samples(s, 4, min_segment_bytes=4000) == parallel.count_samples(s, 1)
-        st = s.decode_stats
-        assert st.matched > 0 and st.redone == 0
+    st, _ = _segments_equal_serial(traces(variant, 40000), itrace)
+    assert st.matched > 0 and st.redone == 0
 
 
 @pytest.mark.parametrize("itrace", ["Ibe", "bepI"])
@@ -561,16 +567,8 @@ def test_event_trace_segments_decoded_in_parallel_equal_serial(traces, variant, 
     a CFE are joined state (session/parallel.py's _cmp_mask/_same_state); stitched == serial, and the
     joins agree (every PSB+ states RFLAGS.IF in its MODE.Exec; no --power or --cbr here: CBR packets keep
     CYC_REF_TIMESTAMP apart, see the test above)."""
-    from ptexport.session import parallel
-    with open_perf_data(str(traces(variant + ("--psb-period", "1024"), 40000))) as pd:
-        s = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace)))
-        assert backend.compiled_for(s.decode_context()) and backend.segmentable(s.decode_context())
-        serial = parallel.decode_queues(s, 1)
-        par = parallel.decode_queues(s, 4, min_segment_bytes=4000)
-        _queues_equal(serial, par)
-        assert parallel.count_samples(s, 4, min_segment_bytes=4000) == parallel.count_samples(s, 1)
-        st = s.decode_stats
-        assert st.matched > 0 and st.redone == 0
+    st, _ = _segments_equal_serial(traces(variant + ("--psb-period", "1024"), 40000), itrace)
+    assert st.matched > 0 and st.redone == 0
 
 
 @pytest.mark.parametrize("itrace", ["bei100t", "i1us", "ei300tg", "bepi1us"])
@@ -582,17 +580,9 @@ def test_time_period_instruction_segments_decoded_in_parallel_equal_serial(trace
     LAST_MASKED_TS, is joined state; each PSB restarts the period), and the instructions since the last
     sample (the period, the IPC with CYC) are raw totals made differences after the join: stitched ==
     serial, and the joins agree."""
-    from ptexport.session import parallel
-    with open_perf_data(str(traces(variant, 40000))) as pd:
-        s = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace)))
-        assert backend.compiled_for(s.decode_context()) and backend.segmentable(s.decode_context())
-        serial = parallel.decode_queues(s, 1)
-        par = parallel.decode_queues(s, 4, min_segment_bytes=4000)
-        _queues_equal(serial, par)
-        assert parallel.count_samples(s, 4, min_segment_bytes=4000) == parallel.count_samples(s, 1)
-        assert sum(int((np.asarray(p.cols["kind"]) == EV_INSTRUCTION).sum()) for p in serial) > 200
-        st = s.decode_stats
-        assert st.matched > st.redone
+    st, serial = _segments_equal_serial(traces(variant, 40000), itrace)
+    assert sum(int((np.asarray(p.cols["kind"]) == EV_INSTRUCTION).sum()) for p in serial) > 200
+    assert st.matched > st.redone
 
 
 def test_instruction_queues_whole_in_worker_pool(traces, monkeypatch):
