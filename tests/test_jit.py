@@ -179,3 +179,48 @@ def test_ptexports_cached_kernels_load_without_the_registry_refresh(tmp_path):
     assert light.returncode == 0 and light.stdout.strip() == "light", light.stderr
     fallback = subprocess.run([sys.executable, "-c", _LIGHT_LOAD, "fail"], capture_output=True, text=True, cwd=tmp_path)
     assert fallback.returncode == 0 and fallback.stdout.strip() == "refreshed", fallback.stderr
+
+
+_INSTALLED = ("import json, sys, ptexport; from ptexport.jit import unavailable_reason; "
+              "print(json.dumps([ptexport.__file__, unavailable_reason()]))")
+_RUN = "import sys; from ptexport.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _cache_files(package: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(package)): (p.stat().st_mtime_ns, p.stat().st_size)
+            for p in package.rglob("__pycache__/*.nb[ic]")}
+
+
+@pytest.mark.slow
+def test_the_installed_package_compiled_what_a_vm_recording_reaches(tmp_path):
+    """No shipped sample is a VM's, so every kernel only a VM recording reaches (the guest attribution, the
+    VM exits, the VMCS walk) is compiled ahead by its own warm-up at install: exporting and dumping a
+    generated VM recording with the installed package (the decoding child and workers included) writes
+    no numba cache file, i.e. compiles nothing (a compile there costs a second at the first VM export).
+    Skipped where ptexport is this checkout (an editable install)."""
+    import json
+    import subprocess
+
+    from vmexporttest import make_vm_trace
+
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("PYTHONPATH", "NUMBA_CACHE_DIR")}
+    proc = subprocess.run([sys.executable, "-c", _INSTALLED], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    where, problem = json.loads(proc.stdout)
+    package = Path(where).resolve().parent
+    if package.is_relative_to(ROOT):
+        pytest.skip("ptexport is this checkout (an editable install): nothing was compiled at install")
+    assert problem == ""
+    vm = make_vm_trace(tmp_path / "vm", guest="mixed", seed=5, branches=3000, patch=True)
+    before = _cache_files(package)
+    for argv in ([str(vm.data), "--db", str(tmp_path / "vm.sqlite"), "-q"],
+                 [str(vm.data), "--db", str(tmp_path / "vm1.sqlite"), "-q", "--jobs", "1"],
+                 ["dump", "branches", str(vm.data), "--jobs", "1"],
+                 ["vm-time-correlation", str(vm.work / "host.data"), "--dry-run"]):
+        run = subprocess.run([sys.executable, "-c", _RUN, *argv], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=600, env=env)
+        assert run.returncode == 0, (argv, run.stderr[-2000:])
+    after = _cache_files(package)
+    compiled = sorted(k for k, v in after.items() if before.get(k) != v)
+    assert not compiled, f"compiled at run time (not ahead at install): {compiled}"

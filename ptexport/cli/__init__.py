@@ -107,6 +107,7 @@ def _main(argv: Sequence[str] | None, out: IO[str] | None, guard: "_SignalGuard"
         return 2
     try:
         _warn_reference_path(args)  # imports numba: seconds, a signal may come
+        _collect_from_here()
         return int(args._run(args, out) or 0)
     except PtExportError as e:
         if guard.signum:  # e.g. a worker ended by the same signal, seen first
@@ -325,8 +326,35 @@ def _warn_reference_path(args) -> None:
             print("ptexport: compiling the decoder (once: later runs load it from numba's cache)", file=sys.stderr)
 
 
+_gc_held = False  # entry() turned the garbage collector off for the start-up
+
+
+def _collect_from_here() -> None:
+    """The garbage collector back on after the start-up (see :func:`entry`), what the imports built frozen.
+
+    numba's and numpy's imports make some half a million objects, and the collector, running as
+    they pile up, went over them 180 times: 45-60 ms of every run's half-second start-up.  Frozen
+    (``gc.freeze``), they are never looked at again, by later collections here or in the processes
+    forked from here (whose pages those visits would also copy).  What the imports leave as cyclic
+    garbage stays: a start-up's worth, once.
+    """
+    global _gc_held
+    if _gc_held:
+        import gc
+
+        _gc_held = False
+        gc.freeze()
+        gc.enable()
+
+
 def entry() -> None:
     """Console-script entry point."""
+    import gc
+
+    global _gc_held
+    if gc.isenabled():  # on again once the command's modules are loaded: _collect_from_here
+        gc.disable()
+        _gc_held = True
     # numpy's OpenBLAS starts a thread per core at import that spins for a while (0.08-0.1 s of CPU a
     # run here, taken from the cores the decoder and the writer use); ptexport makes no BLAS calls that
     # want threads.  Before numpy is first imported; a value the user set stands.

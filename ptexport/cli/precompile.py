@@ -58,6 +58,12 @@ def warm(samples: Path) -> int:
         print(f"ptexport: compiling ahead: the VM exits: {e}", file=sys.stderr)
         failed += 1
     try:
+        from ptexport.decoder import guest
+        guest.warm()  # the guest samples' machine, VCPU and thread (no VM sample is shipped)
+    except Exception as e:  # noqa: BLE001 - a warm-up failure must not fail the install
+        print(f"ptexport: compiling ahead: the guest attribution: {e}", file=sys.stderr)
+        failed += 1
+    try:
         from ptexport.pt import vmtime
         vmtime.warm()  # the VM time correlation's walk (a VM export measures its VMCSs with it)
     except Exception as e:  # noqa: BLE001 - a warm-up failure must not fail the install

@@ -123,6 +123,32 @@ class GuestSpaces:
         return code
 
 
+def _split(guest: np.ndarray, tid_all: np.ndarray, cols: Any, hosts: tuple[np.ndarray, ...], mp: np.ndarray,
+           vc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_vm_split` over a batch's columns (``hosts``: :meth:`VcpuAttribution._hosts`): its new pid and
+    tid columns (``mp``, ``vc`` filled in place)."""
+    pid = np.array(cols.pid, dtype=np.int64, copy=True)
+    tid = tid_all.copy()
+    _vm_split(guest, tid_all, np.asarray(cols.tsc).astype(np.uint64, copy=False), *hosts, mp, vc, pid, tid)
+    return pid, tid
+
+
+def warm() -> None:
+    """Compile :func:`_vm_split` ahead (``ptexport.cli.precompile``: no shipped sample is a VM's), through
+    the call :meth:`VcpuAttribution.apply` makes: a batch of one guest row on a VCPU thread without a
+    timeline."""
+    if numba is None:
+        return
+    from types import SimpleNamespace
+
+    one = np.ones(1, np.int64)
+    cols = SimpleNamespace(pid=one, tsc=one.astype(np.uint64))
+    hosts = (*(np.ascontiguousarray(one * v) for v in (1, 2, 0, -1, -1)), np.zeros(0, np.uint64),
+             np.zeros(0, np.int64), np.zeros(0, np.int64))
+    mp, vc = np.zeros(1, np.int64), np.full(1, -1, np.int64)
+    _split(np.ones(1, bool), one, cols, hosts, mp, vc)
+
+
 def host_kcore(pd: Any) -> KcoreCode | None:
     """The host kernel's kcore copy of a ``perf record --kcore`` directory, if any."""
     kd = getattr(pd, "kcore_dir", None)
@@ -230,10 +256,7 @@ class VcpuAttribution:
             got = self._split_tables.get(key)
             if got is None:
                 got = self._split_tables[key] = self._hosts(hosts)
-            pid = np.array(cols.pid, dtype=np.int64, copy=True)
-            tid = tid_all.copy()
-            _vm_split(guest, tid_all, np.asarray(cols.tsc).astype(np.uint64, copy=False), *got, mp, vc, pid, tid)
-            cols.pid, cols.tid = pid, tid
+            cols.pid, cols.tid = _split(guest, tid_all, cols, got, mp, vc)
         elif self.enabled and n:  # without numba: the same values, numpy a VCPU thread at a time
             rows = np.nonzero(np.asarray(cols.nr) != 0)[0]
             pid = np.array(cols.pid, copy=True)

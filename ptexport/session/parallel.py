@@ -146,21 +146,40 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
             plans.append((qd, _segment_starts(qd.tokens, jobs, min_segment_bytes)))
         if sum(len(starts) + 1 for _, starts in plans) < 2 or total < 2 * min_segment_bytes:
             return [qd.run() for qd, _ in plans]  # not worth worker processes
+        here = _segments_here([(qd.tokens, starts) for qd, starts in plans], jobs)
         out = []
-        with _pool(jobs, session) as pool:
-            futs = [_submit_segments(session, q, pool, starts, count_only) for q, (_, starts) in enumerate(plans)]
-            for f, (qd, starts) in zip(futs, plans):
+        with _pool(jobs - 1, session) as pool:
+            segs = [_submit_segments(session, q, pool, starts, count_only, here)
+                    for q, (_, starts) in enumerate(plans)]
+            for q, (_, starts) in enumerate(plans):  # this process's share, while the workers decode theirs
+                for k, seg in enumerate(segs[q]):
+                    if seg is None:
+                        segs[q][k] = _decode_segment(session, q, _cut(starts, k - 1), _cut(starts, k), count_only)
+            for f, (qd, starts) in zip(segs, plans):
                 qd.setup()
                 qd.S[K.P_RAW_INSN] = 1
                 out.append(_stitch_segments(f, starts, qd, count_only, session.decode_stats))
         return out
     if len(queues) < 2:
         return [_decode_one(session, q, key, bufs, count_only) for q, (key, bufs) in enumerate(queues)]
+    # whole queues: about a jobs-th of the bytes here (the biggest queues first), the others in workers
+    sizes = [sum(len(b.data) for b in ctx.buffers(bufs)) for _, bufs in queues]
+    here: set[int] = set()
+    got = 0
+    for q in sorted(range(len(queues)), key=lambda q: (-sizes[q], q)):
+        if got >= sum(sizes) / jobs or len(here) + 1 >= len(queues):
+            break
+        here.add(q)
+        got += sizes[q]
     out = []
-    with _pool(min(jobs, len(queues)), session) as pool:
-        futs = [pool.submit(_worker_job, type(session), str(path), session.cfg, q, count_only)
+    with _pool(min(jobs - 1, len(queues) - len(here)), session) as pool:
+        futs = [None if q in here else pool.submit(_worker_job, type(session), str(path), session.cfg, q, count_only)
                 for q in range(len(queues))]
-        for fut in futs:
+        mine = {q: _decode_one(session, q, *queues[q], count_only) for q in sorted(here)}
+        for q, fut in enumerate(futs):
+            if fut is None:
+                out.append(mine[q])
+                continue
             cols, setup, ierr, its, nbr, names = fut.result()
             # Object ids are per process: map them to this session's.
             remap = np.array([session._obj_id(n) for n in names] + [-1], dtype=np.int64)
@@ -304,14 +323,20 @@ def _segment_starts(tokens: Any, n: int, min_bytes: int) -> list[tuple[int, int]
 def _segment_job(cls: Any, path: str, config: Any, qnum: int, at: tuple[int, int] | None,
                  stop: tuple[int, int] | None, count_only: bool, window: int | None = None,
                  ident: tuple | None = None) -> dict:
-    """In a worker: decode one segment (speculatively from its PSB unless it is the first).
+    """In a worker: decode one segment (:func:`_decode_segment`) of the recording at ``path``.  A work
+    unit of :mod:`ptexport.session.units`: it depends on its arguments only, so running it again (a
+    cluster's worker died) gives the same result."""
+    return _decode_segment(_worker_session(cls, path, config, ident), qnum, at, stop, count_only, window)
 
-    The decoder state is recorded at the first steps of the segment and then at
-    every 32nd step of its first window (the joins compare states there).  A work unit of
-    :mod:`ptexport.session.units`: it depends on its arguments only, so running it again (a
-    cluster's worker died) gives the same result.
+
+def _decode_segment(session: Any, qnum: int, at: tuple[int, int] | None, stop: tuple[int, int] | None,
+                    count_only: bool, window: int | None = None) -> dict:
+    """Decode one segment of queue ``qnum``, from its PSB ``at`` (speculatively, unless it is the first:
+    None) to the next one, ``stop`` (None: the end).
+
+    The decoder state is recorded at the first steps of the segment and then at byte distances
+    doubling from its PSB (the joins compare states there).
     """
-    session = _worker_session(cls, path, config, ident)
     qkey, bufs = session.queues()[qnum]
     qd = QueueDecoder(session.decode_context(), qnum, qkey, bufs, count_only, window=window)
     qd.setup(at)
@@ -464,14 +489,48 @@ def _remap_fails(qd: Any, o: np.ndarray, names: list[str]) -> None:
     o[K.O_OBJ] = np.where(obj >= 0, remap[obj], -1)
 
 
+def _cut(starts: list[tuple[int, int]], k: int) -> tuple[int, int] | None:
+    """Where segment k + 1 starts (segment k ends): None before the first and after the last."""
+    return starts[k] if 0 <= k < len(starts) else None
+
+
+def _segments_here(queues: list[tuple[Any, list[tuple[int, int]]]], jobs: int) -> set[tuple[int, int]]:
+    """The segments (queue, k) the parent decodes itself beside ``jobs`` - 1 workers: about a
+    ``jobs``-th of the trace's bytes, first segments first (each queue's first segment starts in the true
+    state: it needs no join), and never all of them.
+
+    The parent has the recording open and its kernels loaded: its share costs no process, no second
+    opening of the recording and no result sent back through a pipe, and it keeps ``jobs`` processes
+    at work rather than ``jobs`` workers and a waiting parent."""
+    sizes = []
+    for q, (tokens, starts) in enumerate(queues):
+        bi = tokens.bi
+        at = np.cumsum(np.concatenate([[0], bi[:, K.BI_DLEN]])) if len(bi) else np.zeros(1, np.int64)
+        edges = [0] + [int(at[b]) + byte for b, byte in starts] + [int(at[-1])]
+        sizes += [((q, k), edges[k + 1] - edges[k]) for k in range(len(starts) + 1)]
+    share = sum(n for _, n in sizes) / max(jobs, 1)
+    here: set[tuple[int, int]] = set()
+    got = 0
+    for seg, n in sorted(sizes, key=lambda x: (x[0][1] != 0, x[0])):  # first segments, in queue order
+        if got >= share or len(here) + 1 >= len(sizes):
+            break
+        here.add(seg)
+        got += n
+    return here
+
+
 def _submit_segments(session: Any, qnum: int, pool: Any, starts: list[tuple[int, int]],
-                     count_only: bool) -> list[Any]:
+                     count_only: bool, here: set[tuple[int, int]] = frozenset()) -> list[Any]:
+    """Queue ``qnum``'s segments submitted to ``pool`` in order; None for those in ``here`` (the caller
+    decodes them)."""
     path = str(session.pd.path)
     futs = []
     for k in range(len(starts) + 1):
-        at = None if k == 0 else starts[k - 1]
-        stop = starts[k] if k < len(starts) else None
-        futs.append(pool.submit(_segment_job, type(session), path, session.cfg, qnum, at, stop, count_only))
+        if (qnum, k) in here:
+            futs.append(None)
+            continue
+        futs.append(pool.submit(_segment_job, type(session), path, session.cfg, qnum, _cut(starts, k - 1),
+                                _cut(starts, k), count_only))
     return futs
 
 
@@ -479,7 +538,7 @@ def _stitch_segments(futs: list[Any], starts: list[tuple[int, int]], qd: Any, co
     """Rows of one queue from its segments, equal to serial decoding (see above)."""
     os_, its = [], []
     nbranch = 0
-    for o, it, nb in _joined_segments((f.result() for f in futs), starts, qd, stats):
+    for o, it, nb in _joined_segments((f if isinstance(f, dict) else f.result() for f in futs), starts, qd, stats):
         os_.append(o)
         its.append(it)
         nbranch += nb
