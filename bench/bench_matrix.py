@@ -30,10 +30,13 @@ Parts, each on inputs made once in this run (a temporary directory, or ``--keep 
    must agree;
 4. VM export: a ``synth --vm mixed`` recording with its guest sideband injected (as bench_vm.py makes
    it) against a host-only trace of the same branch count, time per sample (medians of three alternated
-   runs of each; the README venv's first VM export must write no numba cache file: no shipped sample is
-   a VM's, so a compile there is a kernel only a VM recording reaches, left out of the compiling ahead
-   at install); then memory: the export's peak RSS at 1 M branches and at ``--rss-branches`` (100 M,
-   the issue's "flat from 1 M to 100 M": a few minutes, its database removed after);
+   runs of each; the note gives each export's call paths: the generated guest's call tree is far wider
+   than the calls program's, 202 K paths against 51 at 1 M branches, as perf's exporter finds it, and
+   the call tree's work per sample grows with it; the README venv's first VM export must write no
+   numba cache file: no shipped sample is a VM's, so a compile there is a kernel only a VM recording
+   reaches, left out of the compiling ahead at install); then memory: the export's peak RSS at 1 M
+   branches and at ``--rss-branches`` (100 M, the issue's "flat from 1 M to 100 M": a few minutes, its
+   database removed after);
 5. raw mode: ``dump insns --raw FILE.pt --quiet --stat`` on the real simplept-adl ring buffer (ptxed's
    0.30 s input; its binary is not carried, so the flow stops at each TIP: the figure is the time for
    the whole 2 MiB) and on a generated raw dump with its ELF (instructions/s), against ptxed.
@@ -481,6 +484,17 @@ def part_memory(m: Matrix, work: Path, branches: int) -> dict:
     return rep
 
 
+def table_rows(db: Path, table: str) -> int:
+    """Rows of ``table`` in the SQLite database ``db`` (id 0, perf's "unknown" row, included)."""
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    finally:
+        con.close()
+
+
 def part_vm(m: Matrix, work: Path, branches: int) -> dict:
     inj, meta = bench_vm.prepare(work / "vm", branches, "mixed", 21)
     host = bench_decode.generate(work / "host", meta["branches"], "calls")
@@ -503,9 +517,10 @@ def part_vm(m: Matrix, work: Path, branches: int) -> dict:
                     m.problems.append(f"VM export: the README venv's first one compiled {', '.join(written)}")
     for name, trace in (("vm", inj), ("host", host)):
         walls, rsss, cpus = zip(*runs[name])
+        db = trace.parent / "export.sqlite"
         rep[name] = {"trace": str(trace), "wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus),
-                     "walls_s": list(walls), "peak_rss_kib": max(rsss),
-                     "samples": bench_export.count_samples(trace.parent / "export.sqlite")}
+                     "walls_s": list(walls), "peak_rss_kib": max(rsss), "samples": bench_export.count_samples(db),
+                     "calls": table_rows(db, "calls"), "call_paths": table_rows(db, "call_paths")}
     v, h = rep["vm"], rep["host"]
     per = {k: (v[k] / v["samples"], h[k] / h["samples"]) for k in ("wall_s", "cpu_s")}
     rep["ratio_per_sample"] = ratio(*per["wall_s"])
@@ -514,7 +529,8 @@ def part_vm(m: Matrix, work: Path, branches: int) -> dict:
           f"{h['samples']} samples in {h['wall_s']:.2f} s")
     m.row("vm", "VM (mixed) export vs host-only, per sample", (v["wall_s"], v["cpu_s"]), (h["wall_s"], h["cpu_s"]),
           rep["ratio_per_sample"], "vm", cpu_ratio=rep["ratio_cpu_per_sample"],
-          note=f"{v['samples']} vs {h['samples']} samples; medians of {VM_RUNS} alternated runs")
+          note=f"{v['samples']} vs {h['samples']} samples, {v['call_paths']} vs {h['call_paths']} call paths; "
+               f"medians of {VM_RUNS} alternated runs")
     return rep
 
 
