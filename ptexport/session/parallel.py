@@ -83,7 +83,23 @@ def _pool(jobs: int, session: Any | None = None) -> Any:
 
     if session is not None:
         warm_kernels(session)
+        _inherit(session)
     return ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork"), initializer=ignore_stop_signals)
+
+
+def _inherit(session: Any) -> None:
+    """``session`` made the session a forked worker opens for its recording (:func:`_worker_session`,
+    keyed as the jobs this process submits): the worker has it as it was at the fork, instead of reading
+    the recording's records and sideband again (40 M branches: 0.04-0.14 s before its first segment)."""
+    path = getattr(getattr(session, "pd", None), "path", None)
+    cfg = getattr(session, "cfg", None)
+    if path is None or cfg is None:
+        return
+    cache = _WORKER.__dict__.setdefault("sessions", OrderedDict())
+    cache[(str(path), repr(cfg), None)] = session
+    cache.move_to_end((str(path), repr(cfg), None))
+    while len(cache) > _WORKER_SESSIONS:
+        cache.popitem(last=False)
 
 
 def warm_kernels(session: Any) -> None:
@@ -338,7 +354,8 @@ def _decode_segment(session: Any, qnum: int, at: tuple[int, int] | None, stop: t
     doubling from its PSB (the joins compare states there).
     """
     qkey, bufs = session.queues()[qnum]
-    qd = QueueDecoder(session.decode_context(), qnum, qkey, bufs, count_only, window=window)
+    qd = QueueDecoder(session.decode_context(), qnum, qkey, bufs, count_only, window=window,
+                      first=0 if at is None else at[0])
     qd.setup(at)
     qd.S[K.P_RAW_INSN] = 1
     records: list[tuple] = []

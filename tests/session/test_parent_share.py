@@ -106,3 +106,49 @@ def test_the_parent_decodes_its_share_and_the_rows_are_serial(traces, monkeypatc
     assert here and set(here) == {"_decode_segment" if segmented else "_decode_one"}
     if segmented:
         assert s.decode_stats.matched > 0  # and workers decoded the rest: their segments were joined
+
+
+@pytest.mark.parametrize("itrace", ["be", "bei50i"])
+def test_forked_workers_use_the_parents_session(traces, monkeypatch, itrace):
+    """A forked worker has the parent's session for the recording (``parallel._inherit``): it does not
+    read the recording's records and sideband again."""
+    from ptexport.perfdata import open_perf_data
+    from ptexport.samples.itrace import parse_itrace
+    from ptexport.session.perfsession import DecodeConfig, PerfSession, open_session
+
+    with open_perf_data(traces["2cpus"]) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace(itrace)))
+        serial = parallel.decode_queues(s, 1)
+
+        def reopen(*a, **k):
+            raise AssertionError("a worker opened the recording again")
+
+        monkeypatch.setattr(PerfSession, "reopen", classmethod(reopen))  # (the workers are forked after)
+        assert _cols(parallel.decode_queues(s, 3, min_segment_bytes=600)) == _cols(serial)
+
+
+def test_a_segment_tokenizes_from_its_own_buffer(tmp_path, monkeypatch):
+    """A segment decoded from a PSB in buffer b > 0 tokenizes windows from b on (not buffer 0's first)."""
+    import io
+
+    from ptexport.cli import main
+    from ptexport.decoder.compiled import decoder as D
+    from ptexport.perfdata import open_perf_data
+    from ptexport.samples.itrace import parse_itrace
+    from ptexport.session.perfsession import DecodeConfig, open_session
+
+    assert main(["synth", "--out", str(tmp_path), "--program", "calls", "--psb-period", "1024", "--branches",
+                 "200000", "--seed", "7"], out=io.StringIO()) == 0
+    with open_perf_data(str(tmp_path / "perf.data")) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("be")))
+        key, bufs = s.queues()[0]
+        assert len(bufs) >= 3
+        qd = D.QueueDecoder(s.decode_context(), 0, key, bufs, window=1)  # a buffer a window
+        starts = parallel._segment_starts(qd.tokens, 3, 1)
+        assert starts and starts[-1][0] >= 1
+        firsts = []
+        real = D._Tokens.load
+        monkeypatch.setattr(D._Tokens, "load", lambda self, first, need=-1: firsts.append(first) or real(self, first, need))
+        res = parallel._decode_segment(s, 0, starts[-1], None, True, window=1)
+        assert firsts and min(firsts) == starts[-1][0], firsts
+        assert res["nbranch"] > 0 and res["records"]

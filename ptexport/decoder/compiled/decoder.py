@@ -194,7 +194,7 @@ class _Tokens:
     queue: the kernel asks for more (R_MORE) when it moves past the window.
     """
 
-    def __init__(self, buffers: list[Any], window: int | None = None) -> None:
+    def __init__(self, buffers: list[Any], window: int | None = None, first: int = 0) -> None:
         self.meta = buffers
         self.window = _WINDOW if window is None else window
         nb = len(buffers)
@@ -210,7 +210,8 @@ class _Tokens:
         bi[:, K.BI_PEND] = -1
         self.bi = bi
         self.lo = self.hi = 0
-        self.load(0)
+        self.pk: np.ndarray | None = None
+        self.load(first)
 
     def load(self, first: int, need: int = -1) -> None:
         """Window = buffers from ``first`` on, at least ``window`` bytes and up to ``need``."""
@@ -222,6 +223,8 @@ class _Tokens:
         while hi < nb and (size < self.window or hi <= need or hi == lo):
             size += int(bi[hi, K.BI_DLEN])
             hi += 1
+        if (lo, hi) == (self.lo, self.hi) and self.pk is not None:
+            return  # the window it has
         for i in list(self.cols):
             if not lo <= i < hi:
                 del self.cols[i]
@@ -279,7 +282,8 @@ class QueueDecoder:
     """The fast decoder for one AUX queue of a :class:`PerfSession`."""
 
     def __init__(self, ctx: DecodeContext, qnum: int, key: tuple[str, int], bufs: list[Any],
-                 count_only: bool = False, window: int | None = None) -> None:
+                 count_only: bool = False, window: int | None = None, first: int = 0) -> None:
+        """``first``: the buffer whose window is tokenized first (where :meth:`setup` will start)."""
         self.count_only = count_only
         self.ctx = ctx
         self.qnum = qnum
@@ -289,7 +293,7 @@ class QueueDecoder:
         self.qtid = -1 if self.per_cpu else key[1]
         self.lookup = ctx.new_lookup()
         self.walker = PerfCodeWalker(self.lookup, ctx.kernel_start)
-        self.tokens = _Tokens(ctx.buffers(bufs), window)  # window: bytes tokenized at a time
+        self.tokens = _Tokens(ctx.buffers(bufs), window, first)  # window: bytes tokenized at a time
         self.timeless = ctx.timeless
         self.cur = ctx.cpu_timeline(self.cpu) if self.per_cpu and not ctx.timeless else None
         # Timeless decoding: perf decodes the queue late (at its thread's EXIT or at the end), with the
@@ -578,7 +582,7 @@ class QueueDecoder:
 
     def setup(self, at: tuple[int, int] | None = None) -> None:
         """Fresh decoder state; ``at`` = (buffer, byte): start there (at a PSB) as at a new trace."""
-        if self.tokens.lo != 0:
+        if at is None and self.tokens.lo != 0:
             self.tokens.load(0)
         S, F = self._init_state()
         self.S, self.F = S, F
