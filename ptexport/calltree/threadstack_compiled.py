@@ -408,6 +408,25 @@ if numba is not None:
                 _flush(E, S, P, PO, O, G, slot)
 
 
+def warm() -> None:
+    """Compile :func:`_rebuild_index` ahead (``ptexport.cli.precompile``): the shipped samples' call
+    trees stay within the first call path table, so no warm-up command grows it; a recording with
+    more call paths than that (a VM's guest, any big program) would compile it at its first export.
+    A tree of 8 entries takes 40 nested calls to distinct symbols and their returns."""
+    from ptexport.samples.flags import IpFlag
+
+    n = 40
+    call, ret = int(IpFlag.BRANCH | IpFlag.CALL), int(IpFlag.BRANCH | IpFlag.RETURN)
+    ip = np.concatenate([0x1000 + 0x10 * np.arange(n), 0x1000 + 0x10 * np.arange(n, 0, -1) + 8])
+    addr = np.concatenate([0x1010 + 0x10 * np.arange(n), 0x1000 + 0x10 * np.arange(n - 1, -1, -1) + 5])
+    sym = np.concatenate([np.arange(1, n + 1), np.arange(n + 1, 1, -1)])
+    tree = CallTree(capacity=8)
+    tree.process_batch({"time": np.arange(2 * n) + 1, "ip": ip, "addr": addr,
+                        "flags": np.array([call] * n + [ret] * n), "ref": np.arange(2 * n) + 1,
+                        "thread_id": np.ones(2 * n, np.int64), "from_sym": sym, "to_sym": np.roll(sym, -1),
+                        "to_sym_start": addr})
+
+
 def _grow(a: np.ndarray, need: int, fill: int = 0) -> np.ndarray:
     cap = max(need, 2 * a.shape[0], 64)
     b = np.full((cap,) + a.shape[1:], fill, dtype=a.dtype)

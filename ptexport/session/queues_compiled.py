@@ -249,3 +249,11 @@ def perf_order(items: Sequence[tuple[Sequence[bool] | np.ndarray, Sequence[int] 
     _row_ranks(np.asarray(queue, np.int64), np.asarray(step, np.int64), item_off, rank_item, rank_lost,
                lost_base, emitted, ranks)
     return np.argsort(ranks, kind="stable")
+
+
+def warm() -> None:
+    """Compile :func:`perf_order`'s kernels ahead (``ptexport.cli.precompile``): the commands stream
+    (``merge_turns``); ``PerfSession.decode`` orders whole queues with these."""
+    one = np.zeros(1, np.int64)
+    perf_order([(np.zeros(1, bool), one), (np.zeros(1, bool), one + 1)], [(5, False)], 0, np.array([0, 1]),
+               np.zeros(2, np.int64), 2)
