@@ -354,8 +354,7 @@ def _decode_segment(session: Any, qnum: int, at: tuple[int, int] | None, stop: t
     doubling from its PSB (the joins compare states there).
     """
     qkey, bufs = session.queues()[qnum]
-    qd = QueueDecoder(session.decode_context(), qnum, qkey, bufs, count_only, window=window,
-                      first=0 if at is None else at[0])
+    qd = QueueDecoder(session.decode_context(), qnum, qkey, bufs, count_only, window=window)
     qd.setup(at)
     qd.S[K.P_RAW_INSN] = 1
     records: list[tuple] = []

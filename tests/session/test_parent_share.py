@@ -152,3 +152,25 @@ def test_a_segment_tokenizes_from_its_own_buffer(tmp_path, monkeypatch):
         res = parallel._decode_segment(s, 0, starts[-1], None, True, window=1)
         assert firsts and min(firsts) == starts[-1][0], firsts
         assert res["nbranch"] > 0 and res["records"]
+
+
+def test_a_decoder_tokenizes_nothing_before_its_setup(traces, monkeypatch):
+    """The plan of PSB segments makes a decoder per queue before any worker starts (for the buffer sizes
+    and the PSBs to cut at): none tokenizes a window until its setup, which tokenizes where it starts."""
+    from ptexport.decoder.compiled import decoder as D
+    from ptexport.perfdata import open_perf_data
+    from ptexport.samples.itrace import parse_itrace
+    from ptexport.session.perfsession import DecodeConfig, open_session
+
+    calls = []
+    real = D.tokenize_fast
+    monkeypatch.setattr(D, "tokenize_fast", lambda data: calls.append(len(data)) or real(data))
+    with open_perf_data(traces["2cpus"]) as pd:
+        s = open_session(pd, DecodeConfig(itrace=parse_itrace("be")))
+        plans = [D.QueueDecoder(s.decode_context(), q, key, bufs) for q, (key, bufs) in enumerate(s.queues())]
+        assert len(plans) == 2 and not calls
+        assert all(parallel._segment_starts(qd.tokens, 2, 600) for qd in plans)
+        assert not calls
+        plans[0].setup()
+        assert calls
+        assert len(plans[0].run()) > 100

@@ -194,7 +194,7 @@ class _Tokens:
     queue: the kernel asks for more (R_MORE) when it moves past the window.
     """
 
-    def __init__(self, buffers: list[Any], window: int | None = None, first: int = 0) -> None:
+    def __init__(self, buffers: list[Any], window: int | None = None) -> None:
         self.meta = buffers
         self.window = _WINDOW if window is None else window
         nb = len(buffers)
@@ -210,8 +210,7 @@ class _Tokens:
         bi[:, K.BI_PEND] = -1
         self.bi = bi
         self.lo = self.hi = 0
-        self.pk: np.ndarray | None = None
-        self.load(first)
+        self.pk: np.ndarray | None = None  # no window yet: the decoder's setup loads where it starts
 
     def load(self, first: int, need: int = -1) -> None:
         """Window = buffers from ``first`` on, at least ``window`` bytes and up to ``need``."""
@@ -282,8 +281,7 @@ class QueueDecoder:
     """The fast decoder for one AUX queue of a :class:`PerfSession`."""
 
     def __init__(self, ctx: DecodeContext, qnum: int, key: tuple[str, int], bufs: list[Any],
-                 count_only: bool = False, window: int | None = None, first: int = 0) -> None:
-        """``first``: the buffer whose window is tokenized first (where :meth:`setup` will start)."""
+                 count_only: bool = False, window: int | None = None) -> None:
         self.count_only = count_only
         self.ctx = ctx
         self.qnum = qnum
@@ -293,7 +291,9 @@ class QueueDecoder:
         self.qtid = -1 if self.per_cpu else key[1]
         self.lookup = ctx.new_lookup()
         self.walker = PerfCodeWalker(self.lookup, ctx.kernel_start)
-        self.tokens = _Tokens(ctx.buffers(bufs), window, first)  # window: bytes tokenized at a time
+        # window: bytes tokenized at a time, from where setup() starts (a plan of PSB segments, one
+        # decoder per queue made before any worker starts, tokenizes nothing: 128 CPU queues, 128 MB)
+        self.tokens = _Tokens(ctx.buffers(bufs), window)
         self.timeless = ctx.timeless
         self.cur = ctx.cpu_timeline(self.cpu) if self.per_cpu and not ctx.timeless else None
         # Timeless decoding: perf decodes the queue late (at its thread's EXIT or at the end), with the
@@ -582,7 +582,7 @@ class QueueDecoder:
 
     def setup(self, at: tuple[int, int] | None = None) -> None:
         """Fresh decoder state; ``at`` = (buffer, byte): start there (at a PSB) as at a new trace."""
-        if at is None and self.tokens.lo != 0:
+        if at is None and (self.tokens.lo != 0 or self.tokens.pk is None):
             self.tokens.load(0)
         S, F = self._init_state()
         self.S, self.F = S, F
