@@ -332,8 +332,8 @@ _gc_held = False  # entry() turned the garbage collector off for the start-up
 def _collect_from_here() -> None:
     """The garbage collector back on after the start-up (see :func:`entry`), what the imports built frozen.
 
-    numba's and numpy's imports make some half a million objects, and the collector, running as
-    they pile up, went over them 180 times: 45-60 ms of every run's half-second start-up.  Frozen
+    numba's and numpy's imports make some 90 thousand objects the collector tracks, and the collector,
+    running as they pile up, went over them 160-180 times: 45-65 ms of every run's half-second start-up.  Frozen
     (``gc.freeze``), they are never looked at again, by later collections here or in the processes
     forked from here (whose pages those visits would also copy).  What the imports leave as cyclic
     garbage stays: a start-up's worth, once.
