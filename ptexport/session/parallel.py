@@ -95,9 +95,14 @@ def _inherit(session: Any) -> None:
     cfg = getattr(session, "cfg", None)
     if path is None or cfg is None:
         return
+    _keep_session((str(path), repr(cfg), None), session)
+
+
+def _keep_session(key: tuple, session: Any) -> None:
+    """``session`` cached for :func:`_worker_session` under ``key``, the most recent of a few."""
     cache = _WORKER.__dict__.setdefault("sessions", OrderedDict())
-    cache[(str(path), repr(cfg), None)] = session
-    cache.move_to_end((str(path), repr(cfg), None))
+    cache[key] = session
+    cache.move_to_end(key)
     while len(cache) > _WORKER_SESSIONS:
         cache.popitem(last=False)
 
@@ -179,14 +184,8 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
     if len(queues) < 2:
         return [_decode_one(session, q, key, bufs, count_only) for q, (key, bufs) in enumerate(queues)]
     # whole queues: about a jobs-th of the bytes here (the biggest queues first), the others in workers
-    sizes = [sum(len(b.data) for b in ctx.buffers(bufs)) for _, bufs in queues]
-    here: set[int] = set()
-    got = 0
-    for q in sorted(range(len(queues)), key=lambda q: (-sizes[q], q)):
-        if got >= sum(sizes) / jobs or len(here) + 1 >= len(queues):
-            break
-        here.add(q)
-        got += sizes[q]
+    sizes = [(q, sum(len(b.data) for b in ctx.buffers(bufs))) for q, (_, bufs) in enumerate(queues)]
+    here = _share(sorted(sizes, key=lambda x: (-x[1], x[0])), jobs)
     out = []
     with _pool(min(jobs - 1, len(queues) - len(here)), session) as pool:
         futs = [None if q in here else pool.submit(_worker_job, type(session), str(path), session.cfg, q, count_only)
@@ -415,11 +414,8 @@ def _worker_session(cls: Any, path: str, config: Any, ident: tuple | None = None
                 raise InputError(f"not the coordinator's recording ({mine[0]} bytes against {ident[0]}, or other "
                                  "contents): map the path with --cluster-path", source=path,
                                  what=f"worker on {_host()}")
-        got = cache[key] = cls.reopen(path, config)
-        while len(cache) > _WORKER_SESSIONS:
-            cache.popitem(last=False)
-    else:
-        cache.move_to_end(key)
+        got = cls.reopen(path, config)
+    _keep_session(key, got)
     return got
 
 
@@ -524,13 +520,19 @@ def _segments_here(queues: list[tuple[Any, list[tuple[int, int]]]], jobs: int) -
         at = np.cumsum(np.concatenate([[0], bi[:, K.BI_DLEN]])) if len(bi) else np.zeros(1, np.int64)
         edges = [0] + [int(at[b]) + byte for b, byte in starts] + [int(at[-1])]
         sizes += [((q, k), edges[k + 1] - edges[k]) for k in range(len(starts) + 1)]
+    return _share(sorted(sizes, key=lambda x: (x[0][1] != 0, x[0])), jobs)  # first segments, in queue order
+
+
+def _share(sizes: list[tuple[Any, int]], jobs: int) -> set[Any]:
+    """The parent's share of work units (unit, bytes), taken in the order given: about a ``jobs``-th
+    of the bytes, never every unit."""
     share = sum(n for _, n in sizes) / max(jobs, 1)
-    here: set[tuple[int, int]] = set()
+    here: set[Any] = set()
     got = 0
-    for seg, n in sorted(sizes, key=lambda x: (x[0][1] != 0, x[0])):  # first segments, in queue order
+    for unit, n in sizes:
         if got >= share or len(here) + 1 >= len(sizes):
             break
-        here.add(seg)
+        here.add(unit)
         got += n
     return here
 
