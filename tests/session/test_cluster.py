@@ -22,6 +22,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -324,23 +325,36 @@ def test_a_failed_load_on_a_worker_leaves_no_database(cluster, synth_trace, pg_a
 
 def _kill_a_busy_worker(client, monkeypatch, after: int = 6) -> dict:
     """From the ``after``-th segment submitted on: SIGKILL a worker while it decodes one (once);
-    the dict says which worker and which tasks it was running."""
+    the dict says which worker and which tasks it was running.
+
+    The scheduler's ``processing`` can name a task whose result is already on its way: a worker
+    killed then lost nothing (the run had no failure to retry or to report). So the worker is
+    stopped first (SIGSTOP: it can finish nothing more), and killed only if, once what it sent
+    has had time to arrive, the scheduler still has a segment processing on it; otherwise it
+    goes on (SIGCONT) and another is tried."""
     pids = client.run(os.getpid)
     killed: dict = {}
     submit = C.DaskUnits.submit
 
+    def segments_on(w):
+        return [k for k in client.processing([w]).get(w, ()) if str(k).startswith("_segment_job")]
+
     def submit_and_kill(self, fn, *args):
         fut = submit(self, fn, *args)
         if not killed and self.submitted >= after:
-            for _ in range(2000):  # until a worker is busy with a segment
-                busy = {w: [k for k in keys if str(k).startswith("_segment_job")]
-                        for w, keys in client.processing().items() if w in pids}  # (not the warm-up)
-                busy = {w: keys for w, keys in busy.items() if keys}
-                if busy:
-                    w, keys = sorted(busy.items())[0]
-                    killed.update(worker=w, keys=list(keys))
+            for _ in range(2000):  # until a worker is caught busy with a segment
+                busy = sorted(w for w in pids if segments_on(w))  # (not the warm-up)
+                if not busy:
+                    continue
+                w = busy[0]
+                os.kill(pids[w], signal.SIGSTOP)
+                time.sleep(0.3)  # a result sent before the stop reaches the scheduler
+                keys = segments_on(w)
+                if keys:
+                    killed.update(worker=w, keys=keys)
                     os.kill(pids[w], signal.SIGKILL)
                     break
+                os.kill(pids[w], signal.SIGCONT)
         return fut
 
     monkeypatch.setattr(C.DaskUnits, "submit", submit_and_kill)
