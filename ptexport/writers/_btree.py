@@ -42,6 +42,8 @@ import numpy as np
 from ptexport.jit import numba
 
 PENDING_BYTE = 0x40000000
+#: Leaf pages :meth:`LeafSpool.merge` reads back and builds again at a time (4 MiB of 4 KiB pages).
+MERGE_PAGES = 1024
 
 
 def available() -> bool:
@@ -172,6 +174,62 @@ if numba is not None:
             out[base + 6] = c & 0xFF
             npages += 1
         return npages
+
+if numba is not None:
+
+    @numba.njit(cache=True, nogil=True)
+    def _page_cells(buf, npages, page_size):  # pragma: no cover - compiled
+        """The cells of ``npages`` table leaves in ``buf`` (their headers' counts added up)."""
+        n = 0
+        for pg in range(npages):
+            base = pg * page_size
+            n += (np.int64(buf[base + 3]) << 8) | np.int64(buf[base + 4])
+        return n
+
+    @numba.njit(cache=True, nogil=True)
+    def _read_leaves(buf, npages, page_size, defs, out):  # pragma: no cover - compiled
+        """The rows (rowid, then the columns) of leaves :func:`_build_leaves` wrote, into ``out``;
+        returns how many.  Columns it left out of a record (trailing defaults) get ``defs``."""
+        k = out.shape[1]
+        r = 0
+        for pg in range(npages):
+            base = pg * page_size
+            ncell = (np.int64(buf[base + 3]) << 8) | np.int64(buf[base + 4])
+            for c in range(ncell):
+                ptr = base + 8 + 2 * c
+                q = base + ((np.int64(buf[ptr]) << 8) | np.int64(buf[ptr + 1]))
+                while buf[q] & 0x80:  # the payload's size (not needed: every record is read whole)
+                    q += 1
+                q += 1
+                rowid = np.int64(0)
+                while buf[q] & 0x80:
+                    rowid = (rowid << 7) | np.int64(buf[q] & 0x7F)
+                    q += 1
+                rowid = (rowid << 7) | np.int64(buf[q])
+                q += 1
+                hdr = np.int64(buf[q])  # one byte: fewer than 127 columns
+                kk = hdr - 1
+                body = q + hdr
+                out[r, 0] = rowid
+                for j in range(1, kk):
+                    t = buf[q + 1 + j]
+                    if t == 8:
+                        v = np.int64(0)
+                    elif t == 9:
+                        v = np.int64(1)
+                    else:
+                        sz = 6 if t == 5 else 8 if t == 6 else np.int64(t)
+                        v = np.int64(0)
+                        for b in range(sz):
+                            v = (v << 8) | np.int64(buf[body + b])
+                        body += sz
+                        if sz < 8 and v >= (np.int64(1) << (8 * sz - 1)):
+                            v -= np.int64(1) << (8 * sz)
+                    out[r, j] = v
+                for j in range(max(kk, 1), k):
+                    out[r, j] = defs[j]
+                r += 1
+        return r
 
 if numba is not None:
 
@@ -514,18 +572,90 @@ class LeafSpool:
         n = mat.shape[0]
         if n == 0:
             return
+        pages, maxrow = self._build(mat)
+        self._f.write(pages)
+        self.maxrows.append(maxrow)
+        self.npages += len(maxrow)
+        self.rows += n
+
+    def _build(self, mat: np.ndarray) -> tuple[memoryview, np.ndarray]:
+        """The leaf pages of ``mat`` (in the spool's buffer: written before the next build) and
+        each one's largest rowid."""
         max_cell = 16 + 9 * self.ncols
         per_page = max(1, (self.page_size - 8) // (max_cell + 2))
-        cap = n // per_page + 2
+        cap = mat.shape[0] // per_page + 2
         if self._out.size < cap * self.page_size:  # one buffer for the spool's life (adds come one at a time)
             self._out = np.empty(cap * self.page_size, dtype=np.uint8)
             self._maxrow = np.empty(cap, dtype=np.int64)
         out, maxrow = self._out, self._maxrow
         pages = _build_leaves(np.asarray(mat, dtype=np.int64), self.page_size, out, maxrow, self.has_def, self.defs)
-        self._f.write(memoryview(out)[: pages * self.page_size])
-        self.maxrows.append(maxrow[:pages].copy())
-        self.npages += pages
-        self.rows += n
+        return memoryview(out)[: pages * self.page_size], maxrow[:pages].copy()
+
+    def rows_from(self, rowid: int) -> int:
+        """About how many spooled rows are in the pages from the first that holds ``rowid`` or a
+        larger one on: what :meth:`merge` reads and builds again to put a row of that id in."""
+        if not self.npages:
+            return 0
+        first = int(np.searchsorted(np.concatenate(self.maxrows), rowid))
+        return -(-self.rows * (self.npages - first) // self.npages)
+
+    def merge(self, late: np.ndarray) -> bool:
+        """Put ``late`` (rows sorted by id, below the last one spooled) in among the spooled rows,
+        as if they had come in order: the pages from the first that holds a larger id on are read
+        back, merged with them and built again (in blocks of :data:`MERGE_PAGES`).  False, with
+        the spool as it was, where a late id is one spooled already (SQLite reports it)."""
+        if not len(late):
+            return True
+        if not self._f.closed:
+            self._f.flush()
+        ps = self.page_size
+        keys = np.concatenate(self.maxrows) if self.maxrows else np.empty(0, dtype=np.int64)
+        first = int(np.searchsorted(keys, int(late[0, 0])))
+        tail_path = self.path.with_name(f"{self.path.name}.merge")
+        new_keys: list[np.ndarray] = []
+        try:
+            with open(self.path, "rb") as src, open(tail_path, "wb") as dst:
+                src.seek(first * ps)
+                j = 0
+                for start in range(first, self.npages, MERGE_PAGES):
+                    n = min(MERGE_PAGES, self.npages - start)
+                    data = src.read(n * ps)
+                    if len(data) != n * ps:
+                        raise OSError(errno.EIO, f"{self.path}: short read at page {start}")
+                    buf = np.frombuffer(data, dtype=np.uint8)
+                    rows = np.empty((_page_cells(buf, n, ps), self.ncols), dtype=np.int64)
+                    _read_leaves(buf, n, ps, self.defs, rows)
+                    last = start + n == self.npages
+                    k = len(late) if last else int(np.searchsorted(late[:, 0], keys[start + n - 1], side="right"))
+                    mat = rows
+                    if k > j:  # both in id order: each late row goes in before the first larger id
+                        at = np.searchsorted(rows[:, 0], late[j:k, 0])
+                        if np.any(rows[np.minimum(at, len(rows) - 1), 0] == late[j:k, 0]):
+                            return False  # (finally: the tail removed, the spool unchanged)
+                        mat = np.insert(rows, at, late[j:k], axis=0)
+                        j = k
+                    pages, maxrow = self._build(mat)
+                    dst.write(pages)
+                    new_keys.append(maxrow)
+                if j < len(late):  # ids past every spooled page (rows reserved, none spooled after them)
+                    pages, maxrow = self._build(late[j:])
+                    dst.write(pages)
+                    new_keys.append(maxrow)
+            self._f.close()
+            with open(self.path, "r+b") as f, open(tail_path, "rb") as tail:
+                f.truncate(first * ps)
+                f.seek(first * ps)
+                size = os.fstat(tail.fileno()).st_size
+                if not _copy_range(tail, f, 0, first * ps, size):
+                    while chunk := tail.read(64 << 20):
+                        f.write(chunk)
+            self._f = open(self.path, "ab")  # noqa: SIM115 - closed by close()
+        finally:
+            tail_path.unlink(missing_ok=True)
+        self.maxrows = [keys[:first], *new_keys]
+        self.npages = first + sum(len(k) for k in new_keys)
+        self.rows += len(late)
+        return True
 
     def close(self) -> None:
         if not self._f.closed:
@@ -587,6 +717,20 @@ def _group_starts(n: int, size: int) -> np.ndarray:
     if len(starts) > 2 and n - starts[-2] < 2:  # no interior page with a right child only
         starts[-2] -= 1
     return starts
+
+
+def warm() -> None:
+    """:meth:`LeafSpool.merge`'s kernels compiled, for compiling ahead: only an export with many
+    calls still open at its end merges (no shipped sample has enough)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ptexport-warm-") as tmp:
+        spool = LeafSpool(Path(tmp) / "warm.spool", 3, 4096, [None, None, 0])
+        try:
+            spool.add(np.stack([np.arange(1, 2001, 2), np.arange(1000), np.zeros(1000, np.int64)], axis=1))
+            spool.merge(np.array([[2, -1, 5], [4, -2, 0]], dtype=np.int64))
+        finally:
+            spool.remove()
 
 
 def check_file(path: str | os.PathLike[str]) -> int | None:

@@ -228,6 +228,107 @@ def test_too_many_late_rows_fall_back_to_sql(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("page_size", [512, 4096, 65536])
+def test_leaf_reader_reads_back_what_the_leaf_builder_wrote(page_size):
+    """_read_leaves (LeafSpool.merge reads spooled pages back with it) inverts _build_leaves: every
+    integer storage class, negatives, and trailing columns left out because they equal their
+    DEFAULT."""
+    rng = np.random.default_rng(page_size)
+    n = 5000
+    vals = _columns(rng, np.arange(1, n + 1))
+    mat = np.stack([np.arange(1, n + 1) * 3, vals["ip"], vals["to_ip"], vals["branch_type"],
+                    np.where(rng.random(n) < 0.5, 0, vals["ip"]), np.where(rng.random(n) < 0.5, 7, vals["to_ip"])], axis=1)
+    has_def = np.array([False, False, False, False, True, True])
+    defs = np.array([0, 0, 0, 0, 0, 7], dtype=np.int64)
+    out = np.zeros(n * mat.shape[1] * 10 + page_size * 4, dtype=np.uint8)
+    maxrow = np.zeros(n + 2, dtype=np.int64)
+    pages = _btree._build_leaves(mat, page_size, out, maxrow, has_def, defs)
+    assert _btree._page_cells(out, pages, page_size) == n
+    got = np.zeros_like(mat)
+    assert _btree._read_leaves(out, pages, page_size, defs, got) == n
+    assert (got == mat).all()
+
+
+def _late_batches(rng, n, open_calls):
+    """Call ids in the order the rows of a deep trace come: most return in order, ``open_calls``
+    (ids spread over the whole range, as the parents still open at the end got theirs when their
+    first callee returned) come last, as the flush at the end returns them."""
+    ids = np.arange(1, n + 1)
+    late = np.sort(rng.choice(ids[:-1], open_calls, replace=False))  # (the last id comes in order)
+    early = np.setdiff1d(ids, late)
+    return [*np.array_split(early, 7), rng.permutation(late)]
+
+
+@pytest.mark.parametrize("page_size", [512, 4096])
+def test_calls_open_at_the_end_are_merged_into_the_spooled_pages(tmp_path, monkeypatch, page_size):
+    """Many late rows (the calls still open at the end, flushed last with ids from their start): the
+    spooled pages from the first late id on are read back and built again with them (not SQLite's
+    inserts after the splice), their index entries too; the same rows and indexes as SQL."""
+    from ptexport.writers import sqlite as sqlite_writer
+    merges = []
+    real = _btree.LeafSpool.merge
+    monkeypatch.setattr(_btree.LeafSpool, "merge", lambda self, late: merges.append(len(late)) or real(self, late))
+    monkeypatch.setattr(sqlite_writer, "INDEX_RUN_ROWS", 3000)  # the late entries join runs spilled to a file
+    through_sql = []
+    insert_late = sqlite_writer.SqliteWriter._insert_late
+    monkeypatch.setattr(sqlite_writer.SqliteWriter, "_insert_late",
+                        lambda self, t: through_sql.extend(self._late.get(t, ())) or insert_late(self, t))
+    batches = _late_batches(np.random.default_rng(page_size), 20000, 1500)
+    _write(tmp_path / "b.db", "btree", batches, page_size=page_size)
+    assert merges == [1500, 1500] and not through_sql  # samples and calls: merged, none through SQL
+    _write(tmp_path / "s.db", "executemany", batches, page_size=page_size)
+    _check(tmp_path / "b.db")  # integrity_check: the pages, and each index against the table
+    assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
+    assert not [p for p in tmp_path.iterdir() if p.name not in ("b.db", "s.db")]  # no spool or merge file left
+
+
+def test_a_few_late_rows_before_a_big_table_go_through_sqlite(tmp_path, monkeypatch):
+    """Where SQLite's inserts cost less than building the pages again (a few late rows with ids near
+    the start of the table: every page after them would be rebuilt), the late rows go through SQL."""
+    called = []
+    real = _btree.LeafSpool.merge
+    monkeypatch.setattr(_btree.LeafSpool, "merge", lambda self, late: called.append(len(late)) or real(self, late))
+    batches = [np.arange(10, 20000), np.array([3, 5])]
+    _write(tmp_path / "b.db", "btree", batches)
+    assert not called
+    _write(tmp_path / "s.db", "executemany", batches)
+    _check(tmp_path / "b.db")
+    assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
+
+
+def test_spool_merge_puts_rows_past_every_page_and_refuses_a_spooled_id(tmp_path):
+    """LeafSpool.merge: rows with ids past the last spooled page (reserved, none spooled after them)
+    go at the end; a late id that is spooled already is refused with the spool unchanged (SQLite
+    then reports the duplicate)."""
+    def spool(name):
+        sp = _btree.LeafSpool(tmp_path / name, 3, 512)
+        sp.add(np.stack([np.arange(1, 2001, 2), np.arange(1000), np.zeros(1000, np.int64)], axis=1))
+        sp.close()
+        return sp
+
+    def rows(sp):
+        data = np.frombuffer(sp.path.read_bytes(), dtype=np.uint8)
+        out = np.zeros((_btree._page_cells(data, sp.npages, 512), 3), dtype=np.int64)
+        _btree._read_leaves(data, sp.npages, 512, sp.defs, out)
+        return out
+
+    sp = spool("a.spool")
+    late = np.array([[2, -1, 5], [1998, -2, 6], [5000, -3, 1 << 40]], dtype=np.int64)
+    assert sp.merge(late)
+    got = rows(sp)
+    assert got[:, 0].tolist() == sorted(list(range(1, 2001, 2)) + [2, 1998, 5000])
+    assert got[got[:, 0] == 5000].tolist() == [[5000, -3, 1 << 40]]
+    assert sp.rows == 1003 and sp.npages == len(np.concatenate(sp.maxrows))
+    assert np.concatenate(sp.maxrows)[-1] == 5000
+    sp.remove()
+    sp = spool("b.spool")
+    before, pages = sp.path.read_bytes(), sp.npages
+    assert not sp.merge(np.array([[4, 0, 0], [7, 0, 0]], dtype=np.int64))  # 7 is spooled
+    assert sp.path.read_bytes() == before and sp.npages == pages and sp.rows == 1000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.spool"]
+    sp.remove()
+
+
+@pytest.mark.parametrize("page_size", [512, 4096, 65536])
 def test_table_interior_kernel_writes_the_python_pages(page_size):
     """The compiled interior-page builder lays down the same bytes as _interior_page, group by group."""
     rng = np.random.default_rng(page_size)
