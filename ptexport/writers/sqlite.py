@@ -415,10 +415,11 @@ class SqliteWriter(Writer):
         late = self._late.get(table)
         if not late:
             return
+        n = sum(x.shape[0] for x in late)
+        if spool.rows_from(min(int(x[:, 0].min()) for x in late)) * MERGE_ROW_S > n * LATE_ROW_S:
+            return
         mat = np.concatenate(late)
         mat = mat[np.argsort(mat[:, 0], kind="stable")]
-        if spool.rows_from(int(mat[0, 0])) * MERGE_ROW_S > len(mat) * LATE_ROW_S:
-            return
         if spool.merge(mat):
             self._collect_index_keys(table, mat)
             del self._late[table]
