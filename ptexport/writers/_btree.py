@@ -378,85 +378,87 @@ if numba is not None:
 if numba is not None:
 
     @numba.njit(cache=True, nogil=True, inline="always")
-    def _row_less(ent, i, j):  # pragma: no cover - compiled
-        """Entry ``ent[i]`` before ``ent[j]`` in SQLite's order (field by field)."""
-        for c in range(ent.shape[1]):
-            a = ent[i, c]
-            b = ent[j, c]
+    def _run_less(heads, r, q):  # pragma: no cover - compiled
+        """Run ``r``'s next entry before run ``q``'s, in SQLite's order (field by field)."""
+        for c in range(heads.shape[1]):
+            a = heads[r, c]
+            b = heads[q, c]
             if a != b:
                 return a < b
         return False
 
+    @numba.njit(cache=True, nogil=True, inline="always")
+    def _run_sift(heads, heap, nh, h):  # pragma: no cover - compiled
+        """Sift ``heap[h]`` down among the first ``nh`` (a heap of runs by their next entries)."""
+        r = heap[h]
+        while True:
+            a = 2 * h + 1
+            if a >= nh:
+                break
+            b = a + 1
+            if b < nh and _run_less(heads, heap[b], heap[a]):
+                a = b
+            if _run_less(heads, heap[a], r):
+                heap[h] = heap[a]
+                h = a
+            else:
+                break
+        heap[h] = r
+
     @numba.njit(cache=True, nogil=True)
-    def _merge_pieces(ent, starts, out):  # pragma: no cover - compiled
-        """The sorted pieces ``ent[starts[p]:starts[p + 1]]`` merged into ``out`` (a heap of the
-        pieces' next entries: n log k comparisons)."""
-        k = starts.size - 1
-        pos = starts[:-1].copy()
-        heap = np.empty(k, dtype=np.int64)
-        nh = 0
-        for p in range(k):
-            if pos[p] < starts[p + 1]:
-                # sift up
-                h = nh
-                nh += 1
-                while h > 0:
-                    up = (h - 1) >> 1
-                    if _row_less(ent, pos[p], pos[heap[up]]):
-                        heap[h] = heap[up]
-                        h = up
-                    else:
-                        break
-                heap[h] = p
-        w = ent.shape[1]
-        o = 0
-        while nh > 0:
-            p = heap[0]
-            r = pos[p]
+    def _runs_merge(buf, lens, pos, more, heap, heads, st, out):  # pragma: no cover - compiled
+        """Merge the sorted runs' buffered entries (run r: ``buf[r, pos[r]:lens[r]]``) into ``out``
+        through a heap of the runs (``heap[:st[0]]``, ordered by each run's next entry, copied to
+        ``heads``: the comparisons stay in a few cache lines, not one in each run's buffer);
+        ``st[1]`` = 1: the top's buffer was refilled.  Returns (entries written, the run whose
+        buffer ran out while it has more to read, or -1: ``out`` full or every run done).  That run
+        stays on top: the caller refills its buffer, sets ``st[1]`` and calls again.  A run with
+        nothing more leaves the heap."""
+        nh = st[0]
+        w = buf.shape[2]
+        if nh > 0 and st[1]:
+            r = heap[0]
             for c in range(w):
-                out[o, c] = ent[r, c]
+                heads[r, c] = buf[r, pos[r], c]
+            _run_sift(heads, heap, nh, 0)
+        st[1] = 0
+        o = 0
+        while nh > 0 and o < out.shape[0]:
+            r = heap[0]
+            for c in range(w):
+                out[o, c] = heads[r, c]
             o += 1
-            pos[p] = r + 1
-            if pos[p] == starts[p + 1]:  # the piece is done: the heap's last takes the top
+            p = pos[r] + 1
+            pos[r] = p
+            if p == lens[r]:
+                if more[r]:
+                    st[0] = nh
+                    return o, r
                 nh -= 1
                 if nh == 0:
                     break
-                p = heap[nh]
-            # sift p down from the top
-            h = 0
-            while True:
-                a = 2 * h + 1
-                if a >= nh:
-                    break
-                b = a + 1
-                if b < nh and _row_less(ent, pos[heap[b]], pos[heap[a]]):
-                    a = b
-                if _row_less(ent, pos[heap[a]], pos[p]):
-                    heap[h] = heap[a]
-                    h = a
-                else:
-                    break
-            heap[h] = p
-        return o
+                heap[0] = heap[nh]
+            else:
+                for c in range(w):
+                    heads[r, c] = buf[r, p, c]
+            _run_sift(heads, heap, nh, 0)
+        st[0] = nh
+        return o, -1
 
     @numba.njit(cache=True, nogil=True)
-    def _count_not_above(ent, bound):  # pragma: no cover - compiled
-        """How many of the sorted entries ``ent`` are at most the entry ``bound`` (binary search)."""
-        lo = 0
-        hi = ent.shape[0]
-        w = ent.shape[1]
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            above = False
-            for c in range(w):
-                if ent[mid, c] != bound[c]:
-                    above = ent[mid, c] > bound[c]
-                    break
-            if above:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+    def _runs_heap(buf, lens, pos, heap, heads, st):  # pragma: no cover - compiled
+        """The heap of the runs with buffered entries (``heap[:st[0]]``), their next entries in ``heads``."""
+        nh = 0
+        for r in range(lens.shape[0]):
+            if pos[r] < lens[r]:
+                for c in range(buf.shape[2]):
+                    heads[r, c] = buf[r, pos[r], c]
+                heap[nh] = r
+                nh += 1
+        for h in range(nh // 2 - 1, -1, -1):
+            _run_sift(heads, heap, nh, h)
+        st[0] = nh
+        st[1] = 0
 
     @numba.njit(cache=True, nogil=True)
     def _records(ent, rows, buf, ends):  # pragma: no cover - compiled
@@ -479,23 +481,6 @@ def index_records(ent: np.ndarray, rows: np.ndarray) -> list[bytes]:
     for b in ends.tolist():
         out.append(data[a:b])
         a = b
-    return out
-
-
-def count_not_above(ent: np.ndarray, bound: np.ndarray) -> int:
-    """How many of the sorted entries ``ent`` (SQLite's order) are at most the entry ``bound``."""
-    return int(_count_not_above(ent, np.asarray(bound, dtype=np.int64)))
-
-
-def merge_sorted(pieces: Sequence[np.ndarray]) -> np.ndarray:
-    """Sorted entries (each piece in SQLite's order) merged into one array in that order."""
-    pieces = [p for p in pieces if len(p)]
-    if len(pieces) <= 1:
-        return pieces[0] if pieces else np.zeros((0, 0), np.int64)
-    ent = np.ascontiguousarray(np.concatenate(pieces), dtype=np.int64)
-    starts = np.cumsum([0] + [len(p) for p in pieces]).astype(np.int64)
-    out = np.empty_like(ent)
-    _merge_pieces(ent, starts, out)
     return out
 
 

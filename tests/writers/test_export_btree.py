@@ -429,33 +429,41 @@ def test_call_paths_index_from_runs_equals_sqlite_create_index(tmp_path, monkeyp
 
 @pytest.mark.parametrize("width", [1, 2, 3, 5])
 @pytest.mark.parametrize("pieces", [1, 2, 7, 40])
-def test_merge_kernel_and_its_bound_search_order_as_sqlite_does(width, pieces):
-    """The index runs' merge (a heap over the sorted pieces) and the search for how much of each run
-    is at most a bound: numpy's lexsort over every field (signed, the rowid last) is the oracle;
-    equal keys across pieces, empty pieces, the extremes of int64."""
+@pytest.mark.parametrize("run_rows", [16, 4096])
+def test_runs_merge_orders_as_sqlite_does(tmp_path, monkeypatch, width, pieces, run_rows):
+    """The index runs' k-way merge (compiled, a heap of the runs, each read a buffer at a time):
+    numpy's lexsort over every field (signed, the rowid last) is the oracle; equal keys across runs,
+    empty and one-entry runs, the extremes of int64; buffers refilled many times over (a run of 300
+    entries read 4 K at a time, or - INDEX_RUN_ROWS 16 - 16 at a time, with blocks of 16 handed on)."""
+    from ptexport.writers import sqlite as sqlite_writer
+    monkeypatch.setattr(sqlite_writer, "INDEX_RUN_ROWS", run_rows)
+    monkeypatch.setattr(sqlite_writer, "RUN_BUFFER_MIN", 1)  # each run's buffer: run_rows // runs entries
     rng = np.random.default_rng(width * 100 + pieces)
     vals = np.array([-(1 << 63), -5, 0, 1, 2, 1 << 40, (1 << 63) - 1], np.int64)
+    runs = sqlite_writer._IndexRuns(tmp_path / "x.runs")
     parts = []
     rowid = 0
-    for _ in range(pieces):
-        n = int(rng.integers(0, 300))
+    for p in range(pieces):
+        n = int(rng.integers(0, 300)) if p % 3 else int(rng.integers(0, 2))
         keys = vals[rng.integers(0, vals.size, (n, width - 1))] if width > 1 else np.zeros((n, 0), np.int64)
-        ent = np.column_stack([keys, np.arange(rowid, rowid + n, dtype=np.int64)])
+        ent = np.column_stack([keys, rng.permutation(np.arange(rowid, rowid + n, dtype=np.int64))])
         rowid += n
-        parts.append(ent[np.lexsort(ent.T[::-1])])
+        parts.append(ent)
+        if n:
+            runs.add(ent)
+            runs._spill()  # one sorted run each
     everything = np.concatenate(parts)
     want = everything[np.lexsort(everything.T[::-1])]
-    got = _btree.merge_sorted(parts)
-    assert np.array_equal(got, want) or (not len(want) and not len(got))
-    for bound in [want[0], want[len(want) // 2], want[-1]] if len(want) else []:
-        for p in parts:
-            expect = sum(1 for row in p.tolist() if tuple(row) <= tuple(bound.tolist()))
-            assert _btree.count_not_above(p, bound) == expect
+    blocks = list(runs._merged()) if runs.runs else []
+    assert all(len(b) <= run_rows for b in blocks)
+    got = np.concatenate(blocks) if blocks else np.zeros((0, width), np.int64)
+    assert np.array_equal(got, want)
+    runs.remove()
 
 
 def test_compiling_ahead_reaches_every_kernel_of_the_index_runs(tmp_path, monkeypatch):
     """precompile's warm-up of the runs (no shipped sample has an index that large) goes through the
-    merge, the bound search and the separators' records: a user's first large export compiles nothing."""
+    heap, the merge and the separators' records: a user's first large export compiles nothing."""
     from ptexport.writers import sqlite as sqlite_writer
     called = set()
 
@@ -465,8 +473,8 @@ def test_compiling_ahead_reaches_every_kernel_of_the_index_runs(tmp_path, monkey
             return real(*a)
         return call
 
-    for name in ("merge_sorted", "count_not_above", "index_records"):
+    for name in ("_runs_heap", "_runs_merge", "index_records"):
         monkeypatch.setattr(_btree, name, spy(name, getattr(_btree, name)))
     sqlite_writer.warm_index_runs(tmp_path)
-    assert called == {"merge_sorted", "count_not_above", "index_records"}
+    assert called == {"_runs_heap", "_runs_merge", "index_records"}
     assert list(tmp_path.iterdir()) == []
