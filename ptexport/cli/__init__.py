@@ -196,7 +196,7 @@ class _SignalGuard:
             if self._closing or _databases_placed() > self._placed:  # the run is over or has succeeded: nothing to stop
                 return
             exc = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
-            if isinstance(frame, FrameType) and (_native(frame) or _in_native_call(frame)):
+            if isinstance(frame, FrameType) and _under_native(frame):
                 _raise_when_back(frame, exc)
                 return
             raise exc
@@ -219,13 +219,16 @@ def _native(frame: FrameType) -> bool:
     return any(p in frame.f_code.co_filename for p in _NATIVE_CODE)
 
 
-def _in_native_call(frame: FrameType) -> bool:
-    """The signal came while the main thread runs llvmlite's Python inside a call from LLVM: an
-    exception raised there is dropped by ctypes ("Exception ignored on calling ctypes callback
-    function") and leaves LLVM without what it asked for, which crashed the process (SIGSEGV)."""
+def _under_native(frame: FrameType) -> bool:
+    """The frame is llvmlite's or numba's, or runs inside a call from them.  An exception raised
+    there is dropped by ctypes inside a call from LLVM ("Exception ignored on calling ctypes callback
+    function") and leaves LLVM without what it asked for, which crashed the process (SIGSEGV); in the
+    standard library's ``contextlib`` as numba's dispatcher takes its compiler lock, it left the lock
+    taken and never given back: every other thread that then loaded a kernel waited for it for ever
+    (an export's index builders, and the export waiting for them)."""
     f: FrameType | None = frame
     while f is not None:
-        if _LLVMLITE in f.f_code.co_filename:
+        if _native(f):
             return True
         f = f.f_back
     return False
@@ -246,17 +249,17 @@ def _raise_when_back(frame: FrameType, exc: BaseException) -> None:
         return local
 
     def calls(f: FrameType, event: str, arg: object) -> object:
-        # a frame that LLVM's callback runs (the standard library's, ptexport's cache locator) is
-        # inside the native call too: raising in it would be raising in the callback
-        return None if _native(f) or _in_native_call(f) else local
+        # a frame that numba or LLVM's callback runs (the standard library's, ptexport's cache
+        # locator) is inside the native call too: raising in it would be raising in the callback
+        return None if _under_native(f) else local
 
     chain: list[FrameType] = []
     f: FrameType | None = frame
     while f is not None:
         chain.append(f)
         f = f.f_back
-    # only the frames the outermost llvmlite frame returns to
-    outer = max((i for i, g in enumerate(chain) if _LLVMLITE in g.f_code.co_filename), default=-1)
+    # only the frames the outermost numba or llvmlite frame returns to
+    outer = max((i for i, g in enumerate(chain) if _native(g)), default=-1)
     for g in chain[outer + 1:]:
         if not _native(g):
             g.f_trace = local

@@ -100,3 +100,51 @@ def test_a_signal_inside_numba_called_from_compiled_code_is_raised_where_it_retu
     assert got == [5] and reached == []  # the kernel's result came back; the next line raised
     assert guard.signum == 2
     assert sys.gettrace() is None
+
+
+def test_a_signal_while_numba_takes_its_compiler_lock_leaves_the_lock_free(tmp_path):
+    """numba's dispatcher takes its compiler lock through the standard library
+    (``ExitStack.enter_context``): a signal raised in that frame, after the lock was taken and before
+    the stack holds its release, left the lock taken for ever (an export's index builders then
+    waited for it, and the export for them: seen as a SIGTERM that hung the run).  The signal is
+    raised where numba returns, the lock given back first."""
+    import threading
+
+    (tmp_path / "numba").mkdir()
+    (tmp_path / "numba" / "dispatcher.py").write_text(
+        "import contextlib\n"
+        "def compile(lock, signal_here):  # as Dispatcher.compile: the lock through an ExitStack\n"
+        "    with contextlib.ExitStack() as scope:\n"
+        "        scope.enter_context(lock)\n"
+        "        x = 1\n"
+        "    return x\n")
+    fake = _load("fake_numba_dispatcher", tmp_path / "numba" / "dispatcher.py")
+    guard = cli._SignalGuard()
+    lock = threading.RLock()
+    sent = []
+
+    class Lock:  # the signal comes as the lock is taken, inside contextlib's frame
+        def __enter__(self):
+            lock.acquire()
+            if not sent:
+                sent.append(1)
+                guard._handle(15, sys._getframe(1))
+            return self
+
+        def __exit__(self, *exc):
+            lock.release()
+
+    got, reached = [], []
+    try:
+        with pytest.raises(Terminated):
+            got.append(fake.compile(Lock(), None))
+            reached.append("the line after the call")
+    finally:
+        sys.settrace(None)
+    assert got == [1] and reached == []  # numba's call came back whole; the next line raised
+    freed = []
+    t = threading.Thread(target=lambda: freed.append(lock.acquire(timeout=5)))
+    t.start()
+    t.join()
+    assert freed == [True]  # another thread can take it: it was given back
+    assert sys.gettrace() is None
