@@ -584,7 +584,7 @@ class SqliteWriter(Writer):
 
 
 def warm_index_runs(scratch: Path) -> None:
-    """The index runs' kernels (merge, bound search, separator records) compiled, for compiling ahead:
+    """The index runs' kernels (the heap, the merge, separator records) compiled, for compiling ahead:
     no shipped sample has an index of more than :data:`INDEX_RUN_ROWS` entries."""
     db = scratch / "warm-index-runs.sqlite"
     c = sqlite3.connect(db)
@@ -597,8 +597,8 @@ def warm_index_runs(scratch: Path) -> None:
         c.close()
     runs = _IndexRuns(scratch / "warm-index-runs.runs")
     try:
-        # runs longer than the merge's block (INDEX_RUN_ROWS / runs): read in several blocks, each
-        # bounded by the others' last entry read (the bound search)
+        # runs longer than the merge's buffers (INDEX_RUN_ROWS / runs): each buffer refilled, and more
+        # entries than a block handed on
         ids = np.arange(1, 3 * (INDEX_RUN_ROWS // 2) + 1, dtype=np.int64)
         for part in np.array_split(ids, 3):
             runs.add(_btree.index_entries(part % 7, part))
@@ -615,7 +615,7 @@ class _IndexRuns:
 
     Up to :data:`INDEX_RUN_ROWS` entries stay in memory; beyond, each such batch is
     sorted and appended to a file as a run of entries, and laying the index
-    down merges the runs block by block (memory bounded by one run however many rows).
+    down merges the runs (:meth:`_merged`: memory bounded by a buffer of each however many rows).
     """
 
     def __init__(self, path: Path) -> None:
