@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import IO, Sequence
+from typing import IO, Any, Sequence
 
 from ptexport import __version__
 from ptexport.errors import PtExportError
@@ -155,12 +155,16 @@ class _SignalGuard:
         self._saved: dict[int, object] = {}
         self._closing = False
         self._placed = _databases_placed()  # a database put in place after this: the run has succeeded
+        self._raised: BaseException | None = None
+        self._hook: Any = None
 
     def __enter__(self) -> "_SignalGuard":
         global _active_guard
         _active_guard = self
         if threading.current_thread() is not threading.main_thread():
             return self
+        self._hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
         for sig in FATAL_SIGNALS:
             try:
                 old = signal.getsignal(sig)
@@ -177,6 +181,11 @@ class _SignalGuard:
         if _active_guard is self:
             _active_guard = None
         self._closing = True
+        if self._hook is not None:
+            if sys.unraisablehook == self._unraisable:
+                sys.unraisablehook = self._hook
+            self._hook = None
+            _lost_stop(None)
         for sig, old in self._saved.items():
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
         self._saved.clear()
@@ -196,6 +205,7 @@ class _SignalGuard:
             if self._closing or _databases_placed() > self._placed:  # the run is over or has succeeded: nothing to stop
                 return
             exc = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+            self._raised = exc
             if isinstance(frame, FrameType) and _under_native(frame):
                 _raise_when_back(frame, exc)
                 return
@@ -203,6 +213,16 @@ class _SignalGuard:
         if self._count >= 3:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
+
+    def _unraisable(self, unraisable: Any) -> None:
+        """sys.unraisablehook while the guard is on: the signal's exception raised where Python swallows
+        what is raised (a weakref callback, a ``__del__`` the collector ran) is a stop all the same,
+        raised again before a database is put in place (:func:`_lost_stop`); the rest goes on to the
+        hook there was."""
+        if self._raised is not None and unraisable.exc_value is self._raised:
+            _lost_stop(self._raised)
+            return
+        (self._hook or sys.__unraisablehook__)(unraisable)
 
 
 #: Code that Python runs while LLVM waits for it (llvmlite's ctypes callbacks, as when numba loads a
@@ -217,6 +237,13 @@ def _native(frame: FrameType) -> bool:
     boxes what it returns), and an exception raised there came out as "SystemError: CPUDispatcher(...)
     returned a result with an exception set" instead of the signal."""
     return any(p in frame.f_code.co_filename for p in _NATIVE_CODE)
+
+
+def _lost_stop(exc: BaseException | None) -> None:
+    """Tell the writers (if an export ran) of a stop Python swallowed (None: forget it)."""
+    mod = sys.modules.get("ptexport.writers.base")  # not imported: no export ran, nothing to put in place
+    if mod is not None:
+        mod.stop_lost(exc)
 
 
 def _under_native(frame: FrameType) -> bool:

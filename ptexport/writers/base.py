@@ -86,9 +86,25 @@ def databases_placed() -> int:
     return _placed
 
 
+#: A stop (SIGINT, SIGTERM, SIGHUP: the CLI's KeyboardInterrupt) raised where Python swallowed it: in
+#: a weakref callback or a ``__del__`` that the collector ran, it only printed "Exception ignored", and
+#: the run went on.  Raised again by :func:`_mark_placed`: the database is not put in place.
+_lost_stop: BaseException | None = None
+
+
+def stop_lost(exc: BaseException | None) -> None:
+    """Record a stop that was raised where Python swallowed it (None: forget it)."""
+    global _lost_stop
+    _lost_stop = exc
+
+
 def _mark_placed() -> None:
-    """Called by a writer right before the atomic step (a rename, a commit) that puts its database in place."""
-    global _placed
+    """Called by a writer right before the atomic step (a rename, a commit) that puts its database in
+    place; raises a stop that was swallowed on its way (:func:`stop_lost`) instead."""
+    global _placed, _lost_stop
+    if _lost_stop is not None:
+        exc, _lost_stop = _lost_stop, None
+        raise exc
     _placed += 1
 
 

@@ -148,3 +148,66 @@ def test_a_signal_while_numba_takes_its_compiler_lock_leaves_the_lock_free(tmp_p
     t.join()
     assert freed == [True]  # another thread can take it: it was given back
     assert sys.gettrace() is None
+
+
+def test_a_signal_swallowed_by_a_weakref_callback_still_keeps_the_database_out(tmp_path):
+    """The guard's handler can run while the collector calls a weakref callback (or a ``__del__``):
+    Python prints "Exception ignored" and drops what it raises, and the export went on to put its
+    database in place and exit 0 (seen in a loop of SIGTERMs at the finish).  The stop is raised
+    again where a writer would put its database in place; the export then removes its temporary."""
+    import weakref
+
+    from ptexport.writers import base
+
+    guard = cli._SignalGuard()
+    placed = base.databases_placed()
+    with guard:
+        class Thing:
+            pass
+
+        thing = Thing()
+        ref = weakref.ref(thing, lambda _: guard._handle(15, sys._getframe()))
+        del thing  # the callback runs the handler; its Terminated is swallowed (unraisable)
+        assert ref() is None and guard.signum == 15
+        with pytest.raises(Terminated):
+            base._mark_placed()
+        assert base.databases_placed() == placed
+        base._mark_placed()  # raised once: a later export of the same process is not stopped by it
+        assert base.databases_placed() == placed + 1
+    assert sys.unraisablehook != guard._unraisable
+
+
+def test_a_stop_swallowed_in_an_export_leaves_no_database(tmp_path, synth_trace):
+    """End to end: the export's handler raises inside a callback that swallows it, at the start of the
+    export; the export goes on, and stops before its database is put in place (no database, no
+    temporary, the run's exit code a signal's)."""
+    import weakref
+
+    from ptexport.writers import sqlite as sqlite_writer
+
+    trace = synth_trace("--program", "calls", "--branches", "3000") / "perf.data"
+    guard_seen = []
+    real_finish = sqlite_writer.SqliteWriter._finish_database
+
+    def finish_after_a_swallowed_stop(self):
+        guard = cli._active_guard
+        guard_seen.append(guard)
+
+        class Thing:
+            pass
+
+        thing = Thing()
+        keep = weakref.ref(thing, lambda _: guard._handle(15, sys._getframe()))
+        del thing  # its Terminated is swallowed: the finish goes on
+        assert keep() is None
+        return real_finish(self)
+
+    sqlite_writer.SqliteWriter._finish_database = finish_after_a_swallowed_stop
+    try:
+        rc = cli.main([str(trace), "--db", str(tmp_path / "t.db"), "-q", "--jobs", "1"])
+    finally:
+        sqlite_writer.SqliteWriter._finish_database = real_finish
+    assert guard_seen and guard_seen[0] is not None
+    assert rc == 128 + 15
+    assert not (tmp_path / "t.db").exists()
+    assert [p.name for p in tmp_path.iterdir()] == []
