@@ -14,7 +14,10 @@ exit codes here, in one place.
 SIGINT, SIGTERM and SIGHUP end a run the same way (:class:`_SignalGuard`, installed
 by :func:`main` for the run and restored after): the main thread unwinds as for
 Ctrl-C (worker pools stop, writers remove their temporaries), then one line
-(``ptexport: interrupted`` / ``terminated`` / ``hangup``) and exit 128 + N.
+(``ptexport: interrupted`` / ``terminated`` / ``hangup``) and exit 128 + N.  A signal that comes
+while numba or llvmlite runs Python (or code they called) is raised where they return; one that
+Python swallows (raised in a weakref callback or a ``__del__``) is raised again before a database
+is put in place.
 """
 
 from __future__ import annotations
