@@ -22,6 +22,13 @@ def _load(name, path):
     return mod
 
 
+def _fake_numba(tmp_path, name, source):
+    """A stand-in module of numba (under a directory named numba: the guard's test of numba's code)."""
+    (tmp_path / "numba").mkdir(exist_ok=True)
+    (tmp_path / "numba" / name).write_text(source)
+    return _load(f"fake_numba_{name[:-3]}", tmp_path / "numba" / name)
+
+
 @pytest.fixture
 def native(tmp_path):
     """A stand-in for llvmlite (a module under a directory named llvmlite) whose entry calls back
@@ -77,8 +84,7 @@ def test_a_signal_inside_numba_called_from_compiled_code_is_raised_where_it_retu
     """Compiled code calls numba's Python (``_numba_unpickle`` while a kernel boxes its result) and
     turns an exception raised there into "SystemError: CPUDispatcher(...) returned a result with an
     exception set": the guard's handler raises the signal at the caller's next line instead."""
-    (tmp_path / "numba").mkdir()
-    (tmp_path / "numba" / "serialize.py").write_text(
+    fake = _fake_numba(tmp_path, "serialize.py",
         "import sys\n"
         "def _numba_unpickle(signal_here):\n"
         "    signal_here(sys._getframe())\n"
@@ -88,7 +94,6 @@ def test_a_signal_inside_numba_called_from_compiled_code_is_raised_where_it_retu
         "        return _numba_unpickle(signal_here)\n"
         "    except BaseException as e:\n"
         "        raise SystemError('returned a result with an exception set') from e\n")
-    fake = _load("fake_numba_serialize", tmp_path / "numba" / "serialize.py")
     guard = cli._SignalGuard()
     got, reached = [], []
     try:
@@ -110,15 +115,13 @@ def test_a_signal_while_numba_takes_its_compiler_lock_leaves_the_lock_free(tmp_p
     raised where numba returns, the lock given back first."""
     import threading
 
-    (tmp_path / "numba").mkdir()
-    (tmp_path / "numba" / "dispatcher.py").write_text(
+    fake = _fake_numba(tmp_path, "dispatcher.py",
         "import contextlib\n"
-        "def compile(lock, signal_here):  # as Dispatcher.compile: the lock through an ExitStack\n"
+        "def compile(lock):  # as Dispatcher.compile: the lock through an ExitStack\n"
         "    with contextlib.ExitStack() as scope:\n"
         "        scope.enter_context(lock)\n"
         "        x = 1\n"
         "    return x\n")
-    fake = _load("fake_numba_dispatcher", tmp_path / "numba" / "dispatcher.py")
     guard = cli._SignalGuard()
     lock = threading.RLock()
     sent = []
@@ -137,7 +140,7 @@ def test_a_signal_while_numba_takes_its_compiler_lock_leaves_the_lock_free(tmp_p
     got, reached = [], []
     try:
         with pytest.raises(Terminated):
-            got.append(fake.compile(Lock(), None))
+            got.append(fake.compile(Lock()))
             reached.append("the line after the call")
     finally:
         sys.settrace(None)
