@@ -76,6 +76,18 @@ def _samples(path: str) -> int:
         con.close()
 
 
+def _calls_digest(path: str) -> tuple:
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    try:
+        return tuple(con.execute("SELECT count(*), sum(call_path_id), sum(parent_id), sum(call_id), sum(branch_count), "
+                                 "(SELECT count(*) FROM call_paths), (SELECT sum(parent_id) FROM call_paths) "
+                                 "FROM calls").fetchone())
+    finally:
+        con.close()
+
+
 def generate(work: Path, branches: int, program: str) -> Path:
     subprocess.run(_ptexport("synth", "--out", str(work), "--program", program, "--branches", str(branches)),
                    check=True, stdout=subprocess.DEVNULL, env=_env())
@@ -125,6 +137,89 @@ class _Inline:
 
     def release(self) -> None:
         pass
+
+
+class _TimedTrees:
+    """The cluster's call tree executor (session/cluster.py DaskTrees), run here: each shard's step timed,
+    with the bytes it would cross the wire with (its arguments out, its result back)."""
+
+    def __init__(self, shards: int = 2) -> None:
+        self.shards = shards
+        self.step_s: dict[int, float] = {}  # shard (its threads' part of each batch) -> seconds of its steps
+        self.wire_bytes = 0
+        self.wire_s = 0.0  # the coordinator's share of (un)pickling, measured apart
+        self.pickle_s = 0.0  # all the (un)pickling done here
+        self.steps = 0
+
+    def submit(self, fn, *args):
+        params, state, root_id, part, flush = args
+        shard = -1 if part is None else int(np.asarray(part[0]["thread_id"]).flat[0]) % self.shards
+        t0 = time.thread_time()
+        res = fn(*args)
+        t1 = time.thread_time()
+        self.step_s[shard] = self.step_s.get(shard, 0.0) + t1 - t0
+        self.steps += 1
+        # the coordinator pickles what it sends and unpickles what comes back (the worker the reverse)
+        out = pickle.dumps((state, part, flush), protocol=5)
+        back = pickle.dumps(res, protocol=5)
+        t2 = time.thread_time()
+        pickle.loads(back)
+        t3 = time.thread_time()
+        self.pickle_s += t3 - t1
+        self.wire_s += t3 - t2 + (t2 - t1) / 2  # (about half the dumps: the coordinator's)
+        self.wire_bytes += len(out) + len(back)
+        return _Ready(res)
+
+
+def _tree_costs(session, batches) -> dict:
+    """The call tree's CPU in the coordinator's tree thread (``time.thread_time``: not its waits for the
+    interpreter lock), built by this process (``tree_here_s``) and as the cluster builds it with
+    ``--cluster-trees`` (calltree/sharded.py): the workers' steps (``tree_steps_s``, run here inline
+    and timed apart) and what stays here (``tree_stitch_s``: cutting each batch by thread, ranking the
+    shards' ids, finding call paths by content, the rows' columns and aggregates)."""
+    from ptexport.calltree.sharded import ShardedCallTree
+    from ptexport.calltree.threadstack_compiled import CallTree
+    from ptexport.dbexport.exporter import DbExporter, ExportConfig
+    from ptexport.samples.itrace import export_default
+    from ptexport.session.export import sample_loop, vm_trace
+
+    out = {}
+    for cls, trees in ((CallTree, None), (ShardedCallTree, _TimedTrees())):
+        spent = [0.0]
+        names = [n for n in ("process_batch", "flush_all", "take_calls", "take_call_batches", "take_call_paths",
+                             "take_stats") if hasattr(cls, n)]
+        orig = {n: getattr(cls, n) for n in names}
+
+        def timed_method(name, orig=orig, spent=spent):
+            def run(self, *a, **k):
+                t0 = time.thread_time()
+                try:
+                    return orig[name](self, *a, **k)
+                finally:
+                    spent[0] += time.thread_time() - t0
+            return run
+
+        for n in names:
+            setattr(cls, n, timed_method(n))
+        try:
+            cfg = ExportConfig(itrace=export_default(), calls=True, force=True)
+            with _null_writer() as w:
+                ex = DbExporter(session, w, cfg, vm_trace(session, cfg), trees=trees)
+                try:
+                    ex.run(iter(batches), sample_loop(cfg))
+                finally:
+                    ex.close()
+        finally:
+            for n, f in orig.items():
+                setattr(cls, n, f)
+        if trees is None:
+            out["tree_here_s"] = spent[0]
+            continue
+        steps = sum(trees.step_s.values())
+        out.update(tree_steps_s=steps, tree_steps_longest_shard_s=max(trees.step_s.values(), default=0.0),
+                   tree_stitch_s=max(0.0, spent[0] - steps - trees.pickle_s), tree_pickle_s=trees.wire_s,
+                   tree_steps=trees.steps, tree_wire_bytes=trees.wire_bytes)
+    return out
 
 
 def _null_writer():
@@ -200,6 +295,7 @@ def per_unit(trace: Path, pg: str | None) -> dict:
         out["calltree_s"] = max(0.0, export(_null_writer(), True) - out["dbexport_s"])
         db = trace.parent / "per_unit.sqlite"
         out["write_sqlite_s"] = max(0.0, export(str(db), True) - out["dbexport_s"] - out["calltree_s"])
+        out.update(_tree_costs(session, batches))
         if pg:
             import psycopg
 
@@ -315,20 +411,30 @@ def pg_end_to_end(trace: Path, pg: str, addr: str, rounds: int = 2) -> dict:
     return out
 
 
-def project(u: dict, writer: str) -> dict:
-    """Seconds per million samples, and the projected speed-up over one process for 8/32/128 workers."""
+def project(u: dict, writer: str, trees: bool = False) -> dict:
+    """Seconds per million samples, and the projected speed-up over one process for 8/32/128 workers.
+
+    ``trees``: the call tree is the workers' (``--cluster-trees``, calltree/sharded.py): its steps are
+    spread over them but a shard's steps follow each other (a thread's stack goes on from batch to
+    batch), so the busiest shard is a floor of its own; cutting, ranking and finding call paths stays
+    with the coordinator.  Else the coordinator builds it."""
     per_m = 1e6 / max(1, u["samples"])
-    decode = u["decode_s"] * per_m
-    serial = (u["join_merge_s"] + u["dbexport_s"] + u["calltree_s"] + u[writer]) * per_m
-    one = decode + serial
+    one = (u["decode_s"] + u["join_merge_s"] + u["dbexport_s"] + u["calltree_s"] + u[writer]) * per_m
+    if trees:
+        decode = (u["decode_s"] + u["tree_steps_s"]) * per_m
+        chain = u["tree_steps_longest_shard_s"] * per_m
+        serial = (u["join_merge_s"] + u["dbexport_s"] + u["tree_stitch_s"] + u["tree_pickle_s"] + u[writer]) * per_m
+    else:
+        decode, chain = u["decode_s"] * per_m, 0.0
+        serial = (u["join_merge_s"] + u["dbexport_s"] + u["calltree_s"] + u[writer]) * per_m
     proj = {}
     for w in WORKERS:
-        amdahl = serial + decode / w
-        piped = max(serial, decode / w)
+        amdahl = serial + max(decode / w, chain)
+        piped = max(serial, decode / w, chain)
         proj[str(w)] = {"amdahl_s_per_M": amdahl, "amdahl_speedup": one / amdahl,
                         "pipelined_s_per_M": piped, "pipelined_speedup": one / piped}
     return {"decode_s_per_M": decode, "serial_s_per_M": serial, "serial_fraction": serial / one,
-            "limit_speedup": one / serial, "workers": proj}
+            "tree_chain_s_per_M": chain, "limit_speedup": one / max(serial, chain), "workers": proj}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -376,6 +482,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
         subprocess.run(_ptexport(str(trace), "--db", str(warm / "w.sqlite"), "-q", "--force", "--scheduler", addr),
                        check=True, env=_env())
         wall["tcp2"] = timed(_ptexport(str(trace), "--db", db("tcp2"), "-q", "--force", "--scheduler", addr), work)
+        wall["tcp2_trees"] = timed(_ptexport(str(trace), "--db", db("tcp2_trees"), "-q", "--force", "--scheduler", addr,
+                                             "--cluster-trees"), work)
         pg_wall = pg_end_to_end(trace, args.pg, addr) if args.pg else {}
     finally:
         lc.close()
@@ -383,22 +491,27 @@ def run(args: argparse.Namespace, work: Path) -> int:
     counts = {k: _samples(db(k)) for k in wall}
     if len(set(counts.values())) != 1:
         raise SystemExit(f"bench_cluster: the exports differ in samples: {counts}")
+    trees = {k: _calls_digest(db(k)) for k in ("jobs1", "tcp2_trees")}
+    if len(set(trees.values())) != 1:
+        raise SystemExit(f"bench_cluster: the call trees differ: {trees}")
     if tiny:  # cut a tiny trace into several units all the same, for the per-unit figures
         parallel.STREAM_SEGMENT_BYTES = 4096
         parallel.MIN_SEGMENT_BYTES = 1
     u = per_unit(trace, args.pg)
-    proj = {"sqlite": project(u, "write_sqlite_s")}
+    proj = {"sqlite": project(u, "write_sqlite_s"), "sqlite_cluster_trees": project(u, "write_sqlite_s", trees=True)}
     if "copy_pg_s" in u:
         proj["postgres"] = project(u, "copy_pg_s")
         # the workers load samples and calls: the coordinator ships them, the load spreads (server allowing)
         moved = dict(u, decode_s=u["decode_s"] + u["load_pg_s"])
         proj["postgres_worker_loads"] = project(moved, "ship_pg_s")
+        proj["postgres_worker_loads_cluster_trees"] = project(moved, "ship_pg_s", trees=True)
 
     n = u["samples"]
     print(f"{n} samples, {u['units']} units of {u['unit_trace_bytes'] >> 10} KiB of trace")
     print("end to end (wall s):")
     for k, label in (("jobs1", "--jobs 1"), ("jobs2", "--jobs 2"), ("local2", "--scheduler local:2 (starts it)"),
-                     ("tcp2", "--scheduler tcp:// (2 warm workers)")):
+                     ("tcp2", "--scheduler tcp:// (2 warm workers)"),
+                     ("tcp2_trees", "  the same, --cluster-trees")):
         print(f"  {label:38s} {wall[k]:8.2f}   {n / wall[k] / 1e6:6.2f} M samples/s   "
               f"x{ratio(wall['jobs1'], wall[k]) or 0:.2f} of --jobs 1")
     print(f"  local:2 / jobs 2: {ratio(wall['local2'], wall['jobs2']) or 0:.2f}   "
@@ -410,7 +523,12 @@ def run(args: argparse.Namespace, work: Path) -> int:
           f"({u['result_bytes'] * per_m / 1e6:.0f} MB per M samples on the wire)")
     print(f"  join + merge (coordinator) {u['join_merge_s'] * per_m:7.3f}")
     print(f"  db-export (coordinator)   {u['dbexport_s'] * per_m:7.3f}")
-    print(f"  call tree (coordinator)   {u['calltree_s'] * per_m:7.3f}")
+    print(f"  call tree (one process)   {u['calltree_s'] * per_m:7.3f}   (--jobs N: a thread of the coordinator; "
+          f"its CPU there {u['tree_here_s'] * per_m:.3f})")
+    print(f"  call tree steps (workers) {u['tree_steps_s'] * per_m:7.3f}   ({u['tree_steps']} steps, busiest shard "
+          f"{u['tree_steps_longest_shard_s'] * per_m:.3f}; {u['tree_wire_bytes'] * per_m / 1e6:.0f} MB per M on the wire)")
+    print(f"  call tree stitch (coord.) {u['tree_stitch_s'] * per_m:7.3f}   (CPU: cut by thread, ids ranked, paths found, "
+          f"rows' columns and aggregates; its (un)pickling {u['tree_pickle_s'] * per_m:.3f})")
     print(f"  write SQLite (coordinator) {u['write_sqlite_s'] * per_m:7.3f}")
     if "copy_pg_s" in u:
         print(f"  COPY PostgreSQL (coord.)  {u['copy_pg_s'] * per_m:7.3f}")
@@ -425,8 +543,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
             print(f"  {label:38s} {pg_wall[k]:8.2f}   x{ratio(pg_wall['pg_jobs1'], pg_wall[k]) or 0:.2f} of --jobs 1")
     for name, p in proj.items():
         print(f"projection into {name}: serial share {p['serial_fraction'] * 100:.0f} % "
-              f"(decode {p['decode_s_per_M']:.3f} s/M parallel, coordinator {p['serial_s_per_M']:.3f} s/M serial), "
-              f"limit x{p['limit_speedup']:.2f}")
+              f"(decode and tree steps {p['decode_s_per_M']:.3f} s/M parallel, coordinator {p['serial_s_per_M']:.3f}"
+              f" s/M serial, busiest tree shard {p['tree_chain_s_per_M']:.3f} s/M), limit x{p['limit_speedup']:.2f}")
         for w, q in p["workers"].items():
             print(f"  {w:>4} workers: Amdahl x{q['amdahl_speedup']:.2f}, pipelined x{q['pipelined_speedup']:.2f}")
     load = os.getloadavg()

@@ -45,9 +45,15 @@ __all__ = [
 # entry pool columns
 E_RET, E_TIME, E_REF, E_BC, E_INSN, E_CYC, E_DBID, E_CP, E_FL, E_PREV, E_CHILD = range(11)
 E_COLS = 11  # E_CHILD: summed durations of the entry's returned callees (its self time)
-# output columns: CALLS_COLUMNS, then the call's self time
+# output columns: CALLS_COLUMNS, then the call's self time, then for a sharded tree (.sharded) the key
+# of the event that popped the call and which of its ids (own, parent's) were given there
 O_SELF = len(CALLS_COLUMNS)
-O_COLS = O_SELF + 1
+O_KEY = O_SELF + 1
+O_FRESH = O_SELF + 2
+O_COLS = O_SELF + 3
+FRESH_OWN, FRESH_PARENT = 1, 2
+# call path output columns: id, parent id, symbol, ip, and the key of the event that exported it
+PO_COLS = 5
 # entry flag bits
 NO_CALL, TRACE_END_FL, NON_CALL = 1, 2, 4
 # stack columns
@@ -57,7 +63,8 @@ S_COLS = 11
 P_PARENT, P_SYM, P_IP, P_INK, P_DBID = range(5)
 P_COLS = 5
 # globals
-G_CALL_ID, G_CP_ID, G_NCP, G_FREE, G_NE, G_NOUT, G_NPO, G_KS, G_RSTATE0 = range(9)
+G_CALL_ID, G_CP_ID, G_NCP, G_FREE, G_NE, G_NOUT, G_NPO, G_KS, G_RSTATE0, G_KEY = range(10)
+G_COLS = 10
 
 F_BRANCH = int(IpFlag.BRANCH)
 F_CALL = int(IpFlag.CALL)
@@ -139,6 +146,7 @@ if numba is not None:
             PO[k, 1] = P[p, P_DBID] if p >= 0 else 0
             PO[k, 2] = P[c, P_SYM]
             PO[k, 3] = P[c, P_IP]
+            PO[k, 4] = G[G_KEY]
         return P[node, P_DBID]
 
     @numba.njit(cache=True, nogil=True)
@@ -185,9 +193,11 @@ if numba is not None:
         if E[e, E_FL] & NON_CALL:
             fl |= CALL_RETURN_NON_CALL
         db_id = E[e, E_DBID]
+        fresh = 0
         if db_id == 0:
             G[G_CALL_ID] += 1
             db_id = G[G_CALL_ID]
+            fresh = FRESH_OWN
         below = E[e, E_PREV]
         parent_id = 0
         duration = tm - E[e, E_TIME]
@@ -195,6 +205,7 @@ if numba is not None:
             if E[below, E_DBID] == 0:
                 G[G_CALL_ID] += 1
                 E[below, E_DBID] = G[G_CALL_ID]
+                fresh |= FRESH_PARENT
             parent_id = E[below, E_DBID]
             E[below, E_CHILD] += duration
         pcp = P[E[e, E_CP], P_PARENT]
@@ -215,6 +226,8 @@ if numba is not None:
         O[k, 12] = S[slot, S_INSN] - E[e, E_INSN]
         O[k, 13] = S[slot, S_CYC] - E[e, E_CYC]
         O[k, O_SELF] = duration - E[e, E_CHILD]
+        O[k, O_KEY] = G[G_KEY]
+        O[k, O_FRESH] = fresh
         _drop(E, S, G, slot)
 
     @numba.njit(cache=True, nogil=True)
@@ -242,7 +255,7 @@ if numba is not None:
 
     @numba.njit(cache=True, nogil=True)
     def _run(start, n, slot_a, time_a, ip_a, addr_a, flags_a, ref_a, thread_a, comm_a, main_a, insn_len_a,
-             insn_cnt_a, cyc_cnt_a, from_sym_a, to_sym_a, to_start_a, trace_nr_a,
+             insn_cnt_a, cyc_cnt_a, from_sym_a, to_sym_a, to_start_a, trace_nr_a, key_a,
              E, S, P, PO, O, G, cpd, retsyms):
         ks = G[G_KS]
         for i in range(start, n):
@@ -265,6 +278,7 @@ if numba is not None:
             to_sym = to_sym_a[i]
             to_start = to_start_a[i]
             trace_nr = trace_nr_a[i]
+            G[G_KEY] = key_a[i]
 
             if S[slot, S_INIT] == 0:
                 S[slot, S_INIT] = 1
@@ -401,9 +415,37 @@ if numba is not None:
         return n, ST_DONE
 
     @numba.njit(cache=True, nogil=True)
-    def _flush_slots(slots, E, S, P, PO, O, G):
+    def _live(E, S, P, nslots, ncp):
+        """The entries on the stacks of slots 0..nslots-1 (each slot's bottom first, slot after slot) and
+        the call path nodes they use with all their ancestors (ascending: a parent before its children)."""
+        total = 0
+        for s in range(nslots):
+            if S[s, S_INIT]:
+                total += S[s, S_CNT]
+        ent = np.empty(total, np.int64)
+        pos = 0
+        for s in range(nslots):
+            if S[s, S_INIT]:
+                c = S[s, S_CNT]
+                e = S[s, S_TOP]
+                for j in range(c):
+                    ent[pos + c - 1 - j] = e
+                    e = E[e, E_PREV]
+                pos += c
+        mark = np.zeros(ncp, np.uint8)
+        mark[0] = 1
+        for j in range(total):
+            x = E[ent[j], E_CP]
+            while x >= 0 and mark[x] == 0:
+                mark[x] = 1
+                x = P[x, P_PARENT]
+        return ent, np.flatnonzero(mark)
+
+    @numba.njit(cache=True, nogil=True)
+    def _flush_slots(slots, keys, E, S, P, PO, O, G):
         for j in range(len(slots)):
             slot = slots[j]
+            G[G_KEY] = keys[j]
             if S[slot, S_INIT]:
                 _flush(E, S, P, PO, O, G, slot)
 
@@ -413,6 +455,12 @@ def warm() -> None:
     trees stay within the first call path table, so no warm-up command grows it; a recording with
     more call paths than that (a VM's guest, any big program) would compile it at its first export.
     A tree of 8 entries takes 40 nested calls to distinct symbols and their returns."""
+    tree = CallTree(capacity=8)
+    tree.process_batch(warm_batch())
+
+
+def warm_batch() -> dict[str, np.ndarray]:
+    """40 nested calls to distinct symbols and their returns, of thread 1 (the warm-ups' branches)."""
     from ptexport.samples.flags import IpFlag
 
     n = 40
@@ -420,11 +468,10 @@ def warm() -> None:
     ip = np.concatenate([0x1000 + 0x10 * np.arange(n), 0x1000 + 0x10 * np.arange(n, 0, -1) + 8])
     addr = np.concatenate([0x1010 + 0x10 * np.arange(n), 0x1000 + 0x10 * np.arange(n - 1, -1, -1) + 5])
     sym = np.concatenate([np.arange(1, n + 1), np.arange(n + 1, 1, -1)])
-    tree = CallTree(capacity=8)
-    tree.process_batch({"time": np.arange(2 * n) + 1, "ip": ip, "addr": addr,
-                        "flags": np.array([call] * n + [ret] * n), "ref": np.arange(2 * n) + 1,
-                        "thread_id": np.ones(2 * n, np.int64), "from_sym": sym, "to_sym": np.roll(sym, -1),
-                        "to_sym_start": addr})
+    return {"time": np.arange(2 * n) + 1, "ip": ip, "addr": addr,
+            "flags": np.array([call] * n + [ret] * n), "ref": np.arange(2 * n) + 1,
+            "thread_id": np.ones(2 * n, np.int64), "from_sym": sym, "to_sym": np.roll(sym, -1),
+            "to_sym_start": addr}
 
 
 def _grow(a: np.ndarray, need: int, fill: int = 0) -> np.ndarray:
@@ -463,9 +510,9 @@ class CallTree:
         self.E = np.zeros((capacity, E_COLS), dtype=np.int64)
         self.S = np.zeros((16, S_COLS), dtype=np.int64)
         self.P = np.zeros((capacity, P_COLS), dtype=np.int64)
-        self.PO = np.zeros((capacity, 4), dtype=np.int64)
+        self.PO = np.zeros((capacity, PO_COLS), dtype=np.int64)
         self.O = np.zeros((4 * capacity, O_COLS), dtype=np.int64)
-        self.G = np.zeros(9, dtype=np.int64)
+        self.G = np.zeros(G_COLS, dtype=np.int64)
         self.G[G_CALL_ID] = first_call_id
         self.G[G_CP_ID] = max(first_call_path_id, root_call_path_id)
         self.G[G_NCP] = 1  # node 0: the root
@@ -492,11 +539,13 @@ class CallTree:
         cpu_key = np.where(idle, np.maximum(cpu, 0), -1)
         # one int64 per (thread, cpu key): thread ids stay far below 2**43, CPUs below 2**20
         packed = (thread_id << 20) | (cpu_key + 1)
-        uniq, inv = np.unique(packed, return_inverse=True)
+        # a thread runs for a while before the next: the keys of each run's first branch, not of every branch
+        starts = np.flatnonzero(np.concatenate(([True], packed[1:] != packed[:-1])))
+        uniq, inv = np.unique(packed[starts], return_inverse=True)
         slot_of = np.empty(len(uniq), dtype=np.int64)
         for j, key in enumerate(uniq.tolist()):
             slot_of[j] = self._slot((key >> 20, (key & 0xFFFFF) - 1))
-        return slot_of[inv.ravel()]
+        return np.repeat(slot_of[inv.ravel()], np.diff(np.append(starts, len(packed))))
 
     def _slot(self, key: tuple[int, int]) -> int:
         """The stack slot of (thread id, CPU key), made on first use."""
@@ -535,7 +584,8 @@ class CallTree:
         slot = self._slot_keys(i64("thread_id"), i64("cpu"), pid, tid)
         args = (slot, i64("time"), i64("ip"), i64("addr"), i64("flags"), i64("ref"), i64("thread_id"),
                 i64("comm_id"), pid == tid, i64("insn_len"), i64("insn_cnt"), i64("cyc_cnt"),
-                i64("from_sym"), i64("to_sym"), i64("to_sym_start"), i64("trace_nr"))
+                i64("from_sym"), i64("to_sym"), i64("to_sym_start"), i64("trace_nr"),
+                np.ascontiguousarray(batch["key"], dtype=np.int64) if "key" in batch else i64("ref"))
         start = 0
         while True:
             start, status = _run(start, n, *args, self.E, self.S, self.P, self.PO, self.O, self.G,
@@ -572,9 +622,11 @@ class CallTree:
             self._flush([s])
         self.S[s, S_TRACENR] = trace_nr
 
-    def _flush(self, slots: list[int]) -> None:
+    def _flush(self, slots: list[int], keys: list[int] | None = None) -> None:
         self._ensure_flush_room(slots)
-        _flush_slots(np.array(slots, dtype=np.int64), self.E, self.S, self.P, self.PO, self.O, self.G)
+        _flush_slots(np.array(slots, dtype=np.int64), np.array(keys if keys is not None else [0] * len(slots),
+                                                               dtype=np.int64),
+                     self.E, self.S, self.P, self.PO, self.O, self.G)
 
     def flush_thread(self, thread_id: int) -> None:
         self._flush([s for k, s in sorted(self.slots.items()) if k[0] == thread_id])
@@ -593,7 +645,7 @@ class CallTree:
         # column by column (the rows transposed as they are copied out): each column contiguous for
         # whoever reads it, not a stride through rows of every column (the writer's checks and
         # zone maps read a column of millions of calls: a cache line per value)
-        cols = self.O[:k].T.copy()
+        cols = self.O[:k, :O_SELF + 1].T.copy()
         self.G[G_NOUT] = 0
         out = {name: cols[i] for i, name in enumerate(CALLS_COLUMNS)}
         out["flags"] = out["flags"].astype(np.int32)
@@ -616,7 +668,7 @@ class CallTree:
 
     def take_call_paths(self) -> dict[str, np.ndarray]:
         k = int(self.G[G_NPO])
-        cols = self.PO[:k].T.copy()  # column by column, as take_calls
+        cols = self.PO[:k, :4].T.copy()  # column by column, as take_calls
         self.G[G_NPO] = 0
         return {"id": cols[0], "parent_id": cols[1], "symbol_id": cols[2], "ip": cols[3].view(np.uint64)}
 

@@ -66,6 +66,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-worker-loads", dest="worker_loads", action="store_false",
                         help="with --scheduler into PostgreSQL: this process loads every table (by default the "
                              "workers load the samples and calls, each on its own session)")
+    parser.add_argument("--cluster-trees", action="store_true",
+                        help="with --scheduler: the workers build the call trees, threads cut into a shard per "
+                             "worker thread and stitched here into the same rows (by default this process builds "
+                             "them: shipping the branches costs more than the tree, docs/scaling.md)")
     add_guest_data_argument(parser)
     add_strict_argument(parser)
     parser.add_argument("-f", "--force", action="store_true", help="replace an existing database")
@@ -123,6 +127,8 @@ def _export(args, out, summary_line: bool = True) -> None:
         raise UsageError("--cluster-path: only with --scheduler")
     elif not args.worker_loads:
         raise UsageError("--no-worker-loads: only with --scheduler")
+    elif args.cluster_trees:
+        raise UsageError("--cluster-trees: only with --scheduler")
     itrace = parse_itrace(args.itrace) if args.itrace else export_default()
     if args.callchains:
         from ptexport.dbexport.callchains import check_config
@@ -141,7 +147,8 @@ def _export(args, out, summary_line: bool = True) -> None:
                        guest_kcore=args.guest_kcore, guestmount=args.guestmount, jobs=args.jobs,
                        callchains=args.callchains, salvage=not args.strict, aggregates=args.aggregates,
                        guest_data=parse_guest_data_list(args.guest_data), scheduler=args.scheduler,
-                       cluster_paths=cluster_paths, cluster_copy=args.worker_loads, **filter_config(args))
+                       cluster_paths=cluster_paths, cluster_copy=args.worker_loads,
+                       cluster_trees=args.cluster_trees, **filter_config(args))
     _warn_space(args.trace, args.db, args.parquet)
     progress = None
     bar = None
@@ -241,6 +248,8 @@ def format_summary(summary) -> str:
     lost = ", ".join(f"{n} {k}" for k, n in summary.losses.items()) if summary.losses else "nothing"
     cluster = (f"; {summary.cluster_units} segments decoded on {summary.cluster_workers} cluster workers"
                if summary.cluster_workers else "")
+    if getattr(summary, "cluster_tree_steps", 0):
+        cluster += f", {summary.cluster_tree_steps} call tree steps built by them"
     if getattr(summary, "cluster_copies", 0):
         cluster += f", {summary.cluster_copies} batches loaded by them"
     return (f"{summary.target}: {rows}; {summary.errors} decode errors; lost: {lost}; "

@@ -46,6 +46,7 @@ WARM_UPS = (
     ("ptexport.decoder.guest:warm", "the guest attribution"),  # guest samples' machine, VCPU, thread
     ("ptexport.pt.vmtime:warm", "the VM time correlation"),  # a VM export measures its VMCSs with it
     ("ptexport.calltree.threadstack_compiled:warm", "the call tree's growth"),  # the samples' trees are small
+    ("ptexport.calltree.sharded:warm", "the call tree's shards"),  # a cluster's workers build the tree
     ("ptexport.session.queues_compiled:warm", "perf's order over whole queues"),  # session.decode()
     ("ptexport.writers._btree:warm", "the late rows' merge"),  # many calls still open at the end
 )

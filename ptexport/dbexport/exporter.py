@@ -134,6 +134,7 @@ class ExportConfig:
     scheduler: str | None = None  # decode on a dask cluster: tcp://HOST:PORT or local:N (session/cluster.py)
     cluster_paths: tuple[tuple[str, str], ...] = ()  # (local, worker) directory prefixes: where workers read
     cluster_copy: bool = True  # with a cluster and PostgreSQL: the workers load samples and calls (pg_copy.py)
+    cluster_trees: bool = False  # with a cluster: its workers build the call tree, by thread (calltree/sharded.py)
 
 
 def _modifier(attr: Any) -> str:
@@ -212,7 +213,8 @@ class DbExporter:
     the oracle of the first).
     """
 
-    def __init__(self, session: Any, writer: Any, config: ExportConfig, vm_trace: VmTrace | None = None) -> None:
+    def __init__(self, session: Any, writer: Any, config: ExportConfig, vm_trace: VmTrace | None = None,
+                 trees: Any = None) -> None:
         self.s = session
         self.sb = session.sb
         self.w = writer
@@ -242,8 +244,16 @@ class DbExporter:
             host.kallsyms  # an explicit --kallsyms is read (and its errors raised) at once; else when needed
         self._evsel: dict[Any, int] = {}  # event kind, or ("attr", id of a recorded attr) -> evsel id
         self._evsel_names: dict[int, str] = {}  # evsel id -> name, of the recording's own events
-        self.calltree = make_call_tree(kernel_start=session.kernel_start,
-                                       stats=config.aggregates) if config.calls else None
+        self.calltree: Any
+        if config.calls and trees is not None and not config.callchains:
+            # a cluster's: the tree cut by thread into shards that its workers build (calltree/sharded.py)
+            from ptexport.calltree.sharded import ShardedCallTree
+
+            self.calltree = ShardedCallTree(trees, trees.shards, kernel_start=session.kernel_start,
+                                            stats=config.aggregates)
+        else:
+            self.calltree = make_call_tree(kernel_start=session.kernel_start,
+                                           stats=config.aggregates) if config.calls else None
         # samples, instructions and cycles per CPU and 1 ms of time (the cpu_time_stats table), and per
         # thread, event, symbol and branch type (sample_stats)
         self.cpu_time = GroupStats(sums=("insn_count", "cyc_count"), count="samples") if config.aggregates else None
@@ -540,9 +550,9 @@ class DbExporter:
             order = perf_flush_order([th.db_id for th, _ in exported], [th.tid for th, _ in exported],
                                      [pid for _, pid in exported])
 
-            def end() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
+            def end() -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]], dict[str, dict[str, np.ndarray]]]:
                 tree.flush_all(order)
-                return tree.take_call_paths(), tree.take_calls(), tree.take_stats()
+                return tree.take_call_paths(), _take_calls(tree), tree.take_stats()
 
             if tree.releases_gil and self._tree_pool is not None:
                 tree_end = self._tree_future = self._tree_pool.submit(end)
@@ -651,10 +661,10 @@ class DbExporter:
         if self._tree_pool is None:
             self._tree_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptexport-calltree")
 
-        def job() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        def job() -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
             # the rows taken (and folded into call_path_stats) in the tree's thread too: only writing is left
             calltree.process_batch(tree)
-            return calltree.take_call_paths(), calltree.take_calls()
+            return calltree.take_call_paths(), _take_calls(calltree)
 
         self._tree_future = self._tree_pool.submit(job)
 
@@ -675,7 +685,8 @@ class DbExporter:
         self._tree_future = self._stats_future = None
         self._tree_pool = self._stats_pool = None
 
-    def _write_calls(self, paths: dict[str, np.ndarray] | None = None, calls: dict[str, np.ndarray] | None = None) -> None:
+    def _write_calls(self, paths: dict[str, np.ndarray] | None = None,
+                     calls: list[dict[str, np.ndarray]] | None = None) -> None:
         """Write the call paths and calls the tree made (``paths``, ``calls``: taken already)."""
         tree = self.calltree
         assert tree is not None  # called with --calls only
@@ -683,10 +694,16 @@ class DbExporter:
             paths = tree.take_call_paths()
         if len(paths.get("id", ())):
             self.w.write_call_paths(paths)
-        if calls is None:
-            calls = tree.take_calls()
-        if len(calls["id"]):
-            self.w.write_calls(calls)
+        for batch in _take_calls(tree) if calls is None else calls:
+            if len(batch["id"]):
+                self.w.write_calls(batch)
+
+
+def _take_calls(tree: Any) -> list[dict[str, np.ndarray]]:
+    """The calls rows the tree made since the last take, batch by batch as it made them (a sharded
+    tree hands out several batches' at once: calltree/sharded.py)."""
+    batches = getattr(tree, "take_call_batches", None)
+    return batches() if batches is not None else [tree.take_calls()]
 
 
 def branch_rows(tree: Mapping[str, np.ndarray]) -> int:

@@ -119,9 +119,10 @@ def worker_config(config: Any, mapping: tuple[tuple[str, str], ...]) -> Any:
 class _Future:
     """A ``distributed.Future`` whose errors come out typed; its result is fetched once."""
 
-    def __init__(self, fut: Any, where: str) -> None:
+    def __init__(self, fut: Any, where: str, what: str = "a decode task") -> None:
         self._fut = fut
         self._where = where
+        self._what = what
         self._got: Any = None
         self._have = False
 
@@ -139,11 +140,11 @@ class _Future:
     def result(self) -> Any:
         if not self._have:
             try:
-                self._got = _typed(self._fut.result, self._where)
+                self._got = _typed(self._fut.result, self._where, self._what)
             except ClusterError as e:
                 if self._fut.status == "error" and isinstance(e.__cause__, OSError):
                     # the task's own OSError (a file the worker cannot read), not the cluster's connection
-                    raise ClusterError(f"{self._where}: a decode task failed on a worker: "
+                    raise ClusterError(f"{self._where}: {self._what} failed on a worker: "
                                        f"{type(e.__cause__).__name__}: {e.__cause__}") from e.__cause__
                 raise
             self._have = True
@@ -151,7 +152,7 @@ class _Future:
         return self._got
 
 
-def _typed(call: Callable[[], Any], where: str) -> Any:
+def _typed(call: Callable[[], Any], where: str, what: str = "a decode task") -> Any:
     """``call()``, with what the cluster raises as a :class:`ClusterError` (a task's own typed
     error, e.g. a worker that cannot read the recording, stays what it is)."""
     from distributed import TimeoutError as DaskTimeout  # dask is loaded already: only with --scheduler
@@ -166,10 +167,71 @@ def _typed(call: Callable[[], Any], where: str) -> Any:
     except KilledWorker as e:
         n = e.args[2] + 1 if len(e.args) > 2 and isinstance(e.args[2], int) else 0
         times = f"{n} time{'s' if n != 1 else ''}" if n else "too often"
-        raise ClusterError(f"{where}: a decode task lost its worker {times} (dask's "
+        raise ClusterError(f"{where}: {what} lost its worker {times} (dask's "
                            "distributed.scheduler.allowed-failures): giving up") from e
     except (CommClosedError, FutureCancelledError, DaskTimeout, OSError) as e:
         raise ClusterError(f"{where}: lost the cluster: {type(e).__name__}: {e}") from e
+
+
+class DaskTrees:
+    """The executor of :class:`~ptexport.calltree.sharded.ShardedCallTree` on a cluster: a shard's step
+    (:func:`~ptexport.calltree.sharded.tree_step`, pure) is a task put ahead of the decode segments
+    queued, its branches ``scatter``ed straight to the worker that runs it (not through the
+    scheduler); a worker that dies in one (or with its branches) costs a retry elsewhere."""
+
+    def __init__(self, units: DaskUnits) -> None:
+        self.units = units
+        self.shards = units.width  # one shard of threads per worker thread
+        self._workers: list[str] = []
+        self._turn = 0
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> _TreeTask:
+        return _TreeTask(self, fn, args)
+
+    def _send(self, fn: Callable[..., Any], args: tuple, data_at: int) -> Any:
+        client = self.units.client
+        if not self._workers:
+            self._workers = sorted(client.scheduler_info().get("workers", {}))
+        where = [self._workers[self._turn % len(self._workers)]] if self._workers else None
+        self._turn += 1
+        if args[data_at] is not None:
+            [data] = client.scatter([args[data_at]], workers=where, direct=True, hash=False)
+            args = (*args[:data_at], data, *args[data_at + 1:])
+        return client.submit(fn, *args, workers=where, allow_other_workers=True, pure=False, priority=1)
+
+
+class _TreeTask:
+    """A call tree step on the cluster; sent again (COPY_RETRIES times) if its worker dies."""
+
+    WHAT = "a call tree task"
+
+    def __init__(self, trees: DaskTrees, fn: Callable[..., Any], args: tuple) -> None:
+        self.trees, self.fn, self.args = trees, fn, args
+        self.tries = 0
+        self._fut = self._sent()
+
+    def _sent(self) -> Any:
+        return _typed(lambda: self.trees._send(self.fn, self.args, 3), self.trees.units.where, self.WHAT)
+
+    def done(self) -> bool:
+        return self._fut.done()
+
+    def result(self) -> Any:
+        where = self.trees.units.where
+        while True:
+            try:
+                try:
+                    return _typed(self._fut.result, where, self.WHAT)
+                except PtExportError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - its branches lost with their worker (dask's own errors)
+                    raise ClusterError(f"{where}: {self.WHAT}: {type(e).__name__}: {e}") from e
+            except ClusterError:
+                if self.tries >= COPY_RETRIES:
+                    raise
+                self.tries += 1
+                self.trees._workers = []
+                self._fut = self._sent()
 
 
 class DaskUnits:
@@ -199,6 +261,10 @@ class DaskUnits:
 
     def release(self) -> None:
         """Nothing: the client belongs to :func:`open_cluster`."""
+
+    def trees(self) -> DaskTrees:
+        """The executor of the call tree's shards on this cluster."""
+        return DaskTrees(self)
 
     def warm(self, *args: Any) -> None:
         """One :func:`_warm_job` on each worker (not waited for): the recording opened there and the

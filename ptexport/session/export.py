@@ -61,6 +61,7 @@ class ExportSummary:
     cluster_units: int = 0  # PSB segments decoded on the --scheduler cluster's workers
     cluster_workers: int = 0  # its workers when the export started
     cluster_copies: int = 0  # batches of samples and calls the workers loaded into PostgreSQL
+    cluster_tree_steps: int = 0  # call tree tasks (a shard of threads, a batch) the workers ran
     warnings: list[str] = field(default_factory=list)  # one line each, for the CLI to show
 
 
@@ -219,7 +220,8 @@ def export_trace(path: str, target: str, config: ExportConfig,
             with open_writer(target, force=config.force) as w:
                 summary.leftovers = list(getattr(w, "removed_leftovers", ()))
                 copier = _offload(units, w, config, summary) if units is not None else None
-                ex = DbExporter(session, w, config, vm_trace(session, config, proc))
+                ex = DbExporter(session, w, config, vm_trace(session, config, proc),
+                                trees=units.trees() if units is not None and config.cluster_trees else None)
                 feed: Iterable[SampleColumns] = batches
                 if progress is not None:
                     feed = ProgressBatches(batches, lambda: ex.n_samples,
@@ -240,6 +242,7 @@ def export_trace(path: str, target: str, config: ExportConfig,
                 summary.cut = getattr(pd, "cut", None)
                 if units is not None:
                     summary.cluster_units = session.decode_stats.units
+                    summary.cluster_tree_steps = getattr(ex.calltree, "steps", 0)
             if copier is not None:  # (the writer's finish sends the rows gathered last)
                 summary.cluster_copies = copier.batches
         finally:

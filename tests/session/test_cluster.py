@@ -124,11 +124,12 @@ def test_cluster_gives_the_jobs1_sqlite_database(cluster, synth_trace, tmp_path,
     path = _trace(synth_trace, name)
     want = _jobs1(path, tmp_path, itrace)
     db = tmp_path / "cluster.sqlite"
-    s = export_trace(path, str(db), _config(itrace, scheduler=addr))
+    s = export_trace(path, str(db), _config(itrace, scheduler=addr, cluster_trees=True))
     _assert_same(dump(db), want)
     assert s.cluster_workers == 2
     if itrace != "bei7i":  # instruction samples every N instructions are not cut: decoded by the coordinator
         assert s.cluster_units >= 4, s.cluster_units  # the trace really went through the cluster (i100: 100 ns)
+    assert s.cluster_tree_steps >= 2, s.cluster_tree_steps  # the workers built the call tree (and its flush)
 
 
 def test_event_trace_on_the_cluster(cluster, synth_trace, tmp_path, tiny):
@@ -151,7 +152,7 @@ def test_vm_recording_on_the_cluster(cluster, mixed, tmp_path, tiny):
     vm, _theirs, _ours = mixed
     want = _jobs1(str(vm.data), tmp_path)
     db = tmp_path / "cluster.sqlite"
-    s = export_trace(str(vm.data), str(db), _config(scheduler=addr))
+    s = export_trace(str(vm.data), str(db), _config(scheduler=addr, cluster_trees=True))
     _assert_same(dump(db), want)
     assert s.cluster_units >= 4
     assert want["vcpus"] and any(r[1] != -1 for r in want["machines"] if len(r) > 1)
@@ -215,8 +216,8 @@ def test_cluster_gives_the_jobs1_postgres_database(cluster, synth_trace, pg_name
     path = _trace(synth_trace, name)
     urls = [f"{PG_BASE}/{pg_names()}" for _ in range(2)]
     export_trace(path, urls[0], _config(jobs=1))
-    s = export_trace(path, urls[1], _config(scheduler=addr))
-    assert s.cluster_units >= 4
+    s = export_trace(path, urls[1], _config(scheduler=addr, cluster_trees=True))
+    assert s.cluster_units >= 4 and s.cluster_tree_steps >= 2
     want = _pg_dump(urls[0])
     # (tasks of 1500 to 2999 rows: small batches are gathered until they reach 1500)
     assert s.cluster_copies >= (len(want["samples"]) + len(want["calls"])) // 3000 >= 3, s.cluster_copies
@@ -379,6 +380,42 @@ def test_a_worker_killed_mid_task_costs_a_retry_not_a_row(cluster, synth_trace, 
     client.wait_for_workers(2, timeout=60)  # the nanny restarts it: the other tests keep two workers
 
 
+def _dying_tree_step(marker: str):
+    """A stand-in for a call tree shard's step: the first to resume a shard's stacks (a step after its
+    first) ends its worker process before it returns (once: ``marker``).  Sent to the workers by value."""
+    from ptexport.calltree.sharded import tree_step
+
+    def step(params, state, root_id, part, flush):
+        out = tree_step(params, state, root_id, part, flush)
+        if state is not None and len(state["E"]) and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)
+        return out
+
+    return step
+
+
+def test_a_worker_dying_in_a_call_tree_step_costs_a_retry_not_a_row(cluster, synth_trace, tmp_path, tiny,
+                                                                    monkeypatch):
+    """The workers build the call tree, a shard of threads a task (calltree/sharded.py); a worker that
+    dies in one (with calls open from the batch before) has it run again from the same stacks: the
+    --jobs 1 database, no call lost, repeated or renumbered."""
+    from ptexport.calltree import sharded
+
+    addr, client = cluster
+    path = _trace(synth_trace, "threads-2cpus-cyc")
+    want = _jobs1(path, tmp_path)
+    marker = tmp_path / "died"
+    monkeypatch.setattr(sharded, "tree_step", _dying_tree_step(str(marker)))
+    db = tmp_path / "cluster.sqlite"
+    s = export_trace(path, str(db), _config(scheduler=addr, cluster_trees=True))
+    assert marker.exists(), "no worker died: the test says nothing"
+    marker.unlink()
+    _assert_same(dump(db), want)
+    assert want["calls"] and s.cluster_tree_steps >= 2
+    client.wait_for_workers(2, timeout=60)  # the nanny restarts it: the other tests keep two workers
+
+
 def test_a_failed_run_leaves_no_database(cluster, synth_trace, tmp_path, tiny, monkeypatch):
     """Workers that fail mid-run (here: every task finds another recording than the coordinator's) end the
     export with their typed error, and neither the database nor a temporary of it is left."""
@@ -436,6 +473,7 @@ def test_unreachable_scheduler_is_one_line_and_no_database(synth_trace, tmp_path
     (["--scheduler", "local:0"], "N >= 1"),
     (["--cluster-path", "/a=/b"], "only with --scheduler"),
     (["--no-worker-loads"], "only with --scheduler"),
+    (["--cluster-trees"], "--cluster-trees: only with --scheduler"),
     (["--scheduler", "local:2", "--cluster-path", "/a"], "expected LOCAL=WORKER"),
 ])
 def test_bad_cluster_options(synth_trace, tmp_path, capsys, argv, msg):
@@ -487,6 +525,11 @@ def test_cli_local_cluster(synth_trace, tmp_path, tiny):
     db = tmp_path / "local.sqlite"
     assert main([path, "--db", str(db), "--scheduler", "local:2"], out=out) == 0
     assert "cluster workers" in out.getvalue() and " on 2 cluster workers" in out.getvalue(), out.getvalue()
+    assert "call tree steps" not in out.getvalue()  # by default this process builds the trees
+    _assert_same(dump(db), want)
+    out = io.StringIO()
+    assert main([path, "--db", str(db), "--force", "--scheduler", "local:2", "--cluster-trees"], out=out) == 0
+    assert "call tree steps built by them" in out.getvalue(), out.getvalue()
     _assert_same(dump(db), want)
 
 
