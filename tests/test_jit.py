@@ -226,3 +226,38 @@ def test_the_installed_package_compiled_what_a_vm_recording_reaches(tmp_path):
     after = _cache_files(package)
     compiled = sorted(k for k, v in after.items() if before.get(k) != v)
     assert not compiled, f"compiled at run time (not ahead at install): {compiled}"
+
+
+def test_a_kernels_cache_is_made_when_first_used(tmp_path):
+    """ptexport's kernels get their numba cache on first use, not when declared (start-up: ~130 are
+    declared, a run calls a few); the cache then is numba's own, and saves and loads as before."""
+    src = "from ptexport.jit import numba\n\n@numba.njit(cache=True)\ndef add(a, b):\n    return a + b\n"
+    (tmp_path / "kern.py").write_text(src)
+
+    def load():
+        spec = importlib.util.spec_from_file_location("ptexport._lazytest_kern", tmp_path / "kern.py")
+        mod = importlib.util.module_from_spec(spec)  # a module named ptexport.*: the lazy cache
+        sys.modules[spec.name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        finally:
+            sys.modules.pop(spec.name, None)
+        return mod
+
+    from numba.core.caching import FunctionCache
+
+    mod = load()
+    cache = mod.add._cache
+    assert isinstance(cache, jit._LazyFunctionCache) and cache.__dict__["_real"] is None
+    assert mod.add(2, 3) == 5
+    assert isinstance(cache.__dict__["_real"], FunctionCache)
+    assert list((tmp_path / "__pycache__").glob("kern.add-*.nbi")), "the compiled kernel was not cached"
+    again = load()  # another process's declaration: loads what the first saved
+    assert again.add(4, 5) == 9 and again.add._cache.__dict__["_real"] is not None
+    assert again.add.stats.cache_hits and not again.add.stats.cache_misses
+
+    def plain(a):
+        return a
+
+    plain.__module__ = "elsewhere"  # not ptexport's: numba's own cache, made at once
+    assert isinstance(jit.numba.njit(cache=True)(plain)._cache, FunctionCache)

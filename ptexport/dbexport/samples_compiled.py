@@ -363,8 +363,8 @@ class _VmRuns:
         memo = self.memo
         k1 = self.next_stop[k0]
         seg = self.key[k0:k1]
-        # each thread's first run (a batch has a few threads: a pass per thread)
-        firsts = sorted(int(np.argmax(seg == u)) for u in np.flatnonzero(np.bincount(seg, minlength=self.nkeys)))
+        # each thread's first run, in order
+        firsts = np.sort(np.unique(seg, return_index=True)[1]).tolist()
         th = np.zeros(self.nkeys, np.int64)
         comm = np.zeros(self.nkeys, np.int64)
         asked: list[int] = []

@@ -462,11 +462,15 @@ def test_bench_cluster(tmp_path):
         assert set(rep["postgres_wall_s"]) == {"pg_jobs1", "pg_tcp2_here", "pg_tcp2_workers", "pg_worker_loads"}
         assert rep["postgres_wall_s"]["pg_worker_loads"] >= 2
         assert {"postgres", "postgres_worker_loads"} <= set(rep["projection"])
-    assert set(rep["wall_s"]) == {"jobs1", "jobs2", "local2", "tcp2"}
+    assert set(rep["wall_s"]) == {"jobs1", "jobs2", "local2", "tcp2", "tcp2_trees"}
     assert all(positive(v) for v in rep["wall_s"].values())
     assert len(set(rep["export_samples"].values())) == 1 and rep["samples"] > 1000
     u = rep["per_unit"]
     assert u["units"] >= 2 and positive(u["decode_s"]) and positive(u["join_merge_s"]) and positive(u["dbexport_s"])
+    # --cluster-trees: the steps the workers would run, and what stays with the coordinator
+    assert u["tree_steps"] >= 2 and positive(u["tree_steps_s"]) and positive(u["tree_here_s"])
+    assert u["tree_stitch_s"] >= 0 and u["tree_wire_bytes"] > 0
+    assert "sqlite_cluster_trees" in rep["projection"]
     p = rep["projection"]["sqlite"]
     assert 0 < p["serial_fraction"] < 1
     speedups = [p["workers"][w]["amdahl_speedup"] for w in ("8", "32", "128")]
