@@ -280,9 +280,10 @@ def _next_ctx(kind, count, ctx):
     return _NO_CTX
 
 
-def _tokenize(buf, kinds, counts, payloads, poss, sizes):
+def _tokenize(buf, kinds, counts, payloads, poss, sizes, out):
+    """``out``: two words of scratch (made by the caller: a kernel that allocates makes numba import
+    its array library, ~50 ms, when it loads the kernel)."""
     n = len(buf)
-    out = np.zeros(2, np.uint64)
     i = 0
     j = 0
     ctx = _NO_CTX
@@ -329,6 +330,6 @@ def tokenize(buf) -> PacketColumns:
     payloads = np.empty(n, np.uint64)
     poss = np.empty(n, np.int64)
     sizes = np.empty(n, np.uint8)
-    m = _tokenize(arr, kinds, counts, payloads, poss, sizes)
+    m = _tokenize(arr, kinds, counts, payloads, poss, sizes, np.zeros(2, np.uint64))
     return PacketColumns(kind=kinds[:m].copy(), count=counts[:m].copy(), payload=payloads[:m].copy(),
                          pos=poss[:m].copy(), size=sizes[:m].copy())
