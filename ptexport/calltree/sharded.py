@@ -6,20 +6,24 @@ does), a call path's when a call first needs it, both in the order of the branch
 :class:`ShardedCallTree` has :class:`~ptexport.calltree.threadstack_compiled.CallTree`'s interface and
 rows, and splits its work that way:
 
-* each batch's branches are cut by thread into ``shards`` parts; each part is a task
-  (:func:`tree_step`, a pure function of its arguments: a retry on another worker gives the same
-  result) that resumes its shard's stacks from the state the shard's last step left, runs the
-  compiled tree over its branches with ids of its own (above :data:`LOCAL`), and hands back its rows
-  and its stacks (only the calls still open at the batch's end, and the call paths they use: small);
+* each batch's branches are cut by thread into ``shards`` parts; a round of batches (``step_rows``
+  branches or more) is a task per shard (:func:`tree_step`, a pure function of its arguments: a retry
+  on another worker gives the same result) that resumes the shard's stacks from the state its last
+  step left, runs the compiled tree over its parts with ids of its own (above :data:`LOCAL`), and
+  hands back its rows and its stacks (only the calls still open at its end, and the call paths they
+  use: small); the export goes on while a round is out;
 * every branch carries its position in the whole stream (its key), and every id a shard gives out
   carries the key of the branch that gave it; this process ranks the shards' ids by key
   (:meth:`_stitch`) - the order the serial tree gives them in - and renumbers the rows and the
   stacks the shards carry on (the calls open across the boundary keep their ids);
 * call paths are found again by content ((parent, symbol, ip)) in one table here, in key order:
-  a path several shards made gets one id, the one the first of them would have got in the serial tree.
+  a path several shards made gets one id, the one the first of them would have got in the serial tree;
+* the rows are cut at the batches' keys and handed out batch by batch (:meth:`take_call_batches`), as
+  the serial tree's take_calls gives them after each batch: the writer gets the same batches.
 
-The executor is anything with ``submit(fn, *args) -> future`` (``future.result()``): the dask cluster's
-(:class:`~ptexport.session.cluster.DaskUnits`), or :class:`InlineExecutor` (tests, one process).
+The executor is anything with ``submit(fn, *args) -> future`` (``future.result()``, ``future.done()``):
+the dask cluster's (:class:`~ptexport.session.cluster.DaskTrees`, ``--cluster-trees``), or
+:class:`InlineExecutor` (tests, one process).  docs/scaling.md has what it costs.
 """
 
 from __future__ import annotations
