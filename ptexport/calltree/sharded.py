@@ -49,7 +49,7 @@ MAX_QUEUED = 1 << 21
 _O_ID, _O_CP, _O_PCP, _O_PARENT = (CALLS_COLUMNS.index(c) for c in ("id", "call_path_id", "parent_call_path_id",
                                                                      "parent_id"))
 _O_KEY, _O_FRESH, _FRESH_OWN, _FRESH_PARENT = tc.O_KEY, tc.O_FRESH, tc.FRESH_OWN, tc.FRESH_PARENT
-_E_DBID, _P_DBID = tc.E_DBID, tc.P_DBID
+_E_DBID, _P_DBID, _P_PARENT, _P_SYM, _P_IP = tc.E_DBID, tc.P_DBID, tc.P_PARENT, tc.P_SYM, tc.P_IP
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,23 +171,9 @@ class InlineExecutor:
 
 if numba is not None:
     @numba.njit(cache=True, nogil=True)
-    def _probe(T, H, p, k1, k2):
-        """H's slot of the path (p, k1, k2): the one holding it (T's row + 1), or the empty one to put it in."""
-        mask = np.uint64(len(H) - 1)
-        h = ((np.uint64(p) * np.uint64(0x9E3779B97F4A7C15)) ^ (np.uint64(k1) * np.uint64(0xC2B2AE3D27D4EB4F))
-             ^ (np.uint64(k2) * np.uint64(0x165667B19E3779F9)))
-        i = np.int64((h ^ (h >> np.uint64(29))) & mask)
-        while H[i] != 0:
-            r = H[i] - 1
-            if T[r, 0] == p and T[r, 1] == k1 and T[r, 2] == k2:
-                return i
-            i = (i + 1) & np.int64(mask)
-        return i
-
-    @numba.njit(cache=True, nogil=True)
     def _rehash(T, n, H):
         for r in range(n):
-            H[_probe(T, H, T[r, 0], T[r, 1], T[r, 2])] = r + 1
+            H[tc._cp_slot(T, H, T[r, _P_PARENT], T[r, _P_SYM], T[r, _P_IP])] = r + 1
 
     @numba.njit(cache=True, nogil=True)
     def _intern(T, H, C, par, k1, k2, lid, mapbase, pmap, out):
@@ -211,18 +197,18 @@ if numba is not None:
                     nout += 1
                 gid = C[1]
             else:
-                i = _probe(T, H, p, k1[r], k2[r])
+                i = tc._cp_slot(T, H, p, k1[r], k2[r])  # (T: the tree's call path table layout)
                 if H[i] != 0:
-                    gid = T[H[i] - 1, 3]
+                    gid = T[H[i] - 1, _P_DBID]
                 else:
                     C[0] += 1
                     gid = C[0]
                     row = C[2]
                     C[2] += 1
-                    T[row, 0] = p
-                    T[row, 1] = k1[r]
-                    T[row, 2] = k2[r]
-                    T[row, 3] = gid
+                    T[row, _P_PARENT] = p
+                    T[row, _P_SYM] = k1[r]
+                    T[row, _P_IP] = k2[r]
+                    T[row, _P_DBID] = gid
                     H[i] = row + 1
                     out[nout, 0] = gid
                     out[nout, 1] = p
@@ -295,7 +281,9 @@ class ShardedCallTree:
         self.call_id = int(first_call_id)
         first = max(int(first_call_path_id), int(root_call_path_id))
         self.C = np.array([first, int(root_call_path_id), 0, first], dtype=np.int64)  # see _intern
-        self.T = np.zeros((1024, 4), dtype=np.int64)  # the paths with a parent: parent id, k1, k2, id
+        # the paths with a parent, in the compiled tree's call path layout with ids for nodes: parent id,
+        # symbol, ip, id (tc._cp_slot finds them)
+        self.T = np.zeros((1024, tc.P_COLS), dtype=np.int64)
         self.H = np.zeros(tc._index_size(self.T.shape[0]), dtype=np.int64)
         self.syms = np.zeros(1024, dtype=np.int64)  # symbol of each call path id from base + 1 on (take_stats)
         self._calls: list[np.ndarray] = []
@@ -495,18 +483,12 @@ class ShardedCallTree:
         return out
 
     def _columns(self, m: np.ndarray) -> dict[str, np.ndarray]:
-        cols = m[:, :tc.O_SELF + 1].T.copy()
-        out = {name: cols[i] for i, name in enumerate(CALLS_COLUMNS)}
-        out["flags"] = out["flags"].astype(np.int32)
-        if self.call_stats is not None:
-            self.call_stats.add(out, cols[tc.O_SELF])
-        return out
+        return tc.calls_columns(m, self.call_stats)
 
     def take_call_paths(self) -> dict[str, np.ndarray]:
         m = np.concatenate(self._paths) if self._paths else np.zeros((0, 4), dtype=np.int64)
         self._paths = []
-        cols = m.T.copy()
-        return {"id": cols[0], "parent_id": cols[1], "symbol_id": cols[2], "ip": cols[3].view(np.uint64)}
+        return tc.call_path_columns(m)
 
     def take_stats(self) -> dict[str, dict[str, np.ndarray]]:
         if self.call_stats is None:

@@ -474,6 +474,25 @@ def warm_batch() -> dict[str, np.ndarray]:
             "to_sym_start": addr}
 
 
+def calls_columns(rows: np.ndarray, call_stats: CallStats | None) -> dict[str, np.ndarray]:
+    """``calls`` rows of the output matrix as columns (folded into ``call_stats`` if any).  Column by
+    column (the rows transposed as they are copied out): each column contiguous for whoever reads it,
+    not a stride through rows of every column (the writer's checks and zone maps read a column of
+    millions of calls: a cache line per value)."""
+    cols = rows[:, :O_SELF + 1].T.copy()
+    out = {name: cols[i] for i, name in enumerate(CALLS_COLUMNS)}
+    out["flags"] = out["flags"].astype(np.int32)
+    if call_stats is not None:
+        call_stats.add(out, cols[O_SELF])
+    return out
+
+
+def call_path_columns(rows: np.ndarray) -> dict[str, np.ndarray]:
+    """``call_paths`` rows (id, parent id, symbol, ip...) as columns, as :func:`calls_columns`."""
+    cols = rows[:, :4].T.copy()
+    return {"id": cols[0], "parent_id": cols[1], "symbol_id": cols[2], "ip": cols[3].view(np.uint64)}
+
+
 def _grow(a: np.ndarray, need: int, fill: int = 0) -> np.ndarray:
     cap = max(need, 2 * a.shape[0], 64)
     b = np.full((cap,) + a.shape[1:], fill, dtype=a.dtype)
@@ -641,16 +660,8 @@ class CallTree:
         self._flush(slots)
 
     def take_calls(self) -> dict[str, np.ndarray]:
-        k = int(self.G[G_NOUT])
-        # column by column (the rows transposed as they are copied out): each column contiguous for
-        # whoever reads it, not a stride through rows of every column (the writer's checks and
-        # zone maps read a column of millions of calls: a cache line per value)
-        cols = self.O[:k, :O_SELF + 1].T.copy()
+        out = calls_columns(self.O[:int(self.G[G_NOUT])], self.call_stats)
         self.G[G_NOUT] = 0
-        out = {name: cols[i] for i, name in enumerate(CALLS_COLUMNS)}
-        out["flags"] = out["flags"].astype(np.int32)
-        if self.call_stats is not None:
-            self.call_stats.add(out, cols[O_SELF])
         return out
 
     def take_stats(self) -> dict[str, dict[str, np.ndarray]]:
@@ -667,10 +678,9 @@ class CallTree:
         return {"call_path_stats": cps, "symbol_stats": symbol_stats(cps, cp_symbol)}
 
     def take_call_paths(self) -> dict[str, np.ndarray]:
-        k = int(self.G[G_NPO])
-        cols = self.PO[:k, :4].T.copy()  # column by column, as take_calls
+        out = call_path_columns(self.PO[:int(self.G[G_NPO])])
         self.G[G_NPO] = 0
-        return {"id": cols[0], "parent_id": cols[1], "symbol_id": cols[2], "ip": cols[3].view(np.uint64)}
+        return out
 
     def depth(self, thread_id: int, cpu: int = -1, pid: int = -1, tid: int = -1) -> int:
         s = self.slots.get((thread_id, max(cpu, 0) if pid == 0 and tid == 0 else -1))
