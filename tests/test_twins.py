@@ -51,6 +51,8 @@ TWINS = [
     Twin("raw.ptxed", "raw.insn_compiled", ("Walker", "FAST")),
     Twin("raw.insn", "raw.insn_compiled", ()),  # what both define (Insn, the instruction record, is one)
     Twin("samples.text", "samples.text_compiled", ("sample_lines",)),
+    # perf's code walk: the compiled decoder's walker decodes its instructions in a kernel
+    Twin("decoder.codewalk", "decoder.codewalk_compiled", ("PerfCodeWalker", "InsnDecoder")),
     Twin("dbexport.samples", "dbexport.samples_compiled", ("export_samples",)),
     # perf's decoder: the backends' packages export one interface (decoder/backend.py picks); the
     # numbers the reference and the compiled kernel share are checked by tests/flow/test_constants.py

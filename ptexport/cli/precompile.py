@@ -49,6 +49,7 @@ WARM_UPS = (
     ("ptexport.calltree.sharded:warm", "the call tree's shards"),  # a cluster's workers build the tree
     ("ptexport.session.queues_compiled:warm", "perf's order over whole queues"),  # session.decode()
     ("ptexport.writers._btree:warm", "the late rows' merge"),  # many calls still open at the end
+    ("ptexport.decoder.codewalk_compiled:warm", "the instruction walk"),  # its one-instruction entry too
 )
 
 

@@ -390,6 +390,37 @@ class PerfCodeWalker:
             one_map = False
 
 
+    def block(self, ip: int, nr: bool, hit: "tuple[int, int, int, CodeObject] | None" = None
+              ) -> tuple[int, int, int, Insn, list[int], bool]:
+        """``walk(ip, 0, 0, nr)`` with the distance from ``ip`` of each instruction after the first,
+        and whether the block (up to its branch) lies in ``ip``'s mapping (``hit``: that mapping as
+        the lookup gives it, when the caller has it).  Boundaries only for such a block: a walk
+        that fails, ends without a branch or leaves the mapping has none (and False)."""
+        err, cnt, new_ip, insn = self.walk(ip, 0, 0, nr)
+        if err or insn.branch == BR_NO_BRANCH:
+            return err, cnt, new_ip, insn, [], False
+        if hit is None:
+            hit = (self.guest_lookup(ip, bool(ip >> 63)) if nr and self.guest_lookup is not None
+                   else None if nr else self.lookup(ip, ip >= self.kernel_start))
+        if hit is None:
+            return err, cnt, new_ip, insn, [], False
+        start, end, pgoff, obj = hit
+        bounds = []
+        cur, off = ip, ip - start + pgoff
+        for _ in range(cnt - 1):
+            got = self.dec.decode(obj.read(off, _INSN_BUF), cur, obj.bits)
+            if got is None:
+                return err, cnt, new_ip, insn, [], False
+            cur += got.length
+            off += got.length
+            if cur >= end:
+                return err, cnt, new_ip, insn, [], False
+            bounds.append(cur - ip)
+        if cur != new_ip:
+            return err, cnt, new_ip, insn, [], False
+        return err, cnt, new_ip, insn, bounds, True
+
+
 def default_kernel_start(kernel_map_starts: list[int]) -> int:
     """perf's machine__kernel_start: the lowest kernel map start, else 2**63."""
     starts = [s for s in kernel_map_starts if s >= 1 << 63]

@@ -139,7 +139,11 @@ def test_damaged_trace_equals_perf(tmp_path, monkeypatch, synth_trace, name, see
         m.setattr(perffast_order, "numba", None)
         mine = _ours(path)
     assert mine == theirs, "reference decoder: " + _diff(mine, theirs)
-    # Capstone alone (the decoder before perf's prefix rules) differs from perf on this trace.
+    # Capstone alone (the decoder before perf's prefix rules) differs from perf on this trace: the
+    # reference decoder's walk with it (the compiled decoder's walk decodes in a kernel of its own,
+    # held to the reference's InsnDecoder by tests/decoder/test_codewalk_compiled.py)
     with monkeypatch.context() as m:
+        m.setenv("PTEXPORT_REFERENCE", "1")
+        m.setattr(perffast_order, "numba", None)
         m.setattr(InsnDecoder, "decode", InsnDecoder._capstone)
         assert _ours(path) != theirs

@@ -48,6 +48,8 @@ VARIANTS = [
     ("calls", "--kcore"),
     ("loops", "--pipe"),
     ("calls", "--no-retcomp", "--ip-compression", "mixed", "--tnt", "long"),
+    ("bigcode",),  # new code all along: the walk's kernel (decoder/codewalk_compiled.py) finds each block
+    ("bigcode", "--corrupt", "3", "--psb-period", "1024"),
 ]
 
 

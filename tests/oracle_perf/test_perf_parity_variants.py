@@ -50,6 +50,9 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "calls-pipe-faults": (("--program", "calls", "--pipe", "--ovf", "2", "--truncate", "1",
                                             "--psb-period", "1024"), ("be",)),
     "threads-kcore": (("--program", "threads", "--cpus", "2", "--kcore"), ("be", "cr")),
+    # 45 K instructions of code (the others: a few hundred), new blocks all along
+    "bigcode-cyc": (("--program", "bigcode", "--timing", "cyc"), ("be", "cr", "i100")),
+    "bigcode-corrupt": (("--program", "bigcode", "--corrupt", "3", "--psb-period", "1024"), ("be", "i100")),
 }
 
 CASES = [(v, k) for v, (_, kinds) in VARIANTS.items() for k in kinds]

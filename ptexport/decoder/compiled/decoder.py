@@ -27,8 +27,8 @@ of the host process, the guest process current on the host thread's VCPU
 not in the table yet), a walk the table cannot answer (code that cannot be
 read, a block crossing a mapping's end) or a PSB found inside a packet
 returns to Python, which asks the
-reference walker (:class:`~ptexport.decoder.codewalk.PerfCodeWalker`) or
-re-tokenizes, and the kernel re-runs that decode step from a snapshot.
+walker (:class:`~ptexport.decoder.codewalk_compiled.PerfCodeWalker`, the reference's walk with
+its instructions decoded by a kernel) or re-tokenizes, and the kernel re-runs that decode step from a snapshot.
 A walk bounded by an instruction count (the next instruction sample is due
 inside the block) stops at the boundary the block's row keeps for that
 instruction; the walk after it starts a block of its own (the rest).
@@ -43,18 +43,19 @@ reference decodes).  See docs/architecture.md.
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 
 from ptexport.decoder.compiled import kernel as K
 from ptexport import jit
-from ptexport.decoder.codewalk import PerfCodeWalker
+from ptexport.decoder.codewalk_compiled import PerfCodeWalker
 from ptexport.decoder.context import TIMELESS_MAP_TIME, DecodeContext
 from ptexport.decoder.filters import QueueTimeFilter, psb_positions
 from ptexport.pt.perfpkt import PacketColumns
 from ptexport.pt.perfpkt_compiled import tokenize as tokenize_fast
-from ptexport.decoder.constants import BR_NO_BRANCH, EVD_ROW, PERIOD_TICKS
+from ptexport.decoder.constants import EVD_ROW, PERIOD_TICKS
 
 _MASK64 = (1 << 64) - 1
 _I64_MAX = (1 << 63) - 1
@@ -472,28 +473,17 @@ class QueueDecoder:
         if row is None:
             row = self.blocks.rest(obj.name, offset, end - ip)
         if row is None:
-            err, cnt, new_ip, insn = w.walk(ip, 0, 0, nr)
-            if err or insn.branch == BR_NO_BRANCH:
-                return False
-            # Instruction boundaries, decoded the walker's way; all inside this mapping.
-            bounds = []
-            cur, off = ip, offset
-            for _ in range(cnt - 1):
-                got = w.dec.decode(obj.read(off, 16), cur, obj.bits)
-                if got is None:
-                    return False
-                cur += got.length
-                off += got.length
-                if cur >= end:
-                    return False
-                bounds.append(cur - ip)
-            if cur != new_ip:
+            # the walk with its instruction boundaries; a block that leaves this mapping is not cached
+            err, cnt, new_ip, insn, bounds, one_map = w.block(ip, nr, hit)
+            if not one_map:
                 return False
             row = self.blocks.add(cnt, new_ip - ip, insn, bounds)
             self.blocks.index[(obj.name, offset)] = row
-            inner = self.blocks.inner
-            for j, b in enumerate(bounds, 1):
-                inner.setdefault((obj.name, offset + b), (row, j))
+            # its instructions' (row, index): where a walk starts inside it (rest).  Another block
+            # may have one of them already: either gives the same rest (decoding from an
+            # instruction is the same whichever block it was met in, up to the same branch)
+            self.blocks.inner.update(zip(zip(repeat(obj.name), [offset + b for b in bounds]),
+                                         zip(repeat(row), range(1, len(bounds) + 1))))
         t = self.gtable if nr else self.table
         if 2 * (t.n + 1) > len(t.hk):
             big = _Table(2 * len(t.hk))
