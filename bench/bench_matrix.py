@@ -24,7 +24,10 @@ Parts, each on inputs made once in this run (a temporary directory, or ``--keep 
    then the other ``--itrace`` modes (instruction samples by instructions, time and ticks, call
    chains, quick decoding, an initial skip, timestamps ignored, and Event Trace on a recording of its
    own), ``dump branches --count`` against ``perf script`` printing them, the sample counts checked
-   against perf's (medians of 3 alternated runs where perf takes under 5 s);
+   against perf's (medians of 3 alternated runs where perf takes under 5 s); and the code footprint:
+   ``--count`` on a ``--code-branches`` trace of a big program (``bigcode``, ~45 K instructions, where
+   the others run a few hundred: a new block every ~100 branches, as a real recording's program,
+   libraries and kernel give) against perf;
 3. export, on the same trace: ``ptexport TRACE --db`` with ``--jobs 1`` and ``--jobs 2`` against perf's
    export-to-sqlite.py (``--itrace=bep ... branches calls``), with each one's peak RSS; the sample counts
    must agree;
@@ -92,8 +95,9 @@ SCALE_RUNS = 5  # --count --jobs 1 and 2 at the scaling row's size, alternated (
 MODE_RUNS = 3
 MODE_QUICK_S = 5.0
 #: What a run makes in its work folder (--keep DIR --force replaces these, and only these).
-RUN_FILES = ("decode", "scale", "first", "checkout", "venv", "pip-install.log", "warm", "warm-vm", "perf.db", "ours-j1.sqlite",
-             "ours-j2.sqlite", "event-trace", "vm", "host", "memory", "raw-hotloop", "raw-calls", "simplept-slice.pt")
+RUN_FILES = ("decode", "code", "scale", "first", "checkout", "venv", "pip-install.log", "warm", "warm-vm", "perf.db",
+             "ours-j1.sqlite", "ours-j2.sqlite", "event-trace", "vm", "host", "memory", "raw-hotloop", "raw-calls",
+             "simplept-slice.pt")
 
 # The issue's targets (DESIGN.md section 6): (what, test on the ratio, text).
 TARGETS = {
@@ -397,6 +401,36 @@ def part_modes(m: Matrix, work: Path, trace: Path, tiny: bool) -> dict:
     return rep
 
 
+#: the code footprint row's program: 3,000 functions, ~45 K instructions (sample_data/src/bigcode.c)
+BIG_CODE = "bigcode"
+
+
+def part_code(m: Matrix, work: Path, branches: int) -> dict:
+    """A trace whose program is big (``bigcode``: ~45 K instructions against a few hundred for ``calls``):
+    every new block is decoded on the way, as in a real recording of a program, its libraries and the
+    kernel.  ``dump branches --count`` with ``--jobs 1`` and ``--jobs 2`` against ``perf script
+    --itrace=b``, the counts checked against perf's."""
+    trace = bench_decode.generate(work / "code", branches, BIG_CODE)
+    cwd = trace.parent
+    rep: dict = {"branches": branches, "program": BIG_CODE}
+    with open(os.devnull, "wb") as null:
+        pw, pc, _, _ = bench_decode.measure(["perf", "script", "--itrace=b", "-i", str(trace)], null, cwd)
+    perf_n = count_lines(["perf", "script", "--itrace=b", "--ns", "-F", PERF_FIELDS, "-i", str(trace)], cwd)
+    rep["perf"] = {"wall_s": pw, "cpu_s": pc, "branches": perf_n}
+    for j in (1, 2):
+        cmd = ["ptexport", "dump", "branches", "--count", "--jobs", str(j), str(trace)]
+        wall, cpu, _, out = bench_decode.measure(cmd, subprocess.PIPE, cwd)
+        found = re.match(rb"(\d+) samples", out)
+        n = int(found[1]) if found else None
+        if n != perf_n:
+            m.problems.append(f"code footprint: perf printed {perf_n} branches, ptexport --jobs {j} counted {n}")
+        rep[f"jobs {j}"] = r = {"wall_s": wall, "cpu_s": cpu, "branches": n, "ratio_to_perf": ratio(pw, wall)}
+        m.row("code", f"{BIG_CODE} (45 K insns): --count --jobs {j} vs perf", (wall, cpu), (pw, pc),
+              r["ratio_to_perf"], "modes", cpu_ratio=ratio(pc, cpu), value=f"{perf_n} branches",
+              note="a new block decoded every ~100 branches" if j == 1 else "")
+    return rep
+
+
 def part_scaling(m: Matrix, work: Path, branches: int, startup_s: float | None = None) -> dict:
     """``dump branches --count`` with ``--jobs 2`` against ``--jobs 1`` on a trace big enough that the
     start-up both pay (the row above: imports, numba's cache) does not hide the decoder's scaling."""
@@ -612,9 +646,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rss-branches", type=parse_count, default=100_000_000,
                     help="branches of the trace whose export's peak RSS is compared with 1M's (default 100M: "
                          "minutes, ~7 GB of SQLite written and removed; 0: skip)")
+    ap.add_argument("--code-branches", type=parse_count, default=1_000_000,
+                    help=f"branches of the big program's trace ({BIG_CODE}: ~45 K instructions; default 1M)")
     ap.add_argument("--skip-venv", action="store_true", help="skip the fresh install (part 1: minutes)")
     add_options(ap, keep=True)
     args = parse(ap, argv, tiny={"branches": 20_000, "scale_branches": 30_000, "rss_branches": 30_000,
+                                 "code_branches": WARM_BRANCHES,
                                  "vm_branches": WARM_BRANCHES, "raw_branches": WARM_BRANCHES,
                                  "hot_branches": WARM_BRANCHES,
                                  "skip_venv": True})
@@ -649,6 +686,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
         report["startup"] = warm_up(m, work)
     report["decode"] = part_decode(m, trace)
     report["modes"] = part_modes(m, work, trace, args.tiny)
+    report["code"] = part_code(m, work, args.code_branches)
     if args.scale_branches:
         report["scaling"] = part_scaling(m, work, args.scale_branches,
                                          report["startup"]["wall_s"] if "startup" in report else None)

@@ -192,6 +192,10 @@ def test_bench_matrix(tmp_path):
         assert r["samples"] == r["perf_samples"] and positive(r["wall_s"]) and positive(r["perf_wall_s"]), mode
         assert r["ratio_to_perf"] == pytest.approx(r["perf_wall_s"] / r["wall_s"])
     assert modes["i1000ig"]["samples"] == modes["i1000i"]["samples"] > 0 and modes["bI"]["samples"] > 0
+    code = rep["code"]  # the big program (sample_data/src/bigcode.c): counts equal perf's both ways
+    assert code["program"] == "bigcode" and code["jobs 1"]["branches"] == code["jobs 2"]["branches"] == \
+        code["perf"]["branches"] >= 2000
+    assert code["jobs 1"]["ratio_to_perf"] == pytest.approx(code["perf"]["wall_s"] / code["jobs 1"]["wall_s"])
     sc = rep["scaling"]  # the decoder's scaling on a trace of its own (--tiny: 30 k branches)
     assert sc["jobs 1"]["branches"] == sc["jobs 2"]["branches"] >= 30_000
     assert sc["scaling"] == pytest.approx(sc["jobs 1"]["wall_s"] / sc["jobs 2"]["wall_s"])
@@ -215,7 +219,7 @@ def test_bench_matrix(tmp_path):
         assert raw["simplept"]["bytes"] == 128 << 10 and positive(raw["simplept"]["ratio"])
     # the table: every part, each target judged on its figure, and the figures are the runs'
     rows = rep["rows"]
-    assert {r["part"] for r in rows} == {"decode", "modes", "export", "vm", "memory", "raw"}
+    assert {r["part"] for r in rows} == {"decode", "modes", "code", "export", "vm", "memory", "raw"}
     judged = [r for r in rows if r["target"]]
     assert len(judged) >= 10 and all(isinstance(r["met"], bool) and is_number(r["ratio"]) for r in judged)
     assert rep["targets_missed"] == [r["what"] for r in judged if not r["met"]]
