@@ -18,10 +18,7 @@ import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
-
-import capstone
-from capstone import x86_const as X
+from typing import Any, Callable
 
 from ptexport.decoder.insnlen import perf_length
 from ptexport.decoder.constants import (
@@ -56,12 +53,18 @@ class Insn:
 _EINVAL = -22
 _INSN_BUF = 16
 
-_JCC_IDS = {
-    X.X86_INS_JAE, X.X86_INS_JA, X.X86_INS_JBE, X.X86_INS_JB, X.X86_INS_JE, X.X86_INS_JGE, X.X86_INS_JG,
-    X.X86_INS_JLE, X.X86_INS_JL, X.X86_INS_JNE, X.X86_INS_JNO, X.X86_INS_JNP, X.X86_INS_JNS, X.X86_INS_JO,
-    X.X86_INS_JP, X.X86_INS_JS, X.X86_INS_JCXZ, X.X86_INS_JECXZ, X.X86_INS_JRCXZ,
-}
-_LOOP_IDS = {X.X86_INS_LOOP, X.X86_INS_LOOPE, X.X86_INS_LOOPNE}
+
+
+def _direct_ids() -> tuple[frozenset[int], int]:
+    """capstone's ids of the direct branches whose target gives ``rel`` (conditional jumps, loops,
+    JMP, CALL), and its immediate operand type."""
+    from capstone import x86_const as X
+
+    return frozenset((
+        X.X86_INS_JAE, X.X86_INS_JA, X.X86_INS_JBE, X.X86_INS_JB, X.X86_INS_JE, X.X86_INS_JGE, X.X86_INS_JG,
+        X.X86_INS_JLE, X.X86_INS_JL, X.X86_INS_JNE, X.X86_INS_JNO, X.X86_INS_JNP, X.X86_INS_JNS, X.X86_INS_JO,
+        X.X86_INS_JP, X.X86_INS_JS, X.X86_INS_JCXZ, X.X86_INS_JECXZ, X.X86_INS_JRCXZ,
+        X.X86_INS_LOOP, X.X86_INS_LOOPE, X.X86_INS_LOOPNE, X.X86_INS_JMP, X.X86_INS_CALL)), X.X86_OP_IMM
 
 
 def classify(first: int, second: int, modrm: int, length: int, rel: int) -> Insn:
@@ -108,14 +111,24 @@ def classify(first: int, second: int, modrm: int, length: int, rel: int) -> Insn
 
 
 class InsnDecoder:
-    """Capstone in detail mode, reduced to what the decoder needs."""
+    """Capstone in detail mode, reduced to what the decoder needs (capstone loaded at the first
+    instruction that needs it: the compiled decoder's walk decodes most code without it)."""
 
     def __init__(self) -> None:
-        self._cs = {}
-        for bits, mode in ((64, capstone.CS_MODE_64), (32, capstone.CS_MODE_32)):
-            cs = capstone.Cs(capstone.CS_ARCH_X86, mode)
+        self._cs: dict[int, Any] = {}
+        self._direct: frozenset[int] = frozenset()
+        self._imm = 0
+
+    def _disassembler(self, bits: int) -> Any:
+        cs = self._cs.get(bits)
+        if cs is None:
+            import capstone
+
+            self._direct, self._imm = _direct_ids()
+            cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64 if bits == 64 else capstone.CS_MODE_32)
             cs.detail = True
             self._cs[bits] = cs
+        return cs
 
     def decode(self, code: bytes, ip: int, bits: int = 64) -> Insn | None:
         """perf's intel_pt_get_insn: capstone, with perf's insn.c prefix rules where they differ.
@@ -154,14 +167,14 @@ class InsnDecoder:
         return classify(opcode[0], opcode[1] if len(opcode) > 1 else 0, modrm, length, rel)
 
     def _capstone(self, code: bytes, ip: int, bits: int) -> Insn | None:
-        for ins in self._cs[bits].disasm(code, ip, 1):
+        for ins in self._disassembler(bits).disasm(code, ip, 1):
             opc = ins.opcode
             first = opc[0]
             second = opc[1]
             rel = 0
-            if ins.id in _JCC_IDS or ins.id in _LOOP_IDS or ins.id in (X.X86_INS_JMP, X.X86_INS_CALL):
+            if ins.id in self._direct:
                 ops = ins.operands
-                if ops and ops[0].type == X.X86_OP_IMM:
+                if ops and ops[0].type == self._imm:
                     rel = (ops[0].imm - (ip + ins.size)) & 0xFFFFFFFFFFFFFFFF
                     if rel >= 1 << 63:
                         rel -= 1 << 64

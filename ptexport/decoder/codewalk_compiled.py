@@ -352,17 +352,17 @@ class PerfCodeWalker(codewalk.PerfCodeWalker):
     def __init__(self, lookup: codewalk.MapLookup, kernel_start: int, decoder: Any = None) -> None:
         super().__init__(lookup, kernel_start, decoder)
         self._bnd = np.zeros(4096, np.int64)
-        self._arrays: dict[int, np.ndarray] = {}  # id(CodeObject.data) -> its bytes as an array
+        # id(CodeObject.data) -> (the data, its bytes as an array): the data held, so its id stays its own
+        self._arrays: dict[int, tuple[Any, np.ndarray]] = {}
 
     def _array(self, obj: codewalk.CodeObject) -> np.ndarray | None:
         data = obj.data
         if data is None or obj.bits != 64 or numba is None:
             return None
-        key = id(data)
-        arr = self._arrays.get(key)
-        if arr is None:
-            arr = self._arrays[key] = np.frombuffer(data, np.uint8)
-        return arr
+        got = self._arrays.get(id(data))
+        if got is None:
+            got = self._arrays[id(data)] = (data, np.frombuffer(data, np.uint8))
+        return got[1]
 
     def walk(self, ip: int, to_ip: int, max_insn_cnt: int, nr: bool) -> tuple[int, int, int, Insn]:
         return self._walk(ip, to_ip, max_insn_cnt, nr, None)[:4]
