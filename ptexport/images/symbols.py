@@ -41,6 +41,9 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
@@ -70,9 +73,12 @@ class SymbolTable:
     (see :func:`perf_table`); ``find`` then searches it as perf does.
     """
 
-    def __init__(self, symbols: list[Symbol], *, presorted: bool = False, tree: "_RBTree | None" = None) -> None:
+    def __init__(self, symbols: list[Symbol], *, presorted: bool = False, tree: "_RBTree | None" = None,
+                 starts: list[int] | None = None) -> None:
         self.symbols = symbols if presorted else sorted(symbols, key=lambda s: (s.start, s.name))
-        self._starts = [s.start for s in self.symbols]
+        # (``starts``: the symbols' starts when the caller has them: a table of symbols made as they
+        # are looked up, kallsyms.ArrayKallsyms)
+        self._starts = starts if starts is not None else [s.start for s in self.symbols]
         self.open_end = bool(self.symbols) and self.symbols[-1].end == OPEN_END
         self._tree = tree
 
@@ -103,7 +109,9 @@ def load_elf_symbols(path: str) -> SymbolTable:
             table = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
             if table is None:
                 return EMPTY
-            raw = _table_symbols(table, sections)
+            raw = _table_symbols_array(elf, table, sections)
+            if raw is None:
+                raw = _table_symbols(table, sections)
             # perf 6.1 synthesizes PLT symbols only when the table gave it some
             plt = _plt_symbols(elf, sections) if raw else []
     except (OSError, ELFError, ValueError) as e:
@@ -126,13 +134,75 @@ def _table_symbols(table, sections: list) -> list[list]:
                 continue
             if "text" not in sec.name and "data" not in sec.name:
                 continue
-        elif typ not in ("STT_FUNC", "STT_GNU_IFUNC", "STT_OBJECT"):
+        elif typ not in ("STT_FUNC", "STT_LOOS", "STT_OBJECT"):  # pyelftools names STT_GNU_IFUNC (10) STT_LOOS
             continue
         start = sym["st_value"] - sec["sh_addr"] + sec["sh_offset"]
         bind = sym["st_info"]["bind"]
         binding = bind if isinstance(bind, int) else _BINDING.get(bind, 1)
         raw.append([start, start + sym["st_size"], name, binding])
     return raw
+
+
+_SYM_DTYPES = {  # Elf64_Sym / Elf32_Sym, little-endian
+    64: np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
+                  ("size", "<u8")]),
+    32: np.dtype([("name", "<u4"), ("value", "<u4"), ("size", "<u4"), ("info", "u1"), ("other", "u1"),
+                  ("shndx", "<u2")]),
+}
+# a symbol's binding as _table_symbols gets it from pyelftools: its STB name through _BINDING (an
+# unknown name: 1), a value pyelftools has no name for as is
+_BIND_OF = np.array([0, 1, 2, 1, 4, 5, 6, 7, 8, 9, 10, 11, 1, 1, 14, 1], np.int64)
+_STT_NOTYPE, _STT_OBJECT, _STT_FUNC, _STT_GNU_IFUNC = 0, 1, 2, 10
+_SHN_ABS, _SHN_COMMON = 0xFFF1, 0xFFF2
+
+
+def _table_symbols_array(elf: ELFFile, table: Any, sections: list) -> list[list] | None:
+    """:func:`_table_symbols` from the table's bytes by numpy (a little-endian ELF's standard symbol
+    records; None otherwise, or for a name pyelftools would read past its string table): a library's
+    ``.dynsym`` or a program's ``.symtab`` of tens of thousands of symbols took pyelftools ~50 us each."""
+    bits = elf.elfclass
+    dt = _SYM_DTYPES.get(bits)
+    if dt is None or not elf.little_endian or table["sh_entsize"] != dt.itemsize:
+        return None
+    n = table["sh_size"] // dt.itemsize
+    data = table.data()
+    if len(data) < n * dt.itemsize:
+        return None
+    syms = np.frombuffer(data, dt, count=n)
+    link = table["sh_link"]
+    if not 0 <= link < len(sections):
+        return None
+    strtab = sections[link].data()
+    nsec = len(sections)
+    sec_addr = np.array([sec["sh_addr"] for sec in sections] + [0], np.uint64)
+    sec_off = np.array([sec["sh_offset"] for sec in sections] + [0], np.uint64)
+    text_or_data = np.array([("text" in sec.name or "data" in sec.name) for sec in sections] + [False])
+    shndx = syms["shndx"].astype(np.int64)
+    defined = (shndx != 0) & (shndx != _SHN_ABS) & (shndx != _SHN_COMMON) & (shndx < nsec)
+    typ = syms["info"] & 0xF
+    vis = syms["other"] & 7
+    sec = np.where(defined, shndx, nsec)
+    label = (typ == _STT_NOTYPE) & (vis != 1) & (vis != 2) & text_or_data[sec]
+    kept = defined & (label | (typ == _STT_FUNC) | (typ == _STT_GNU_IFUNC) | (typ == _STT_OBJECT))
+    kept &= syms["name"] != 0  # (offset 0 of a string table is its empty string)
+    rows = np.flatnonzero(kept)
+    value = syms["value"][rows].astype(np.uint64)
+    size = syms["size"][rows].astype(np.uint64)
+    if len(rows) and (int(value.max()) >= 1 << 62 or int(size.max()) >= 1 << 62
+                      or int(sec_off.max()) >= 1 << 62 or int(sec_addr.max()) >= 1 << 62):
+        return None  # (addresses past 2^62: Python's integers, the line-by-line way)
+    start = (value.astype(np.int64) - sec_addr[sec[rows]].astype(np.int64) + sec_off[sec[rows]].astype(np.int64))
+    end = start + size.astype(np.int64)
+    binding = _BIND_OF[syms["info"][rows] >> 4]
+    out = []
+    for i, a, z, bd in zip(syms["name"][rows].tolist(), start.tolist(), end.tolist(), binding.tolist()):
+        j = strtab.find(b"\0", i)
+        if i >= len(strtab) or j < 0:
+            return None  # pyelftools reads the file past the table: the slow way
+        if j == i:
+            continue  # an empty name
+        out.append([a, z, strtab[i:j].decode("utf-8", errors="replace"), bd])
+    return out
 
 
 # perf 6.1's PLT layout of the machines it knows: (header size, entry size); others: .plt's sh_entsize
@@ -157,13 +227,47 @@ def _plt_symbols(elf: ELFFile, sections: list) -> list[list]:
         return []
     header, entry = _PLT_SIZES.get(elf["e_machine"], (plt["sh_entsize"], plt["sh_entsize"]))
     offset = plt["sh_offset"] + header
-    nsyms = dynsym.num_symbols()
+    names = _plt_names_array(elf, rel, dynsym, sections[strtab_idx])
+    if names is None:
+        nsyms = dynsym.num_symbols()
+        names = [dynsym.get_symbol(r["r_info_sym"]).name if r["r_info_sym"] < nsyms else ""
+                 for r in rel.iter_relocations()]
     out = []
-    for r in rel.iter_relocations():
-        idx = r["r_info_sym"]
-        name = dynsym.get_symbol(idx).name if idx < nsyms else ""
+    for name in names:
         out.append([offset, offset + entry, f"{name}@plt", 1])
         offset += entry
+    return out
+
+
+def _plt_names_array(elf: ELFFile, rel: Any, dynsym: Any, strtab_sec: Any) -> list[str] | None:
+    """The names of the relocations' symbols as pyelftools gives them (``""`` past the table), from the
+    sections' bytes by numpy; None where that is not the plain little-endian layout."""
+    bits = elf.elfclass
+    dt = _SYM_DTYPES.get(bits)
+    is_rela = rel["sh_type"] == "SHT_RELA"
+    size = (24 if is_rela else 16) if bits == 64 else (12 if is_rela else 8)
+    if dt is None or not elf.little_endian or rel["sh_entsize"] != size or dynsym["sh_entsize"] != dt.itemsize:
+        return None
+    data = rel.data()
+    n = rel["sh_size"] // size
+    if len(data) < n * size:
+        return None
+    words = np.frombuffer(data, np.dtype("<u8" if bits == 64 else "<u4"), count=n * size // (8 if bits == 64 else 4))
+    info = words.reshape(n, -1)[:, 1]
+    idx = (info >> np.uint64(32)) if bits == 64 else (info >> np.uint32(8))
+    nsyms = dynsym["sh_size"] // dt.itemsize
+    syms = np.frombuffer(dynsym.data(), dt, count=nsyms)
+    strtab = strtab_sec.data()
+    out = []
+    for i in idx.tolist():
+        if i >= nsyms:
+            out.append("")
+            continue
+        o = int(syms["name"][i])
+        j = strtab.find(b"\0", o)
+        if o >= len(strtab) or j < 0:
+            return None
+        out.append(strtab[o:j].decode("utf-8", errors="replace"))
     return out
 
 
