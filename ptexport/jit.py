@@ -231,6 +231,21 @@ if numba is not None:
         print(f"ptexport: numba's cache cannot be prepared ahead here ({e})", file=sys.stderr)
 
 
+def skip_numba_extensions() -> None:
+    """numba's extension entry points not loaded in this process (ptexport's command line, where
+    nothing but ptexport's kernels run, and they use no other package's numba types).  numba loads
+    them before the first kernel call of a process, cached or not (``entrypoints.init_all``: the
+    metadata of every installed distribution read, 20-40 ms of each start-up here)."""
+    if numba is None:
+        return
+    try:
+        from numba.core import entrypoints
+
+        entrypoints._already_initialized = True
+    except (ImportError, AttributeError):  # pragma: no cover - another numba: its own way
+        pass
+
+
 def cache_prepared() -> bool:
     """Whether the decoder's kernels were compiled here before (numba then loads them in a second)."""
     if numba is None:

@@ -261,3 +261,44 @@ def test_a_kernels_cache_is_made_when_first_used(tmp_path):
 
     plain.__module__ = "elsewhere"  # not ptexport's: numba's own cache, made at once
     assert isinstance(jit.numba.njit(cache=True)(plain)._cache, FunctionCache)
+
+
+_EXTENSIONS_PROBE = """
+import sys
+from importlib import metadata
+calls = []
+real = metadata.entry_points
+def counted(*a, **k):
+    calls.append(1)
+    return real(*a, **k)
+metadata.entry_points = counted
+from numba.core import entrypoints
+entrypoints.importlib_metadata.entry_points = counted
+if sys.argv[1] == "cli":
+    from ptexport.cli import entry
+    sys.argv = ["ptexport", "dump", "branches", "--count", "--jobs", "1", sys.argv[2]]
+    import atexit
+    atexit.register(lambda: print("entry points read", len(calls), entrypoints._already_initialized, file=sys.stderr))
+    entry()
+else:
+    from ptexport.cli import main
+    main(["dump", "branches", "--count", "--jobs", "1", sys.argv[2]])
+    print("entry points read", len(calls), entrypoints._already_initialized, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("how", ["cli", "library"])
+def test_the_command_line_skips_numbas_extension_scan(tmp_path, how):
+    """The console script (entry) runs only ptexport's kernels: numba's extension entry points (every
+    installed distribution's metadata, 20-40 ms) are not read; a program calling ptexport's main keeps
+    numba's own way (they are read before its first kernel call)."""
+    import subprocess
+
+    sample = ROOT / "sample_data" / "loops" / "perf.data"
+    r = subprocess.run([sys.executable, "-c", _EXTENSIONS_PROBE, how, str(sample)], capture_output=True, text=True,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    found = re.search(r"entry points read (\d+) (\w+)", r.stderr)
+    assert found, r.stderr[-2000:]
+    assert found[2] == "True"  # initialized: by numba (library) or marked so (cli)
+    assert (int(found[1]) == 0) == (how == "cli")

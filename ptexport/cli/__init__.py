@@ -346,6 +346,10 @@ def _warn_reference_path(args) -> None:
     from ptexport.jit import unavailable_reason
 
     reason = unavailable_reason()
+    if _gc_held and not reason:  # the console script's own process (entry): nothing else runs numba here
+        from ptexport.jit import skip_numba_extensions
+
+        skip_numba_extensions()
     if reason:
         _warned = True
         print(f"ptexport: warning: {reason}: decoding on the slow reference path "

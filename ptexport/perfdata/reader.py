@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
 import numpy as _np
-import zstandard
 
 from ptexport.errors import PerfDataError, TruncatedError
 from ptexport.perfdata.attr import EventAttr, perf_event_name
@@ -1411,6 +1410,9 @@ class _Decompressor:
         # perf never puts more than one mmap buffer (mmap_len) into one COMPRESSED record
         self.max_out = max(64 << 20, 4 * mmap_len)
         self.sink = _Sink(self.max_out)
+        import zstandard  # (only a compressed recording needs it: start-up speed)
+
+        self._zstd_error = zstandard.ZstdError
         self.writer = zstandard.ZstdDecompressor().stream_writer(self.sink)
         self.pending = b""
         self.inner = 0  # decompressed bytes handed out so far (offset of pending[0])
@@ -1425,7 +1427,7 @@ class _Decompressor:
             data = bytes(buf[off + 8:off + rec.size])
         try:
             self.writer.write(data)
-        except zstandard.ZstdError as e:
+        except self._zstd_error as e:
             raise PerfDataError(f"zstd: {e}", source=self.name, offset=pos, what="record COMPRESSED") from None
         except _TooBig:
             raise PerfDataError(f"decompresses to more than {self.max_out} bytes", source=self.name, offset=pos,
