@@ -70,7 +70,7 @@ class MachineState:
         self._kallsyms: Any = None
         self._elf_tabs = elf_tabs  # shared by machines: an ELF file's symbols do not depend on who maps it
         self._symtabs: dict[str, SymbolTable] = {}  # kernel and module tables of this machine
-        self._file_tabs: dict[tuple[str, bytes | None], SymbolTable] = {}
+        self._file_tabs: dict[tuple[str, bytes | None, bool], SymbolTable] = {}
         self.dso_ids: dict[str, int] = {}
         self._sym_ids: dict[tuple[int, int], tuple[int, int]] = {}  # (dso id, sym start) -> (id, start)
         self._unknown: dict[int, dict[int, int]] = {}  # dso id -> {address: symbol id} ("unknown" symbols)
@@ -148,16 +148,18 @@ class MachineState:
             self._kallsyms = self._load_kallsyms()
         return self._kallsyms
 
-    def _elf_symtab(self, path: str | None) -> SymbolTable:
+    def _elf_symtab(self, path: str | None, kernel: bool = False) -> SymbolTable:
+        """An ELF file's symbols (a kernel module's: names not demangled, perf's demangle_kernel)."""
         if path is None:
             return EMPTY
-        tab = self._elf_tabs.get(path)
+        key = path if not kernel else f"{path}\0kernel"
+        tab = self._elf_tabs.get(key)
         if tab is None:
             try:
-                tab = load_elf_symbols(path)
+                tab = load_elf_symbols(path, demangled=not kernel)
             except PtExportError:
                 tab = EMPTY
-            self._elf_tabs[path] = tab
+            self._elf_tabs[key] = tab
         return tab
 
     def _dso(self, e: Any, kernel: bool) -> tuple[int, str]:
@@ -192,14 +194,14 @@ class MachineState:
             self._symtabs[name] = tab
         return tab
 
-    def _file_symtab(self, name: str, build_id: bytes | None) -> SymbolTable:
-        key = (name, build_id)
+    def _file_symtab(self, name: str, build_id: bytes | None, kernel: bool = False) -> SymbolTable:
+        key = (name, build_id, kernel)
         tab = self._file_tabs.get(key)
         if tab is None:
-            tab = self._file_tabs[key] = self._find_file_symtab(name, build_id)
+            tab = self._file_tabs[key] = self._find_file_symtab(name, build_id, kernel)
         return tab
 
-    def _find_file_symtab(self, name: str, build_id: bytes | None) -> SymbolTable:
+    def _find_file_symtab(self, name: str, build_id: bytes | None, kernel: bool = False) -> SymbolTable:
         obj = self.s.objects.get(name, build_id)
         path = None
         if obj.data is not None:
@@ -210,7 +212,7 @@ class MachineState:
                     break
                 except OSError:
                     continue
-        return self._elf_symtab(path)
+        return self._elf_symtab(path, kernel)
 
     def lookup(self, pid: int, ip: int, time: int, kernel: bool | None = None) -> Found | None:
         """perf's thread__find_map + dso__find_symbol without the DSO's last-lookup cache (what the
@@ -234,7 +236,7 @@ class MachineState:
             if kernel and (name.startswith("[") or (name.startswith("/") and self.kallsyms is not None)):
                 tab = self._kernel_symtab(name, e)
             else:
-                tab = self._file_symtab(name, self.s.build_id_of(name, e.build_id))
+                tab = self._file_symtab(name, self.s.build_id_of(name, e.build_id), kernel)
             # perf's map_ip: identity for the kernel map, ip - start for a module map (its pgoff is 0)
             base = 0 if kdso else (e.start if kernel else e.start - e.pgoff)
             if kdso and self.kmap_range is None and len(tab):

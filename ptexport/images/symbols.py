@@ -49,6 +49,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from ptexport.errors import ImageError
+from ptexport.images.demangle import demangle
 
 _BINDING = {"STB_LOCAL": 0, "STB_GLOBAL": 1, "STB_WEAK": 2, "STB_GNU_UNIQUE": 10, "STB_LOOS": 10}
 
@@ -100,8 +101,10 @@ class SymbolTable:
 EMPTY = SymbolTable([])
 
 
-def load_elf_symbols(path: str) -> SymbolTable:
-    """The symbols of the ELF file at ``path`` (.symtab, else .dynsym) and of its PLT, as perf 6.1 keeps them."""
+def load_elf_symbols(path: str, demangled: bool = True) -> SymbolTable:
+    """The symbols of the ELF file at ``path`` (.symtab, else .dynsym) and of its PLT, as perf 6.1 keeps them:
+    their names demangled (``images/demangle.py``), except a kernel module's (``demangled`` False: perf's
+    ``demangle_kernel`` is off)."""
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
@@ -112,8 +115,11 @@ def load_elf_symbols(path: str) -> SymbolTable:
             raw = _table_symbols_array(elf, table, sections)
             if raw is None:
                 raw = _table_symbols(table, sections)
+            if demangled:  # perf's names are demangled ones (and its duplicates are chosen by them)
+                for r in raw:
+                    r[2] = demangle(r[2])
             # perf 6.1 synthesizes PLT symbols only when the table gave it some
-            plt = _plt_symbols(elf, sections) if raw else []
+            plt = _plt_symbols(elf, sections, demangled) if raw else []
     except (OSError, ELFError, ValueError) as e:
         raise ImageError(f"cannot read symbols: {e}", source=path) from e
     return perf_table(raw, plt)
@@ -209,7 +215,7 @@ def _table_symbols_array(elf: ELFFile, table: Any, sections: list) -> list[list]
 _PLT_SIZES = {"EM_ARM": (20, 12), "EM_AARCH64": (32, 16), "EM_SPARC": (48, 12), "EM_SPARCV9": (128, 32)}
 
 
-def _plt_symbols(elf: ELFFile, sections: list) -> list[list]:
+def _plt_symbols(elf: ELFFile, sections: list, demangled: bool = True) -> list[list]:
     """perf 6.1's dso__synthesize_plt_symbols: ``[start, end, "NAME@plt", STB_GLOBAL]`` for each
     ``.rela.plt`` (else ``.rel.plt``) entry, in its order, on ``.plt``'s entries after its header."""
     dynsym_idx = next((i for i, sec in enumerate(sections) if sec.name == ".dynsym"), None)
@@ -234,7 +240,9 @@ def _plt_symbols(elf: ELFFile, sections: list) -> list[list]:
                  for r in rel.iter_relocations()]
     out = []
     for name in names:
-        out.append([offset, offset + entry, f"{name}@plt", 1])
+        # perf demangles the name, then prints "NAME@plt" into a buffer of 1024 bytes
+        full = f"{demangle(name) if demangled else name}@plt".encode("utf-8", errors="surrogateescape")[:1023]
+        out.append([offset, offset + entry, full.decode("utf-8", errors="replace"), 1])
         offset += entry
     return out
 

@@ -56,9 +56,10 @@ def columns(db, table: str) -> list[str]:
 @pytest.mark.slow
 @needs_perf
 @needs_exporter
-@pytest.mark.parametrize("program", slow_after(["calls", "threads", "bigcode"]))
+@pytest.mark.parametrize("program", slow_after(["calls", "threads", "bigcode", "names"]))
 def test_export_equals_perf_export(tmp_path, program):
-    """(bigcode: 45 K instructions of 3,000 functions, one with a GNU IFUNC alias perf keeps)"""
+    """(bigcode: 45 K instructions of 3,000 functions, one with a GNU IFUNC alias perf keeps; names:
+    C++, Rust, OCaml and Java names, which perf demangles)"""
     d = tmp_path / "trace"
     assert main(["synth", "--out", str(d), "--program", program, "--branches", "20000"], out=io.StringIO()) == 0
     theirs, ours = tmp_path / "perf.db", tmp_path / "ours.db"
