@@ -347,8 +347,6 @@ class ArrayKallsyms:
     def _ref(self, name: str) -> int | None:
         """The first address of kernel function ``name`` (perf's kallsyms__get_function_start)."""
         if name not in self._refs:
-            import re
-
             found = re.search(rf"^([0-9a-fA-F]{{16}}) [TtWw] {re.escape(name)}$", self._text, re.M)
             self._refs[name] = int(found[1], 16) if found else None
         return self._refs[name]
