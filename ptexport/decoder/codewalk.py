@@ -229,6 +229,13 @@ class CodeObject:
     data: memoryview | None
     bits: int = 64
     failed: bool = False  # a read failed (perf's DSO_DATA_STATUS_ERROR)
+    # what block caches key its code by: the name, unless another object of the name came first
+    # (:class:`CodeObjects`: a file of another build-id, e.g. a guest's library beside the host's)
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            self.key = self.name
 
     def read(self, offset: int, size: int) -> bytes:
         if self.data is None or offset < 0 or offset >= len(self.data):
@@ -245,6 +252,7 @@ class CodeObjects:
         self.buildid_dir = buildid_dir or os.path.join(os.path.expanduser("~"), ".debug")
         self.search_dirs = search_dirs
         self._objects: dict[tuple[str, bytes | None], CodeObject] = {}
+        self._of_name: dict[str, int] = {}  # objects made of each name
 
     def candidates(self, filename: str, build_id: bytes | None) -> list[str]:
         out = []
@@ -280,7 +288,9 @@ class CodeObjects:
                 if bytes(data[:4]) == b"\x7fELF" and data[4] == 1:
                     bits = 32
                 break
-        obj = CodeObject(filename, data, bits)
+        k = self._of_name.get(filename, 0)
+        self._of_name[filename] = k + 1
+        obj = CodeObject(filename, data, bits, key=filename if k == 0 else f"{filename}#{k}")
         self._objects[key] = obj
         return obj
 
@@ -373,7 +383,7 @@ class PerfCodeWalker:
                 return _EINVAL, 0, ip, insn
             start, end, pgoff, obj = hit
             offset = ip - start + pgoff
-            key = (obj.name, offset)
+            key = (obj.key, offset)
             if not to_ip and one_map:
                 e = self.cache.get(key)
                 if e is not None and (not max_insn_cnt or e[0] <= max_insn_cnt):
@@ -389,8 +399,8 @@ class PerfCodeWalker:
                 insn = got
                 insn_cnt += 1
                 if insn.branch != BR_NO_BRANCH:
-                    if one_map and not (to_ip and self.cache.get((obj.name, start_offset))):
-                        self.cache[(obj.name, start_offset)] = (insn_cnt, ip - start_ip, insn)
+                    if one_map and not (to_ip and self.cache.get((obj.key, start_offset))):
+                        self.cache[(obj.key, start_offset)] = (insn_cnt, ip - start_ip, insn)
                     return 0, insn_cnt, ip, insn
                 if max_insn_cnt and insn_cnt >= max_insn_cnt:
                     return 0, insn_cnt, ip, insn

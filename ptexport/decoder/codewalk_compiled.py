@@ -402,7 +402,7 @@ class PerfCodeWalker(codewalk.PerfCodeWalker):
             start, end, pgoff, obj = hit
             offset = ip - start + pgoff
             if not to_ip and one_map and bounds is None:
-                e = self.cache.get((obj.name, offset))
+                e = self.cache.get((obj.key, offset))
                 if e is not None and (not max_insn_cnt or e[0] <= max_insn_cnt):
                     return 0, e[0], ip + e[1], e[2], True
             start_offset, start_ip = offset, ip
@@ -428,8 +428,8 @@ class PerfCodeWalker(codewalk.PerfCodeWalker):
                     else:
                         if why == ST_BRANCH:
                             ip += dist
-                            if one_map and not (to_ip and self.cache.get((obj.name, start_offset))):
-                                self.cache[(obj.name, start_offset)] = (insn_cnt, ip - start_ip, insn)
+                            if one_map and not (to_ip and self.cache.get((obj.key, start_offset))):
+                                self.cache[(obj.key, start_offset)] = (insn_cnt, ip - start_ip, insn)
                             return 0, insn_cnt, ip, insn, one_map
                         if why == ST_MAX:
                             return 0, insn_cnt, ip + dist, insn, one_map
@@ -447,8 +447,8 @@ class PerfCodeWalker(codewalk.PerfCodeWalker):
                 insn = got
                 insn_cnt += 1
                 if insn.branch != BR_NO_BRANCH:
-                    if one_map and not (to_ip and self.cache.get((obj.name, start_offset))):
-                        self.cache[(obj.name, start_offset)] = (insn_cnt, ip - start_ip, insn)
+                    if one_map and not (to_ip and self.cache.get((obj.key, start_offset))):
+                        self.cache[(obj.key, start_offset)] = (insn_cnt, ip - start_ip, insn)
                     return 0, insn_cnt, ip, insn, one_map
                 if max_insn_cnt and insn_cnt >= max_insn_cnt:
                     return 0, insn_cnt, ip, insn, one_map

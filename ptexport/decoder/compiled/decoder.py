@@ -43,6 +43,8 @@ reference decodes).  See docs/architecture.md.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from itertools import repeat
 from typing import Any
 
@@ -141,16 +143,26 @@ class _Table:
 
 
 class _Blocks:
-    """Blocks shared by all tables of a queue decoder: rows of BK and boundary offsets BND."""
+    """Blocks of code objects: rows of BK and boundary offsets BND, shared by every table of every
+    queue decoder of a session in this process (:func:`shared_blocks`).
+
+    A block is what decoding an object's bytes from an offset to the next branch gives, whichever
+    queue, thread or address space runs it: a recording's CPU queues (and the parent's joins of PSB
+    segments) learn each block once, not once a queue.  Code is keyed by its object's ``key`` (two
+    files of one name, e.g. a host's and a guest's libc of other build-ids, are two keys).
+    """
 
     def __init__(self) -> None:
         self.bk = np.zeros((1024, K.BK_SIZE), np.int64)
         self.bnd = np.zeros(1 << 14, np.int64)
         self.n = 0
         self.nb = 0
-        self.index: dict[tuple[str, int], int] = {}  # (object name, file offset) -> block row
-        # (object name, file offset) of an instruction inside a block -> (block row, its index there)
+        self.index: dict[tuple[str, int], int] = {}  # (object key, file offset) -> block row
+        # (object key, file offset) of an instruction inside a block -> (block row, its index there)
         self.inner: dict[tuple[str, int], tuple[int, int]] = {}
+        # learning a block is several steps (the threads of one process may decode at once: the
+        # coordinator's joins beside its export)
+        self.lock = threading.Lock()
 
     def add(self, cnt: int, nbytes: int, insn: Any, bounds: list[int]) -> int:
         return self.add_row((cnt, nbytes, insn.op, insn.branch, insn.length, insn.rel), bounds)
@@ -184,6 +196,20 @@ class _Blocks:
         row = self.add_row((cnt - j, nbytes - d, op, br, length, rel), [b - d for b in bnd[j:]])
         self.index[(name, offset)] = row
         return row
+
+
+_SHARED_BLOCKS: "weakref.WeakKeyDictionary[Any, _Blocks]" = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_blocks(objects: Any) -> _Blocks:
+    """The block cache of the session whose code objects are ``objects`` (its registry), in this
+    process: made with the first queue decoder, gone with the session."""
+    with _SHARED_LOCK:
+        got = _SHARED_BLOCKS.get(objects)
+        if got is None:
+            got = _SHARED_BLOCKS[objects] = _Blocks()
+        return got
 
 
 class _Tokens:
@@ -301,7 +327,8 @@ class QueueDecoder:
         # maps of then and, for a CPU queue, the thread current on the CPU then: one context throughout.
         self.end_who = ctx.end_who(self.cpu) if self.per_cpu and ctx.timeless else (-1, -1)
         self.map_time = TIMELESS_MAP_TIME if ctx.timeless else 0
-        self.blocks = _Blocks()
+        objects = getattr(self.lookup, "objects", None)
+        self.blocks = shared_blocks(objects) if objects is not None else _Blocks()
         self.tables: dict[tuple, _Table] = {}
         self.gtables: dict[tuple, _Table] = {}  # guest code, per guest context
         self.gtable = self.table = _Table(16)
@@ -469,21 +496,24 @@ class QueueDecoder:
             return False
         start, end, pgoff, obj = hit
         offset = ip - start + pgoff
-        row = self.blocks.index.get((obj.name, offset))
-        if row is None:
-            row = self.blocks.rest(obj.name, offset, end - ip)
-        if row is None:
-            # the walk with its instruction boundaries; a block that leaves this mapping is not cached
-            err, cnt, new_ip, insn, bounds, one_map = w.block(ip, nr, hit)
-            if not one_map:
-                return False
-            row = self.blocks.add(cnt, new_ip - ip, insn, bounds)
-            self.blocks.index[(obj.name, offset)] = row
-            # its instructions' (row, index): where a walk starts inside it (rest).  Another block
-            # may have one of them already: either gives the same rest (decoding from an
-            # instruction is the same whichever block it was met in, up to the same branch)
-            self.blocks.inner.update(zip(zip(repeat(obj.name), [offset + b for b in bounds]),
-                                         zip(repeat(row), range(1, len(bounds) + 1))))
+        blocks = self.blocks
+        with blocks.lock:
+            name = obj.key
+            row = blocks.index.get((name, offset))
+            if row is None:
+                row = blocks.rest(name, offset, end - ip)
+            if row is None:
+                # the walk with its instruction boundaries; a block that leaves this mapping is not cached
+                err, cnt, new_ip, insn, bounds, one_map = w.block(ip, nr, hit)
+                if not one_map:
+                    return False
+                row = blocks.add(cnt, new_ip - ip, insn, bounds)
+                blocks.index[(name, offset)] = row
+                # its instructions' (row, index): where a walk starts inside it (rest).  Another block
+                # may have one of them already: either gives the same rest (decoding from an
+                # instruction is the same whichever block it was met in, up to the same branch)
+                blocks.inner.update(zip(zip(repeat(name), [offset + b for b in bounds]),
+                                        zip(repeat(row), range(1, len(bounds) + 1))))
         t = self.gtable if nr else self.table
         if 2 * (t.n + 1) > len(t.hk):
             big = _Table(2 * len(t.hk))
