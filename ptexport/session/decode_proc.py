@@ -88,8 +88,10 @@ def _child(session: Any, conn: Any, batch_rows: int, jobs: int, ring: Any = None
             conn.send(("batch", [(name, a.dtype.str, a.shape[0]) for name, a in parts]))
             for _, a in parts:
                 conn.send_bytes(memoryview(a).cast("B"))
-        seconds = time.perf_counter() - t0
-        conn.send(("end", (seconds, tail() if tail is not None else None)))
+        # the end of the batches first: the parent finishes its export while the tail runs here
+        conn.send(("end", (time.perf_counter() - t0, None)))
+        if tail is not None:
+            conn.send(("tail", tail()))
     except BaseException as e:  # noqa: BLE001 - everything goes to the parent, which raises it
         try:
             conn.send(("error", e))
@@ -122,7 +124,8 @@ class DecodeProcess:
 
     ``tail``: work for the child once it has decoded the last batch, while this process still exports (a
     VM export's VMCS measurement, :func:`ptexport.session.export.measure_vmcs`): its result is
-    ``self.tail``, a future set when the iteration ends (an error or an early close cancels it)."""
+    ``self.tail``, a future set when the child has done it (the iteration ends before: this process
+    finishes its export meanwhile; an error or an early close cancels it)."""
 
     def __init__(self, session: Any, batch_rows: int = 1 << 16, jobs: int = 1,
                  tail: Callable[[], Any] | None = None) -> None:
@@ -144,6 +147,7 @@ class DecodeProcess:
         free_r.close()
         self.seconds = 0.0
         self._done = False
+        self._tail_thread: threading.Thread | None = None
 
     def __iter__(self) -> Iterator[SampleColumns]:
         try:
@@ -153,10 +157,12 @@ class DecodeProcess:
                 except EOFError as e:
                     raise PtExportError("the decoding process ended unexpectedly") from e
                 if kind == "end":
-                    self.seconds, tail = payload
+                    self.seconds = payload[0]
                     self._done = True
-                    if self.tail is not None:
-                        self.tail.set_result(tail)
+                    if self.tail is not None:  # its result comes after: received on a thread of its own
+                        self._tail_thread = threading.Thread(target=self._receive_tail, name="ptexport-decode-tail",
+                                                             daemon=True)
+                        self._tail_thread.start()
                     return
                 if kind == "error":
                     self._done = True
@@ -181,7 +187,25 @@ class DecodeProcess:
                     cols[name] = np.frombuffer(buf, dtype=dtype)
                 yield SampleColumns(**cols)
         finally:
-            self.close()
+            if self._tail_thread is None:  # (a tail under way: its future, then close(), end the child)
+                self.close()
+
+    def _receive_tail(self) -> None:
+        """``self.tail`` set from the child's last message (its result, or the error it raised)."""
+        fut = self.tail
+        assert fut is not None  # (started only with a tail)
+        if not fut.set_running_or_notify_cancel():
+            return  # cancelled: close() ends the child
+        try:
+            kind, payload = self._conn.recv()
+        except (EOFError, OSError) as e:
+            fut.set_exception(PtExportError(f"the decoding process ended before its last work ({e or 'EOF'})"))
+            return
+        if kind == "tail":
+            fut.set_result(payload)
+        else:
+            fut.set_exception(payload if isinstance(payload, BaseException)
+                              else PtExportError(f"the decoding process sent {kind!r}"))
 
     def _release(self, slot: int) -> None:
         """Hand ``slot`` back to the child (from whichever thread let go of the batch's last column)."""
@@ -197,10 +221,14 @@ class DecodeProcess:
         """End the child (at once if it is still decoding) and reap it."""
         if self._proc is None:
             return
+        waiting = self._tail_thread is not None and self._tail_thread.is_alive()
         if self.tail is not None:
-            self.tail.cancel()  # (a no-op once set) nobody waits for what the child did not send
-        if not self._done and self._proc.is_alive():
-            self._proc.kill()  # it ignores the stop signals (ignore_stop_signals)
+            self.tail.cancel()  # (a no-op once running or set) nobody waits for what the child did not send
+        if (not self._done or waiting) and self._proc.is_alive():
+            self._proc.kill()  # it ignores the stop signals (ignore_stop_signals); a tail unread is not waited for
+        if self._tail_thread is not None:
+            self._tail_thread.join()  # (the child is gone or has sent its last message)
+            self._tail_thread = None
         self._conn.close()
         with self._lock:
             self._free.close()

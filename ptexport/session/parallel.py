@@ -1143,29 +1143,35 @@ class _Source:
 
 
 def _gather(pieces: list[tuple[dict[str, np.ndarray], int, int]], n: int) -> dict[str, np.ndarray]:
-    """The ``n`` rows of ``pieces`` in order: one fancy index per column and source chunk (a VM trace's
-    queues take turns every few dozen rows: a batch is a thousand pieces of a few chunks)."""
+    """The ``n`` rows of ``pieces`` in order (a VM trace's queues take turns every few dozen rows: a
+    batch is a thousand pieces of a few chunks): per column and source chunk, one kernel call copies
+    that chunk's runs (a fancy index gathered and scattered every row: 10-14 ms a 64 K-row batch)."""
+    cs, los, his = zip(*pieces)
+    pos: dict[int, int] = {}
     chunks: list[dict[str, np.ndarray]] = []
-    which: dict[int, int] = {}
-    ci = np.empty(len(pieces), np.int64)
-    lo = np.empty(len(pieces), np.int64)
-    ln = np.empty(len(pieces), np.int64)
-    for j, (c, a, b) in enumerate(pieces):
-        k = which.get(id(c))
-        if k is None:
-            k = which[id(c)] = len(chunks)
+    for c in cs:
+        if id(c) not in pos:
+            pos[id(c)] = len(chunks)
             chunks.append(c)
-        ci[j], lo[j], ln[j] = k, a, b - a
-    src = np.repeat(lo - (np.cumsum(ln) - ln), ln) + np.arange(n)
-    if len(chunks) == 1:
-        return {k: v[src] for k, v in chunks[0].items()}
-    owner = np.repeat(ci, ln)
-    out = {k: np.empty(n, v.dtype) for k, v in chunks[0].items()}
-    for j, c in enumerate(chunks):
-        w = np.flatnonzero(owner == j)
-        s = src[w]
+    lo = np.array(los, np.int64)
+    ln = np.array(his, np.int64) - lo
+    at = np.cumsum(ln) - ln
+    ci = np.array([pos[id(c)] for c in cs], np.int64) if len(chunks) > 1 else None
+    runs = [(lo, ln, at)] if ci is None else [(lo[w], ln[w], at[w]) for w in (ci == j for j in range(len(chunks)))]
+    kinds = [(k, v.dtype) for k, v in chunks[0].items()]
+    if all(d.itemsize == 8 for _, d in kinds):  # the columns rows of one block: new memory faults in
+        block = np.empty((len(kinds), n), np.int64)  # once (numpy asks for huge pages from 4 MB on)
+        out = {k: block[i].view(d) for i, (k, d) in enumerate(kinds)}  # (21 columns apart: 5.3 -> 1.5 ms)
+    else:
+        out = {k: np.empty(n, d) for k, d in kinds}
+    for c, (clo, cln, cat) in zip(chunks, runs):
         for k, v in c.items():
-            out[k][w] = v[s]
+            o = out[k]
+            if QC.numba is not None and v.dtype.itemsize == 8 and v.flags.c_contiguous and o.dtype == v.dtype:
+                QC.copy_runs(o.view(np.int64), v.view(np.int64), clo, cln, cat)
+            else:  # (another width, or without numba: the runs' rows by a fancy index)
+                dpos = np.concatenate([np.arange(a, a + m) for a, m in zip(cat.tolist(), cln.tolist())])
+                o[dpos] = v[dpos + np.repeat(clo - cat, cln)]
     return out
 
 

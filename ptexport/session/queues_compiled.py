@@ -218,7 +218,18 @@ def merge_turns(start, size, err, ts, base, done, nxt, hord, hq, st, limit, unbo
     return nt
 
 
+def copy_runs(dst, src, lo, ln, at):
+    """``dst[at[j]:at[j] + ln[j]] = src[lo[j]:lo[j] + ln[j]]`` for every run j (a merged batch's pieces of
+    one source chunk, one column: parallel._gather)."""
+    for j in range(len(lo)):
+        a = lo[j]
+        d = at[j]
+        for i in range(ln[j]):
+            dst[d + i] = src[a + i]
+
+
 if numba is not None:
+    copy_runs = numba.njit(cache=True, nogil=True)(copy_runs)  # the decoding thread's: the export runs meanwhile
     merge_turns = numba.njit(cache=True, nogil=True)(merge_turns)
     _push = numba.njit(cache=True)(_push)
     _pop = numba.njit(cache=True)(_pop)
@@ -253,7 +264,9 @@ def perf_order(items: Sequence[tuple[Sequence[bool] | np.ndarray, Sequence[int] 
 
 def warm() -> None:
     """Compile :func:`perf_order`'s kernels ahead (``ptexport.cli.precompile``): the commands stream
-    (``merge_turns``); ``PerfSession.decode`` orders whole queues with these."""
+    (``merge_turns``); ``PerfSession.decode`` orders whole queues with these; a VM trace's batches are
+    gathered from small pieces with :func:`copy_runs`."""
     one = np.zeros(1, np.int64)
+    copy_runs(np.zeros(2, np.int64), one, np.zeros(1, np.int64), one, one)
     perf_order([(np.zeros(1, bool), one), (np.zeros(1, bool), one + 1)], [(5, False)], 0, np.array([0, 1]),
                np.zeros(2, np.int64), 2)

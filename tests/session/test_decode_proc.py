@@ -98,8 +98,8 @@ def test_closing_early_ends_the_child(trace):
 
 def test_the_child_does_its_tail_after_the_last_batch(trace):
     """``tail`` runs in the child once it has decoded everything; its result is the future ``proc.tail``,
-    set when the iteration ends (the VM export's VMCS measurement goes there); a close before that
-    cancels it."""
+    set once the child has done it, after the iteration has ended (the VM export's VMCS measurement
+    goes there: this process finishes its export meanwhile); a close before that cancels it."""
     from ptexport.perfdata import open_perf_data
     from ptexport.session.perfsession import DecodeConfig, open_session
 
@@ -108,13 +108,51 @@ def test_the_child_does_its_tail_after_the_last_batch(trace):
         proc = decode_proc.DecodeProcess(session, batch_rows=500, tail=lambda: (os.getpid(), len(session.queues())))
         assert not proc.tail.done()
         n = sum(len(b) for b in proc)
-        pid, queues = proc.tail.result(timeout=0)
+        pid, queues = proc.tail.result(timeout=60)
         assert n > 3000 and pid != os.getpid() and queues == len(session.queues()) == 2
         early = decode_proc.DecodeProcess(session, batch_rows=100, tail=lambda: 1)
         it = iter(early)
         next(it)
         it.close()
         assert early.tail.cancelled()
+
+
+def test_the_iteration_ends_before_the_tail_and_a_close_meanwhile_ends_the_child(trace):
+    """The last batch ends the iteration at once, while the child still runs its tail; a tail that fails
+    is the future's error; a close while the tail runs ends the child (nothing waits for it)."""
+    import time
+
+    from ptexport.perfdata import open_perf_data
+    from ptexport.session.perfsession import DecodeConfig, open_session
+
+    def slow():
+        time.sleep(1.5)
+        return "measured"
+
+    def failing():
+        raise ValueError("no VMCS")
+
+    with open_perf_data(trace) as pd:
+        session = open_session(pd, DecodeConfig(itrace=export_default()))
+        proc = decode_proc.DecodeProcess(session, batch_rows=500, tail=slow)
+        assert sum(len(b) for b in proc) > 3000
+        assert not proc.tail.done()  # the iteration did not wait for it
+        assert proc.tail.result(timeout=60) == "measured"
+        proc.close()
+        bad = decode_proc.DecodeProcess(session, batch_rows=500, tail=failing)
+        for _ in bad:
+            pass
+        with pytest.raises(ValueError, match="no VMCS"):
+            bad.tail.result(timeout=60)
+        bad.close()
+        gone = decode_proc.DecodeProcess(session, batch_rows=500, tail=lambda: time.sleep(60))
+        for _ in gone:
+            pass
+        child = gone._proc
+        t = time.perf_counter()
+        gone.close()
+        assert time.perf_counter() - t < 20 and not child.is_alive()
+        assert gone._proc is None and (gone.tail.cancelled() or gone.tail.exception() is not None)
 
 
 def test_a_vm_export_measures_its_vmcss_in_the_decoding_child(tmp_path):
