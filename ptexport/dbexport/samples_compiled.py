@@ -363,8 +363,11 @@ class _VmRuns:
         memo = self.memo
         k1 = self.next_stop[k0]
         seg = self.key[k0:k1]
-        # each thread's first run, in order
-        firsts = np.sort(np.unique(seg, return_index=True)[1]).tolist()
+        # each thread's first run, in order (a segment is a few dozen runs: a dict, not np.unique's sort)
+        first: dict[int, int] = {}
+        for j, key in enumerate(seg.tolist()):
+            first.setdefault(key, j)
+        firsts = list(first.values())
         th = np.zeros(self.nkeys, np.int64)
         comm = np.zeros(self.nkeys, np.int64)
         asked: list[int] = []
