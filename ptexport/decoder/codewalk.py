@@ -443,6 +443,15 @@ class PerfCodeWalker:
             return err, cnt, new_ip, insn, [], False
         return err, cnt, new_ip, insn, bounds, True
 
+    def block_array(self, ip: int, nr: bool, hit: "tuple[int, int, int, CodeObject] | None" = None
+                    ) -> tuple[int, int, int, Insn, Any, bool]:
+        """:meth:`block` with the boundaries as an int64 array (what the compiled decoder's block cache
+        takes)."""
+        import numpy as np
+
+        err, cnt, new_ip, insn, bounds, one_map = self.block(ip, nr, hit)
+        return err, cnt, new_ip, insn, np.array(bounds, np.int64), one_map
+
 
 def default_kernel_start(kernel_map_starts: list[int]) -> int:
     """perf's machine__kernel_start: the lowest kernel map start, else 2**63."""

@@ -342,6 +342,8 @@ class InsnDecoder(codewalk.InsnDecoder):
 
 
 _ROOM_MAX = 1 << 62
+_NO_BOUNDS = np.zeros(0, np.int64)
+_NO_BOUNDS.flags.writeable = False
 
 
 class PerfCodeWalker(codewalk.PerfCodeWalker):
@@ -370,14 +372,22 @@ class PerfCodeWalker(codewalk.PerfCodeWalker):
     def block(self, ip: int, nr: bool, hit: Any = None) -> tuple[int, int, int, Insn, list[int], bool]:
         """The reference's ``block``: one walk (decoded, not taken from the block cache) that keeps
         its instructions' boundaries."""
-        bounds: list[int] = []
-        err, cnt, new_ip, insn, one_map = self._walk(ip, 0, 0, nr, bounds, hit)
-        if err or insn.branch == BR_NO_BRANCH or not one_map:
-            return err, cnt, new_ip, insn, [], False
-        return err, cnt, new_ip, insn, bounds, True
+        err, cnt, new_ip, insn, bounds, one_map = self.block_array(ip, nr, hit)
+        return err, cnt, new_ip, insn, bounds.tolist(), one_map
 
-    def _walk(self, ip: int, to_ip: int, max_insn_cnt: int, nr: bool, bounds: list[int] | None,
+    def block_array(self, ip: int, nr: bool, hit: Any = None) -> tuple[int, int, int, Insn, np.ndarray, bool]:
+        """:meth:`block` with the boundaries as an array (the compiled decoder's block cache takes them so)."""
+        parts: list[np.ndarray] = []
+        err, cnt, new_ip, insn, one_map = self._walk(ip, 0, 0, nr, parts, hit)
+        if err or insn.branch == BR_NO_BRANCH or not one_map:
+            return err, cnt, new_ip, insn, _NO_BOUNDS, False
+        return err, cnt, new_ip, insn, (parts[0] if len(parts) == 1 else np.concatenate(parts) if parts
+                                        else _NO_BOUNDS), True
+
+    def _walk(self, ip: int, to_ip: int, max_insn_cnt: int, nr: bool, bounds: list[np.ndarray] | None,
               first: Any = None) -> tuple[int, int, int, Insn, bool]:
+        """The walk; ``bounds`` (not None): gets the instructions' boundaries (byte distances from ``ip``
+        after each instruction but the last), in pieces (arrays)."""
         insn = Insn()
         self.fail_obj = None
         if to_ip and ip == to_ip:
@@ -416,8 +426,7 @@ class PerfCodeWalker(codewalk.PerfCodeWalker):
                     if insn_cnt != before:
                         insn = Insn(op, br, length, rel)  # the last one decoded (what a failure returns)
                     if bounds is not None and nb:
-                        base = ip - ip0
-                        bounds.extend((self._bnd[:nb] + base).tolist())
+                        bounds.append(self._bnd[:nb] + (ip - ip0))  # (a new array: _bnd is scratch)
                     if why == ST_FULL:
                         ip += dist
                         offset += dist
@@ -454,7 +463,7 @@ class PerfCodeWalker(codewalk.PerfCodeWalker):
                     return 0, insn_cnt, ip, insn, one_map
                 ip += insn.length
                 if bounds is not None:
-                    bounds.append(ip - ip0)
+                    bounds.append(np.array([ip - ip0], np.int64))
                 if to_ip and ip == to_ip:
                     return 0, insn_cnt, ip, Insn(insn.op, insn.branch, 0, insn.rel), one_map
                 if ip >= end:

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -158,42 +157,59 @@ class _Blocks:
         self.n = 0
         self.nb = 0
         self.index: dict[tuple[str, int], int] = {}  # (object key, file offset) -> block row
-        # (object key, file offset) of an instruction inside a block -> (block row, its index there)
-        self.inner: dict[tuple[str, int], tuple[int, int]] = {}
+        # object key -> {file offset of an instruction inside a block: (block row << 24) | its index there}
+        self.inner: dict[str, dict[int, int]] = {}
         # learning a block is several steps (the threads of one process may decode at once: the
         # coordinator's joins beside its export)
         self.lock = threading.Lock()
 
-    def add(self, cnt: int, nbytes: int, insn: Any, bounds: list[int]) -> int:
+    def add(self, cnt: int, nbytes: int, insn: Any, bounds: Any) -> int:
         return self.add_row((cnt, nbytes, insn.op, insn.branch, insn.length, insn.rel), bounds)
 
-    def add_row(self, head: tuple[int, int, int, int, int, int], bounds: list[int]) -> int:
+    def add_row(self, head: tuple[int, int, int, int, int, int], bounds: Any) -> int:
+        """A new row: its head and its instructions' boundaries (a list or an array)."""
+        k = len(bounds)
         if self.n >= len(self.bk):
             self.bk = np.concatenate([self.bk, np.zeros_like(self.bk)])
-        while self.nb + len(bounds) > len(self.bnd):
+        while self.nb + k > len(self.bnd):
             self.bnd = np.concatenate([self.bnd, np.zeros_like(self.bnd)])
         i = self.n
-        self.bk[i] = head + (self.nb, len(bounds))
-        self.bnd[self.nb:self.nb + len(bounds)] = bounds
-        self.nb += len(bounds)
+        self.bk[i] = head + (self.nb, k)
+        self.bnd[self.nb:self.nb + k] = bounds
+        self.nb += k
         self.n += 1
         return i
+
+    def learn(self, key: str, offset: int, cnt: int, nbytes: int, insn: Any, bounds: np.ndarray) -> int:
+        """A block decoded at ``offset`` of object ``key``: its row, and where walks starting at each of its
+        instructions (:meth:`rest`) find it.  Another block may have one of them already: either gives
+        the same rest (decoding from an instruction is the same whichever block it was met in, up to
+        the same branch)."""
+        row = self.add_row((cnt, nbytes, insn.op, insn.branch, insn.length, insn.rel), bounds)
+        self.index[(key, offset)] = row
+        inner = self.inner.get(key)
+        if inner is None:
+            inner = self.inner[key] = {}
+        code = row << 24
+        inner.update(zip((bounds + offset).tolist(), range(code + 1, code + len(bounds) + 1)))
+        return row
 
     def rest(self, name: str, offset: int, room: int) -> int | None:
         """The row of the block starting at instruction ``offset`` of an object inside a known block
         (the rest of it, where a walk goes on after an instruction sample), None if there is none or it
         would reach ``room`` bytes (the mapping's end).  Taken from the known block's boundaries:
         decoding each rest anew would cost a block's instructions squared."""
-        got = self.inner.get((name, offset))
+        inner = self.inner.get(name)
+        got = inner.get(offset) if inner is not None else None
         if got is None:
             return None
-        prow, j = got
+        prow, j = got >> 24, got & 0xFFFFFF
         cnt, nbytes, op, br, length, rel, b0, n = self.bk[prow].tolist()
-        bnd = self.bnd[b0:b0 + n].tolist()
-        d = bnd[j - 1]
+        bnd = self.bnd[b0 + j - 1:b0 + n]
+        d = int(bnd[0])
         if nbytes - d >= room:
             return None
-        row = self.add_row((cnt - j, nbytes - d, op, br, length, rel), [b - d for b in bnd[j:]])
+        row = self.add_row((cnt - j, nbytes - d, op, br, length, rel), bnd[1:] - d)
         self.index[(name, offset)] = row
         return row
 
@@ -504,16 +520,10 @@ class QueueDecoder:
                 row = blocks.rest(name, offset, end - ip)
             if row is None:
                 # the walk with its instruction boundaries; a block that leaves this mapping is not cached
-                err, cnt, new_ip, insn, bounds, one_map = w.block(ip, nr, hit)
+                err, cnt, new_ip, insn, bounds, one_map = w.block_array(ip, nr, hit)
                 if not one_map:
                     return False
-                row = blocks.add(cnt, new_ip - ip, insn, bounds)
-                blocks.index[(name, offset)] = row
-                # its instructions' (row, index): where a walk starts inside it (rest).  Another block
-                # may have one of them already: either gives the same rest (decoding from an
-                # instruction is the same whichever block it was met in, up to the same branch)
-                blocks.inner.update(zip(zip(repeat(name), [offset + b for b in bounds]),
-                                        zip(repeat(row), range(1, len(bounds) + 1))))
+                row = blocks.learn(name, offset, cnt, new_ip - ip, insn, bounds)
         t = self.gtable if nr else self.table
         if 2 * (t.n + 1) > len(t.hk):
             big = _Table(2 * len(t.hk))
