@@ -32,13 +32,14 @@ from _common import (add_options, measured, need_file, need_perf, one_line_error
                      workdir, write_json)
 
 
-def generate(out: Path, branches: int, program: str) -> Path:
+def generate(out: Path, branches: int, program: str, extra: tuple[str, ...] = ()) -> Path:
+    """A generated recording of ``program`` (``extra``: more ``synth`` options, e.g. ``--cpus 4``)."""
     data = out / "perf.data"
     t0 = time.perf_counter()
     # --elf-path .: the MMAP2 names the ELF by its bare file name, so perf (run in the
     # trace's folder) finds it wherever the folder is.
     subprocess.run(["ptexport", "synth", "--out", str(out), "--program", program, "--branches", str(branches),
-                    "--elf-path", "."], check=True, stdout=subprocess.DEVNULL)
+                    "--elf-path", ".", *extra], check=True, stdout=subprocess.DEVNULL)
     print(f"generated {data} ({data.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t0:.1f} s",
           file=sys.stderr)
     return data

@@ -405,29 +405,39 @@ def part_modes(m: Matrix, work: Path, trace: Path, tiny: bool) -> dict:
 BIG_CODE = "bigcode"
 
 
+#: the code footprint rows: the big program on one CPU, and on 4 CPUs preempted every 20 K branches (a
+#: queue per CPU, each running much the same code, as a ``perf record -a`` of a machine's CPUs)
+CODE_VARIANTS = (("", (), "a new block decoded every ~100 branches"),
+                 ("4 CPUs", ("--cpus", "4", "--preempt", "20000"), "a queue per CPU, the same code on each"))
+
+
 def part_code(m: Matrix, work: Path, branches: int) -> dict:
     """A trace whose program is big (``bigcode``: ~45 K instructions against a few hundred for ``calls``):
     every new block is decoded on the way, as in a real recording of a program, its libraries and the
-    kernel.  ``dump branches --count`` with ``--jobs 1`` and ``--jobs 2`` against ``perf script
-    --itrace=b``, the counts checked against perf's."""
-    trace = bench_decode.generate(work / "code", branches, BIG_CODE)
-    cwd = trace.parent
+    kernel; and the same program on 4 CPUs.  ``dump branches --count`` with ``--jobs 1`` and ``--jobs
+    2`` against ``perf script --itrace=b``, the counts checked against perf's."""
     rep: dict = {"branches": branches, "program": BIG_CODE}
-    with open(os.devnull, "wb") as null:
-        pw, pc, _, _ = bench_decode.measure(["perf", "script", "--itrace=b", "-i", str(trace)], null, cwd)
-    perf_n = count_lines(["perf", "script", "--itrace=b", "--ns", "-F", PERF_FIELDS, "-i", str(trace)], cwd)
-    rep["perf"] = {"wall_s": pw, "cpu_s": pc, "branches": perf_n}
-    for j in (1, 2):
-        cmd = ["ptexport", "dump", "branches", "--count", "--jobs", str(j), str(trace)]
-        wall, cpu, _, out = bench_decode.measure(cmd, subprocess.PIPE, cwd)
-        found = re.match(rb"(\d+) samples", out)
-        n = int(found[1]) if found else None
-        if n != perf_n:
-            m.problems.append(f"code footprint: perf printed {perf_n} branches, ptexport --jobs {j} counted {n}")
-        rep[f"jobs {j}"] = r = {"wall_s": wall, "cpu_s": cpu, "branches": n, "ratio_to_perf": ratio(pw, wall)}
-        m.row("code", f"{BIG_CODE} (45 K insns): --count --jobs {j} vs perf", (wall, cpu), (pw, pc),
-              r["ratio_to_perf"], "modes", cpu_ratio=ratio(pc, cpu), value=f"{perf_n} branches",
-              note="a new block decoded every ~100 branches" if j == 1 else "")
+    for name, extra, what in CODE_VARIANTS:
+        trace = bench_decode.generate(work / ("code" + (f"-{extra[1]}cpus" if extra else "")), branches, BIG_CODE,
+                                      extra)
+        cwd = trace.parent
+        part = rep if not name else rep.setdefault(name, {"branches": branches, "options": list(extra)})
+        with open(os.devnull, "wb") as null:
+            pw, pc, _, _ = bench_decode.measure(["perf", "script", "--itrace=b", "-i", str(trace)], null, cwd)
+        perf_n = count_lines(["perf", "script", "--itrace=b", "--ns", "-F", PERF_FIELDS, "-i", str(trace)], cwd)
+        part["perf"] = {"wall_s": pw, "cpu_s": pc, "branches": perf_n}
+        for j in (1, 2):
+            cmd = ["ptexport", "dump", "branches", "--count", "--jobs", str(j), str(trace)]
+            wall, cpu, _, out = bench_decode.measure(cmd, subprocess.PIPE, cwd)
+            found = re.match(rb"(\d+) samples", out)
+            n = int(found[1]) if found else None
+            if n != perf_n:
+                m.problems.append(f"code footprint{' ' + name if name else ''}: perf printed {perf_n} branches, "
+                                  f"ptexport --jobs {j} counted {n}")
+            part[f"jobs {j}"] = r = {"wall_s": wall, "cpu_s": cpu, "branches": n, "ratio_to_perf": ratio(pw, wall)}
+            m.row("code", f"{BIG_CODE} (45 K insns){' on ' + name if name else ''}: --count --jobs {j} vs perf",
+                  (wall, cpu), (pw, pc), r["ratio_to_perf"], "modes", cpu_ratio=ratio(pc, cpu),
+                  value=f"{perf_n} branches", note=what if j == 1 else "")
     return rep
 
 

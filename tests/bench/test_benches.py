@@ -196,6 +196,10 @@ def test_bench_matrix(tmp_path):
     assert code["program"] == "bigcode" and code["jobs 1"]["branches"] == code["jobs 2"]["branches"] == \
         code["perf"]["branches"] >= 2000
     assert code["jobs 1"]["ratio_to_perf"] == pytest.approx(code["perf"]["wall_s"] / code["jobs 1"]["wall_s"])
+    cpus = code["4 CPUs"]  # the same program on 4 CPUs: a queue each (the shared block cache's case)
+    assert cpus["options"][:2] == ["--cpus", "4"]
+    assert cpus["jobs 1"]["branches"] == cpus["jobs 2"]["branches"] == cpus["perf"]["branches"] >= 2000
+    assert cpus["jobs 2"]["ratio_to_perf"] == pytest.approx(cpus["perf"]["wall_s"] / cpus["jobs 2"]["wall_s"])
     sc = rep["scaling"]  # the decoder's scaling on a trace of its own (--tiny: 30 k branches)
     assert sc["jobs 1"]["branches"] == sc["jobs 2"]["branches"] >= 30_000
     assert sc["scaling"] == pytest.approx(sc["jobs 1"]["wall_s"] / sc["jobs 2"]["wall_s"])

@@ -163,9 +163,6 @@ class _Blocks:
         # coordinator's joins beside its export)
         self.lock = threading.Lock()
 
-    def add(self, cnt: int, nbytes: int, insn: Any, bounds: Any) -> int:
-        return self.add_row((cnt, nbytes, insn.op, insn.branch, insn.length, insn.rel), bounds)
-
     def add_row(self, head: tuple[int, int, int, int, int, int], bounds: Any) -> int:
         """A new row: its head and its instructions' boundaries (a list or an array)."""
         k = len(bounds)
@@ -187,6 +184,8 @@ class _Blocks:
         the same branch)."""
         row = self.add_row((cnt, nbytes, insn.op, insn.branch, insn.length, insn.rel), bounds)
         self.index[(key, offset)] = row
+        if len(bounds) >= _INNER_MAX:  # (16 M instructions without a branch: its rests are decoded anew)
+            return row
         inner = self.inner.get(key)
         if inner is None:
             inner = self.inner[key] = {}
@@ -203,7 +202,7 @@ class _Blocks:
         got = inner.get(offset) if inner is not None else None
         if got is None:
             return None
-        prow, j = got >> 24, got & 0xFFFFFF
+        prow, j = got >> 24, got & (_INNER_MAX - 1)
         cnt, nbytes, op, br, length, rel, b0, n = self.bk[prow].tolist()
         bnd = self.bnd[b0 + j - 1:b0 + n]
         d = int(bnd[0])
@@ -214,6 +213,7 @@ class _Blocks:
         return row
 
 
+_INNER_MAX = 1 << 24  # an instruction's index in its block, in the low bits of ``_Blocks.inner``'s values
 _SHARED_BLOCKS: "weakref.WeakKeyDictionary[Any, _Blocks]" = weakref.WeakKeyDictionary()
 _SHARED_LOCK = threading.Lock()
 
