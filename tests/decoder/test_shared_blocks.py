@@ -136,3 +136,9 @@ def test_files_of_one_name_never_share_blocks(per_cpu_bigcode, tmp_path):
         assert (cnt_a, len_a) == (2, 5)  # mov, ret (the bytes up to the branch)
         assert (cnt_b, len_b) == (4, 3)  # three nops, jmp
         assert walks == [(0, 2, 0x400005), (0, 4, 0x400003), (0, 2, 0x400005)]
+
+
+def test_a_registry_that_cannot_be_a_weak_key_gets_a_cache_of_its_own():
+    assert perffast.shared_blocks({}) is not perffast.shared_blocks({})
+    registry = CodeObjects()
+    assert perffast.shared_blocks(registry) is perffast.shared_blocks(registry)
