@@ -50,6 +50,7 @@ VARIANTS = [
     ("calls", "--no-retcomp", "--ip-compression", "mixed", "--tnt", "long"),
     ("bigcode",),  # new code all along: the walk's kernel (decoder/codewalk_compiled.py) finds each block
     ("bigcode", "--corrupt", "3", "--psb-period", "1024"),
+    ("bigcode", "--cpus", "4", "--preempt", "300"),  # 4 CPU queues, one block cache (shared_blocks)
 ]
 
 

@@ -53,6 +53,8 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # 45 K instructions of code (the others: a few hundred), new blocks all along
     "bigcode-cyc": (("--program", "bigcode", "--timing", "cyc"), ("be", "cr", "i100")),
     "bigcode-corrupt": (("--program", "bigcode", "--corrupt", "3", "--psb-period", "1024"), ("be", "i100")),
+    # the same code on 4 CPUs, a queue each: one block cache for all (decoder/compiled/decoder.shared_blocks)
+    "bigcode-4cpus": (("--program", "bigcode", "--cpus", "4", "--preempt", "300"), ("be", "i100", "cr")),
 }
 
 CASES = [(v, k) for v, (_, kinds) in VARIANTS.items() for k in kinds]
