@@ -268,5 +268,8 @@ def warm() -> None:
     gathered from small pieces with :func:`copy_runs`."""
     one = np.zeros(1, np.int64)
     copy_runs(np.zeros(2, np.int64), one, np.zeros(1, np.int64), one, one)
+    frozen = np.zeros(2, np.int64)  # a chunk that came read-only (a cluster worker's unpickled columns)
+    frozen.flags.writeable = False
+    copy_runs(np.zeros(2, np.int64), frozen, np.zeros(1, np.int64), one, one)
     perf_order([(np.zeros(1, bool), one), (np.zeros(1, bool), one + 1)], [(5, False)], 0, np.array([0, 1]),
                np.zeros(2, np.int64), 2)

@@ -59,3 +59,17 @@ def test_copy_runs_copies_each_run():
     dst = np.full(12, -1, np.int64)
     QC.copy_runs(dst, src, np.array([5, 50, 90]), np.array([3, 0, 4]), np.array([0, 3, 3]))
     assert dst[:7].tolist() == [5, 6, 7, 90, 91, 92, 93] and (dst[7:] == -1).all()
+
+
+def test_read_only_chunks_are_gathered_too():
+    """A cluster worker's columns may arrive read-only (unpickled from bytes): the same rows."""
+    rng = random.Random(9)
+    chunks = [_chunk(rng, 500, False) for _ in range(2)]
+    for c in chunks:
+        for v in c.values():
+            v.flags.writeable = False
+    pieces = _pieces(rng, chunks)
+    n = sum(b - a for _, a, b in pieces)
+    got = parallel._gather(pieces, n)
+    for k in chunks[0]:
+        assert np.array_equal(got[k], np.concatenate([c[k][a:b] for c, a, b in pieces])), k
