@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from ptexport.decoder.insnlen import perf_length
 from ptexport.decoder.constants import (
     BR_CONDITIONAL,
@@ -444,11 +446,9 @@ class PerfCodeWalker:
         return err, cnt, new_ip, insn, bounds, True
 
     def block_array(self, ip: int, nr: bool, hit: "tuple[int, int, int, CodeObject] | None" = None
-                    ) -> tuple[int, int, int, Insn, Any, bool]:
+                    ) -> tuple[int, int, int, Insn, np.ndarray, bool]:
         """:meth:`block` with the boundaries as an int64 array (what the compiled decoder's block cache
         takes)."""
-        import numpy as np
-
         err, cnt, new_ip, insn, bounds, one_map = self.block(ip, nr, hit)
         return err, cnt, new_ip, insn, np.array(bounds, np.int64), one_map
 
