@@ -244,7 +244,12 @@ class VcpuAttribution:
         return (*(np.ascontiguousarray(table[:, j]) for j in range(5)), *cat)
 
     def apply(self, cols: Any) -> Any:
-        """Fill ``cols.machine_pid`` / ``cols.vcpu`` and give guest samples their guest pid/tid."""
+        """Fill ``cols.machine_pid`` / ``cols.vcpu`` and give guest samples their guest pid/tid.  Columns
+        split already (``machine_pid`` set: by the decoding process, which splits its batches before it
+        hands them over) are returned as they are: a second split would look the guest tids up as host
+        threads."""
+        if cols.machine_pid is not None:
+            return cols
         n = len(cols.kind)
         mp = np.zeros(n, np.int64)
         vc = np.full(n, -1, np.int64)

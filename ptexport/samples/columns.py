@@ -88,7 +88,11 @@ def concat_columns(batches: list[SampleColumns]) -> SampleColumns:
         return SampleColumns(**{c: np.zeros(0, np.uint64 if c in U64_COLUMNS else np.int64) for c in OUT_COLUMNS})
     if len(batches) == 1:
         return batches[0]
-    return SampleColumns(**{c: np.concatenate([getattr(b, c) for b in batches]) for c in OUT_COLUMNS})
+    cols = {c: np.concatenate([getattr(b, c) for b in batches]) for c in OUT_COLUMNS}
+    if all(b.machine_pid is not None for b in batches):  # split already (perf's VM split): kept so
+        cols["machine_pid"] = np.concatenate([b.machine_pid for b in batches])
+        cols["vcpu"] = np.concatenate([b.vcpu for b in batches])
+    return SampleColumns(**cols)
 
 
 def few_distinct(values: np.ndarray, most: int = 16) -> np.ndarray:

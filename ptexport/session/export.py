@@ -208,13 +208,14 @@ def export_trace(path: str, target: str, config: ExportConfig,
             proc = None
             summary.cluster_workers = units.workers
             # joined and merged on a thread of this process while the batches before are exported
-            batches: Any = Prefetched(session.iter_batches(config.jobs, units=units), _time.perf_counter() - t0)
+            batches: Any = Prefetched(session.split_batches(session.iter_batches(config.jobs, units=units)),
+                                      _time.perf_counter() - t0)
         else:
             # decoded as the export goes: here with --jobs 1, else by a forked child process on another
             # core (which with --jobs N > 2 has N - 1 workers of its own)
             proc = decode_process(session, config)
-            batches = proc if proc is not None else Prefetched(session.iter_batches(config.jobs),
-                                                              _time.perf_counter() - t0)
+            batches = proc if proc is not None else Prefetched(
+                session.split_batches(session.iter_batches(config.jobs)), _time.perf_counter() - t0)
         copier: DaskCopies | None = None
         try:
             with open_writer(target, force=config.force) as w:

@@ -622,6 +622,11 @@ class Sideband:
                 return th.pid, int(hit.group(1))
         return None
 
+    def has_vms(self) -> bool:
+        """A host running VCPU threads, or guest sideband merged in (ID_INDEX entries of a guest machine):
+        the export splits samples between machines (perf's VM split)."""
+        return bool(self.hypervisors() or any(mp for mp, _v in (self.id_index or {}).values()))
+
     def hypervisors(self) -> dict[int, dict[int, int]]:
         """Every host process with KVM VCPU threads: {pid: {vcpu: host tid}}."""
         out: dict[int, dict[int, int]] = {}

@@ -16,6 +16,7 @@ from ptexport.session.perfsession import PerfSession
 from ptexport.samples.itrace import export_default
 
 from dbexport.test_export_fast_vs_ref import dump
+from ptxtest import needs_perf
 
 pytestmark = pytest.mark.skipif(not decode_proc.available(), reason="no fork on this platform")
 
@@ -260,3 +261,37 @@ def _state(pid: int) -> str:
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+@needs_perf
+def test_a_vms_batches_are_split_between_machines_in_the_decoding_child(tmp_path):
+    """With guest sideband the child hands over batches split already (perf's VM split: machine_pid,
+    vcpu, the guest's pid/tid): the same columns as splitting them here, and splitting them again
+    changes nothing (a second split would look the guest tids up as host threads)."""
+    import numpy as np
+
+    from ptexport.perfdata import open_perf_data
+    from ptexport.samples.columns import concat_columns
+    from ptexport.session.perfsession import DecodeConfig, open_session
+    from guestdatatest import make
+
+    g = make(tmp_path, "mixed", branches=4000)
+    with open_perf_data(str(g.inj)) as pd:
+        session = open_session(pd, DecodeConfig(itrace=export_default()))
+        assert session.sb.has_vms()
+        here = [session.vcpu_columns(c) for c in session.iter_batches(batch_rows=700)]
+        proc = decode_proc.DecodeProcess(session, batch_rows=700)
+        got = list(proc)
+        assert len(got) == len(here) > 2
+        fields = ("machine_pid", "vcpu", "pid", "tid", "ip", "time")
+        for a, b in zip(got, here):
+            for name in fields:
+                assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        assert any((b.machine_pid > 0).any() for b in here)  # guest samples, with their guest threads
+        again = [session.vcpu_columns(c) for c in got]
+        for a, b in zip(again, here):
+            for name in fields:
+                assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        whole = concat_columns(got)  # a concatenation keeps the split
+        assert np.array_equal(whole.machine_pid, np.concatenate([b.machine_pid for b in here]))
+        assert np.array_equal(session.vcpu_columns(whole).tid, np.concatenate([b.tid for b in here]))

@@ -9,6 +9,7 @@ import pytest
 from dbdump import sqlite_dump
 
 from ptexport.writers import _btree
+from ptexport.errors import PtExportError
 from ptexport.writers import open_writer
 
 pytestmark = pytest.mark.skipif(not _btree.available(), reason="numba is not installed")
@@ -262,11 +263,20 @@ def _late_batches(rng, n, open_calls):
 def test_calls_open_at_the_end_are_merged_into_the_spooled_pages(tmp_path, monkeypatch, page_size):
     """Many late rows (the calls still open at the end, flushed last with ids from their start): the
     spooled pages from the first late id on are read back and built again with them (not SQLite's
-    inserts after the splice), their index entries too; the same rows and indexes as SQL."""
+    inserts after the splice), their index entries too; the same rows and indexes as SQL.  The biggest
+    table's merge runs first, here; the others' on a thread while the tables without one are spliced."""
+    import threading
+
     from ptexport.writers import sqlite as sqlite_writer
-    merges = []
+    merges, threads = [], []
     real = _btree.LeafSpool.merge
-    monkeypatch.setattr(_btree.LeafSpool, "merge", lambda self, late: merges.append(len(late)) or real(self, late))
+
+    def merge(self, late):
+        merges.append(len(late))
+        threads.append(threading.current_thread().name)
+        return real(self, late)
+
+    monkeypatch.setattr(_btree.LeafSpool, "merge", merge)
     monkeypatch.setattr(sqlite_writer, "INDEX_RUN_ROWS", 3000)  # the late entries join runs spilled to a file
     through_sql = []
     insert_late = sqlite_writer.SqliteWriter._insert_late
@@ -275,10 +285,30 @@ def test_calls_open_at_the_end_are_merged_into_the_spooled_pages(tmp_path, monke
     batches = _late_batches(np.random.default_rng(page_size), 20000, 1500)
     _write(tmp_path / "b.db", "btree", batches, page_size=page_size)
     assert merges == [1500, 1500] and not through_sql  # samples and calls: merged, none through SQL
+    assert sorted(t.split("_")[0] for t in threads) == ["MainThread", "ptexport-merge"]  # (either may be first)
     _write(tmp_path / "s.db", "executemany", batches, page_size=page_size)
     _check(tmp_path / "b.db")  # integrity_check: the pages, and each index against the table
     assert sqlite_dump(tmp_path / "b.db") == sqlite_dump(tmp_path / "s.db")
     assert not [p for p in tmp_path.iterdir() if p.name not in ("b.db", "s.db")]  # no spool or merge file left
+
+
+def test_a_merge_failing_on_its_thread_fails_the_export_and_leaves_no_file(tmp_path, monkeypatch):
+    """The error of a merge run beside the splices (the disk full while its pages are built again) is
+    the export's; the spools, merge files and the temporary database are removed."""
+    real = _btree.LeafSpool.merge
+    calls = []
+
+    def merge(self, late):
+        calls.append(len(late))
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(self, late)
+
+    monkeypatch.setattr(_btree.LeafSpool, "merge", merge)
+    with pytest.raises(PtExportError) as e:
+        _write(tmp_path / "b.db", "btree", _late_batches(np.random.default_rng(1), 20000, 1500))
+    assert "full" in str(e.value) or "space" in str(e.value)
+    assert len(calls) == 2 and not list(tmp_path.iterdir())
 
 
 def test_a_few_late_rows_before_a_big_table_go_through_sqlite(tmp_path, monkeypatch):
