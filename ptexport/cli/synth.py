@@ -59,6 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--cpus", type=_positive, default=1, help="CPUs to schedule threads on")
     s.add_argument("--per-thread", action="store_true",
                    help="perf record --per-thread layout: one AUX buffer per thread, no CPU")
+    s.add_argument("--workload", action="store_true",
+                   help="the AUXTRACE buffers of the CPU queues carry the workload's pid, as perf record -- PROGRAM "
+                        "writes them (default: -1, as perf record -a does); a timeless decode (--itrace=Z) then "
+                        "decodes each CPU queue when the workload exits")
     s.add_argument("--preempt", type=int, default=0, metavar="N",
                    help="a timer interrupt every N instructions: FUP + TIP.PGD ('tr end async'), "
                         "other threads run (preempted switch-out)")
@@ -103,7 +107,7 @@ def run(args, out) -> int:
                         tnt=args.tnt, ip_mode=args.ip_mode, timing=args.timing,
                         mtc_period=args.mtc_period, cyc_thresh=args.cyc_thresh, cbr=args.cbr, cpus=args.cpus,
                         psb_period=args.psb_period, seed=args.seed, migrate=args.migrate,
-                        per_thread=args.per_thread, ovf=args.ovf, corrupt=args.corrupt,
+                        per_thread=args.per_thread, workload=args.workload, ovf=args.ovf, corrupt=args.corrupt,
                         truncate=args.truncate, replay=args.replay, pipe=args.pipe,
                         kcore=args.kcore, ptwrite=args.ptwrite, power=args.power,
                         preempt=args.preempt, event_trace=args.event_trace,

@@ -89,6 +89,7 @@ def export_samples(ex: DbExporter, batches: Iterable[SampleColumns],
         kinds = cols.kind.tolist()
         tscs = cols.tsc.tolist()
         times = cols.time.tolist()
+        when = ex.lookup_times(cols).tolist()  # when a sample's addresses are resolved
         cpus = cols.cpu.tolist()
         pids = cols.pid.tolist()
         tids = cols.tid.tolist()
@@ -116,8 +117,8 @@ def export_samples(ex: DbExporter, batches: Iterable[SampleColumns],
             # perf script: machine__resolve (ip), thread__resolve (addr, branches only), then db-export's
             # db_ids_from_al for each, which may insert an "unknown" into a DSO whose cached last
             # lookup (perhaps this addr) it then becomes
-            found = st.find(pid, ips[i], time)
-            to_found = st.find(pid, addrs[i], time) if k == EV_BRANCH else None
+            found = st.find(pid, ips[i], when[i])
+            to_found = st.find(pid, addrs[i], when[i]) if k == EV_BRANCH else None
             dso, sym, sym_off, _ = st.db_ids(found)
             to_dso, to_sym, to_off, to_start = st.db_ids(to_found)
             ex.n_samples += 1

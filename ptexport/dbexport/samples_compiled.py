@@ -394,6 +394,7 @@ class _Batch:
         n = self.n = len(cols)
         self.err = cols.kind == EV_ERROR
         self.mi = ex.machine_index(cols)
+        self.lt = ex.lookup_times(cols)  # when its addresses are resolved
         self.thread_id = np.zeros(n, np.int64)
         self.comm_id = np.zeros(n, np.int64)
         self.sid = np.zeros(n, np.int64)
@@ -544,7 +545,7 @@ class _Batch:
         ex, cols = self.ex, self.cols
         cache = self.cache
         n = hi - lo
-        t = cols.time[lo:hi]
+        t = self.lt[lo:hi]
         pid = cols.pid[lo:hi]
         mi = self.mi[lo:hi] if self.mi is not None else None
         gu = np.empty(n, np.int64)
@@ -587,7 +588,7 @@ class _Batch:
         smp = (miss >> 1) + lo
         tos = (miss & 1).tolist()
         pids = cols.pid[smp].tolist()
-        times = cols.time[smp].tolist()
+        times = self.lt[smp].tolist()
         ips = cols.ip[smp].tolist()
         addrs = cols.addr[smp].tolist()
         mis = self.mi[smp].tolist() if self.mi is not None else None

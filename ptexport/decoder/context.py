@@ -107,6 +107,13 @@ class MapLookup:
         return e.start, e.end, e.pgoff, self.objects.get(e.filename, e.build_id or self.build_ids.get(e.filename))
 
 
+def queue_tid(bufs: list[Any]) -> int:
+    """perf's ``queue->tid`` of an AUX queue: its first AUXTRACE buffer's tid (-1: none, as ``perf record
+    -a`` writes them; a CPU queue of a workload's recording has the workload's)."""
+    tid = getattr(bufs[0], "tid", -1) if bufs else -1
+    return tid if isinstance(tid, int) and tid >= 0 else -1
+
+
 @dataclass(frozen=True)
 class DecodeContext:
     """Everything a decoder backend reads of a session, built by ``PerfSession.decode_context()``.
@@ -131,11 +138,31 @@ class DecodeContext:
     obj_id: Callable[[str], int]  # the session's id of an object (by name) whose code read failed
     time_filter: Callable[[], QueueTimeFilter | None]  # a queue's --time filter (None: no ranges)
     perf_time: Callable[[int], int]  # TSC -> perf time (0 in timeless sessions)
+    have_sched_switch: int = 0  # AUXTRACE_INFO's: the recording has context switches (1: sched_switch)
 
-    def end_who(self, cpu: int) -> tuple[int, int]:
-        """(pid, tid) current on host CPU ``cpu`` at the end of the recording ((-1, -1): none): the
-        thread of a timeless CPU queue (perf decodes it at the end and follows no context switch)."""
-        tl = self.sb.host.cpus.get(cpu)
-        if tl is None or not len(tl):
-            return -1, -1
-        return int(tl.pids[-1]), int(tl.tids[-1])
+    def timeless_end(self, queue_tid: int) -> int | None:
+        """The perf time a timeless queue is decoded at: its thread's EXIT (perf decodes the queues whose
+        thread is ``queue_tid`` when that thread exits: intel_pt_process_timeless_queues), None for the
+        end of the recording (no thread, or one that does not exit)."""
+        if queue_tid < 0:
+            return None
+        t = self.sb.thread(queue_tid)
+        end = getattr(t, "end", None) if t is not None else None
+        return end if end is not None and end < TIMELESS_MAP_TIME else None
+
+    def end_who(self, cpu: int, queue_tid: int = -1) -> tuple[int, int]:
+        """(pid, tid) of a timeless CPU queue's samples ((-1, -1): none): perf decodes the queue once, at
+        :meth:`timeless_end`, and follows no context switch (intel_pt_set_pid_tid_cpu).  A recording with
+        context switches, or a queue of no thread (``queue_tid``: its first AUXTRACE buffer's tid, -1 for
+        ``perf record -a``), has the thread current on ``cpu`` then; else the queue's thread."""
+        if queue_tid < 0 or self.have_sched_switch:
+            tl = self.sb.host.cpus.get(cpu)
+            if tl is None or not len(tl):
+                return -1, -1
+            end = self.timeless_end(queue_tid)
+            if end is None:
+                return int(tl.pids[-1]), int(tl.tids[-1])
+            who = tl.at(end)
+            return (int(who[0]), int(who[1])) if who is not None else (-1, -1)
+        t = self.sb.thread(queue_tid)
+        return (t.pid if t is not None else -1), queue_tid

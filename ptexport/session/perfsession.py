@@ -23,7 +23,8 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from ptexport.decoder.constants import PERIOD_INSTRUCTIONS, PERIOD_TICKS
-from ptexport.decoder.context import TIMELESS_MAP_TIME as _TIMELESS_MAP_TIME, CpuTimeline, DecodeContext, MapLookup
+from ptexport.decoder.context import TIMELESS_MAP_TIME as _TIMELESS_MAP_TIME, CpuTimeline, DecodeContext, MapLookup, \
+    queue_tid
 from ptexport.decoder.reference import queue as reference_queue
 from ptexport.decoder.reference.decoder import Buffer, Params
 from ptexport.decoder.reference.queue import EVD_ROW as _EVD_ROW
@@ -272,7 +273,8 @@ class PerfSession:
             kernel_start=self.kernel_start, branches_filter=self.cfg.itrace.branches_filter, event_trace=self.event_trace,
             evt_attr=self._evt_attr, sb=self.sb, tc=self.tc, buffers=self._buffers, new_lookup=self._lookup,
             cpu_timeline=self._cpu_current, obj_id=self._obj_id, time_filter=self._queue_time_filter,
-            perf_time=self._perf_time)
+            perf_time=self._perf_time,
+            have_sched_switch=int(getattr(getattr(self.pd, "auxtrace_info", None), "have_sched_switch", 0) or 0))
 
     def decode_queue(self, qnum: int, key: tuple[str, int], bufs: list[Any]) -> _Rows:
         """Run perf's decoder over one queue and synthesize its samples (the reference backend)."""
@@ -413,7 +415,7 @@ class PerfSession:
                 if len(cols["kind"]):
                     last = [max(last[0], int(cols["tsc"].max())), max(last[1], int(cols["time"].max()))]
                 evd = _evd_owners(cols, evd_pending) if self.event_trace else None
-                keep = self._budget_keep(cols, seen, marks)
+                keep = self._budget_keep(cols, seen, marks, self._mark_when(cols) if marks else None)
                 if skip:
                     keep &= self._initial_skip_keep(cols, skip, skip_state)
                 if filtered:
@@ -471,7 +473,9 @@ class PerfSession:
         if not self.timeless and len(cols["kind"]):
             order = self._perf_order(parts, len(lost), cols)
             cols = {c: v[order] for c, v in cols.items()}
-        keep = self._perf_failure_budget(cols, [f for p in parts for f in p.setup_failures], self.data_error_marks())
+        marks = self.data_error_marks()
+        keep = self._perf_failure_budget(cols, [f for p in parts for f in p.setup_failures], marks,
+                                         self._mark_when(cols) if marks else None)
         if self.cfg.itrace.initial_skip:
             keep &= self._initial_skip_keep(cols, self.cfg.itrace.initial_skip)
         if self.filters_samples:
@@ -486,12 +490,29 @@ class PerfSession:
         return [parts[q] for q in order] if len(order) == len(parts) else parts
 
     def _timeless_queue_order(self) -> list[int]:
-        keys = []
-        for q, (key, _) in enumerate(self.queues()):
-            t = self.sb.thread(key[1]) if key[0] == "thread" else None
-            end = getattr(t, "end", None) if t is not None else None
-            keys.append((end if end is not None and end < _TIMELESS_MAP_TIME else _TIMELESS_MAP_TIME, q))
-        return [q for _, q in sorted(keys)]
+        """perf decodes a timeless queue when its thread exits (a per-thread queue's, or a CPU queue's
+        first buffer's: a workload's recording), the others at the end, in queue order."""
+        return [q for _, q in sorted((int(t), q) for q, t in enumerate(self._timeless_decode_times()))]
+
+    def _timeless_decode_times(self) -> np.ndarray:
+        """Per queue (in :meth:`queues` order), the perf time perf decodes it at in a timeless session:
+        its thread's EXIT, else TIMELESS_MAP_TIME (the end)."""
+        ctx = self.decode_context()
+        out = []
+        for key, bufs in self.queues():
+            end = ctx.timeless_end(key[1] if key[0] == "thread" else queue_tid(bufs))
+            out.append(end if end is not None else _TIMELESS_MAP_TIME)
+        return np.array(out, dtype=np.int64)
+
+    def _mark_when(self, cols: dict[str, np.ndarray]) -> np.ndarray:
+        """What :meth:`data_error_marks` are compared with, per row: its TSC; in a timeless session the
+        perf time its queue is decoded at (a mark made before then is made before its first read)."""
+        if not self.timeless:
+            return cols["tsc"]
+        times = self._timeless_decode_times()
+        q = np.asarray(cols["queue"], dtype=np.int64)
+        return np.where((q >= 0) & (q < len(times)), times[np.clip(q, 0, max(len(times) - 1, 0))], _TIMELESS_MAP_TIME) \
+            if len(times) else np.full(len(q), _TIMELESS_MAP_TIME, np.int64)
 
     def _perf_order(self, parts: list[_Rows], n_lost: int, cols: dict[str, np.ndarray]) -> np.ndarray:
         """Row order perf produces: its queue heap run up to each sideband event's time.
@@ -588,9 +609,11 @@ class PerfSession:
 
         perf script fetches the instruction at each non-PT sample's ip, and a
         [vdso] mmap probes the thread's file maps for their ELF class; both open
-        the object and, when that fails, set its data status to ERROR.
+        the object and, when that fails, set its data status to ERROR.  In a timeless
+        session the values are perf times (:meth:`_mark_when`): perf decodes a queue at
+        its thread's EXIT or at the end, after the records before then.
         """
-        if self.timeless or self.tc is None:
+        if not self.timeless and self.tc is None:
             return {}
         arch = self.pd.features.get("arch")
         native = not arch or str(arch) == "x86_64"  # perf script fetches instructions on the native arch only
@@ -616,7 +639,7 @@ class PerfSession:
             found += [(time, o.name) for o in vdso_probe_marks(objs)]
         marks: dict[int, int] = {}
         for time, name in found:
-            tsc = int(self.tc.perf_time_to_tsc(time))
+            tsc = time if self.timeless else int(self.tc.perf_time_to_tsc(time))
             obj = self._obj_id(name)
             if obj not in marks or tsc < marks[obj]:
                 marks[obj] = tsc
@@ -652,22 +675,23 @@ class PerfSession:
 
     @staticmethod
     def _perf_failure_budget(cols: dict[str, np.ndarray], setup_failures: list[int],
-                             marks: dict[int, int] | None = None) -> np.ndarray:
+                             marks: dict[int, int] | None = None, when: np.ndarray | None = None) -> np.ndarray:
         """Rows to keep: an object's failures past perf's first two are silent in perf.
 
-        ``marks`` (object id -> TSC) are objects perf found unreadable outside PT
-        decoding: one marked before its first PT read reports only that read.
+        ``marks`` (object id -> TSC, or what ``when`` holds per row) are objects perf found
+        unreadable outside PT decoding: one marked before its first PT read reports only that read.
         """
         seen: dict[int, int] = {}
         for obj in setup_failures:
             seen[obj] = seen.get(obj, 0) + 1
-        return PerfSession._budget_keep(cols, seen, marks)
+        return PerfSession._budget_keep(cols, seen, marks, when)
 
     @staticmethod
-    def _budget_keep(cols: dict[str, np.ndarray], seen: dict[int, int], marks: dict[int, int] | None) -> np.ndarray:
+    def _budget_keep(cols: dict[str, np.ndarray], seen: dict[int, int], marks: dict[int, int] | None,
+                     when: np.ndarray | None = None) -> np.ndarray:
         """:meth:`_perf_failure_budget` over consecutive batches: ``seen`` (object id -> failures) carries over."""
         keep = cols["kind"] >= 0
-        tscs = cols["tsc"]
+        tscs = cols["tsc"] if when is None else when
         for i in np.flatnonzero(cols["obj"] >= 0):
             obj = int(cols["obj"][i])
             if marks and obj not in seen and obj in marks and marks[obj] <= int(tscs[i]):

@@ -95,6 +95,7 @@ class SynthOptions:
     cbr: int = 0                     # 0: none; else emit CBR packets with this core:bus ratio
     cpus: int = 1
     per_thread: bool = False
+    workload: bool = False           # CPU queues' AUXTRACE buffers carry the workload's pid (perf record -- PROG)
     psb_period: int = 4096           # bytes of trace between PSBs
     seed: int = 1
     migrate: bool = True             # threads move between CPUs now and then

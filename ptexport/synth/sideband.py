@@ -209,6 +209,13 @@ def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int
                 cur_pid, cur_tid = sl.pid, sl.tid
             prev_end = p.end
             preempted = sl.sysno == -1
+        if opts.workload and prev_end is not None:
+            # the workload done, the CPU goes idle (after its threads' EXIT): perf's current thread on it
+            # at the end is the idle task, not the workload's
+            recs.add(prev_end + 100, RecordType.SWITCH_CPU_WIDE, PERF_RECORD_MISC_SWITCH_OUT,
+                     switch_cpu_wide_body(0, 0), pid=cur_pid, tid=cur_tid, cpu=cpu)
+            recs.add(prev_end + 150, RecordType.SWITCH_CPU_WIDE, 0,
+                     switch_cpu_wide_body(cur_pid, cur_tid), pid=0, tid=0, cpu=cpu)
 
     if opts.per_thread:
         for tid, info in sorted(emu.threads.items()):
@@ -248,7 +255,9 @@ def write_perf_data(path: Path, opts, emu, placed, encoders, elf_names: dict[int
                 recs.add(t_end, RecordType.AUX, 0, aux_body(start, len(chunk), flags),
                          pid=pid, tid=enc.tid, cpu=0, pt_event=True)
             else:
-                recs.add_raw(t_start, ("AUXTRACE", chunk, start, t_end + 100, cpu, -1, cpu))
+                # perf record -a: tid -1; perf record -- PROGRAM: the workload's pid (its thread map's first)
+                recs.add_raw(t_start, ("AUXTRACE", chunk, start, t_end + 100, cpu, main.pid if opts.workload else -1,
+                                       cpu))
                 recs.add(t_end, RecordType.AUX, 0, aux_body(start, len(chunk), flags),
                          pid=-1 & 0xFFFFFFFF, tid=-1 & 0xFFFFFFFF, cpu=cpu, pt_event=True)
             start = end

@@ -31,9 +31,9 @@ def _have_exporter() -> bool:
 needs_exporter = pytest.mark.skipif(not _have_exporter(), reason="perf's export-to-sqlite.py needs python3-pyside2.qtsql")
 
 
-def perf_export(trace, db) -> None:
-    subprocess.run(["perf", "script", "-i", str(trace), "--itrace=bep", "-s", EXPORTER, str(db), "branches", "calls"],
-                   check=True, capture_output=True, timeout=600, env=perf_python_env())
+def perf_export(trace, db, itrace: str = "bep") -> None:
+    subprocess.run(["perf", "script", "-i", str(trace), f"--itrace={itrace}", "-s", EXPORTER, str(db), "branches",
+                    "calls"], check=True, capture_output=True, timeout=600, env=perf_python_env())
 
 
 def table_rows(db, table: str, columns: list[str]) -> list[tuple]:
@@ -103,3 +103,37 @@ def test_existing_database_needs_force(tmp_path, capsys):
     db.write_bytes(b"not a database")
     assert main(["/nonexistent.data", "--db", str(db)]) != 0
     assert db.read_bytes() == b"not a database"
+
+
+@needs_perf
+@needs_exporter
+@pytest.mark.parametrize("opts", slow_after([("--program", "threads", "--cpus", "2", "--workload"),
+                                             ("--program", "threads", "--cpus", "2"),
+                                             ("--program", "threads", "--per-thread"),
+                                             ("--program", "forkexec", "--cpus", "2", "--workload")], keep=2),
+                         ids=["threads-workload", "threads-2cpus", "threads-per-thread", "forkexec-workload"])
+def test_timeless_export_equals_perf_export(tmp_path, opts):
+    """--itrace=...Z: samples have no time, and perf resolves their dsos and symbols when it decodes their
+    queue (at the end, or when the workload exits), with the maps of then - not those of time 0 (before
+    every mmap: every symbol "unknown").  Each table holds perf's rows; branch_types may hold more (a
+    row for each other flags value the samples have: forkexec's "trace begin / unconditional jump /
+    trace end")."""
+    d = tmp_path / "trace"
+    assert main(["synth", "--out", str(d), *opts, "--branches", "4000", "--seed", "7"], out=io.StringIO()) == 0
+    theirs, ours = tmp_path / "perf.db", tmp_path / "ours.db"
+    perf_export(d / "perf.data", theirs, "bepZ")
+    assert main([str(d / "perf.data"), "--db", str(ours), "-q", "--itrace", "bepZ"], out=io.StringIO()) == 0
+    for table in PERF_TABLES:
+        cols = columns(theirs, table)
+        if not cols:  # (no switch events in a --per-thread recording: perf makes no context_switches table)
+            assert not table_rows(ours, table, ["id"]), table
+            continue
+        mine, perf = table_rows(ours, table, cols), table_rows(theirs, table, cols)
+        if table == "branch_types":
+            used = {r[0] for r in sqlite3.connect(ours).execute("SELECT DISTINCT branch_type FROM samples")}
+            assert set(perf) <= set(mine), table
+            assert {r[0] for r in set(mine) - set(perf)} <= used, (sorted(set(mine) - set(perf)), used)
+            continue
+        assert mine == perf, table
+    con = sqlite3.connect(ours)
+    assert con.execute("SELECT count(*) FROM samples WHERE symbol_id > 0 AND time = 0").fetchone()[0] > 50

@@ -55,6 +55,10 @@ VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "bigcode-corrupt": (("--program", "bigcode", "--corrupt", "3", "--psb-period", "1024"), ("be", "i100")),
     # the same code on 4 CPUs, a queue each: one block cache for all (decoder/compiled/decoder.shared_blocks)
     "bigcode-4cpus": (("--program", "bigcode", "--cpus", "4", "--preempt", "300"), ("be", "i100", "cr")),
+    # perf record -- PROGRAM: the CPU queues' buffers carry the workload's pid (a timeless decode takes each
+    # at the workload's EXIT, the thread current on its CPU then), the CPUs idle after it
+    "threads-workload": (("--program", "threads", "--cpus", "2", "--workload"), ("be", "cr")),
+    "forkexec-workload": (("--program", "forkexec", "--cpus", "2", "--workload"), ("be",)),
 }
 
 CASES = [(v, k) for v, (_, kinds) in VARIANTS.items() for k in kinds]
@@ -209,14 +213,16 @@ TIMELESS_CASES = [("calls-ovf", "beZ"), ("threads-2cpus-cyc", "beZ"), ("threads-
                   ("calls-truncated", "beZ"), ("threads-2cpus-cyc", "crZ"), ("threads-2cpus-cyc", "pZ"),
                   ("threads-per-thread", "i100iZ"), ("threads-2cpus-cyc", "bi100iZ"), ("events-ptwrite-ovf", "bewZ"),
                   ("events-power", "bepZ"), ("threads-pipe", "beZ"), ("threads-kcore", "beZ"),
-                  ("forkexec-2cpus", "beZ"), ("forkexec-2cpus", "crZ")]
+                  ("forkexec-2cpus", "beZ"), ("forkexec-2cpus", "crZ"), ("threads-workload", "beZ"),
+                  ("threads-workload", "crZ"), ("threads-workload", "i100iZ"), ("forkexec-workload", "beZ")]
 
 
 @needs_perf
 @pytest.mark.parametrize("variant,itrace", slow_after(TIMELESS_CASES, keep=4, unpack=True),
                          ids=[f"{v}-{k}" for v, k in TIMELESS_CASES])
 def test_timeless_decoding_equals_perf(trace, variant, itrace):
-    """--itrace=Z: queues decoded whole (per-thread ones at their EXIT), thread and maps of the end."""
+    """--itrace=Z: queues decoded whole (per-thread ones, and a workload's CPU queues, at the thread's EXIT),
+    the thread current then (a CPU queue's), the maps of the end."""
     path, pipe = trace(variant)
     theirs = _perf(path, pipe, itrace, ["-F", "pid,tid,cpu,ip,addr,flags"], exact=False)
     out = io.StringIO()

@@ -52,7 +52,7 @@ import numpy as np
 from ptexport.decoder.compiled import kernel as K
 from ptexport import jit
 from ptexport.decoder.codewalk_compiled import PerfCodeWalker
-from ptexport.decoder.context import TIMELESS_MAP_TIME, DecodeContext
+from ptexport.decoder.context import TIMELESS_MAP_TIME, DecodeContext, queue_tid
 from ptexport.decoder.filters import QueueTimeFilter, psb_positions
 from ptexport.pt.perfpkt import PacketColumns
 from ptexport.pt.perfpkt_compiled import tokenize as tokenize_fast
@@ -344,7 +344,7 @@ class QueueDecoder:
         self.cur = ctx.cpu_timeline(self.cpu) if self.per_cpu and not ctx.timeless else None
         # Timeless decoding: perf decodes the queue late (at its thread's EXIT or at the end), with the
         # maps of then and, for a CPU queue, the thread current on the CPU then: one context throughout.
-        self.end_who = ctx.end_who(self.cpu) if self.per_cpu and ctx.timeless else (-1, -1)
+        self.end_who = ctx.end_who(self.cpu, queue_tid(bufs)) if self.per_cpu and ctx.timeless else (-1, -1)
         self.map_time = TIMELESS_MAP_TIME if ctx.timeless else 0
         objects = getattr(self.lookup, "objects", None)
         self.blocks = shared_blocks(objects) if objects is not None else _Blocks()

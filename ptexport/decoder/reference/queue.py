@@ -61,7 +61,7 @@ from ptexport.decoder.constants import (
     T_TRANSACTION,
 )
 from ptexport.decoder.codewalk import PerfCodeWalker
-from ptexport.decoder.context import TIMELESS_MAP_TIME, DecodeContext
+from ptexport.decoder.context import TIMELESS_MAP_TIME, DecodeContext, queue_tid
 from ptexport.decoder.filters import fast_forward
 from ptexport.decoder.reference.decoder import PerfDecoder
 from ptexport.samples.columns import (
@@ -382,7 +382,7 @@ class _QueueRun:
         # the end, with the maps of that moment and, for a CPU queue, the thread current on the CPU
         # then (it follows no context switch while decoding).
         self.map_time = TIMELESS_MAP_TIME if ctx.timeless else None
-        self.end_who = ctx.end_who(cpu) if per_cpu and ctx.timeless else (-1, -1)
+        self.end_who = ctx.end_who(cpu, queue_tid(bufs)) if per_cpu and ctx.timeless else (-1, -1)
         # --time: perf's decoder-side filter (intel_pt_time_filter), not in timeless sessions.
         self.tf = ctx.time_filter()
         self.ff_timestamp = 0
