@@ -736,8 +736,10 @@ def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | N
         return _count_streamed(session, jobs)
     parts = _decode_all(session, jobs, True, min_segment_bytes)
     kinds = [np.asarray(p.cols["kind"]) for p in parts]
-    if any((k == K.K_BUDGET).any() for k in kinds) or session.data_error_marks():
-        # Silent failures share perf's per-object budget with reported ones: order matters.
+    if any((k == K.K_BUDGET).any() for k in kinds) or session.data_error_marks() or (
+            session.cfg.insn_fetch_marks and any((np.asarray(p.cols["obj"]) >= 0).any() for p in parts)):
+        # Silent failures share perf's per-object budget with reported ones, and so do perf script's
+        # instruction fetches at the samples it prints (PerfSession._fetch_marks): order matters.
         return _count_streamed(session, 1)
     # perf reports an object's first two failures (setup failures included): order-free here.
     budget: dict[int, int] = {}

@@ -415,11 +415,13 @@ class PerfSession:
                 if len(cols["kind"]):
                     last = [max(last[0], int(cols["tsc"].max())), max(last[1], int(cols["time"].max()))]
                 evd = _evd_owners(cols, evd_pending) if self.event_trace else None
-                keep = self._budget_keep(cols, seen, marks, self._mark_when(cols) if marks else None)
+                other = np.ones(len(cols["kind"]), bool)  # the rows --itrace=sN and --time/--pid/--tid keep
                 if skip:
-                    keep &= self._initial_skip_keep(cols, skip, skip_state)
+                    other &= self._initial_skip_keep(cols, skip, skip_state)
                 if filtered:
-                    keep &= self._script_filter_keep(cols)
+                    other &= self._script_filter_keep(cols)
+                keep = self._budget_keep(cols, seen, marks, self._mark_when(cols) if marks else None,
+                                         self._fetch_marks(cols, other)) & other
                 if keep.all():
                     out = SampleColumns(**{c: cols[c] for c in OUT_COLUMNS})
                 elif keep.any():
@@ -474,12 +476,13 @@ class PerfSession:
             order = self._perf_order(parts, len(lost), cols)
             cols = {c: v[order] for c, v in cols.items()}
         marks = self.data_error_marks()
-        keep = self._perf_failure_budget(cols, [f for p in parts for f in p.setup_failures], marks,
-                                         self._mark_when(cols) if marks else None)
+        other = np.ones(len(cols["kind"]), bool)
         if self.cfg.itrace.initial_skip:
-            keep &= self._initial_skip_keep(cols, self.cfg.itrace.initial_skip)
+            other &= self._initial_skip_keep(cols, self.cfg.itrace.initial_skip)
         if self.filters_samples:
-            keep &= self._script_filter_keep(cols)
+            other &= self._script_filter_keep(cols)
+        keep = self._perf_failure_budget(cols, [f for p in parts for f in p.setup_failures], marks,
+                                         self._mark_when(cols) if marks else None, self._fetch_marks(cols, other)) & other
         cols = {c: v[keep] for c, v in cols.items()}
         del cols["obj"], cols["step"]
         return SampleColumns(**cols)
@@ -503,6 +506,46 @@ class PerfSession:
             end = ctx.timeless_end(key[1] if key[0] == "thread" else queue_tid(bufs))
             out.append(end if end is not None else _TIMELESS_MAP_TIME)
         return np.array(out, dtype=np.int64)
+
+    def _fetch_marks(self, cols: dict[str, np.ndarray], printed: np.ndarray) -> np.ndarray | None:
+        """Per row, the object perf script's instruction fetch at that sample marks unreadable (-1: none;
+        None: no row does).
+
+        perf script fetches the instruction at every sample it prints that carries none
+        (script_fetch_insn: ``insn_len`` 0, an ip): an asynchronous branch ('hw int', 'tr end async') or
+        a power event of Intel PT too, not only the recording's other events.  In an object whose file
+        is not here that read fails and marks it unreadable, as :meth:`data_error_marks` does, at that
+        sample: one failed PT read of it reported after that, not two.  ``printed``: the rows --itrace=sN
+        and --time/--pid/--tid keep (perf prints no other).  Host code only (a guest sample's thread is
+        the guest's)."""
+        if not self.cfg.insn_fetch_marks or not self._native_arch():
+            return None
+        kind = cols["kind"]
+        cand = printed & (kind >= 0) & (kind != EV_ERROR) & (cols["insn_len"] == 0) & (cols["ip"] != 0) \
+            & (cols["nr"] == 0)
+        rows = np.flatnonzero(cand)
+        if not len(rows):
+            return None
+        out = np.full(len(kind), -1, np.int64)
+        lookup = self._lookup()
+        cache: dict[tuple[int, int, int], int] = {}
+        pids, ips = cols["pid"][rows].tolist(), cols["ip"][rows].tolist()
+        times = cols["time"][rows].tolist() if not self.timeless else [_TIMELESS_MAP_TIME] * len(rows)
+        for i, pid, ip, time in zip(rows.tolist(), pids, ips, times):
+            key = (pid, ip, time)
+            got = cache.get(key)
+            if got is None:
+                lookup.pid, lookup.time = pid, time
+                hit = lookup(ip, ip >= self.kernel_start)
+                objs = sample_fetch_marks(hit[3] if hit else None)
+                got = cache[key] = self._obj_id(objs[0].name) if objs else -1
+            out[i] = got
+        return out if (out >= 0).any() else None
+
+    def _native_arch(self) -> bool:
+        """perf script fetches instructions on the recording's own architecture only (x86_64)."""
+        arch = self.pd.features.get("arch")
+        return not arch or str(arch) == "x86_64"
 
     def _mark_when(self, cols: dict[str, np.ndarray]) -> np.ndarray:
         """What :meth:`data_error_marks` are compared with, per row: its TSC; in a timeless session the
@@ -615,8 +658,7 @@ class PerfSession:
         """
         if not self.timeless and self.tc is None:
             return {}
-        arch = self.pd.features.get("arch")
-        native = not arch or str(arch) == "x86_64"  # perf script fetches instructions on the native arch only
+        native = self._native_arch()
         found: list[tuple[int, str]] = []
         lookup = self._lookup()
         if native and self.cfg.insn_fetch_marks:
@@ -675,24 +717,30 @@ class PerfSession:
 
     @staticmethod
     def _perf_failure_budget(cols: dict[str, np.ndarray], setup_failures: list[int],
-                             marks: dict[int, int] | None = None, when: np.ndarray | None = None) -> np.ndarray:
+                             marks: dict[int, int] | None = None, when: np.ndarray | None = None,
+                             fetched: np.ndarray | None = None) -> np.ndarray:
         """Rows to keep: an object's failures past perf's first two are silent in perf.
 
         ``marks`` (object id -> TSC, or what ``when`` holds per row) are objects perf found
         unreadable outside PT decoding: one marked before its first PT read reports only that read.
+        ``fetched``: per row, an object marked so at that row (:meth:`_fetch_marks`).
         """
         seen: dict[int, int] = {}
         for obj in setup_failures:
             seen[obj] = seen.get(obj, 0) + 1
-        return PerfSession._budget_keep(cols, seen, marks, when)
+        return PerfSession._budget_keep(cols, seen, marks, when, fetched)
 
     @staticmethod
     def _budget_keep(cols: dict[str, np.ndarray], seen: dict[int, int], marks: dict[int, int] | None,
-                     when: np.ndarray | None = None) -> np.ndarray:
+                     when: np.ndarray | None = None, fetched: np.ndarray | None = None) -> np.ndarray:
         """:meth:`_perf_failure_budget` over consecutive batches: ``seen`` (object id -> failures) carries over."""
         keep = cols["kind"] >= 0
         tscs = cols["tsc"] if when is None else when
-        for i in np.flatnonzero(cols["obj"] >= 0):
+        failed = cols["obj"] >= 0
+        for i in np.flatnonzero(failed if fetched is None else failed | (fetched >= 0)):
+            if not failed[i]:  # a sample whose instruction fetch marks its object (status ERROR), unless it was
+                seen.setdefault(int(fetched[i]), 1)  # already: a failed PT read made it so
+                continue
             obj = int(cols["obj"][i])
             if marks and obj not in seen and obj in marks and marks[obj] <= int(tscs[i]):
                 seen[obj] = 1  # status ERROR already: the first PT read reports, later ones are silent
