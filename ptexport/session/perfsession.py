@@ -552,10 +552,9 @@ class PerfSession:
         perf time its queue is decoded at (a mark made before then is made before its first read)."""
         if not self.timeless:
             return cols["tsc"]
-        times = self._timeless_decode_times()
+        times = np.append(self._timeless_decode_times(), _TIMELESS_MAP_TIME)  # the last: no queue's (the end)
         q = np.asarray(cols["queue"], dtype=np.int64)
-        return np.where((q >= 0) & (q < len(times)), times[np.clip(q, 0, max(len(times) - 1, 0))], _TIMELESS_MAP_TIME) \
-            if len(times) else np.full(len(q), _TIMELESS_MAP_TIME, np.int64)
+        return times[np.where((q >= 0) & (q < len(times) - 1), q, len(times) - 1)]
 
     def _perf_order(self, parts: list[_Rows], n_lost: int, cols: dict[str, np.ndarray]) -> np.ndarray:
         """Row order perf produces: its queue heap run up to each sideband event's time.
