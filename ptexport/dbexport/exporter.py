@@ -47,7 +47,6 @@ import numpy as np
 
 from ptexport.calltree import make_call_tree, perf_flush_order
 from ptexport.calltree.stats import GroupStats
-from ptexport.decoder.context import TIMELESS_MAP_TIME
 from ptexport.errors import PtExportError
 from ptexport.writers.aggregates import BUCKET_NS
 from ptexport.writers.model import ExportModel
@@ -291,10 +290,8 @@ class DbExporter:
         """The perf time each sample's addresses are resolved at (its dso and symbol): its own.  In a
         timeless session a sample has no time (0, before every map), and perf resolves it when it decodes
         its queue, at the end (or its thread's EXIT) with the maps of then: the end's, as the decoder
-        reads the code (TIMELESS_MAP_TIME)."""
-        if not self.s.timeless:
-            return cols.time
-        return np.full(len(cols), TIMELESS_MAP_TIME, np.int64)
+        reads the code (``PerfSession.map_times``)."""
+        return self.s.map_times(cols)
 
     def machine_index(self, cols: SampleColumns) -> np.ndarray | None:
         """Index into ``self.machines`` of each sample, or None when all are the host's.

@@ -542,6 +542,13 @@ class PerfSession:
             out[i] = got
         return out if (out >= 0).any() else None
 
+    def map_times(self, cols: SampleColumns) -> np.ndarray:
+        """The perf time each sample's code and symbols are looked up at: its own; in a timeless session
+        (no sample time) the end's, as the decoders read code (TIMELESS_MAP_TIME)."""
+        if not self.timeless:
+            return cols.time
+        return np.full(len(cols), _TIMELESS_MAP_TIME, np.int64)
+
     def _native_arch(self) -> bool:
         """perf script fetches instructions on the recording's own architecture only (x86_64)."""
         arch = self.pd.features.get("arch")
@@ -738,7 +745,8 @@ class PerfSession:
         failed = cols["obj"] >= 0
         for i in np.flatnonzero(failed if fetched is None else failed | (fetched >= 0)):
             if not failed[i]:  # a sample whose instruction fetch marks its object (status ERROR), unless it was
-                seen.setdefault(int(fetched[i]), 1)  # already: a failed PT read made it so
+                assert fetched is not None  # already: a failed PT read made it so
+                seen.setdefault(int(fetched[i]), 1)
                 continue
             obj = int(cols["obj"][i])
             if marks and obj not in seen and obj in marks and marks[obj] <= int(tscs[i]):
