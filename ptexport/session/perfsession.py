@@ -33,9 +33,11 @@ from ptexport.samples.columns import (
     COLUMNS,
     ERR_LOST,
     ERR_NODATA,
+    EV_BRANCH,
     EV_CBR,
     EV_ERROR,
     EV_EVT,
+    EV_INSTRUCTION,
     OUT_COLUMNS,
     U64_COLUMNS,
     SampleColumns,
@@ -417,7 +419,7 @@ class PerfSession:
                 evd = _evd_owners(cols, evd_pending) if self.event_trace else None
                 other = np.ones(len(cols["kind"]), bool)  # the rows --itrace=sN and --time/--pid/--tid keep
                 if skip:
-                    other &= self._initial_skip_keep(cols, skip, skip_state)
+                    other &= self._initial_skip_keep(cols, skip, skip_state, not self.cfg.itrace.quick)
                 if filtered:
                     other &= self._script_filter_keep(cols)
                 keep = self._budget_keep(cols, seen, marks, self._mark_when(cols) if marks else None,
@@ -478,7 +480,7 @@ class PerfSession:
         marks = self.data_error_marks()
         other = np.ones(len(cols["kind"]), bool)
         if self.cfg.itrace.initial_skip:
-            other &= self._initial_skip_keep(cols, self.cfg.itrace.initial_skip)
+            other &= self._initial_skip_keep(cols, self.cfg.itrace.initial_skip, None, not self.cfg.itrace.quick)
         if self.filters_samples:
             other &= self._script_filter_keep(cols)
         keep = self._perf_failure_budget(cols, [f for p in parts for f in p.setup_failures], marks,
@@ -694,12 +696,15 @@ class PerfSession:
         return marks
 
     @staticmethod
-    def _initial_skip_keep(cols: dict[str, np.ndarray], skip: int, state: dict | None = None) -> np.ndarray:
+    def _initial_skip_keep(cols: dict[str, np.ndarray], skip: int, state: dict | None = None,
+                           periods: bool = True) -> np.ndarray:
         """--itrace=sN: perf drops its first N synthesized samples (errors are not samples).
 
         A CBR event is not counted: perf holds it back (its queue retries at each
         state) while fewer than N - 4 samples were skipped (intel_pt_skip_cbr_event).
-        ``state`` carries the count and the CBRs seen over consecutive batches.
+        ``state`` carries the count and the CBRs seen over consecutive batches.  What the skipped
+        samples counted goes on (:meth:`_skip_carry`; ``periods``: instruction periods too, not in
+        quick mode, where every period is 1).
         """
         kinds = np.asarray(cols["kind"])
         keep = np.ones(len(kinds), bool)
@@ -719,7 +724,49 @@ class PerfSession:
                 seen[q] = cbr
         state["n"] = min(skip, n0 + int(np.count_nonzero(sample)))
         cols["code"][cols["kind"] == EV_CBR] = 0
+        PerfSession._skip_carry(cols, keep, state, periods)
         return keep
+
+    @staticmethod
+    def _skip_carry(cols: dict[str, np.ndarray], keep: np.ndarray, state: dict, periods: bool = True) -> None:
+        """What a skipped sample counted goes to its queue's next sample of the kind: perf skips a sample
+        before it takes its counts (intel_pt_skip_event first), so the branch sample it delivers next
+        has the cycles and instructions since the last one delivered (IPC: last_br_cyc_cnt), and an
+        instruction sample its period and IPC since the last instruction sample delivered."""
+        names = ("insn_cnt", "cyc_cnt", "period")
+        if not all(name in cols for name in names):  # (rows without counts)
+            return
+        kinds = cols["kind"]
+        rows = np.flatnonzero(((kinds == EV_BRANCH) | (kinds == EV_INSTRUCTION)) & ~keep)
+        if not len(rows) and not state.get("carry"):
+            return
+        carry: dict[tuple[int, int], list[int]] = state.setdefault("carry", {})
+        for i in rows.tolist():
+            k = int(kinds[i])
+            acc = carry.setdefault((int(cols["queue"][i]), k), [0, 0, 0])
+            for j, name in enumerate(names):
+                if name != "period" or (k == EV_INSTRUCTION and periods):
+                    acc[j] += int(cols[name][i])
+        if not carry:
+            return
+        cand = np.flatnonzero(((kinds == EV_BRANCH) | (kinds == EV_INSTRUCTION)) & keep)
+        for i in cand.tolist():
+            key = (int(cols["queue"][i]), int(kinds[i]))
+            acc = carry.get(key)
+            if acc is None:
+                continue
+            if acc[2]:  # the period: since the last instruction sample delivered, always
+                cols["period"][i] += acc[2]
+                acc[2] = 0
+            if cols["cyc_cnt"][i]:  # IPC: where the sample has cycles (else perf's counts go on, untaken)
+                cols["insn_cnt"][i] += acc[0]
+                cols["cyc_cnt"][i] += acc[1]
+                acc[0] = acc[1] = 0
+            if not any(acc):
+                del carry[key]
+                if not carry:
+                    del state["carry"]
+                    return
 
     @staticmethod
     def _perf_failure_budget(cols: dict[str, np.ndarray], setup_failures: list[int],

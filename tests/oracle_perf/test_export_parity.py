@@ -137,3 +137,39 @@ def test_timeless_export_equals_perf_export(tmp_path, opts):
         assert mine == perf, table
     con = sqlite3.connect(ours)
     assert con.execute("SELECT count(*) FROM samples WHERE symbol_id > 0 AND time = 0").fetchone()[0] > 50
+
+
+@needs_perf
+@needs_exporter
+@pytest.mark.parametrize("itrace", slow_after(["bs7ep", "i100is5e", "bs100e", "bs1epZ"], keep=2))
+def test_skipped_samples_counts_go_on_as_perfs(tmp_path, itrace):
+    """--itrace=sN: perf skips a sample before it takes its counts, so the next branch sample it delivers
+    has the cycles and instructions since the last one delivered (IPC), and the next instruction sample
+    its period: the samples' and the calls' insn_count and cyc_count equal perf's export (CYC timing)."""
+    d = tmp_path / "trace"
+    assert main(["synth", "--out", str(d), "--program", "calls", "--timing", "cyc", "--cbr", "18", "--branches", "4000",
+                 "--seed", "7"], out=io.StringIO()) == 0
+    theirs, ours = tmp_path / "perf.db", tmp_path / "ours.db"
+    perf_export(d / "perf.data", theirs, itrace)
+    assert main([str(d / "perf.data"), "--db", str(ours), "-q", "--itrace", itrace], out=io.StringIO()) == 0
+    for table in ("samples", "calls", "call_paths"):
+        cols = columns(theirs, table)
+        assert table_rows(ours, table, cols) == table_rows(theirs, table, cols), table
+    con = sqlite3.connect(ours)
+    assert con.execute("SELECT count(*) FROM samples WHERE cyc_count > 0").fetchone()[0] > 10
+
+
+@needs_perf
+def test_skipped_samples_ipc_text_equals_perf(tmp_path):
+    """The same in perf script's text: the ipc field of the first branch samples after --itrace=s7."""
+    d = tmp_path / "trace"
+    assert main(["synth", "--out", str(d), "--program", "calls", "--timing", "cyc", "--branches", "4000", "--seed", "7"],
+                out=io.StringIO()) == 0
+    fields = "pid,tid,cpu,time,ip,addr,flags,ipc"
+    perf = subprocess.run(["perf", "script", "-i", str(d / "perf.data"), "--itrace=bs7", "-F", fields, "--ns"],
+                          capture_output=True, text=True, check=True).stdout
+    out = io.StringIO()
+    assert main(["dump", "branches", "--itrace=bs7", "-F", fields, str(d / "perf.data")], out=out) == 0
+    assert [" ".join(x.split()) for x in out.getvalue().splitlines() if x.strip()] == \
+        [" ".join(x.split()) for x in perf.splitlines() if x.strip()]
+    assert "IPC" in perf
