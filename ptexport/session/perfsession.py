@@ -752,9 +752,10 @@ class PerfSession:
         cand = np.flatnonzero(((kinds == EV_BRANCH) | (kinds == EV_INSTRUCTION)) & keep)
         for i in cand.tolist():
             key = (int(cols["queue"][i]), int(kinds[i]))
-            acc = carry.get(key)
-            if acc is None:
+            pending = carry.get(key)
+            if pending is None:
                 continue
+            acc = pending
             if acc[2]:  # the period: since the last instruction sample delivered, always
                 cols["period"][i] += acc[2]
                 acc[2] = 0
