@@ -1061,6 +1061,11 @@ def p_auxtrace_info(ctx, buf, off, size, rtype, misc):
     n = (size - 16) // 8
     r.priv = struct.unpack_from(f"<{n}Q", buf, off + 16)
     r.info = decode_auxtrace_info(r.auxtrace_type, r.priv, bytes(buf[off + 16:off + size]))
+    shift = getattr(r.info, "time_shift", None)
+    if shift is not None:
+        from ptexport.perfdata.auxtrace import Idx
+
+        _check_time_shift(shift, 16 + 8 * Idx.TIME_SHIFT)
     return r
 
 
@@ -1194,11 +1199,18 @@ def p_stat_round(ctx, buf, off, size, rtype, misc):
     return r
 
 
+def _check_time_shift(shift: int, rel: int) -> None:
+    """A clock shift past 63 has no meaning (perf would shift a u64 by it: undefined in C)."""
+    if shift > 63:
+        raise BadRecord(f"time_shift {shift} is larger than 63", rel)
+
+
 def p_time_conv(ctx, buf, off, size, rtype, misc):
     _need(size, 32, "the TIME_CONV fields")
     r = _new(TimeConvRecord, rtype, misc, size)
     r.sample_id = None
     r.time_shift, r.time_mult, r.time_zero = _3u64(buf, off + 8)
+    _check_time_shift(r.time_shift, 8)
     if size >= 56:
         r.time_cycles, r.time_mask = _2u64(buf, off + 32)
         r.cap_user_time_zero, r.cap_user_time_short = bool(buf[off + 48]), bool(buf[off + 49])

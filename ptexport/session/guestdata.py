@@ -198,7 +198,8 @@ class _Conv:
 
     def __init__(self, tc: Any) -> None:
         self.tc = None
-        if tc is not None and getattr(tc, "time_mult", 0) and getattr(tc, "cap_user_time_zero", True) is not False:
+        mult = int(getattr(tc, "time_mult", 0) or 0) & 0xFFFFFFFF  # perf's u32
+        if tc is not None and mult and getattr(tc, "cap_user_time_zero", True) is not False:
             self.tc = TimeConversion.from_time_conv(tc)
 
     def to_tsc(self, ns: int) -> int:

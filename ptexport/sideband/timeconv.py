@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 _U64 = (1 << 64) - 1
+_U32 = (1 << 32) - 1  # perf keeps time_mult in a u32 (struct perf_tsc_conversion): wider record values truncate
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,7 @@ class TimeConversion:
         """From a TIME_CONV record (or perfdata's ``TimeConv``); short old records lack the last fields."""
         return cls(
             time_shift=int(rec.time_shift),
-            time_mult=int(rec.time_mult),
+            time_mult=int(rec.time_mult) & _U32,
             time_zero=int(rec.time_zero) & _U64,
             time_cycles=int(getattr(rec, "time_cycles", 0) or 0) & _U64,
             time_mask=int(getattr(rec, "time_mask", 0) or 0) & _U64,
@@ -66,7 +67,7 @@ class TimeConversion:
         """From Intel PT's AUXTRACE_INFO private fields (no time_cycles/time_mask there)."""
         return cls(
             time_shift=int(info.time_shift),
-            time_mult=int(info.time_mult),
+            time_mult=int(info.time_mult) & _U32,
             time_zero=int(info.time_zero) & _U64,
             cap_user_time_zero=bool(getattr(info, "cap_user_time_zero", True)),
             source="AUXTRACE_INFO",

@@ -689,3 +689,37 @@ def test_declared_layouts_name_the_record_fields_in_order():
     r = R.SampleRecord.__new__(R.SampleRecord)
     R._set_sample_head(r, tuple(head))
     assert [getattr(r, f) for f in head] == head
+
+
+@pytest.mark.parametrize("which", ["TIME_CONV", "AUXTRACE_INFO"])
+def test_clock_shift_past_63_is_a_typed_error_naming_the_field(which):
+    # a u64 shifted by 64 or more has no meaning (perf's C would be undefined): the record is refused
+    a = W.attr(type=8, config=0x300E601, sample_type=ST_A, flags=SID_ALL)
+    if which == "TIME_CONV":
+        rec = W.record(RT.TIME_CONV, struct.pack("<QQQ", 64, 1789569706, 0))
+    else:
+        rec = _intel_pt_info_record()
+        rec = rec[:16 + 8] + struct.pack("<Q", 200) + rec[16 + 16:]  # priv[1]: the time_shift
+    raw = W.file_mode([(a, [10])], W.record(RT.FINISHED_ROUND, b"") + rec)
+    pd = perf_data_from_bytes(raw, "tc.data")
+    off = pd.header["data_offset"] + 8
+    with pytest.raises(PerfDataError, match=f"record {which}: time_shift (64|200) is larger than 63") as ei:
+        list(pd.records())
+    assert (ei.value.source, ei.value.offset) == ("tc.data", off)
+
+
+def test_clock_mult_keeps_perfs_32_bits():
+    # perf holds time_mult in a u32: a record's wider value truncates; one that truncates to 0 is no clock
+    from ptexport.sideband.builder import SidebandBuilder
+
+    class Rec:
+        time_shift, time_zero = 31, 0
+        time_mult = (7 << 32) | 1789569706
+
+    b = SidebandBuilder()
+    b.set_time_conv(Rec())
+    assert b._time_conv is not None and b._time_conv.time_mult == 1789569706
+    Rec.time_mult = 5 << 32
+    b = SidebandBuilder()
+    b.set_time_conv(Rec())
+    assert b._time_conv is None
