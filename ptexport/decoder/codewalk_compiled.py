@@ -418,8 +418,8 @@ class PerfCodeWalker(codewalk.PerfCodeWalker):
             start_offset, start_ip = offset, ip
             arr = self._array(obj)
             while True:
-                if arr is not None:
-                    to_dist = to_ip - ip if to_ip and to_ip > ip else -1
+                if arr is not None and 0 <= offset < len(arr):  # (a corrupt pgoff: no int64 offset)
+                    to_dist = to_ip - ip if to_ip and ip < to_ip <= ip + _ROOM_MAX + 16 else -1
                     before = insn_cnt
                     why, insn_cnt, dist, length, op, br, rel, nb = _walk_run(
                         arr, offset, min(end - ip, _ROOM_MAX), to_dist, max_insn_cnt, insn_cnt, self._bnd)

@@ -194,6 +194,20 @@ def test_a_long_block_fills_the_boundaries_buffer_and_goes_on():
     assert fast.block(0x1000, False) == ref.block(0x1000, False)
 
 
+@pytest.mark.parametrize("pgoff", [(1 << 64) - 0x1000, 1 << 63, 1 << 40])
+def test_a_corrupt_page_offset_is_a_failed_read_as_in_the_reference(pgoff):
+    # a damaged MMAP's pgoff puts the code past any file (and past an int64): a failed read, no overflow
+    data = bytes.fromhex("90 90 c3")
+    ref, fast, objs = _walkers(data, [(0x1000, 0x2000, pgoff)])
+    for to_ip, mx in ((0, 0), (0x1002, 0), (0, 1), ((1 << 64) - 8, 0)):
+        assert fast.walk(0x1000, to_ip, mx, False) == ref.walk(0x1000, to_ip, mx, False)
+    assert fast.block(0x1000, False) == ref.block(0x1000, False)
+    assert objs[0].failed == objs[1].failed
+    # and a far destination from a good mapping walks as before
+    ref, fast, _ = _walkers(data, [(0x1000, 0x2000, 0)])
+    assert fast.walk(0x1000, (1 << 64) - 8, 0, False) == ref.walk(0x1000, (1 << 64) - 8, 0, False)
+
+
 def test_32_bit_code_walks_the_references_way():
     data = bytes.fromhex("42 48 8b 04 24 f0 48 01 c0 c3")
     ref, fast, _ = _walkers(data, [(0x1000, 0x2000, 0)], bits=32)
