@@ -187,6 +187,8 @@ def upgrade(target: str, *, dry_run: bool = False, migrations: list[Migration] |
             done = {r[0] for r in db.execute(f"SELECT name FROM {MIGRATIONS_TABLE}")} \
                 if MIGRATIONS_TABLE in db.tables() else set()
             return [m.name for m in migrations if m.name not in done]
+        except sqlite3.Error as e:
+            raise ExportError(f"{target}: cannot read it: {e}") from e
         finally:
             conn.close()
     try:

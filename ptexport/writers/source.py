@@ -120,6 +120,12 @@ class DbSource:
 
     def chunks(self, table: str, cols: list[str], skip_unknown: bool) -> Iterator[list[tuple[Any, ...]]]:
         """Every row of ``table`` (these columns) in id order; without the id-0 row with ``skip_unknown``."""
+        # checked first: SQLite reads a double-quoted name it does not know as a string literal
+        have = set(self.columns(table))
+        missing = [c for c in [*cols, "id"] if c not in have]
+        if missing:
+            raise ExportError(f"{self.name}: table {table} has no column {', '.join(dict.fromkeys(missing))}: not "
+                              "an export of the current schema (see ptexport upgrade)")
         sql = (f"SELECT {', '.join(chr(34) + c + chr(34) for c in cols)} FROM {table}"
                f"{' WHERE id <> 0' if skip_unknown else ''} ORDER BY id")
         return self.stream(sql, table)

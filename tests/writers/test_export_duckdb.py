@@ -238,6 +238,23 @@ def test_convert_refuses_an_old_schema_and_parquet_sources(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["old.db"]
 
 
+@pytest.mark.parametrize("target", ["o.duckdb", "o.db", "parquet"])
+def test_convert_names_a_missing_column_rather_than_reading_its_name(synth_trace, tmp_path, capsys, target):
+    # SQLite reads a double-quoted name it does not know as a string: the column's name became its values
+    import sqlite3
+
+    lite = tmp_path / "x.db"
+    _export(_trace(synth_trace, "threads-2cpus-cyc"), ["--db", str(lite)])
+    con = sqlite3.connect(lite)
+    con.execute("ALTER TABLE threads RENAME COLUMN process_id TO process")
+    con.commit()
+    con.close()
+    out = ["--parquet", str(tmp_path / "pq")] if target == "parquet" else [str(tmp_path / target)]
+    assert main(["convert", str(lite), *out, "-q"], out=io.StringIO()) == 1
+    assert f"{lite}: table threads has no column process_id" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["x.db"]
+
+
 # ------------------------------------------------------------------ the writer: rows, types, safety
 
 def _write(target, n=5000, fail=False, **kw):

@@ -109,6 +109,18 @@ def test_upgrade_refuses_what_is_not_an_export_database(tmp_path, capsys):
     assert main(["upgrade", str(tmp_path / "missing.db")], io.StringIO()) == 2
 
 
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_upgrade_of_a_damaged_file_is_one_error_line(fixture_sqlite, tmp_path, capsys, dry_run):
+    db = tmp_path / "f.db"
+    raw = bytearray(fixture_sqlite[0].read_bytes())
+    raw[100:4096] = bytes(4096 - 100)  # the schema's page, past the header
+    db.write_bytes(bytes(raw))
+    assert main(["upgrade", *(["--dry-run"] if dry_run else []), str(db)], io.StringIO()) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"ptexport: error: {db}: ") and "malformed" in err and "Traceback" not in err
+    assert db.read_bytes() == bytes(raw) and sorted(p.name for p in tmp_path.iterdir()) == ["f.db"]
+
+
 def test_upgrade_of_a_current_database_changes_nothing(fixture_sqlite, tmp_path):
     db = tmp_path / "f.db"
     shutil.copy(fixture_sqlite[0], db)
