@@ -45,6 +45,7 @@ from ptexport.dbexport.threads import PerfComm, PerfThread, PerfThreads
 
 _KERNEL_DSOS = ("[kernel.kallsyms]", "[guest.kernel.kallsyms]")
 _NONE = (0, 0, 0, 0)
+_I64_MAX = (1 << 63) - 1
 
 # The symbol a lookup found: None (no symbol, no "unknown" there yet), an "unknown"'s id, or a
 # symbol of the DSO's table with its end (as perf 6.1 exports it).
@@ -321,7 +322,8 @@ class MachineState:
             if idx is not None:
                 times = [e.valid_from for e, _ in idx._all]
                 times += list(idx._clears)
-            ch = self._changes[pid] = np.unique(np.asarray(times, dtype=np.int64))
+            # perf's times are u64: one past int64 (a damaged record's) changes nothing before it
+            ch = self._changes[pid] = np.unique(np.asarray([min(t, _I64_MAX) for t in times], dtype=np.int64))
         return ch
 
     def user_epochs(self, pid: int, times: np.ndarray) -> np.ndarray:

@@ -95,3 +95,29 @@ def test_a_damaged_field_ends_in_a_typed_error_or_a_result(inputs, tmp_path, cap
             if "--db" in argv:
                 left = sorted(p.name for p in d.iterdir() if p.name.startswith("out") or ".ptexport" in p.name)
                 assert left == (["out.sqlite"] if rc == 0 else []), (name, what, left, err[-300:])
+
+
+@pytest.mark.parametrize("value", [1 << 63, (1 << 64) - 4096])
+def test_every_u64_of_the_programs_mmap_past_int64(tmp_path, capsys, value):
+    """Each 8-byte field of the MMAP2 records (address, length, page offset, the trailer's time and
+    ids) in turn set past int64: perf's u64 values, which numpy's int64 columns cannot hold."""
+    src = RECORDINGS["threads"]
+    raw = src.read_bytes()
+    mmaps = _records(src).get(10, [])
+    assert mmaps
+    shutil.copy(src.parent / "threads", tmp_path / "threads")
+    for off, size in mmaps:
+        for field in range(off + 8, off + size - 7, 8):
+            b = bytearray(raw)
+            b[field:field + 8] = value.to_bytes(8, "little")
+            trace = tmp_path / "perf.data"
+            trace.write_bytes(bytes(b))
+            db = tmp_path / "out.sqlite"
+            for argv in (["dump", "branches", "--count", str(trace)], [str(trace), "--db", str(db), "-q", "--jobs", "1"]):
+                try:
+                    rc = main(argv, out=io.StringIO())
+                except Exception as e:  # pragma: no cover - what the test is for
+                    pytest.fail(f"MMAP2 at {off:#x}, +{field - off} = {value:#x}: {argv[0]} raised {type(e).__name__}: {e}")
+                assert rc in (0, 1), capsys.readouterr().err[-300:]
+                capsys.readouterr()
+            db.unlink(missing_ok=True)
