@@ -610,7 +610,7 @@ class _Batch:
             start = st.sym_starts.get(r[1]) if r[1] else None
             cache.xok[slot] = start is not None
             if start is not None:
-                cache.xoff[slot] = start + r[2]
+                cache.xoff[slot] = (start + r[2]) & 0xFFFF_FFFF_FFFF_FFFF  # perf's u64 map_ip wraps
             if st.new_unknowns != made:
                 if to:
                     new_to.add(i - lo)

@@ -334,6 +334,7 @@ class PerfData:
         self.feature_errors: list[PerfDataError] = []
         self.auxtrace_info: AuxtraceInfo | None = None
         self.time_conv: TimeConv | None = None
+        self.auxtrace_info_at: tuple[str, int] | None = None
         self.id_index: dict[int, IdIndexEntry] = {}
         self.header: dict[str, int] = {}
         self._ctx = ParseContext()
@@ -714,6 +715,7 @@ class PerfData:
                     a.name = rec.event_name
         elif t == RecordType.AUXTRACE_INFO:
             self.auxtrace_info = rec.info
+            self.auxtrace_info_at = (name, rec.offset)  # where a later check of its values points
         elif t == RecordType.TIME_CONV:
             self.time_conv = TimeConv(rec.time_shift, rec.time_mult, rec.time_zero, rec.time_cycles,
                                       rec.time_mask, rec.cap_user_time_zero, rec.cap_user_time_short)

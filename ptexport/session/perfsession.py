@@ -43,7 +43,7 @@ from ptexport.samples.columns import (
     SampleColumns,
     concat_columns,
 )
-from ptexport.errors import TruncatedError, UsageError
+from ptexport.errors import PerfDataError, TruncatedError, UsageError
 from ptexport.perfdata import open_perf_data
 from ptexport.perfdata.constants import IntelPTConfig, RecordType
 from ptexport.session.guestdata import apply_guest_data
@@ -61,6 +61,7 @@ _INTEL_PT_CFG_EVT_EN = 1 << 31  # intel_pt/event_trace=1/
 
 # perf reports an object's failed code reads twice, then recovers silently.
 _REPORTED_FAILURES_PER_OBJECT = 2
+_U32 = 0xFFFF_FFFF
 
 
 @dataclass
@@ -101,12 +102,18 @@ def _params(info: Any, attrs: Iterable[Any], cpuid: str, itrace: ItraceOptions, 
     bits = info.mtc_freq_bits or 0
     if bits:
         shift = (bits & -bits).bit_length() - 1
-        p.mtc_period = (config & bits) >> shift
+        p.mtc_period = ((config & bits) >> shift) & _U32  # perf's intel_pt_mtc_period() is an unsigned int
+        if p.mtc_period > 15:  # IA32_RTIT_CTL.MTCFreq has 4 bits: damaged mtc_freq_bits (or config)
+            if info.mtc_bit and any(a.config & info.mtc_bit for a in pt_attrs):
+                raise PerfDataError(f"the MTC period {p.mtc_period} (config {config:#x} & mtc_freq_bits {bits:#x}) "
+                                    "is not 0..15", what="record AUXTRACE_INFO")
+            p.mtc_period = 0  # MTC off: no MTC or TMA packet to convert with it
     if config & (1 << IntelPTConfig.CYC):  # perf's decoder takes CycThresh only with CYC on
         p.cyc_threshold = (config >> IntelPTConfig.CYC_THRESH) & 0xF
-    p.tsc_ctc_ratio_n = info.tsc_ctc_ratio_n or 0
-    p.tsc_ctc_ratio_d = info.tsc_ctc_ratio_d or 0
-    p.max_non_turbo_ratio = info.max_non_turbo_ratio or 0
+    # perf holds these in 32 bits (struct intel_pt's u32 tsc_ctc_ratio_n/d, unsigned max_non_turbo_ratio)
+    p.tsc_ctc_ratio_n = (info.tsc_ctc_ratio_n or 0) & _U32
+    p.tsc_ctc_ratio_d = (info.tsc_ctc_ratio_d or 0) & _U32
+    p.max_non_turbo_ratio = (info.max_non_turbo_ratio or 0) & _U32
     p.fup_with_nlip = cpuid.startswith("GenuineIntel,6,92,")
     if itrace.instructions:
         period = itrace.period
@@ -152,7 +159,11 @@ class PerfSession:
         self.info = info
         self.tc = sideband.time_conv
         cpuid = str(pd.features.get("cpuid") or "")
-        self.params, self.timeless = _params(info, pd.attrs, cpuid, config.itrace, self.tc)
+        try:
+            self.params, self.timeless = _params(info, pd.attrs, cpuid, config.itrace, self.tc)
+        except PerfDataError as e:  # named by the record it came from
+            src, off = getattr(pd, "auxtrace_info_at", None) or (pd.path, None)
+            raise PerfDataError(e.cause, source=str(src), offset=off, what=e.what) from None
         host = sideband.host
         self.kernel_start = default_kernel_start([e.start for e in host.kernel_maps.entries])
         self.objects = CodeObjects(config.symfs, config.buildid_dir,
@@ -261,7 +272,9 @@ class PerfSession:
             if cut is not None and b.offset == cut.partial_offset and b.src is None:
                 # the file's cut tore the payload: decode its whole packets (cut_error_rows marks the end)
                 data = data[:whole_packets_end(data)]
-            out.append(Buffer(data=data, ref_timestamp=b.reference, consecutive=i > 0, trace_nr=trace_nr,
+            # a reference TSC past 2^63 (~97 years at 3 GHz) is a damaged record's: as a buffer without one
+            ref = b.reference if b.reference < 1 << 63 else 0
+            out.append(Buffer(data=data, ref_timestamp=ref, consecutive=i > 0, trace_nr=trace_nr,
                               offset=pos))
             pos += len(data)
         return out

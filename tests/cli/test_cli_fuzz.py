@@ -97,16 +97,23 @@ def test_a_damaged_field_ends_in_a_typed_error_or_a_result(inputs, tmp_path, cap
                 assert left == (["out.sqlite"] if rc == 0 else []), (name, what, left, err[-300:])
 
 
-@pytest.mark.parametrize("value", [1 << 63, (1 << 64) - 4096])
-def test_every_u64_of_the_programs_mmap_past_int64(tmp_path, capsys, value):
-    """Each 8-byte field of the MMAP2 records (address, length, page offset, the trailer's time and
-    ids) in turn set past int64: perf's u64 values, which numpy's int64 columns cannot hold."""
+@pytest.mark.parametrize("value", [(1 << 64) - 4096])  # the sign bit and near the top (1 << 63: the same classes)
+@pytest.mark.parametrize("kind", ["MMAP2", "AUXTRACE_INFO", "AUXTRACE", "TIME_CONV"])
+def test_every_u64_field_past_int64(tmp_path, capsys, kind, value):
+    """Each 8-byte field of a kind of record in turn set past int64: perf's u64 values (an address,
+    length or page offset, a trailer's time, Intel PT's parameters, a buffer's reference TSC), which
+    numpy's int64 columns and the compiled decoder's state cannot hold.  Every MMAP2, the first of
+    the others."""
+    from ptexport.perfdata.constants import RecordType as RT
+
     src = RECORDINGS["threads"]
     raw = src.read_bytes()
-    mmaps = _records(src).get(10, [])
-    assert mmaps
+    records = _records(src).get(int(RT[kind]), [])
+    assert records
+    if kind != "MMAP2":
+        records = records[:1]
     shutil.copy(src.parent / "threads", tmp_path / "threads")
-    for off, size in mmaps:
+    for off, size in records:
         for field in range(off + 8, off + size - 7, 8):
             b = bytearray(raw)
             b[field:field + 8] = value.to_bytes(8, "little")
@@ -117,7 +124,9 @@ def test_every_u64_of_the_programs_mmap_past_int64(tmp_path, capsys, value):
                 try:
                     rc = main(argv, out=io.StringIO())
                 except Exception as e:  # pragma: no cover - what the test is for
-                    pytest.fail(f"MMAP2 at {off:#x}, +{field - off} = {value:#x}: {argv[0]} raised {type(e).__name__}: {e}")
-                assert rc in (0, 1), capsys.readouterr().err[-300:]
-                capsys.readouterr()
+                    pytest.fail(f"{kind} at {off:#x}, +{field - off} = {value:#x}: {argv[1] if '--db' in argv else argv[0]} "
+                                f"raised {type(e).__name__}: {e}")
+                err = capsys.readouterr().err
+                assert rc in (0, 1, 2), err[-300:]  # 2: no longer an Intel PT recording (AUXTRACE_INFO's type)
+                assert rc == 0 or err.startswith(f"ptexport: error: {trace}"), err[-300:]
             db.unlink(missing_ok=True)
