@@ -58,7 +58,7 @@ from ptexport.perfdata.attr import EventAttr, perf_event_name
 from ptexport.perfdata.features import BuildIdEntry
 from ptexport.perfdata.reader import PerfData, machine_pid_of, vcpu_of
 from ptexport.perfdata.records import IdIndexEntry, IdIndexRecord, SampleId
-from ptexport.sideband.timeconv import TimeConversion
+from ptexport.sideband.timeconv import TimeConversion, perf_time_mult
 
 _U64 = (1 << 64) - 1
 _USER_START = 64
@@ -198,8 +198,7 @@ class _Conv:
 
     def __init__(self, tc: Any) -> None:
         self.tc = None
-        mult = int(getattr(tc, "time_mult", 0) or 0) & 0xFFFFFFFF  # perf's u32
-        if tc is not None and mult and getattr(tc, "cap_user_time_zero", True) is not False:
+        if tc is not None and perf_time_mult(tc) and getattr(tc, "cap_user_time_zero", True) is not False:
             self.tc = TimeConversion.from_time_conv(tc)
 
     def to_tsc(self, ns: int) -> int:

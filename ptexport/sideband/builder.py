@@ -64,7 +64,7 @@ from ptexport.sideband.model import (
     Thread,
     paint,
 )
-from ptexport.sideband.timeconv import TimeConversion
+from ptexport.sideband.timeconv import TimeConversion, perf_time_mult
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
 _U32 = 0xFFFFFFFF
@@ -192,13 +192,13 @@ class SidebandBuilder:
     # -- clock sources given out of band (perfdata's pd.time_conv / pd.auxtrace_info) ----------
 
     def set_time_conv(self, tc: Any) -> None:
-        if tc is not None and int(getattr(tc, "time_mult", 0) or 0) & 0xFFFFFFFF:
+        if tc is not None and perf_time_mult(tc):
             self._time_conv = TimeConversion.from_time_conv(tc)
 
     def set_auxtrace_info(self, info: Any) -> None:
         if info is None:
             return
-        if int(getattr(info, "time_mult", 0) or 0) & 0xFFFFFFFF:
+        if perf_time_mult(info):
             self._pt_time_conv = TimeConversion.from_auxtrace_info(info)
         pcm = getattr(info, "per_cpu_mmaps", None)
         if pcm is not None:

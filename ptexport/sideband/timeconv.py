@@ -24,7 +24,13 @@ from typing import Any
 import numpy as np
 
 _U64 = (1 << 64) - 1
-_U32 = (1 << 32) - 1  # perf keeps time_mult in a u32 (struct perf_tsc_conversion): wider record values truncate
+_U32 = (1 << 32) - 1
+
+
+def perf_time_mult(rec: Any) -> int:
+    """A TIME_CONV record's (or AUXTRACE_INFO's) time_mult as perf holds it: a u32 (struct
+    perf_tsc_conversion), so wider values truncate; 0 (or none): the record gives no clock."""
+    return int(getattr(rec, "time_mult", 0) or 0) & _U32
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +59,7 @@ class TimeConversion:
         """From a TIME_CONV record (or perfdata's ``TimeConv``); short old records lack the last fields."""
         return cls(
             time_shift=int(rec.time_shift),
-            time_mult=int(rec.time_mult) & _U32,
+            time_mult=perf_time_mult(rec),
             time_zero=int(rec.time_zero) & _U64,
             time_cycles=int(getattr(rec, "time_cycles", 0) or 0) & _U64,
             time_mask=int(getattr(rec, "time_mask", 0) or 0) & _U64,
@@ -67,7 +73,7 @@ class TimeConversion:
         """From Intel PT's AUXTRACE_INFO private fields (no time_cycles/time_mask there)."""
         return cls(
             time_shift=int(info.time_shift),
-            time_mult=int(info.time_mult) & _U32,
+            time_mult=perf_time_mult(info),
             time_zero=int(info.time_zero) & _U64,
             cap_user_time_zero=bool(getattr(info, "cap_user_time_zero", True)),
             source="AUXTRACE_INFO",
