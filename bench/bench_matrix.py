@@ -27,10 +27,14 @@ Parts, each on inputs made once in this run (a temporary directory, or ``--keep 
    against perf's (medians of 3 alternated runs where perf takes under 5 s); and the code footprint:
    ``--count`` on a ``--code-branches`` trace of a big program (``bigcode``, ~45 K instructions, where
    the others run a few hundred: a new block every ~100 branches, as a real recording's program,
-   libraries and kernel give) against perf;
+   libraries and kernel give) against perf; and the multi-queue scaling: ``--count`` with ``--jobs 2``
+   against ``--jobs 1`` on two ``--queue-branches`` recordings of the ``threads`` program (4 threads),
+   one with a queue per CPU (4 CPUs, preempted every 20 K instructions) and one with a queue per thread
+   (``--per-thread``), the counts checked equal;
 3. export, on the same trace: ``ptexport TRACE --db`` with ``--jobs 1`` and ``--jobs 2`` against perf's
-   export-to-sqlite.py (``--itrace=bep ... branches calls``), with each one's peak RSS; the sample counts
-   must agree;
+   export-to-sqlite.py (``--itrace=bep ... branches calls``), with each one's peak RSS, and ``--jobs 2``
+   against ``--jobs 1`` (the note says how many cores ``--jobs 1`` keeps busy: it decodes on a thread of
+   its own); the sample counts must agree;
 4. VM export: a ``synth --vm mixed`` recording with its guest sideband injected (as bench_vm.py makes
    it) against a host-only trace of the same branch count, time per sample (medians of three alternated
    runs of each; the note gives each export's call paths: the generated guest's call tree is far wider
@@ -103,6 +107,7 @@ RUN_FILES = ("decode", "code", "scale", "first", "checkout", "venv", "pip-instal
 TARGETS = {
     "first_run": (lambda r: r <= 1.5, "<= 1.5x warm"),
     "scaling": (lambda r: r >= 1.7, ">= 1.7x"),
+    "export_scaling": (lambda r: r >= 1.4, ">= 1.4x"),
     "text": (lambda r: r >= 1.5, ">= 1.5x perf"),
     "modes": (lambda r: r >= 1.0, ">= 1.0x perf"),
     "export": (lambda r: r >= 30, ">= 30x perf (10M)"),
@@ -475,6 +480,45 @@ def part_scaling(m: Matrix, work: Path, branches: int, startup_s: float | None =
     return rep
 
 
+#: the multi-queue scaling rows (issue #13 item 3): a multi-threaded program's recording with a queue per
+#: CPU (perf record -a) and with a queue per thread (perf record --per-thread), (name, synth options)
+QUEUE_LAYOUTS = (("4 CPUs", ("--cpus", "4", "--preempt", "20000")), ("per thread", ("--per-thread",)))
+QUEUE_RUNS = 3
+
+
+def part_queues(m: Matrix, work: Path, branches: int) -> dict:
+    """``dump branches --count`` with ``--jobs 2`` against ``--jobs 1`` on recordings of several AUX
+    queues (the ``threads`` program: 4 threads), a queue per CPU and a queue per thread: the queues (and
+    their PSB segments) are the work units shared between this process and the workers."""
+    rep: dict = {"branches": branches, "runs": QUEUE_RUNS}
+    for name, extra in QUEUE_LAYOUTS:
+        trace = bench_decode.generate(work / ("queues-" + name.replace(" ", "-")), branches, "threads",
+                                      (*extra, "--replay", "off"))
+        runs: dict[int, list[tuple[float, float, int | None]]] = {1: [], 2: []}
+        for _ in range(QUEUE_RUNS):
+            for j in (1, 2):
+                cmd = ["ptexport", "dump", "branches", "--count", "--jobs", str(j), str(trace)]
+                wall, cpu, _rss, out = bench_decode.measure(cmd, subprocess.PIPE, trace.parent)
+                found = re.match(rb"(\d+) samples", out)
+                runs[j].append((wall, cpu, int(found[1]) if found else None))
+        part: dict = {"options": list(extra)}
+        for j, rs in runs.items():
+            walls, cpus, counts = zip(*rs)
+            part[f"jobs {j}"] = {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus),
+                                 "walls_s": list(walls), "branches": counts[0] if len(set(counts)) == 1 else None}
+        counted = {c for rs in runs.values() for _w, _c, c in rs}
+        if len(counted) != 1 or None in counted:
+            m.problems.append(f"queues ({name}): --jobs 1 and 2 counted {sorted(counted, key=str)}")
+        one, two = part["jobs 1"], part["jobs 2"]
+        part["scaling"] = ratio(one["wall_s"], two["wall_s"])
+        rep[name] = part
+        m.row("decode", f"count, threads on {name}: --jobs 2 vs 1", (two["wall_s"], two["cpu_s"]),
+              (one["wall_s"], one["cpu_s"]), part["scaling"], "scaling",
+              note=f"{one['branches']} branches, a queue per {'CPU' if 'CPUs' in name else 'thread'}; "
+                   f"medians of {QUEUE_RUNS} alternated runs")
+    return rep
+
+
 def part_export(m: Matrix, trace: Path, work: Path) -> dict:
     cwd = trace.parent
     perf_db = work / "perf.db"
@@ -500,6 +544,11 @@ def part_export(m: Matrix, trace: Path, work: Path) -> dict:
               cpu_ratio=r["ratio_cpu_to_perf"], value=f"{n / wall / 1e3:.0f} K samples/s")
         m.row("export", f"ptexport --db --jobs {j}: peak RSS MiB", None, None, rss / 1024, "rss",
               note=f"perf's {prss / 1024:.0f} MiB; largest one process")
+    one, two = rep["jobs 1"], rep["jobs 2"]
+    rep["scaling"] = ratio(one["wall_s"], two["wall_s"])
+    m.row("export", "ptexport --db: --jobs 2 vs --jobs 1", (two["wall_s"], two["cpu_s"]), (one["wall_s"], one["cpu_s"]),
+          rep["scaling"], "export_scaling",
+          note=f"--jobs 1 decodes on a thread of its own: {one['cpu_s'] / one['wall_s']:.2f} cores busy")
     print(f"export: {n_perf} samples (perf), ptexport " + ", ".join(
         f"--{k} {rep[k]['samples']}" for k in ("jobs 1", "jobs 2")))
     return rep
@@ -653,6 +702,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-branches", type=parse_count, default=40_000_000,
                     help="branches of the trace the decoder's --jobs 2 / --jobs 1 scaling is also measured on "
                          "(default 40M; 0: only on --branches)")
+    ap.add_argument("--queue-branches", type=parse_count, default=10_000_000,
+                    help="branches of the two multi-queue recordings (4 threads: a queue per CPU, a queue per "
+                         "thread) whose --jobs 2 / --jobs 1 scaling is measured (default 10M: ~70 s to generate "
+                         "each; 0: skip)")
     ap.add_argument("--rss-branches", type=parse_count, default=100_000_000,
                     help="branches of the trace whose export's peak RSS is compared with 1M's (default 100M: "
                          "minutes, ~7 GB of SQLite written and removed; 0: skip)")
@@ -661,6 +714,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-venv", action="store_true", help="skip the fresh install (part 1: minutes)")
     add_options(ap, keep=True)
     args = parse(ap, argv, tiny={"branches": 20_000, "scale_branches": 30_000, "rss_branches": 30_000,
+                                 "queue_branches": 20_000,
                                  "code_branches": WARM_BRANCHES,
                                  "vm_branches": WARM_BRANCHES, "raw_branches": WARM_BRANCHES,
                                  "hot_branches": WARM_BRANCHES,
@@ -700,6 +754,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
     if args.scale_branches:
         report["scaling"] = part_scaling(m, work, args.scale_branches,
                                          report["startup"]["wall_s"] if "startup" in report else None)
+    if args.queue_branches:
+        report["queues"] = part_queues(m, work, args.queue_branches)
     report["export"] = part_export(m, trace, work)
     report["vm"] = part_vm(m, work, args.vm_branches)
     if args.rss_branches:

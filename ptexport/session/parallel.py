@@ -27,7 +27,8 @@ import os
 import signal
 import threading
 from collections import OrderedDict
-from typing import Any
+from concurrent.futures import Future
+from typing import Any, Callable
 
 import numpy as np
 
@@ -167,15 +168,21 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
             plans.append((qd, _segment_starts(qd.tokens, jobs, min_segment_bytes)))
         if sum(len(starts) + 1 for _, starts in plans) < 2 or total < 2 * min_segment_bytes:
             return [qd.run() for qd, _ in plans]  # not worth worker processes
-        here = _segments_here([(qd.tokens, starts) for qd, starts in plans], jobs)
+        # first segments first here (each queue's first starts in the true state: it needs no join),
+        # the workers from the other end
+        units = sorted(((q, k) for q, (_, starts) in enumerate(plans) for k in range(len(starts) + 1)),
+                       key=lambda u: (u[1] != 0, u))
+        path_s = str(path)
+        width = min(jobs - 1, len(units) - 1)  # (this process always has a unit)
         out = []
-        with _pool(jobs - 1, session) as pool:
-            segs = [_submit_segments(session, q, pool, starts, count_only, here)
-                    for q, (_, starts) in enumerate(plans)]
-            for q, (_, starts) in enumerate(plans):  # this process's share, while the workers decode theirs
-                for k, seg in enumerate(segs[q]):
-                    if seg is None:
-                        segs[q][k] = _decode_segment(session, q, _cut(starts, k - 1), _cut(starts, k), count_only)
+        with _pool(width, session) as pool:
+            got = share_units(
+                units, width,
+                lambda u: pool.submit(_segment_job, type(session), path_s, session.cfg, u[0],
+                                      _cut(plans[u[0]][1], u[1] - 1), _cut(plans[u[0]][1], u[1]), count_only),
+                lambda u: _decode_segment(session, u[0], _cut(plans[u[0]][1], u[1] - 1), _cut(plans[u[0]][1], u[1]),
+                                          count_only))
+            segs = [[got[(q, k)] for k in range(len(starts) + 1)] for q, (_, starts) in enumerate(plans)]
             for f, (qd, starts) in zip(segs, plans):
                 qd.setup()
                 qd.S[K.P_RAW_INSN] = 1
@@ -183,17 +190,19 @@ def _decode_all(session: Any, jobs: int | None, count_only: bool, min_segment_by
         return out
     if len(queues) < 2:
         return [_decode_one(session, q, key, bufs, count_only) for q, (key, bufs) in enumerate(queues)]
-    # whole queues: about a jobs-th of the bytes here (the biggest queues first), the others in workers
+    # whole queues, the biggest first here and the smallest first in the workers
     sizes = [(q, sum(len(b.data) for b in ctx.buffers(bufs))) for q, (_, bufs) in enumerate(queues)]
-    here = _share(sorted(sizes, key=lambda x: (-x[1], x[0])), jobs)
+    order = [q for q, _ in sorted(sizes, key=lambda x: (-x[1], x[0]))]
     out = []
-    with _pool(min(jobs - 1, len(queues) - len(here)), session) as pool:
-        futs = [None if q in here else pool.submit(_worker_job, type(session), str(path), session.cfg, q, count_only)
-                for q in range(len(queues))]
-        mine = {q: _decode_one(session, q, *queues[q], count_only) for q in sorted(here)}
-        for q, fut in enumerate(futs):
-            if fut is None:
-                out.append(mine[q])
+    width = min(jobs - 1, len(queues) - 1)
+    with _pool(width, session) as pool:
+        got = share_units(order, width,
+                          lambda q: pool.submit(_worker_job, type(session), str(path), session.cfg, q, count_only),
+                          lambda q: _decode_one(session, q, *queues[q], count_only))
+        for q in range(len(queues)):
+            fut = got[q]
+            if not isinstance(fut, Future):
+                out.append(fut)
                 continue
             cols, setup, ierr, its, nbr, names = fut.result()
             # Object ids are per process: map them to this session's.
@@ -506,50 +515,62 @@ def _cut(starts: list[tuple[int, int]], k: int) -> tuple[int, int] | None:
     return starts[k] if 0 <= k < len(starts) else None
 
 
-def _segments_here(queues: list[tuple[Any, list[tuple[int, int]]]], jobs: int) -> set[tuple[int, int]]:
-    """The segments (queue, k) the parent decodes itself beside ``jobs`` - 1 workers: about a
-    ``jobs``-th of the trace's bytes, first segments first (each queue's first segment starts in the true
-    state: it needs no join), and never all of them.
+def share_units(units: list[Any], width: int, submit: Callable[[Any], Future],
+                run_here: Callable[[Any], Any]) -> dict[Any, Any]:
+    """Work units decoded by this process and a pool of ``width`` workers at once, each unit by
+    whichever is free first: this process takes them from the front of ``units``, the pool from the back,
+    and the pool is given a unit only when one of its workers is free (none waits in its queue, where
+    it could no longer be taken back).  So neither side idles while the other has several units left,
+    whatever each unit costs and however fast each process runs (two decoders on one machine's cores
+    rarely run at the same speed, and this process also reads the sideband and joins the segments).
 
-    The parent has the recording open and its kernels loaded: its share costs no process, no second
-    opening of the recording and no result sent back through a pipe, and it keeps ``jobs`` processes
-    at work rather than ``jobs`` workers and a waiting parent."""
-    sizes = []
-    for q, (tokens, starts) in enumerate(queues):
-        bi = tokens.bi
-        at = np.cumsum(np.concatenate([[0], bi[:, K.BI_DLEN]])) if len(bi) else np.zeros(1, np.int64)
-        edges = [0] + [int(at[b]) + byte for b, byte in starts] + [int(at[-1])]
-        sizes += [((q, k), edges[k + 1] - edges[k]) for k in range(len(starts) + 1)]
-    return _share(sorted(sizes, key=lambda x: (x[0][1] != 0, x[0])), jobs)  # first segments, in queue order
+    ``submit(unit)``: a future of the pool; ``run_here(unit)``: the unit's result here (the first unit
+    is always this process's).  Returns unit -> its result (decoded here) or its future.  A pool that
+    fails to take a unit (broken) leaves the rest to this process; a unit's own error is its future's."""
+    lock = threading.RLock()  # (a unit done before its callback is added calls it at once, lock held)
+    futs: dict[Any, Future] = {}
+    state = {"left": 0, "right": len(units), "busy": 0, "broken": False}
 
+    def feed() -> None:  # (the lock held) hand the pool units while it has free workers
+        while state["busy"] < width and state["left"] < state["right"] and not state["broken"]:
+            unit = units[state["right"] - 1]
+            try:
+                fut = submit(unit)
+            except Exception:  # noqa: BLE001 - e.g. BrokenProcessPool: the units left are done here
+                state["broken"] = True
+                return
+            state["right"] -= 1
+            state["busy"] += 1
+            futs[unit] = fut
+            fut.add_done_callback(done)
 
-def _share(sizes: list[tuple[Any, int]], jobs: int) -> set[Any]:
-    """The parent's share of work units (unit, bytes), taken in the order given: about a ``jobs``-th
-    of the bytes, never every unit."""
-    share = sum(n for _, n in sizes) / max(jobs, 1)
-    here: set[Any] = set()
-    got = 0
-    for unit, n in sizes:
-        if got >= share or len(here) + 1 >= len(sizes):
-            break
-        here.add(unit)
-        got += n
-    return here
+    def done(_fut: Future) -> None:  # (on the pool's thread) a worker is free: its next unit
+        with lock:
+            state["busy"] -= 1
+            feed()
 
-
-def _submit_segments(session: Any, qnum: int, pool: Any, starts: list[tuple[int, int]],
-                     count_only: bool, here: set[tuple[int, int]] = frozenset()) -> list[Any]:
-    """Queue ``qnum``'s segments submitted to ``pool`` in order; None for those in ``here`` (the caller
-    decodes them)."""
-    path = str(session.pd.path)
-    futs = []
-    for k in range(len(starts) + 1):
-        if (qnum, k) in here:
-            futs.append(None)
-            continue
-        futs.append(pool.submit(_segment_job, type(session), path, session.cfg, qnum, _cut(starts, k - 1),
-                                _cut(starts, k), count_only))
-    return futs
+    out: dict[Any, Any] = {}
+    if not units:
+        return out
+    with lock:
+        state["left"] = 1  # the first unit is this process's whatever the pool does meanwhile
+        feed()
+    unit = units[0]
+    try:
+        while True:
+            out[unit] = run_here(unit)
+            with lock:
+                if state["left"] >= state["right"]:
+                    break
+                unit = units[state["left"]]
+                state["left"] += 1
+    except BaseException:
+        with lock:
+            state["broken"] = True  # (no more units to the pool: the error ends the decode)
+        raise
+    with lock:
+        out.update(futs)
+    return out
 
 
 def _stitch_segments(futs: list[Any], starts: list[tuple[int, int]], qd: Any, count_only: bool, stats: Any) -> Any:

@@ -204,10 +204,19 @@ def test_bench_matrix(tmp_path):
     assert sc["jobs 1"]["branches"] == sc["jobs 2"]["branches"] >= 30_000
     assert sc["scaling"] == pytest.approx(sc["jobs 1"]["wall_s"] / sc["jobs 2"]["wall_s"])
     assert len(sc["jobs 1"]["walls_s"]) == len(sc["jobs 2"]["walls_s"]) == sc["runs"] >= 3  # alternated runs' medians
+    qs = rep["queues"]  # several AUX queues: a queue per CPU and a queue per thread, --jobs 1 against 2
+    assert set(qs) == {"branches", "runs", "4 CPUs", "per thread"}
+    for name in ("4 CPUs", "per thread"):
+        q = qs[name]
+        assert q["jobs 1"]["branches"] == q["jobs 2"]["branches"] >= 20_000
+        assert q["scaling"] == pytest.approx(q["jobs 1"]["wall_s"] / q["jobs 2"]["wall_s"])
+        assert len(q["jobs 1"]["walls_s"]) == len(q["jobs 2"]["walls_s"]) == qs["runs"] >= 3
     exp = rep["export"]
     assert exp["perf"]["samples"] == exp["jobs 1"]["samples"] == exp["jobs 2"]["samples"] >= n
-    for run in exp.values():
-        assert positive(run["wall_s"]) and positive(run["cpu_s"]) and positive(run["peak_rss_kib"])
+    assert exp["scaling"] == pytest.approx(exp["jobs 1"]["wall_s"] / exp["jobs 2"]["wall_s"])
+    for key, run in exp.items():
+        if key != "scaling":
+            assert positive(run["wall_s"]) and positive(run["cpu_s"]) and positive(run["peak_rss_kib"])
     vm = rep["vm"]
     assert vm["vm"]["samples"] >= vm["vm_branches"] > 1000 and vm["host"]["samples"] >= vm["vm_branches"]
     assert positive(vm["ratio_per_sample"]) and positive(vm["ratio_cpu_per_sample"])
@@ -230,6 +239,11 @@ def test_bench_matrix(tmp_path):
     scaling = next(r for r in rows if r["what"] == "count: --jobs 2 vs --jobs 1")
     assert scaling["ratio"] == dec["count_scaling"] and scaling["target"] == ">= 1.7x"
     assert scaling["met"] is (dec["count_scaling"] >= 1.7)
+    for name in ("4 CPUs", "per thread"):
+        row = next(r for r in rows if r["what"] == f"count, threads on {name}: --jobs 2 vs 1")
+        assert row["ratio"] == qs[name]["scaling"] and row["met"] is (qs[name]["scaling"] >= 1.7)
+    row = next(r for r in rows if r["what"] == "ptexport --db: --jobs 2 vs --jobs 1")
+    assert row["ratio"] == exp["scaling"] and row["target"] == ">= 1.4x"
 
 
 @pytest.mark.slow

@@ -1,65 +1,120 @@
-"""``--jobs N`` with N - 1 workers: the parent decodes about an N-th of the trace itself (its first segments
-first: they start in the true state), never all of it; the rows stay the serial decoder's (test_perffast)."""
+"""``--jobs N`` with N - 1 workers: the parent decodes work units itself while the workers decode theirs
+(its from the front - first segments first: they start in the true state - the workers' from the back,
+each unit by whichever is free first), never none of them; the rows stay the serial decoder's
+(test_perffast)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from ptexport.decoder.compiled import kernel as K
 from ptexport.session import parallel
 
 
-def _tokens(*buffer_sizes: int) -> SimpleNamespace:
-    bi = np.zeros((len(buffer_sizes), K.BI_SIZE), np.int64)
-    bi[:, K.BI_DLEN] = buffer_sizes
-    return SimpleNamespace(bi=bi)
+class _Pool:
+    """A pool of ``width`` threads whose units take ``cost`` seconds each; counts what waits in it."""
+
+    def __init__(self, width: int, cost: float = 0.0, fail_after: int | None = None) -> None:
+        self.ex = ThreadPoolExecutor(max_workers=width)
+        self.width = width
+        self.cost = cost
+        self.fail_after = fail_after
+        self.lock = threading.Lock()
+        self.out = 0  # submitted and not done
+        self.most = 0
+        self.took: list[int] = []
+
+    def run(self, unit: int) -> tuple[str, int]:
+        time.sleep(self.cost)
+        with self.lock:
+            self.out -= 1
+        return "pool", unit
+
+    def submit(self, unit: int) -> Future:
+        if self.fail_after is not None and len(self.took) >= self.fail_after:
+            raise RuntimeError("broken pool")
+        with self.lock:
+            self.out += 1
+            self.most = max(self.most, self.out)
+        self.took.append(unit)
+        return self.ex.submit(self.run, unit)
 
 
-def _bytes(queues, here) -> tuple[int, int]:
-    """(bytes the parent decodes, bytes in all)."""
-    mine = total = 0
-    for q, (tokens, starts) in enumerate(queues):
-        at = np.cumsum(np.concatenate([[0], tokens.bi[:, K.BI_DLEN]]))
-        edges = [0] + [int(at[b]) + byte for b, byte in starts] + [int(at[-1])]
-        for k in range(len(starts) + 1):
-            n = edges[k + 1] - edges[k]
-            total += n
-            mine += n if (q, k) in here else 0
-    return mine, total
+def _here(cost: float):
+    took = []
+
+    def run(unit: int) -> tuple[str, int]:
+        took.append(unit)
+        time.sleep(cost)
+        return "here", unit
+    return took, run
 
 
-def test_one_queue_in_two_halves_the_parent_takes_the_first():
-    queues = [(_tokens(1000, 1000), [(1, 10)])]
-    assert parallel._segments_here(queues, 2) == {(0, 0)}
+def _results(got) -> dict:
+    return {u: (r.result() if isinstance(r, Future) else r) for u, r in got.items()}
 
 
-@pytest.mark.parametrize("jobs", [2, 3, 4, 8])
-def test_the_parent_takes_about_its_share_first_segments_first(jobs):
-    rng = np.random.default_rng(jobs)
-    queues = []
-    for _ in range(6):
-        sizes = rng.integers(100, 5000, rng.integers(1, 9)).tolist()
-        starts = sorted({(int(b), int(rng.integers(0, sizes[b]))) for b in rng.integers(0, len(sizes), jobs - 1)})
-        starts = [s for s in starts if s != (0, 0)]
-        queues.append((_tokens(*sizes), starts))
-    here = parallel._segments_here(queues, jobs)
-    nseg = sum(len(s) + 1 for _, s in queues)
-    assert 0 < len(here) < nseg
-    firsts = {(q, 0) for q in range(len(queues))}
-    assert not (here - firsts) or firsts <= here  # later segments only once every first one is here
-    mine, total = _bytes(queues, here)
-    biggest = max(_bytes(queues, {seg})[0] for seg in here)
-    assert mine - biggest < total / jobs  # it stops once it has its share
+@pytest.mark.parametrize("width", [1, 2, 3])
+def test_every_unit_once_this_process_from_the_front_the_pool_from_the_back(width):
+    units = list(range(12))
+    pool = _Pool(width, cost=0.01)
+    took, run = _here(0.01)
+    got = parallel.share_units(units, width, pool.submit, run)
+    res = _results(got)
+    assert sorted(res) == units
+    assert sorted(took + pool.took) == units and not set(took) & set(pool.took)
+    assert all(res[u] == ("here", u) for u in took) and all(res[u] == ("pool", u) for u in pool.took)
+    assert took == units[:len(took)] and took  # the front, in order
+    assert pool.took == units[::-1][:len(pool.took)] and pool.took  # the back, in order
+    assert pool.most <= width  # never a unit waiting in the pool's queue (it could not be taken back)
 
 
-def test_never_every_segment():
-    queues = [(_tokens(10), []), (_tokens(10_000), [])]
-    here = parallel._segments_here(queues, 2)
-    assert len(here) == 1
-    assert parallel._segments_here([(_tokens(10), [])], 2) == set()
+def test_the_faster_side_takes_more_units():
+    units = list(range(20))
+    pool = _Pool(1, cost=0.03)
+    took, run = _here(0.002)
+    parallel.share_units(units, 1, pool.submit, run)
+    assert len(took) > 3 * len(pool.took)
+    pool = _Pool(1, cost=0.0)
+    took, run = _here(0.03)
+    parallel.share_units(units, 1, pool.submit, run)
+    assert len(pool.took) > 3 * len(took)
+
+
+def test_units_done_before_their_callback_is_added():
+    """A future already done when its callback is added runs the callback at once, in the submitting
+    thread (the lock is held there): no deadlock, every unit once."""
+    def submit(unit: int) -> Future:
+        f: Future = Future()
+        f.set_result(("pool", unit))
+        return f
+
+    took, run = _here(0.0)
+    res = _results(parallel.share_units(list(range(10)), 2, submit, run))
+    assert sorted(res) == list(range(10)) and took == [0]  # the pool took the rest before this process's first
+
+
+def test_a_pool_that_breaks_leaves_the_rest_here():
+    pool = _Pool(1, cost=0.05, fail_after=1)
+    took, run = _here(0.0)
+    res = _results(parallel.share_units(list(range(6)), 1, pool.submit, run))
+    assert sorted(res) == list(range(6)) and len(pool.took) == 1 and len(took) == 5
+
+
+def test_an_error_here_stops_feeding_the_pool():
+    pool = _Pool(1, cost=0.02)
+
+    def run(unit: int):
+        raise ValueError("bad unit")
+
+    with pytest.raises(ValueError):
+        parallel.share_units(list(range(50)), 1, pool.submit, run)
+    time.sleep(0.1)
+    assert len(pool.took) <= 2
 
 
 @pytest.fixture(scope="module")
