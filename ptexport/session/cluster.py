@@ -173,6 +173,10 @@ def _typed(call: Callable[[], Any], where: str, what: str = "a decode task") -> 
         raise ClusterError(f"{where}: lost the cluster: {type(e).__name__}: {e}") from e
 
 
+#: How often a call tree step's wait looks whether the branches it was sent with are still there (s)
+_LOST_POLL_S = 1.0
+
+
 class DaskTrees:
     """The executor of :class:`~ptexport.calltree.sharded.ShardedCallTree` on a cluster: a shard's step
     (:func:`~ptexport.calltree.sharded.tree_step`, pure) is a task put ahead of the decode segments
@@ -194,10 +198,11 @@ class DaskTrees:
             self._workers = sorted(client.scheduler_info().get("workers", {}))
         where = [self._workers[self._turn % len(self._workers)]] if self._workers else None
         self._turn += 1
+        data = None
         if args[data_at] is not None:
             [data] = client.scatter([args[data_at]], workers=where, direct=True, hash=False)
             args = (*args[:data_at], data, *args[data_at + 1:])
-        return client.submit(fn, *args, workers=where, allow_other_workers=True, pure=False, priority=1)
+        return client.submit(fn, *args, workers=where, allow_other_workers=True, pure=False, priority=1), data
 
 
 class _TreeTask:
@@ -208,20 +213,37 @@ class _TreeTask:
     def __init__(self, trees: DaskTrees, fn: Callable[..., Any], args: tuple) -> None:
         self.trees, self.fn, self.args = trees, fn, args
         self.tries = 0
-        self._fut = self._sent()
+        self._fut, self._data = self._sent()
 
-    def _sent(self) -> Any:
+    def _sent(self) -> tuple[Any, Any]:
         return _typed(lambda: self.trees._send(self.fn, self.args, 3), self.trees.units.where, self.WHAT)
 
     def done(self) -> bool:
         return self._fut.done()
+
+    def _wait(self) -> Any:
+        """The task's result; a ClusterError as soon as the branches it was sent with are gone (their
+        worker died before the task read them): the scheduler forgets such a task, and the wait would
+        otherwise rest on being told so."""
+        from distributed import TimeoutError as DaskTimeout
+
+        while True:
+            try:
+                return self._fut.result(timeout=_LOST_POLL_S)
+            except (DaskTimeout, TimeoutError):
+                data = self._data
+                if data is not None and data.status in ("lost", "cancelled", "error"):
+                    raise ClusterError(f"{self.trees.units.where}: {self.WHAT}: its branches were lost with "
+                                       f"their worker ({data.status})") from None
 
     def result(self) -> Any:
         where = self.trees.units.where
         while True:
             try:
                 try:
-                    return _typed(self._fut.result, where, self.WHAT)
+                    got = _typed(self._wait, where, self.WHAT)
+                    self._data = None  # (the worker may drop the branches now)
+                    return got
                 except PtExportError:
                     raise
                 except Exception as e:  # noqa: BLE001 - its branches lost with their worker (dask's own errors)
@@ -231,7 +253,7 @@ class _TreeTask:
                     raise
                 self.tries += 1
                 self.trees._workers = []
-                self._fut = self._sent()
+                self._fut, self._data = self._sent()
 
 
 class DaskUnits:

@@ -173,7 +173,6 @@ class PerfSession:
         for entry in pd.features.get("build_id") or ():
             if entry.filename and entry.build_id:
                 self.build_ids.setdefault(entry.filename, bytes(entry.build_id))
-        self.switches: list[Any] = []  # SWITCH / SWITCH_CPU_WIDE records, file order
         self.buffer_nr: dict[int, int] = {}  # id(AUXTRACE record) -> place among all AUXTRACE records
         self.event_tscs: list[tuple[int, bool]] = []  # timestamped records as TSC, perf's order
         # Outside PT decoding perf marks objects unreadable at these (see codewalk.sample_fetch_marks):
@@ -857,28 +856,36 @@ def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
     # perf script --time: parsed once, percent forms against the header's first/last sample time
     time_ranges = parse_time_ranges(config.time, pd.features.get("sample_time")) if config.time else None
     streams: dict[tuple[str, int], list[Any]] = {}
-    switches: list[Any] = []
     buffer_nr: dict[int, int] = {}
     events: list[tuple[int, bool]] = []  # (perf time, AUX record reporting lost data)
     sample_ips: list[tuple[int, int, int, int]] = []
     vdso_mmaps: list[tuple[int, int]] = []
     pmu_type = getattr(getattr(pd, "auxtrace_info", None), "pmu_type", None)
 
+    t_auxtrace, t_aux, t_sample = int(RecordType.AUXTRACE), int(RecordType.AUX), int(RecordType.SAMPLE)
+    t_mmaps = (int(RecordType.MMAP), int(RecordType.MMAP2))
+    t_switches = (int(RecordType.SWITCH), int(RecordType.SWITCH_CPU_WIDE))
+
     def tap(records: Iterable[Any]):
+        add_event = events.append
         for rec in records:
-            if rec.type == RecordType.AUXTRACE:
+            t = rec.type
+            if t == t_auxtrace:
                 key = ("cpu", rec.cpu) if rec.cpu != -1 and rec.cpu != 0xFFFFFFFF else ("thread", rec.tid)
                 buffer_nr[id(rec)] = len(buffer_nr)
                 streams.setdefault(key, []).append(rec)
-            elif rec.type < 64 and rec.time:
-                events.append((rec.time, rec.type == RecordType.AUX and bool(rec.flags & 0x01)))  # TRUNCATED: perf 6.1 reports lost data
-                if rec.type == RecordType.SAMPLE:
-                    if rec.ip and rec.pid is not None and getattr(rec.attr, "type", None) != pmu_type:
-                        sample_ips.append((rec.time, rec.pid, -1 if rec.tid is None else rec.tid, rec.ip))
-                elif rec.type in (RecordType.MMAP, RecordType.MMAP2) and rec.filename == "[vdso]":
-                    vdso_mmaps.append((rec.time, rec.pid))
-                if rec.type in (RecordType.SWITCH, RecordType.SWITCH_CPU_WIDE):
-                    switches.append(rec)
+            elif t < 64:
+                time = rec.time
+                if time:
+                    if t in t_switches:  # (the bulk of a `perf record -a` recording's records)
+                        add_event((time, False))
+                    else:
+                        add_event((time, t == t_aux and bool(rec.flags & 0x01)))  # TRUNCATED: perf 6.1 reports lost data
+                        if t == t_sample:
+                            if rec.ip and rec.pid is not None and getattr(rec.attr, "type", None) != pmu_type:
+                                sample_ips.append((time, rec.pid, -1 if rec.tid is None else rec.tid, rec.ip))
+                        elif t in t_mmaps and rec.filename == "[vdso]":
+                            vdso_mmaps.append((time, rec.pid))
             yield rec
 
     sb = build_sideband(tap(pd.records()), time_conv=getattr(pd, "time_conv", None),
@@ -887,7 +894,6 @@ def open_session(pd: Any, config: DecodeConfig) -> PerfSession:
     if release is not None:  # the pass over the records mapped the whole file: out of the resident set
         release()
     session = PerfSession(pd, sb, config, streams)
-    session.switches = switches
     session.time_ranges = time_ranges or None
     session.sample_ips = sample_ips
     session.vdso_mmaps = vdso_mmaps

@@ -235,6 +235,37 @@ class SidebandBuilder:
         t = rec.type
         # perf orders and stamps by the sample time (sample_id), not FORK/EXIT's own time field
         sid = getattr(rec, "sample_id", None)
+        if t == _T_SWITCH_CW and sid is not None and not self._guest_ids:
+            # the fast path of a `perf record -a` recording's bulk (tens of thousands of context switches
+            # a second): the general path below, with its checks made once
+            misc = rec.misc
+            if misc & 7 < 4:  # a host record (a guest's cpumode goes the general way)
+                time = sid.time
+                if time is not None and time != _NO_TIME and time:
+                    if self._first is None or time < self._first:
+                        self._first = time
+                    if self._last is None or time > self._last:
+                        self._last = time
+                else:
+                    time = 0
+                cpu = sid.cpu
+                if cpu is None:
+                    cpu = -1
+                elif cpu > 0x7FFFFFFF:
+                    cpu = _s32(cpu)
+                if misc & PERF_RECORD_MISC_SWITCH_OUT:
+                    kind = CpuTimeline.OUT_PREEMPT if misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT else CpuTimeline.OUT
+                    pid, tid = rec.next_prev_pid, rec.next_prev_tid
+                else:
+                    kind = CpuTimeline.IN
+                    pid, tid = sid.pid, sid.tid
+                if pid is not None and pid > 0x7FFFFFFF:
+                    pid = _s32(pid)
+                if tid is not None and tid > 0x7FFFFFFF:
+                    tid = _s32(tid)
+                self._events.append((time, self._seq, _SWITCH, (HOST_PID, cpu, pid, tid, kind)))
+                self._seq += 1
+                return
         time = sid.time if sid is not None else None
         if time is None:
             time = getattr(rec, "time", None)

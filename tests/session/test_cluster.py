@@ -689,3 +689,58 @@ def test_copy_batches_send_a_column_of_one_value_as_that_value(monkeypatch):
     assert sent["ip"] == 0xFFFF_FFFF_FFFF_FFF0 - (1 << 64) and sent["cpu"] == 3 and sent["in_tx"] is False
     assert isinstance(sent["id"], np.ndarray)
     assert bytes(b"".join(encode_binary(cols_of, sent, n))) == bytes(b"".join(encode_binary(cols_of, cols, 8)))
+
+
+class _Hanging:
+    """A dask future that never finishes (its task forgotten with its lost data, the scheduler silent)."""
+
+    status = "pending"
+
+    def result(self, timeout=None):
+        time.sleep(timeout or 0)
+        raise TimeoutError("still pending")
+
+    def done(self):
+        return False
+
+
+class _Done:
+    status = "finished"
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self, timeout=None):
+        return self.value
+
+    def done(self):
+        return True
+
+
+def test_a_call_tree_step_whose_branches_are_lost_is_sent_again(monkeypatch):
+    """A call tree step waits on its task only as long as the branches it was sent with exist: once
+    dask reports them lost (their worker died before the task read them), the step is sent again
+    instead of waiting on a task the scheduler forgot; the retries stay bounded."""
+    monkeypatch.setattr(C, "_LOST_POLL_S", 0.01)
+    lost = _Done(None)
+    lost.status = "lost"
+    sends = []
+
+    def send(fn, args, data_at):
+        sends.append(args)
+        return (_Hanging(), lost) if len(sends) == 1 else (_Done("rows"), _Done(None))
+
+    trees = C.DaskTrees.__new__(C.DaskTrees)
+    trees.units = type("U", (), {"where": "scheduler tcp://x:1"})()
+    trees._workers, trees._turn = ["w"], 0
+    monkeypatch.setattr(trees, "_send", send)
+    task = C._TreeTask(trees, lambda *a: None, (1, 2, 3, "branches"))
+    assert task.result() == "rows" and task.tries == 1 and len(sends) == 2
+    assert task._data is None  # released once the rows are back
+
+    sends.clear()
+    monkeypatch.setattr(trees, "_send", lambda fn, args, data_at: sends.append(args) or (_Hanging(), lost))
+    task = C._TreeTask(trees, lambda *a: None, (1, 2, 3, "branches"))
+    with pytest.raises(ClusterError, match="branches were lost"):
+        task.result()
+    assert len(sends) == C.COPY_RETRIES + 1

@@ -155,6 +155,35 @@ def test_cpu_timeline_follows_intel_pt_rules():
     assert sb.cpus() == [1, 3]
 
 
+def test_cpu_wide_switches_take_a_fast_path_to_the_same_events():
+    """The host's CPU-wide switches (a `perf record -a` recording's bulk) skip the general record path;
+    what they add is the general path's, edge values included (u32 -1 and other ids past 2^31, no CPU,
+    time 0 or perf's "no time"), and guest or per-thread switches still go the general way."""
+    rng = np.random.default_rng(5)
+    recs = [R.comm(7, 7, "seven", 0)]
+    edge = [0, 1, 7, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF]
+    for i in range(400):
+        pick = (lambda: int(rng.choice(edge))) if rng.random() < 0.3 else (lambda: int(rng.integers(0, 50)))
+        time = int(rng.choice([0, 0xFFFFFFFFFFFFFFFF, 10 + i])) if rng.random() < 0.1 else 10 + i
+        cpu = None if rng.random() < 0.05 else pick() % 8 if rng.random() < 0.9 else pick()
+        misc = int(rng.choice([R.KERNEL, R.USER, R.GUEST_KERNEL, R.GUEST_USER])) if rng.random() < 0.2 else R.KERNEL
+        if rng.random() < 0.1:
+            recs.append(R.switch(cpu, time, pick(), pick(), out=bool(rng.random() < 0.5)))
+        else:
+            recs.append(R.switch_cpu_wide(cpu, time, pick(), pick(), out=bool(rng.random() < 0.5), next_prev_pid=pick(),
+                                          next_prev_tid=pick(), preempt=bool(rng.random() < 0.5), misc=misc))
+
+    def events(general: bool) -> tuple:
+        b = SidebandBuilder()
+        if general:  # the general path only: as with guest ids (the host's records resolve the same)
+            b._guest_ids = True
+        b.add_all(recs)
+        return b._events, b._first, b._last
+
+    fast, slow = events(False), events(True)
+    assert fast == slow and len(fast[0]) > 300
+
+
 def test_tsc_queries_use_the_clock():
     from ptexport.sideband import TimeConversion
 
