@@ -57,6 +57,7 @@ from ptexport.samples.flags import PERF_BRANCH_MASK, IpFlag
 
 _IN_TX = int(IpFlag.IN_TX)
 _SAMPLE = int(RecordType.SAMPLE)
+_SWITCHES = (int(RecordType.SWITCH), int(RecordType.SWITCH_CPU_WIDE))
 _MAX_SLOTS = 1 << 22  # the address cache starts over beyond this many entries (bounded memory)
 
 
@@ -440,9 +441,12 @@ class _Batch:
         sym_from = 0
         machines = ex.machines
         run_th, run_comm, run_sid = (np.zeros(nruns, np.int64) for _ in range(3))
-        memo = vm = None
-        if self.mi is not None:  # VM: the runs alternate between a few threads
-            memo = ThreadMemo(ex.m)
+        # The runs alternate between a few threads: a VM's (every VM exit and entry), and any recording
+        # of several CPUs (the merge takes each CPU's samples in turn, every few dozen), so each thread is
+        # looked up once while nothing its answer depends on changes
+        memo = ThreadMemo(ex.m)
+        vm = None
+        if self.mi is not None:
             vm = _VmRuns(memo, starts, self.mi[starts], cols.pid[starts], cols.tid[starts], self.err[starts], cuts)
         k = 0
         while k < nruns:
@@ -454,7 +458,9 @@ class _Batch:
                     sym_from = a
                 ex.event(rec)
                 ev_i += 1
-                if memo is not None:
+                if vm is not None or rec.type not in _SWITCHES:
+                    # (a host's context switch only creates threads, exports their rows or learns a
+                    # thread's pid: what the memo's generation sees)
                     memo.clear()
             p, t, m = pid_l[k], tid_l[k], mi_l[k]
             st = machines[m]
@@ -469,7 +475,7 @@ class _Batch:
                 ex.n_samples += ends[done - 1] - a
                 k = done
                 continue
-            th_id, c_id = st.threads(p, t) if memo is None else memo.threads(st, m, p, t)
+            th_id, c_id = memo.threads(st, m, p, t)
             run_th[k], run_comm[k], run_sid[k] = th_id, c_id, ex.n_samples + 1 - a
             ex.n_samples += ends[k] - a
             k += 1

@@ -78,6 +78,7 @@ class PerfThreads:
 
     def __init__(self, comm_exec: bool) -> None:
         self.comm_exec = comm_exec
+        self.pid_fixes = 0  # threads whose unknown pid a find learned (part of ThreadMemo's generation)
         self.by_tid: dict[int, PerfThread] = {}
         self.all: list[PerfThread] = []  # every thread ever created, removed ones included
         idle = self.findnew(0, 0)
@@ -87,6 +88,7 @@ class PerfThreads:
         th = self.by_tid.get(tid)
         if th is not None and pid != -1 and th.pid == -1 and pid != th.pid:
             th.pid = pid
+            self.pid_fixes += 1
         return th
 
     def findnew(self, pid: int, tid: int) -> PerfThread:

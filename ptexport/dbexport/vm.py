@@ -583,9 +583,12 @@ class ThreadMemo:
     A VM trace's samples alternate between host and guest threads every few dozen samples (every VM exit
     and entry), so the batch export asks the same few threads tens of thousands of times.  A second call
     with the same (pid, tid) changes nothing and gives the same answer as long as no thread was created
-    (``len(pt.all)``), no thread, comm or comm_thread row was made (the model's next ids) and no sideband
-    record was applied (:meth:`clear`, at every record).  A thread whose pid is still unknown (-1) is never
-    remembered: any ``find`` with a pid would set it.
+    (``len(pt.all)``), no thread, comm or comm_thread row was made (the model's next ids), no thread's
+    unknown pid was learned (``pt.pid_fixes``: a main thread's pid decides its exec comm) and no sideband
+    record was applied (:meth:`clear`, at every record but a host's context switch, which changes nothing
+    else).  A thread whose pid is still unknown (-1) is never remembered: any ``find`` with a pid would set
+    it.  The batch export of every recording uses it: a recording of several CPUs alternates between
+    their threads too.
     """
 
     __slots__ = ("m", "memo")
@@ -597,9 +600,9 @@ class ThreadMemo:
     def clear(self) -> None:
         self.memo.clear()
 
-    def _generation(self, st: MachineState) -> tuple[int, int, int, int]:
+    def _generation(self, st: MachineState) -> tuple[int, int, int, int, int]:
         m = self.m
-        return len(st.pt.all), m.threads.next_id, m.comms.next_id, m.comm_threads.next_id
+        return len(st.pt.all), m.threads.next_id, m.comms.next_id, m.comm_threads.next_id, st.pt.pid_fixes
 
     def hit(self, st: MachineState, mi: int, pid: int, tid: int) -> bool:
         """Whether :meth:`threads` would answer (mi, pid, tid) from the memo now (no call, no change)."""

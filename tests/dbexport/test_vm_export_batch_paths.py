@@ -60,6 +60,36 @@ def test_thread_memo_answers_as_every_call(table):
     assert answers[10][1] != answers[9][1]  # the exec comm the COMM records gave 101's main thread
 
 
+@pytest.mark.parametrize("table", [PerfThreads, GuestThreads])
+def test_thread_memo_answers_as_every_call_across_context_switches(table):
+    """A host's context switch does not clear the memo (a `perf record -a` recording has one every few
+    dozen samples): what one changes - a thread created, a row exported, an unknown pid learned - is in the
+    memo's generation, so the answers and rows are still those of calling every time."""
+    calls = [("run", -1, 300), ("run", 300, 301), ("switch", 300, 300), ("run", 300, 301), ("run", -1, 300),
+             ("run", 400, 401), ("switch", 400, 400), ("run", 400, 401), ("switch", -1, 500), ("run", -1, 500),
+             ("switch", 600, 500), ("run", -1, 500), ("run", 600, 601), ("switch", 600, 601), ("run", 600, 601),
+             ("comm", 600, 600), ("run", 600, 601), ("switch", 0, 0), ("run", 300, 301), ("run", 400, 401)]
+
+    def play(memo: bool):
+        model = ExportModel()
+        pt = table(comm_exec=False)
+        st = _state(model, pt)
+        tm = ThreadMemo(model)
+        out = []
+        for what, p, t in calls:
+            if what == "switch":  # DbExporter.event + switch: the next task found or made, both sides' rows
+                pt.findnew(p, t)
+                out.append(st.switch_side(p, t))
+            elif what == "comm":
+                pt.on_comm(p, t, "worker", 5, True)
+                tm.clear()
+            else:
+                out.append(tm.threads(st, 0, p, t) if memo else st.threads(p, t))
+        return out, [t.take() for t in model.tables()], [(th.pid, th.tid, th.db_id) for th in pt.all]
+
+    assert play(True) == play(False)
+
+
 def test_thread_memo_remembers_settled_threads():
     model = ExportModel()
     st = _state(model, PerfThreads(comm_exec=False))

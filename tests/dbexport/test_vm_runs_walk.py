@@ -37,6 +37,7 @@ class _Threads:
     def __init__(self) -> None:
         self.all: list[_Thread] = []
         self.by_tid: dict[int, _Thread] = {}
+        self.pid_fixes = 0
 
 
 class _Machine:
@@ -60,6 +61,7 @@ class _Machine:
             self.pt.by_tid[tid] = th
         elif th.pid == -1 and pid != -1:
             th.pid = pid
+            self.pt.pid_fixes += 1
         if self.comm_every and self.asks % self.comm_every == 0:
             self.m.comm_threads.next_id += 1  # a row made by an ask of a known thread
         return th.db_id, th.comm
