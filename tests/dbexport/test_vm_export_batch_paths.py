@@ -26,6 +26,29 @@ def _state(model: ExportModel, pt: PerfThreads) -> MachineState:
     return st
 
 
+def _play(table, calls, memo: bool):
+    """(answers, rows, thread table) of ``calls`` through the memo or calling every time: "run" a run's
+    look-up, "find" an error row's, "switch" a context switch (DbExporter.event + switch: the next task
+    found or made, its side's rows; the memo stays), "comm" a COMM record (the memo is cleared)."""
+    model = ExportModel()
+    pt = table(comm_exec=False)
+    st = _state(model, pt)
+    tm = ThreadMemo(model)
+    out = []
+    for what, p, t in calls:
+        if what == "find":
+            pt.find(p, t)
+        elif what == "switch":
+            pt.findnew(p, t)
+            out.append(st.switch_side(p, t))
+        elif what == "comm":
+            pt.on_comm(p, t, "worker", 5, True)
+            tm.clear()
+        else:
+            out.append(tm.threads(st, 0, p, t) if memo else st.threads(p, t))
+    return out, [t.take() for t in model.tables()], [(th.pid, th.tid, th.db_id) for th in pt.all]
+
+
 @pytest.mark.parametrize("table", [PerfThreads, GuestThreads])
 def test_thread_memo_answers_as_every_call(table):
     calls = [("run", 100, 101), ("run", 100, 101), ("run", 100, 100), ("run", 100, 101),  # main made after
@@ -35,23 +58,7 @@ def test_thread_memo_answers_as_every_call(table):
              ("run", 100, 101),
              ("run", 300, 300), ("run", 300, 200), ("run", 100, 100), ("run", 100, 101)]
 
-    def play(memo: bool):
-        model = ExportModel()
-        pt = table(comm_exec=False)
-        st = _state(model, pt)
-        tm = ThreadMemo(model)
-        out = []
-        for what, p, t in calls:
-            if what == "find":  # an error row's look-up
-                pt.find(p, t)
-            elif what == "comm":  # a COMM record: the export clears the memo at every record
-                pt.on_comm(p, t, "worker", 5, True)
-                tm.clear()
-            else:
-                out.append(tm.threads(st, 0, p, t) if memo else st.threads(p, t))
-        return out, [t.take() for t in model.tables()], [(th.pid, th.tid, th.db_id) for th in pt.all]
-
-    direct, memo = play(False), play(True)
+    direct, memo = _play(table, calls, False), _play(table, calls, True)
     assert memo == direct
     answers = direct[0]
     if table is PerfThreads:  # (a guest's table makes the main thread with its first thread)
@@ -70,24 +77,7 @@ def test_thread_memo_answers_as_every_call_across_context_switches(table):
              ("switch", 600, 500), ("run", -1, 500), ("run", 600, 601), ("switch", 600, 601), ("run", 600, 601),
              ("comm", 600, 600), ("run", 600, 601), ("switch", 0, 0), ("run", 300, 301), ("run", 400, 401)]
 
-    def play(memo: bool):
-        model = ExportModel()
-        pt = table(comm_exec=False)
-        st = _state(model, pt)
-        tm = ThreadMemo(model)
-        out = []
-        for what, p, t in calls:
-            if what == "switch":  # DbExporter.event + switch: the next task found or made, both sides' rows
-                pt.findnew(p, t)
-                out.append(st.switch_side(p, t))
-            elif what == "comm":
-                pt.on_comm(p, t, "worker", 5, True)
-                tm.clear()
-            else:
-                out.append(tm.threads(st, 0, p, t) if memo else st.threads(p, t))
-        return out, [t.take() for t in model.tables()], [(th.pid, th.tid, th.db_id) for th in pt.all]
-
-    assert play(True) == play(False)
+    assert _play(table, calls, True) == _play(table, calls, False)
 
 
 def test_thread_memo_remembers_settled_threads():
