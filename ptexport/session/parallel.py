@@ -1159,10 +1159,41 @@ class _Source:
             break
         return out
 
+    def take_turn_pieces(self, his: np.ndarray, turns: Any) -> list[tuple[int, tuple[dict[str, np.ndarray], int, int]]]:
+        """:meth:`take_pieces` for several ascending ``his`` at once, each piece paired with its turn
+        (``turns[j]`` for ``his[j]``; an int: the turns are turns + j): (turn, (chunk, lo, hi)), no
+        empty pieces."""
+        out: list = []
+        j, nh = 0, len(his)
+        while j < nh and self.rows:
+            c = self.rows[0]
+            m = len(c["kind"])
+            cut = np.searchsorted(c["step"], his[j:], side="left")
+            inside = int(np.searchsorted(cut, m, side="left"))  # the turns that end within this chunk
+            t = (np.arange(j, j + inside) + turns) if isinstance(turns, int) else turns[j:j + inside]
+            off = self.off
+            for turn, n in zip(t.tolist(), cut[:inside].tolist()):
+                if n > off:
+                    out.append((turn, (c, off, n)))
+                    off = n
+            j += inside
+            if j < nh:  # the next turn takes this chunk's rest and goes on into the next chunk
+                if m > off:
+                    out.append((j + turns if isinstance(turns, int) else int(turns[j]), (c, off, m)))
+                self.rows.pop(0)
+                self.off = 0
+            else:
+                self.off = off
+        return out
+
     def take_rows(self, hi: int | None) -> list[dict[str, np.ndarray]]:
         """Undelivered rows of steps before ``hi`` (all when None)."""
         return [c if not lo and b == len(c["kind"]) else {k: v[lo:b] for k, v in c.items()}
                 for c, lo, b in self.take_pieces(hi)]
+
+
+def _turn_key(entry: tuple[int, Any]) -> int:
+    return entry[0]
 
 
 def _gather(pieces: list[tuple[dict[str, np.ndarray], int, int]], n: int) -> dict[str, np.ndarray]:
@@ -1270,7 +1301,8 @@ class StreamMerge:
     def __init__(self, sources: list[_Source], event_tscs: list[tuple[int, bool]], lost: dict[str, np.ndarray],
                  batch_rows: int) -> None:
         self.src = sources
-        self.events = event_tscs
+        self.ev_tsc = np.array([t for t, _ in event_tscs], np.int64)
+        self.ev_lost = np.array([bool(x) for _, x in event_tscs], np.bool_)
         self.lost = lost
         self.n_lost = len(lost["kind"])
         self.batch_rows = max(1, batch_rows)
@@ -1337,30 +1369,56 @@ class StreamMerge:
             self.npending -= n
             yield _gather(pieces, n)
 
-    def _process(self, limit: int):
-        """perf's heap run up to ``limit`` (a sideband event's TSC, or 1 << 64: to the end): each queue
-        taken in turn emits its rows up to its next item at or past the next queue's timestamp (+1)."""
-        unbounded = limit >= 1 << 63
+    def _process(self):
+        """perf's heap run to the end, up to each sideband event in turn (:func:`queues_compiled.merge_turns`):
+        each queue taken in turn emits its rows up to its next item at or past the next queue's
+        timestamp (+1); an event that reports lost data puts its row where it is reached."""
         st, tq, ti, items = self.st, self.turns[0], self.turns[1], self.items
+        lost_i = 0
         while True:
             nt = QC.merge_turns(items.start, items.size, items.err, items.ts, items.base, self.done, self.nxt,
-                                 self.hord, self.hq, st, 0 if unbounded else int(limit), unbounded, tq, ti)
-            for q, i in zip(tq[:nt].tolist(), ti[:nt].tolist()):
-                self._emit(self.src[q].take_pieces(i))
+                                 self.hord, self.hq, st, self.ev_tsc, self.ev_lost, tq, ti)
             if nt:
-                mid = int(st[QC.ST_Q])
-                for q in set(tq[:nt].tolist()):  # their items before the pending ones are done with
-                    self.src[q].drop_items(int(st[QC.ST_I]) if q == mid else int(self.nxt[q]))
+                self._take_turns(tq[:nt], ti[:nt])
             yield from self._flush()
             status = st[QC.ST_STATUS]
             if status == QC.MERGE_DONE:
-                return
-            if status == QC.MERGE_NEED:
+                return lost_i
+            if status == QC.MERGE_LOST:
+                if lost_i < self.n_lost:
+                    self._emit([self._lost_row(lost_i)])
+                    lost_i += 1
+            elif status == QC.MERGE_NEED:
                 q = int(st[QC.ST_Q])
                 if self.src[q].more():
                     items.update(q, self.src[q], int(st[QC.ST_I]))
                 else:
                     self.done[q] = True
+
+    def _take_turns(self, tq: np.ndarray, ti: np.ndarray) -> None:
+        """The rows of the turns (queue tq's rows before its item ti, in turn) queued for the batches:
+        each queue's turns cut its rows with one search (a 4-CPU recording's turns are a few dozen
+        rows each: a search apiece cost 2 us of 4 a turn)."""
+        qs = tq.tolist()
+        first = qs[0]
+        mid = int(self.st[QC.ST_Q])
+        if qs.count(first) == len(qs):  # (one queue: a single-queue trace's turns, or a run of one)
+            for _, piece in self.src[first].take_turn_pieces(ti, 0):
+                self._emit1(piece)
+        else:
+            cut: list = []
+            for q in np.unique(tq).tolist():
+                at = np.flatnonzero(tq == q)
+                cut += self.src[q].take_turn_pieces(ti[at], at)
+            cut.sort(key=_turn_key)
+            for _, piece in cut:
+                self._emit1(piece)
+        for q in set(qs):  # their items before the pending ones are done with
+            self.src[q].drop_items(int(self.st[QC.ST_I]) if q == mid else int(self.nxt[q]))
+
+    def _emit1(self, piece: tuple[dict[str, np.ndarray], int, int]) -> None:
+        self.pending.append(piece)
+        self.npending += piece[2] - piece[1]
 
     def _lost_row(self, i: int) -> dict[str, np.ndarray]:
         return {k: v[i:i + 1] for k, v in self.lost.items()}
@@ -1378,14 +1436,7 @@ class StreamMerge:
 
     def batches(self):
         """Row chunks (column dicts with obj and step) in perf's order, about ``batch_rows`` each."""
-        lost_i = 0
-        for tsc, is_lost in self.events:
-            if tsc:
-                yield from self._process(tsc)
-            if is_lost and lost_i < self.n_lost:
-                self._emit([self._lost_row(lost_i)])
-                lost_i += 1
-        yield from self._process(1 << 64)
+        lost_i = yield from self._process()
         if lost_i < self.n_lost:
             self._emit([{k: v[lost_i:] for k, v in self.lost.items()}])
         # Rows no emitted item claims go last, in queue order (as in _perf_order).

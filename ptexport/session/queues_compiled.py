@@ -159,28 +159,43 @@ ST_Q = 1  # the queue whose run stopped for want of items (-1: none)
 ST_LIM = 2  # its run's limit
 ST_UNB = 3  # 1: that limit is above every timestamp
 ST_I = 4  # the item its run goes on from
-ST_STATUS = 5  # how the last call ended: MERGE_DONE, MERGE_NEED (queue ST_Q needs items), MERGE_FULL
-ST_SIZE = 6
-MERGE_DONE, MERGE_NEED, MERGE_FULL = 0, 1, 2
+ST_STATUS = 5  # how the last call ended: MERGE_DONE, MERGE_NEED (queue ST_Q needs items), MERGE_FULL, MERGE_LOST
+ST_EV = 6  # the next sideband event (its TSC the heap's limit until reached; past the last: no limit)
+ST_SIZE = 7
+MERGE_DONE, MERGE_NEED, MERGE_FULL, MERGE_LOST = 0, 1, 2, 3
 
 
-def merge_turns(start, size, err, ts, base, done, nxt, hord, hq, st, limit, unbounded, tq, ti):
-    """Run the heap up to ``limit`` (every timestamp when ``unbounded``) over the items at hand: queue q's
-    are ``err``/``ts``[start[q]:start[q] + size[q]], its item ``base[q]`` first; ``done[q]``: no more will come.
-    Each run is a turn (tq, ti): queue tq's rows before item ti go next.  Returns the turns written;
-    ``st[ST_STATUS]`` says why it stopped (the turns full, a queue needing items, the limit reached)."""
+def merge_turns(start, size, err, ts, base, done, nxt, hord, hq, st, ev_tsc, ev_lost, tq, ti):
+    """Run the heap over the items at hand, up to each sideband event's TSC ``ev_tsc`` in turn (perf runs
+    its queues up to each event it delivers: ``intel_pt_process_queues``; a TSC of 0 runs nothing), then
+    to the end: queue q's items are ``err``/``ts``[start[q]:start[q] + size[q]], its item ``base[q]``
+    first; ``done[q]``: no more will come.  Each run is a turn (tq, ti): queue tq's rows before item ti
+    go next.  Returns the turns written; ``st[ST_STATUS]`` says why it stopped: the turns full, a queue
+    needing items, an event reporting lost data reached (``ev_lost``: its row goes next; ``st[ST_EV]``
+    is past it), or the end.  One call runs past any number of other events (a ``perf record -a``
+    recording has one per context switch: a call each cost 9 us of Python)."""
     n = st[ST_HEAP]
     q = st[ST_Q]
     lim = st[ST_LIM]
     unb = st[ST_UNB]
     i = st[ST_I]
+    ev = st[ST_EV]
+    nev = len(ev_tsc)
     nt = 0
     cap = len(tq)
     while True:
         if q < 0:
-            if n == 0 or (not unbounded and hord[0] >= limit):
-                st[ST_STATUS] = MERGE_DONE
-                break
+            unbounded = ev >= nev
+            limit = 0 if unbounded else ev_tsc[ev]
+            if n == 0 or (not unbounded and (limit == 0 or hord[0] >= limit)):
+                if unbounded:
+                    st[ST_STATUS] = MERGE_DONE
+                    break
+                ev += 1  # the event's turn: the heap runs on to the next one's TSC
+                if ev_lost[ev - 1]:
+                    st[ST_STATUS] = MERGE_LOST
+                    break
+                continue
             if nt >= cap:
                 st[ST_STATUS] = MERGE_FULL
                 break
@@ -215,6 +230,7 @@ def merge_turns(start, size, err, ts, base, done, nxt, hord, hq, st, limit, unbo
     st[ST_LIM] = lim
     st[ST_UNB] = unb
     st[ST_I] = i
+    st[ST_EV] = ev
     return nt
 
 
