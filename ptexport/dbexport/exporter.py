@@ -53,7 +53,8 @@ from ptexport.writers.model import ExportModel
 from ptexport.images.kallsyms import find_kallsyms, load_kallsyms
 from ptexport.perfdata.constants import RecordType
 from ptexport.dbexport.machine import MachineState
-from ptexport.dbexport.vm import KernelMachineState, VmExport, VmTrace, host_kernel_image, perf_event_modifier
+from ptexport.dbexport.vm import (KernelMachineState, SideMemo, VmExport, VmTrace, host_kernel_image,
+                                  perf_event_modifier)
 from ptexport.dbexport.callchains import apply_callchains
 from ptexport.dbexport.decode_errors import ErrorSegments
 from ptexport.dbexport.stats import ExportStats, error_kind
@@ -89,6 +90,7 @@ CPU_TIME_BUCKET_NS = BUCKET_NS
 _THREAD_MAX, _SYMBOL_MAX, _CODE_MAX = (1 << 21) - 1, (1 << 30) - 1, 1 << 12
 
 _SWITCH_OUT = 0x2000
+_U64_MAX = (1 << 64) - 1
 _SWITCH_OUT_PREEMPT = 0x4000
 _COMM_EXEC = 0x2000
 
@@ -156,6 +158,7 @@ class _EventFeed:
         self._it = iter(records)
         self._tc = None if timeless else tc
         self._tsc: list[int] = []
+        self._tarr = np.zeros(0, np.uint64)
         self._recs: list[Any] = []
         self._pos = 0
 
@@ -169,20 +172,23 @@ class _EventFeed:
             times = np.array([r.time or 0 for r in chunk], dtype=np.uint64)
             tscs = [int(t) if r.time else 0 for t, r in zip(self._tc.perf_time_to_tsc_array(times).tolist(), chunk)]
         self._tsc, self._recs, self._pos = tscs, chunk, 0
+        self._tarr = np.array(tscs, dtype=np.uint64)
         return True
 
     def take_upto(self, limit: int) -> tuple[list[int], list[Any]]:
         tscs: list[int] = []
         recs: list[Any] = []
-        while True:
-            if self._pos >= len(self._recs) and not self._fill():
+        while self._pos < len(self._recs) or self._fill():
+            a = self._pos
+            if self._tsc[a] > limit:  # (the per-sample loop asks at every sample: mostly nothing is due)
                 break
-            t = self._tsc[self._pos]
-            if t > limit:
+            over = self._tarr[a:] > min(limit, _U64_MAX)  # (a search of the chunk, not a step per record)
+            b = a + int(over.argmax()) if over.any() else len(self._recs)
+            tscs += self._tsc[a:b]
+            recs += self._recs[a:b]
+            self._pos = b
+            if b < len(self._recs):
                 break
-            tscs.append(t)
-            recs.append(self._recs[self._pos])
-            self._pos += 1
         return tscs, recs
 
     def rest(self) -> Iterator[Any]:
@@ -238,6 +244,9 @@ class DbExporter:
                                 kernel_start=session.kernel_start, load_kallsyms=self._load_kallsyms,
                                 elf_tabs=self._elf_tabs)
         self.machines: list[MachineState] = [host]
+        # switch_side's answers while nothing they depend on changes; forgotten at every record but a
+        # host's context switch (``event``)
+        self._sides = SideMemo(self.m)
         self.host = host.machine_id  # the host's machines row id
         self.pt = host.pt  # the host's thread table
         if config.kallsyms:
@@ -358,10 +367,10 @@ class DbExporter:
         st = st if st is not None else self.machines[0]
         time = rec.time or 0
         out = bool(rec.misc & _SWITCH_OUT)
-        a_id, a_comm, a_idle = st.switch_side(rec.pid, rec.tid)
+        a_id, a_comm, a_idle = self._sides.side(st, rec.pid, rec.tid)
         b_id, b_comm, b_idle = 0, 0, False
         if rec.type == RecordType.SWITCH_CPU_WIDE:
-            b_id, b_comm, b_idle = st.switch_side(rec.next_prev_pid, rec.next_prev_tid)
+            b_id, b_comm, b_idle = self._sides.side(st, rec.next_prev_pid, rec.next_prev_tid)
         if (not a_id or a_idle) and (not b_id or b_idle):
             return
         if out:
@@ -376,6 +385,8 @@ class DbExporter:
     def event(self, rec: Any) -> None:
         """One sideband record, as perf's session delivers it (Intel PT first, then the tool)."""
         t = rec.type
+        if t != RecordType.SWITCH_CPU_WIDE and t != RecordType.SWITCH or self.vm.guest_ids:
+            self._sides.clear()  # (a comm, fork, exit, map or sample record, or any record of a VM trace)
         if self.vm.guest_ids and t != RecordType.SAMPLE:
             hit = self.vm.record_machine(rec)
             if hit is not None:

@@ -448,7 +448,12 @@ class _Batch:
         vm = None
         if self.mi is not None:
             vm = _VmRuns(memo, starts, self.mi[starts], cols.pid[starts], cols.tid[starts], self.err[starts], cuts)
-        k = 0
+        if vm is None:  # (one machine: the host's)
+            ev_i, sym_from = self._host_runs(memo, ev_recs, cut_l, starts_l, ends, pid_l, tid_l, err_l, run_th, run_comm,
+                                   run_sid)
+            k = nruns
+        else:
+            k = 0
         while k < nruns:
             a = starts_l[k]
             while ev_i < nev and cut_l[ev_i] == a:
@@ -488,6 +493,60 @@ class _Batch:
         self.comm_id[:] = np.repeat(run_comm, lens)
         self.sid[:] = np.where(self.err, 0, np.repeat(run_sid, lens) + np.arange(self.n))
         self.resolve_range(sym_from, self.n)
+
+    def _host_runs(self, memo: ThreadMemo, ev_recs: list[Any], cut_l: list[int], starts_l: list[int],
+                   ends: list[int], pid_l: list[int], tid_l: list[int], err_l: list[bool], run_th: np.ndarray,
+                   run_comm: np.ndarray, run_sid: np.ndarray) -> tuple[int, int]:
+        """:meth:`threads_and_events`' walk of a recording without VMs: each run's thread from the memo
+        (its generation read once between changes, not at every run; a 4-CPU recording's merge gives
+        a run every ~65 samples), the values kept in lists and stored at the end.  Returns the records
+        handed on (all of them) and the first sample whose symbols are not resolved yet."""
+        ex, cols = self.ex, self.cols
+        st = ex.machines[0]
+        memo_d = memo.memo
+        nruns, nev = len(starts_l), len(cut_l)
+        th_l, comm_l, sid_l = [0] * nruns, [0] * nruns, [0] * nruns
+        n_samples = ex.n_samples
+        gen = None  # the memo's generation while nothing changes (None: read it again)
+        ev_i = 0
+        sym_from = 0
+        for k in range(nruns):
+            a = starts_l[k]
+            if ev_i < nev and cut_l[ev_i] == a:
+                ex.n_samples = n_samples
+                while ev_i < nev and cut_l[ev_i] == a:
+                    rec = ev_recs[ev_i]
+                    if rec.type == _SAMPLE and sym_from < a:
+                        self.resolve_range(sym_from, a)  # symbol ids before the record's
+                        sym_from = a
+                    ex.event(rec)
+                    ev_i += 1
+                    if rec.type not in _SWITCHES:
+                        memo.clear()
+                n_samples = ex.n_samples
+                gen = None
+            p, t = pid_l[k], tid_l[k]
+            if err_l[k]:
+                ex.n_samples = n_samples
+                th = st.pt.find(p, t)
+                ex.error_row(st, a, cols, th.db_id if th is not None else 0)
+                gen = None  # (a find can learn a thread's pid)
+                continue
+            hit = memo_d.get((0, p, t))
+            if gen is None:
+                gen = memo._generation(st)
+            if hit is not None and hit[0] == gen:
+                th_l[k], comm_l[k] = hit[1], hit[2]
+            else:
+                th_l[k], comm_l[k] = memo.threads(st, 0, p, t)
+                gen = None
+            sid_l[k] = n_samples + 1 - a
+            n_samples += ends[k] - a
+        ex.n_samples = n_samples
+        run_th[:] = th_l
+        run_comm[:] = comm_l
+        run_sid[:] = sid_l
+        return ev_i, sym_from
 
     def resolve_range(self, lo: int, hi: int) -> None:
         """Event and symbol ids of the samples in [lo, hi), first references first."""

@@ -16,7 +16,7 @@ import pytest
 
 from ptexport.writers.model import ExportModel
 from ptexport.dbexport.machine import MachineState
-from ptexport.dbexport.vm import GuestThreads, ThreadMemo
+from ptexport.dbexport.vm import GuestThreads, SideMemo, ThreadMemo
 from ptexport.dbexport.threads import PerfThreads
 
 
@@ -34,16 +34,19 @@ def _play(table, calls, memo: bool):
     pt = table(comm_exec=False)
     st = _state(model, pt)
     tm = ThreadMemo(model)
+    sides = SideMemo(model)
     out = []
     for what, p, t in calls:
         if what == "find":
             pt.find(p, t)
-        elif what == "switch":
-            pt.findnew(p, t)
-            out.append(st.switch_side(p, t))
+        elif what in ("switch", "side"):  # "side": the other side of a CPU-wide switch (no findnew)
+            if what == "switch":
+                pt.findnew(p, t)
+            out.append(sides.side(st, p, t) if memo else st.switch_side(p, t))
         elif what == "comm":
             pt.on_comm(p, t, "worker", 5, True)
             tm.clear()
+            sides.clear()
         else:
             out.append(tm.threads(st, 0, p, t) if memo else st.threads(p, t))
     return out, [t.take() for t in model.tables()], [(th.pid, th.tid, th.db_id) for th in pt.all]
@@ -78,6 +81,22 @@ def test_thread_memo_answers_as_every_call_across_context_switches(table):
              ("comm", 600, 600), ("run", 600, 601), ("switch", 0, 0), ("run", 300, 301), ("run", 400, 401)]
 
     assert _play(table, calls, True) == _play(table, calls, False)
+
+
+@pytest.mark.parametrize("table", [PerfThreads, GuestThreads])
+def test_switch_sides_answer_as_every_call(table):
+    """A context switch's sides (:class:`SideMemo`) asked of threads not seen yet, of threads without a
+    comm (0s) that later get one, of a thread whose pid is learned and of one whose main thread appears:
+    the memo's answers and rows are those of calling ``switch_side`` every time."""
+    calls = [("comm", 500, 501), ("side", 500, 501), ("switch", 500, 500), ("side", 500, 501),  # main made after
+             ("side", 700, 701), ("switch", 700, 701), ("side", 700, 701), ("run", 700, 701),
+             ("side", 700, 701), ("switch", 700, 700), ("side", 700, 701), ("side", -1, 800),
+             ("switch", -1, 800), ("side", 900, 800), ("side", -1, 800), ("comm", 700, 701), ("side", 700, 701),
+             ("switch", 0, 0), ("side", 0, 0), ("side", 700, 700), ("run", 900, 901), ("side", 900, 901),
+             ("comm", 900, 900), ("side", 900, 901), ("switch", 900, 900), ("side", 900, 901)]
+    direct, memo = _play(table, calls, False), _play(table, calls, True)
+    assert memo == direct
+    assert len(set(direct[0])) > 4  # the answers change along the way (a memo answering stale would differ)
 
 
 def test_thread_memo_remembers_settled_threads():
