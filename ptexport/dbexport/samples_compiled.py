@@ -720,7 +720,18 @@ class _Batch:
         """The call tree's input: the branches' columns, gathered when first read (by the tree's thread)."""
         is_br = self.cols.kind == EV_BRANCH
         rows = int(np.count_nonzero(is_br))
-        return TreeColumns(lambda: self._tree_columns(is_br, rows), rows)
+        return TreeColumns(lambda: self._tree_columns(is_br, rows), rows, lambda: self._tree_raw(is_br, rows))
+
+    def _tree_raw(self, is_br: np.ndarray, rows: int) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+        """The call tree's input as the batch has it: every row's columns, and the rows of the branches
+        (None: every row is one)."""
+        cols = self.cols
+        full = {"time": cols.time, "ip": cols.ip, "addr": cols.addr, "flags": cols.flags, "ref": self.sid,
+                "thread_id": self.thread_id, "cpu": cols.cpu, "pid": cols.pid, "tid": cols.tid,
+                "comm_id": self.comm_id, "insn_len": cols.insn_len, "insn_cnt": cols.insn_cnt,
+                "cyc_cnt": cols.cyc_cnt, "from_sym": self.sym, "to_sym": self.to_sym, "to_sym_start": self.to_start,
+                "trace_nr": cols.trace_nr}
+        return full, None if rows == len(is_br) else np.flatnonzero(is_br)
 
     def _tree_columns(self, is_br: np.ndarray, rows: int) -> dict[str, np.ndarray]:
         cols = self.cols
@@ -793,10 +804,13 @@ class TreeColumns(Mapping):
     tree's thread, not the exporting one (17 columns gathered by the branches' index: 0.4 s of the
     exporting thread at 10 M branches, where each batch has a PSB or two among them)."""
 
-    def __init__(self, build: Callable[[], dict[str, np.ndarray]], rows: int) -> None:
+    def __init__(self, build: Callable[[], dict[str, np.ndarray]], rows: int,
+                 raw: Callable[[], tuple[dict[str, np.ndarray], np.ndarray | None]] | None = None) -> None:
         self._build: Callable[[], dict[str, np.ndarray]] | None = build
         self._cols: dict[str, np.ndarray] = {}
         self.rows = rows
+        if raw is not None:
+            self.raw = raw  # (every row's columns, the branches' rows or None): the compiled tree reads them so
 
     def _columns(self) -> dict[str, np.ndarray]:
         if self._build is not None:

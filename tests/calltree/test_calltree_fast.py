@@ -136,6 +136,58 @@ def test_fast_matches_reference(seed):
     assert {0, 1, 2, 3, 6}.issubset(set(ref_c["flags"].tolist()))
 
 
+class _RawBatch(dict):
+    """A batch as the export hands it over (``dbexport.samples_compiled.TreeColumns``): its ``raw()`` is
+    every row's columns, other samples' rows among the branches, and the branches' rows."""
+
+    def __init__(self, cols, rows):
+        super().__init__()
+        self._raw = (cols, rows)
+
+    def raw(self):
+        return self._raw
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_reads_the_branches_among_other_rows_as_the_reference_reads_them(seed):
+    """Rows of other samples (instructions, PSBs: noise in every column, idle and new threads among them)
+    between the branches, in batches some with none: the same calls and call paths as the branches alone."""
+    batch = random_stream(seed, 3000)
+    ref_c, ref_p = run(CallTree(retpoline_syms={THUNK}), batch)
+    rng = np.random.default_rng(seed + 100)
+    tree = FastCallTree(retpoline_syms={THUNK}, capacity=8)
+    n = len(batch["ref"])
+    cuts = np.linspace(0, n, 8).astype(int)
+    calls, paths = [], []
+    for j, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+        part = {k: v[a:b] for k, v in batch.items()}
+        extra = 0 if j == 3 else int(rng.integers(1, b - a))  # (batch 3: branches only)
+        m = b - a + extra
+        is_br = np.ones(m, bool)
+        is_br[rng.choice(m, extra, replace=False)] = False
+        full = {}
+        for k, v in part.items():
+            col = rng.integers(0, 50, m).astype(v.dtype)  # the other rows' values: anything
+            col[is_br] = v
+            full[k] = col
+        full["pid"][~is_br] = 0  # idle threads and threads the branches never have
+        full["tid"][~is_br] = rng.integers(0, 2, extra)
+        full["thread_id"][~is_br] = rng.integers(50, 60, extra)
+        tree.process_batch(_RawBatch(full, None if not extra else np.flatnonzero(is_br)))
+        calls.append(tree.take_calls())
+        paths.append(tree.take_call_paths())
+    tree.flush_all(order=[4, 3, 2, 1])
+    calls.append(tree.take_calls())
+    paths.append(tree.take_call_paths())
+    for k in CALLS_COLUMNS:
+        assert np.concatenate([x[k] for x in calls]).tolist() == ref_c[k].tolist(), k
+    for k in ref_p:
+        assert np.concatenate([x[k] for x in paths]).tolist() == ref_p[k].tolist(), k
+    plain = FastCallTree(retpoline_syms={THUNK}, capacity=8)
+    run(plain, batch, pieces=7)
+    assert sorted(tree.slots) == sorted(plain.slots)  # no stack for a thread only the other rows have
+
+
 def test_fast_without_x86_and_with_continued_ids():
     batch = random_stream(42, 1500)
     ref_c, _ = run(CallTree(x86=False, first_call_id=1000), batch)
