@@ -43,6 +43,8 @@ reference decodes).  See docs/architecture.md.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import threading
 import weakref
 from typing import Any
@@ -342,6 +344,8 @@ class QueueDecoder:
         self.tokens = _Tokens(ctx.buffers(bufs), window)
         self.timeless = ctx.timeless
         self.cur = ctx.cpu_timeline(self.cpu) if self.per_cpu and not ctx.timeless else None
+        self._cur_lists: tuple[list[int], list[int], list[int]] | None = None  # (_who's)
+        self._tsc_at: dict[int, int] = {}  # (_tsc_at_or_after's)
         # Timeless decoding: perf decodes the queue late (at its thread's EXIT or at the end), with the
         # maps of then and, for a CPU queue, the thread current on the CPU then: one context throughout.
         self.end_who = ctx.end_who(self.cpu, queue_tid(bufs)) if self.per_cpu and ctx.timeless else (-1, -1)
@@ -355,7 +359,7 @@ class QueueDecoder:
         self._guest_map_changes: dict[tuple[int, int], np.ndarray] = {}
         self.fail_names: list[str] = []
         self.fail_ids: dict[str, int] = {}
-        self._map_changes: dict[int, np.ndarray] = {}
+        self._map_changes: dict[int, list[int]] = {}
         self._kernel_changes: np.ndarray | None = None
 
     # ------------------------------------------------------------ contexts
@@ -367,18 +371,29 @@ class QueueDecoder:
             return (t.pid if t is not None else -1), self.qtid, -(1 << 63), _I64_MAX
         if self.timeless:
             return self.end_who[0], self.end_who[1], -(1 << 63), _I64_MAX
-        c = self.cur
-        assert c is not None  # a per-CPU queue has its CPU's timeline
-        i = int(np.searchsorted(c.tsc, np.uint64(tsc), side="right")) - 1
-        lo = int(c.tsc[i]) if i >= 0 else -(1 << 63)
-        hi = int(c.tsc[i + 1]) if i + 1 < len(c.tsc) else _I64_MAX
+        cur = self._cur_lists
+        if cur is None:  # the timeline as lists: a bisect, not numpy's calls (a switch every few dozen rows)
+            c = self.cur
+            assert c is not None  # a per-CPU queue has its CPU's timeline
+            cur = self._cur_lists = (c.tsc.tolist(), c.pid.tolist(), c.tid.tolist())
+        ts = cur[0]
+        i = bisect_right(ts, tsc) - 1
+        lo = ts[i] if i >= 0 else -(1 << 63)
+        hi = ts[i + 1] if i + 1 < len(ts) else _I64_MAX
         if i < 0:
             return -1, -1, lo, hi
-        return int(c.pid[i]), int(c.tid[i]), lo, min(hi, _I64_MAX)
+        return cur[1][i], cur[2][i], lo, min(hi, _I64_MAX)
 
     def _tsc_at_or_after(self, t: int) -> int:
         """The smallest TSC whose perf time is >= ``t`` (0 for times before TSC 0, as the
-        sideband of old perf versions has: records at time 0; at most the int64 state's maximum)."""
+        sideband of old perf versions has: records at time 0; at most the int64 state's maximum).
+        Remembered: the map changes that bound a context are the same few times at every switch."""
+        got = self._tsc_at.get(t)
+        if got is None:
+            got = self._tsc_at[t] = self._tsc_at_or_after_now(t)
+        return got
+
+    def _tsc_at_or_after_now(self, t: int) -> int:
         tc = self.ctx.tc
         c = tc.perf_time_to_tsc(t)
         if c > _I64_MAX:
@@ -410,11 +425,11 @@ class QueueDecoder:
                 times.add(e.valid_to)
         return np.array(sorted(t for t in times if 0 <= t < (1 << 63)), dtype=np.int64)
 
-    def _changes(self, pid: int) -> np.ndarray:
-        """Perf times at which the host maps seen by ``pid`` change."""
+    def _changes(self, pid: int) -> list[int]:
+        """Perf times at which the host maps seen by ``pid`` change (sorted, a list for bisect)."""
         got = self._map_changes.get(pid)
         if got is None:
-            got = self._map_changes[pid] = self._machine_changes(self.ctx.sb.host, pid)
+            got = self._map_changes[pid] = self._machine_changes(self.ctx.sb.host, pid).tolist()
         return got
 
     def _guest_context(self, pid: int, tid: int, time: int, lo: int, hi: int) -> tuple[tuple, int, int]:
@@ -461,12 +476,12 @@ class QueueDecoder:
         else:
             time = self.ctx.perf_time(tsc)
             ch = self._changes(pid)
-            g = int(np.searchsorted(ch, time, side="right"))
+            g = bisect_right(ch, time)
             gen = g
             if g > 0:
-                lo = max(lo, self._tsc_at_or_after(int(ch[g - 1])))
+                lo = max(lo, self._tsc_at_or_after(ch[g - 1]))
             if g < len(ch):
-                hi = min(hi, self._tsc_at_or_after(int(ch[g])))
+                hi = min(hi, self._tsc_at_or_after(ch[g]))
         gkey, lo, hi = self._guest_context(pid, tid, time, lo, hi)
         self.lookup.pid = pid
         self.lookup.tid = tid
