@@ -794,6 +794,7 @@ def count_samples(session: Any, jobs: int | None = 1, min_segment_bytes: int | N
 #: --jobs 1: peak RSS 279 -> 179 MB; 1 M: 165 MB)
 RELEASE_BUFFERS = 64
 STREAM_CHUNK = 1 << 16  # rows (and items) per compiled-decoder chunk (= iter_batches' default batch)
+_I64_MAX = (1 << 63) - 1
 MERGE_TURNS = 1 << 12  # queue turns the merge's kernel runs before their rows are taken (a VM trace's
 # two CPU queues take turns every ~75 rows: 13 K turns a million samples, each a few Python calls before)
 
@@ -1301,7 +1302,8 @@ class StreamMerge:
     def __init__(self, sources: list[_Source], event_tscs: list[tuple[int, bool]], lost: dict[str, np.ndarray],
                  batch_rows: int) -> None:
         self.src = sources
-        self.ev_tsc = np.array([t for t, _ in event_tscs], np.int64)
+        # (a TSC past int64, a damaged record's, is no limit: the heap runs to the end there)
+        self.ev_tsc = np.array([min(int(t), _I64_MAX) for t, _ in event_tscs], np.int64)
         self.ev_lost = np.array([bool(x) for _, x in event_tscs], np.bool_)
         self.lost = lost
         self.n_lost = len(lost["kind"])

@@ -185,10 +185,11 @@ def merge_turns(start, size, err, ts, base, done, nxt, hord, hq, st, ev_tsc, ev_
     cap = len(tq)
     while True:
         if q < 0:
-            unbounded = ev >= nev
-            limit = 0 if unbounded else ev_tsc[ev]
+            final = ev >= nev
+            limit = 0 if final else ev_tsc[ev]
+            unbounded = final or limit >= _INF  # (an event's TSC past int64: no limit, as the end)
             if n == 0 or (not unbounded and (limit == 0 or hord[0] >= limit)):
-                if unbounded:
+                if final:
                     st[ST_STATUS] = MERGE_DONE
                     break
                 ev += 1  # the event's turn: the heap runs on to the next one's TSC

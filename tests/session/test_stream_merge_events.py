@@ -3,8 +3,9 @@ with sideband events: the merge's kernel runs past the events itself and stops o
 reports lost data (its row goes there), where a queue needs items, or where its turns are full.
 
 Random queues (error items, timestamps that tie and step back), random events (some reporting lost
-data, some at TSC 0, which run nothing), chunks of a few items each (a turn's rows then span chunks),
-and a small turn buffer: every row must come out where the whole-queue order puts it.
+data, some at TSC 0, which run nothing, some past int64, which limit nothing), chunks of a few items
+each (a turn's rows then span chunks), and a small turn buffer: every row must come out where the
+whole-queue order puts it.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def _case(rng: random.Random):
         queues.append((err, ts, steps, ids))
     events = sorted(rng.randint(0, 150) for _ in range(rng.randint(0, 25)))
     events = [(0 if rng.random() < 0.15 else t, rng.random() < 0.3) for t in events]
+    if events and rng.random() < 0.2:  # a damaged record's time: a TSC past int64 (no limit)
+        events.insert(rng.randrange(len(events)), ((1 << 64) - 4096, rng.random() < 0.5))
     n_lost = rng.randint(0, 5)
     lost_ids = list(range(next_id, next_id + n_lost))
     return queues, events, lost_ids
