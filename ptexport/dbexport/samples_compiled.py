@@ -449,24 +449,16 @@ class _Batch:
         if self.mi is not None:
             vm = _VmRuns(memo, starts, self.mi[starts], cols.pid[starts], cols.tid[starts], self.err[starts], cuts)
         if vm is None:  # (one machine: the host's)
-            ev_i, sym_from = self._host_runs(memo, ev_recs, cut_l, starts_l, ends, pid_l, tid_l, err_l, run_th, run_comm,
-                                   run_sid)
+            ev_i, sym_from = self._host_runs(memo, ev_recs, cut_l, starts_l, ends, pid_l, tid_l, err_l, run_th,
+                                             run_comm, run_sid)
             k = nruns
         else:
             k = 0
-        while k < nruns:
+        while k < nruns:  # (a VM trace's runs: _host_runs walks the others')
+            assert vm is not None
             a = starts_l[k]
-            while ev_i < nev and cut_l[ev_i] == a:
-                rec = ev_recs[ev_i]
-                if rec.type == _SAMPLE and sym_from < a:
-                    self.resolve_range(sym_from, a)  # symbol ids before the record's
-                    sym_from = a
-                ex.event(rec)
-                ev_i += 1
-                if vm is not None or rec.type not in _SWITCHES:
-                    # (a host's context switch only creates threads, exports their rows or learns a
-                    # thread's pid: what the memo's generation sees)
-                    memo.clear()
+            if ev_i < nev and cut_l[ev_i] == a:
+                ev_i, sym_from = self._records_at(a, ev_recs, cut_l, ev_i, sym_from, memo, False)
             p, t, m = pid_l[k], tid_l[k], mi_l[k]
             st = machines[m]
             if err_l[k]:
@@ -474,7 +466,7 @@ class _Batch:
                 ex.error_row(st, a, cols, th.db_id if th is not None else 0)
                 k += 1
                 continue
-            if vm is not None and vm.next_stop[k] - k > 1:
+            if vm.next_stop[k] - k > 1:
                 done = vm.walk(machines, k, run_th, run_comm)
                 run_sid[k:done] = ex.n_samples + 1 - a
                 ex.n_samples += ends[done - 1] - a
@@ -514,15 +506,7 @@ class _Batch:
             a = starts_l[k]
             if ev_i < nev and cut_l[ev_i] == a:
                 ex.n_samples = n_samples
-                while ev_i < nev and cut_l[ev_i] == a:
-                    rec = ev_recs[ev_i]
-                    if rec.type == _SAMPLE and sym_from < a:
-                        self.resolve_range(sym_from, a)  # symbol ids before the record's
-                        sym_from = a
-                    ex.event(rec)
-                    ev_i += 1
-                    if rec.type not in _SWITCHES:
-                        memo.clear()
+                ev_i, sym_from = self._records_at(a, ev_recs, cut_l, ev_i, sym_from, memo, True)
                 n_samples = ex.n_samples
                 gen = None
             p, t = pid_l[k], tid_l[k]
@@ -546,6 +530,25 @@ class _Batch:
         run_th[:] = th_l
         run_comm[:] = comm_l
         run_sid[:] = sid_l
+        return ev_i, sym_from
+
+    def _records_at(self, a: int, ev_recs: list[Any], cut_l: list[int], ev_i: int, sym_from: int,
+                    memo: ThreadMemo, host: bool) -> tuple[int, int]:
+        """Hand on the sideband records due before sample ``a`` (from record ``ev_i``; the symbol ids of
+        the samples before a SAMPLE record's resolved first).  The memo is forgotten at each, but at a
+        host's context switch (``host``: a recording without VMs), which only creates threads, exports
+        their rows or learns a thread's pid: what the memo's generation sees.  Returns the next record
+        and the first sample whose symbols are not resolved."""
+        ex, nev = self.ex, len(cut_l)
+        while ev_i < nev and cut_l[ev_i] == a:
+            rec = ev_recs[ev_i]
+            if rec.type == _SAMPLE and sym_from < a:
+                self.resolve_range(sym_from, a)
+                sym_from = a
+            ex.event(rec)
+            ev_i += 1
+            if not host or rec.type not in _SWITCHES:
+                memo.clear()
         return ev_i, sym_from
 
     def resolve_range(self, lo: int, hi: int) -> None:

@@ -621,34 +621,24 @@ class ThreadMemo:
         return th_id, c_id
 
 
-class SideMemo:
+class SideMemo(ThreadMemo):
     """``MachineState.switch_side(pid, tid)`` (a context switch's side: perf's db_export__pid_tid) asked
-    once while nothing its answer depends on changes: the threads (created, or an unknown pid learned),
-    the rows made (thread, comm, comm_thread ids: :class:`ThreadMemo`'s generation) and the comms, which
-    only a sideband record changes (the exporter :meth:`clear` s it at every record but a host's
-    context switch).  A second call with the same thread changes nothing and gives the same answer (its
-    rows are made already).  A ``perf record -a`` recording switches among a few threads tens of
-    thousands of times (thr4: 47 K switches, 94 K calls, 0.7 of 5 s of the exporting thread)."""
+    once while nothing its answer depends on changes: the threads and rows of :class:`ThreadMemo`'s
+    generation, and the comms, which only a sideband record changes (the exporter :meth:`clear` s it at
+    every record but a host's context switch).  A second call with the same thread changes nothing and
+    gives the same answer (its rows are made already).  A ``perf record -a`` recording switches among a
+    few threads tens of thousands of times (thr4: 47 K switches, 94 K calls, 0.7 of 5 s of the
+    exporting thread)."""
 
-    __slots__ = ("m", "memo")
-
-    def __init__(self, model: Any) -> None:
-        self.m = model
-        self.memo: dict[tuple[int, int, int], tuple[tuple, tuple[int, int, bool]]] = {}
-
-    def clear(self) -> None:
-        self.memo.clear()
+    __slots__ = ()
 
     def side(self, st: MachineState, pid: int, tid: int) -> tuple[int, int, bool]:
-        m = self.m
         key = (st.machine_id, pid, tid)
         hit = self.memo.get(key)
-        gen = (len(st.pt.all), m.threads.next_id, m.comms.next_id, m.comm_threads.next_id, st.pt.pid_fixes)
-        if hit is not None and hit[0] == gen:
+        if hit is not None and hit[0] == self._generation(st):
             return hit[1]
         got = st.switch_side(pid, tid)
-        self.memo[key] = ((len(st.pt.all), m.threads.next_id, m.comms.next_id, m.comm_threads.next_id,
-                           st.pt.pid_fixes), got)
+        self.memo[key] = (self._generation(st), got)
         return got
 
 
