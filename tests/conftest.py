@@ -102,6 +102,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)  # default -m 'not soak') leaves them out
 
 
+#: The most worker processes ``-n auto`` starts (pyproject's addopts): each makes the session fixtures
+#: (generated traces, the VM recording) again, and every test's exports use the machine's cores themselves.
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: the cores this process may run on, at most :data:`MAX_WORKERS` (pytest-xdist's hook)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_WORKERS))
+
+
 @pytest.fixture(scope="session")
 def pg_admin():
     """An autocommit connection to the PostgreSQL server's ``postgres`` database (PTEXPORT_TEST_PG, default

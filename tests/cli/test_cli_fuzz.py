@@ -97,6 +97,11 @@ def test_a_damaged_field_ends_in_a_typed_error_or_a_result(inputs, tmp_path, cap
                 assert left == (["out.sqlite"] if rc == 0 else []), (name, what, left, err[-300:])
 
 
+#: perf_record_auxtrace: the header, then size, offset, reference (u64), idx, tid, cpu, reserved (u32); the
+#: trace data follows the record (its header's size is this: 48)
+AUXTRACE_FIELDS_END = 48
+
+
 @pytest.mark.parametrize("value", [(1 << 64) - 4096])  # the sign bit and near the top (1 << 63: the same classes)
 @pytest.mark.parametrize("kind", ["MMAP2", "AUXTRACE_INFO", "AUXTRACE", "TIME_CONV"])
 def test_every_u64_field_past_int64(tmp_path, capsys, kind, value):
@@ -114,7 +119,12 @@ def test_every_u64_field_past_int64(tmp_path, capsys, kind, value):
         records = records[:1]
     shutil.copy(src.parent / "threads", tmp_path / "threads")
     for off, size in records:
-        for field in range(off + 8, off + size - 7, 8):
+        fields = list(range(off + 8, off + size - 7, 8))
+        if kind == "AUXTRACE":  # its fields, and 8 places in the trace data after them (not all 1820: 3 minutes)
+            fixed = [f for f in fields if f < off + AUXTRACE_FIELDS_END]
+            data = fields[len(fixed):]
+            fields = fixed + data[:: max(1, len(data) // 8)][:8]
+        for field in fields:
             b = bytearray(raw)
             b[field:field + 8] = value.to_bytes(8, "little")
             trace = tmp_path / "perf.data"
