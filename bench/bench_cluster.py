@@ -474,8 +474,10 @@ def run(args: argparse.Namespace, work: Path) -> int:
     wall["local2"] = timed(_ptexport(str(trace), "--db", db("local2"), "-q", "--force", "--scheduler", "local:2"),
                            work)
     with dask.config.set({"temporary-directory": str(work / "dask")}):  # not dask-scratch-space in $TMPDIR
+        # its logs at CRITICAL, as ptexport's own local:N cluster: closing it, a worker's heartbeat may still
+        # meet the scheduler gone and log that as an ERROR with a traceback (dask's shutdown, on a busy machine)
         lc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                          dashboard_address=":0", silence_logs=logging.ERROR, local_directory=str(work / "dask"))
+                          dashboard_address=":0", silence_logs=logging.CRITICAL, local_directory=str(work / "dask"))
     try:
         addr = lc.scheduler_address
         # the workers load the kernels and open this trace once (a long-lived cluster's state)
