@@ -80,9 +80,17 @@ def _interrupt(argv: list[str], delay: float, group: bool) -> subprocess.Complet
     return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 
-def _finished(r: subprocess.CompletedProcess) -> bool:
-    """The export ended before the signal came (its summary printed: a loaded machine, a short delay)."""
-    return r.returncode == 0 or "decode errors;" in r.stdout
+def _interrupt_in_time(argv: list[str], delay: float, group: bool, undo) -> subprocess.CompletedProcess:
+    """:func:`_interrupt`, again with half the delay where the export had ended before the signal (its
+    summary printed: the fixture's wall time was measured under another load, the suite runs on every
+    core), ``undo()`` putting back what the finished export made; skipped if it ends first three times."""
+    for _ in range(3):
+        r = _interrupt(argv, delay, group)
+        if r.returncode != 0 and "decode errors;" not in r.stdout:
+            return r
+        undo()
+        delay /= 2
+    pytest.skip(f"the export finished within {delay * 2:.1f} s, before the signal, three times")
 
 
 def _assert_interrupted(r: subprocess.CompletedProcess) -> None:
@@ -99,14 +107,7 @@ def test_sigint_at_a_random_moment_leaves_nothing(trace, tmp_path, seed, group):
     out.mkdir()
     target = out / "t.db"
     delay = random.Random(seed).uniform(0.1, 0.6) * wall
-    for _ in range(3):  # the fixture's wall time was measured under another load (the suite runs on every core)
-        r = _interrupt([*PTEXPORT, str(data), "--db", str(target)], delay, group)
-        if not _finished(r):
-            break
-        target.unlink()
-        delay /= 2  # sooner
-    else:
-        pytest.skip(f"the export finished within {delay * 2:.1f} s, before the signal, three times")
+    r = _interrupt_in_time([*PTEXPORT, str(data), "--db", str(target)], delay, group, target.unlink)
     _assert_interrupted(r)
     assert not target.exists()
     assert sorted(p.name for p in out.iterdir()) == [], "temporary files are removed on Ctrl-C"
@@ -120,32 +121,30 @@ def _digest(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _precious(target) -> str:
+    """A database someone cares about at ``target``; its digest."""
+    with sqlite3.connect(target) as c:
+        c.execute("CREATE TABLE precious (x)")
+        c.execute("INSERT INTO precious VALUES (42)")
+    return _digest(target)
+
+
 @pytest.mark.slow
 def test_existing_database_survives_refusal_and_interrupted_force(trace, tmp_path):
     data, wall, want = trace
     target = tmp_path / "t.db"
-    with sqlite3.connect(target) as c:  # a database someone cares about
-        c.execute("CREATE TABLE precious (x)")
-        c.execute("INSERT INTO precious VALUES (42)")
-    before = _digest(target)
+    before = _precious(target)
 
     r = subprocess.run([*PTEXPORT, str(data), "--db", str(target)], capture_output=True, text=True, timeout=600)
     assert r.returncode != 0 and "--force" in r.stderr and "Traceback" not in r.stderr
     assert _digest(target) == before
 
-    delay = 0.4 * wall
-    for _ in range(3):  # (as above: sooner where it finished first)
-        r = _interrupt([*PTEXPORT, str(data), "--db", str(target), "--force"], delay, True)
-        if not _finished(r):
-            break
+    def undo() -> None:  # the database someone cares about, again
+        nonlocal before
         target.unlink()
-        with sqlite3.connect(target) as c:  # the database someone cares about, again
-            c.execute("CREATE TABLE precious (x)")
-            c.execute("INSERT INTO precious VALUES (42)")
-        before = _digest(target)
-        delay /= 2
-    else:
-        pytest.skip("the export finished before the signal, three times")
+        before = _precious(target)
+
+    r = _interrupt_in_time([*PTEXPORT, str(data), "--db", str(target), "--force"], 0.4 * wall, True, undo)
     _assert_interrupted(r)
     assert _digest(target) == before, "an interrupted --force export must not touch the existing database"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.db"]
@@ -175,16 +174,11 @@ def test_sigint_of_a_postgres_export_leaves_no_database_and_rerun_succeeds(trace
 
     data, wall, want = trace
     try:
-        delay = 0.4 * wall
-        for _ in range(3):  # (as above: sooner where it finished first)
-            r = _interrupt([*PTEXPORT, str(data), "--db", f"{base}/{name}"], delay, True)
-            if not _finished(r):
-                break
+        def undo() -> None:
             for db in dbs():
                 admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-            delay /= 2
-        else:
-            pytest.skip("the export finished before the signal, three times")
+
+        r = _interrupt_in_time([*PTEXPORT, str(data), "--db", f"{base}/{name}"], 0.4 * wall, True, undo)
         _assert_interrupted(r)
         assert dbs() == [], "neither the target nor a temporary database is left"
         ok = subprocess.run([*PTEXPORT, str(data), "--db", f"{base}/{name}"], capture_output=True, text=True,
